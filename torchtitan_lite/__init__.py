@@ -1,0 +1,1 @@
+"""torchtitan_lite: a compact, PyTorch-native framework for pretraining large language models."""
