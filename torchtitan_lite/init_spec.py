@@ -1,0 +1,117 @@
+"""Init plans as data: what distribution every parameter and state buffer starts from.
+
+A model family declares an :class:`InitPlan`: an ordered table of (name pattern, :class:`InitSpec`).
+The engine in :mod:`torchtitan_lite.init` applies it. Patterns are ``fnmatch`` globs over canonical
+names (wrapper prefixes such as ``_orig_mod.`` and ``_checkpoint_wrapped_module.`` stripped), and
+``*`` matches dots too, so ``layers.*.attention.wq.weight`` covers every layer.
+
+Note: on tied weights. When one tensor has several names (``output.weight`` is
+``tok_embeddings.weight``), the entry that comes *last* in the plan among those matching any of its
+names wins, and that entry's name is the tensor's canonical name. Plans put ``output.weight`` after
+``tok_embeddings.weight`` so the output's small std wins: each token's own embedding stays in the
+residual stream, so a tied model's step-1 logits grow with std * dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["normal", "trunc_normal", "zeros", "ones", "constant"]
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """One parameter's initial distribution.
+
+    Attributes:
+        kind: ``normal``, ``trunc_normal``, ``zeros``, ``ones`` or ``constant``.
+        std: standard deviation of the (untruncated) normal, in the parameter's units.
+        cutoff: for ``trunc_normal``, the truncation half-width in units of ``std``
+            (bounds ``mean +- cutoff * std``).
+        mean: mean of the normal.
+        value: the fill value of ``constant``.
+        source: where the choice comes from (paper, model card, reference code).
+
+    Raises:
+        ValueError: a non-finite or non-positive ``std`` or ``cutoff`` for a random kind.
+    """
+
+    kind: Kind
+    std: float = 0.0
+    cutoff: float = math.inf
+    mean: float = 0.0
+    value: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind in ("normal", "trunc_normal"):
+            if not (math.isfinite(self.std) and self.std > 0):
+                raise ValueError(f"InitSpec({self.kind}): std must be finite and > 0, got {self.std}")
+            if not self.cutoff > 0:
+                raise ValueError(f"InitSpec({self.kind}): cutoff must be > 0 sigma, got {self.cutoff}")
+        if self.kind == "trunc_normal" and not math.isfinite(self.cutoff):
+            raise ValueError("InitSpec(trunc_normal): cutoff must be finite; use normal() for no cutoff")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """Absolute bounds ``(a, b)``; ``(-inf, inf)`` for an untruncated normal."""
+        if self.kind == "trunc_normal":
+            return self.mean - self.cutoff * self.std, self.mean + self.cutoff * self.std
+        return -math.inf, math.inf
+
+    def describe(self) -> str:
+        """Short human-readable form, e.g. ``trunc_normal(std=0.02, +-3 sigma)``."""
+        if self.kind == "trunc_normal":
+            return f"trunc_normal(std={self.std:.4g}, +-{self.cutoff:g} sigma)"
+        if self.kind == "normal":
+            return f"normal(std={self.std:.4g})"
+        if self.kind == "constant":
+            return f"constant({self.value:g})"
+        return self.kind
+
+
+def normal(std: float, mean: float = 0.0, source: str = "") -> InitSpec:
+    """``N(mean, std^2)``, untruncated."""
+    return InitSpec("normal", std=std, mean=mean, source=source)
+
+
+def trunc_normal(std: float, cutoff: float = 3.0, mean: float = 0.0, source: str = "") -> InitSpec:
+    """``N(mean, std^2)`` truncated to ``mean +- cutoff * std``."""
+    return InitSpec("trunc_normal", std=std, cutoff=cutoff, mean=mean, source=source)
+
+
+def zeros(source: str = "") -> InitSpec:
+    """All zeros."""
+    return InitSpec("zeros", source=source)
+
+
+def ones(source: str = "") -> InitSpec:
+    """All ones (e.g. RMSNorm weights)."""
+    return InitSpec("ones", source=source)
+
+
+def constant(value: float, source: str = "") -> InitSpec:
+    """Every element set to ``value``."""
+    return InitSpec("constant", value=value, source=source)
+
+
+@dataclass(frozen=True)
+class InitPlan:
+    """An ordered table of ``(pattern, InitSpec)`` covering every parameter and persistent buffer.
+
+    Every tensor must match at least one pattern and every pattern at least one tensor (the engine
+    raises ``ValueError`` naming the culprit otherwise). Among the entries matching a tensor, the
+    last one wins (see the note on tied weights in this module's docstring).
+    """
+
+    model: str
+    entries: tuple[tuple[str, InitSpec], ...] = field(default_factory=tuple)
+
+    def __str__(self) -> str:
+        width = max((len(p) for p, _ in self.entries), default=0)
+        lines = [f"init plan of {self.model}:"]
+        for pattern, spec in self.entries:
+            lines.append(f"  {pattern:<{width}}  {spec.describe():<34} {spec.source}")
+        return "\n".join(lines)
