@@ -1,0 +1,17 @@
+"""Qwen3 dense models: args and flavors, the module, its init plan and FLOPs, as one ModelSpec."""
+
+from models import ModelSpec
+from models.qwen3.args import Qwen3ModelArgs, qwen3_flavors
+from models.qwen3.flops import num_flops_per_token
+from models.qwen3.init_plan import qwen3_init_plan
+from models.qwen3.model import Qwen3Model
+
+__all__ = ["Qwen3Model", "Qwen3ModelArgs", "model_spec", "qwen3_flavors", "qwen3_init_plan"]
+
+model_spec = ModelSpec(
+    name="qwen3",
+    model_cls=Qwen3Model,
+    flavors=qwen3_flavors,
+    init_plan=qwen3_init_plan,
+    num_flops_per_token=num_flops_per_token,
+)
