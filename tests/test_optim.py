@@ -1,0 +1,146 @@
+"""AdamW param groups, the WSD learning-rate schedule and gradient clipping."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from models.common.norm import RMSNorm
+from torchtitan_lite.lr_schedule import build_lr_scheduler, wsd_lr_factor
+from torchtitan_lite.optim import build_optimizer, clip_grad_norm_, split_decay_params
+
+
+class TinyTied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(10, 4)
+        self.proj = nn.Linear(4, 4)
+        self.frozen = nn.Linear(4, 4, bias=False)
+        self.frozen.weight.requires_grad_(False)
+        self.norm = RMSNorm(4)
+        self.register_buffer("counts", torch.zeros(3))
+        self.output = nn.Linear(4, 10, bias=False)
+        self.output.weight = self.tok_embeddings.weight
+
+
+def _names(named):
+    return [n for n, _ in named]
+
+
+def test_default_groups_decay_only_linear_matrices():
+    decay, no_decay = split_decay_params(TinyTied(), decay_embeddings=False, decay_norms_and_biases=False)
+    assert _names(decay) == ["proj.weight"]
+    assert _names(no_decay) == ["tok_embeddings.weight", "proj.bias", "norm.weight"]
+
+
+def test_decay_flags_move_embeddings_and_norms_biases():
+    decay, no_decay = split_decay_params(TinyTied(), decay_embeddings=True, decay_norms_and_biases=True)
+    assert _names(decay) == ["tok_embeddings.weight", "proj.weight", "proj.bias", "norm.weight"]
+    assert no_decay == []
+
+
+def test_optimizer_holds_each_trainable_tensor_once_with_group_decay():
+    model = TinyTied()
+    opt = build_optimizer(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                          decay_embeddings=False, decay_norms_and_biases=False)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    assert opt.param_groups[0]["params"][0] is model.proj.weight
+    ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(ids) == sorted({id(model.tok_embeddings.weight), id(model.proj.weight),
+                                  id(model.proj.bias), id(model.norm.weight)})
+    assert opt.defaults["foreach"] is True
+
+
+def test_optimizer_rejects_bad_hyperparameters_by_name():
+    with pytest.raises(ValueError, match=r"betas .* got \(0.9, 1.0\)"):
+        build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 1.0), eps=1e-8, weight_decay=0.1,
+                        decay_embeddings=False, decay_norms_and_biases=False)
+    with pytest.raises(ValueError, match="lr must be finite and > 0, got 0.0"):
+        build_optimizer(TinyTied(), lr=0.0, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                        decay_embeddings=False, decay_norms_and_biases=False)
+
+
+WSD = dict(warmup_steps=10, steps=100, decay_ratio=0.2, min_lr_factor=0.1)  # decay over steps 81..100
+
+
+@pytest.mark.parametrize("decay_type", ["linear", "cosine", "sqrt"])
+def test_warmup_and_stable_phase_values(decay_type):
+    f = lambda s: wsd_lr_factor(s, decay_type=decay_type, **WSD)  # noqa: E731
+    assert f(1) == 0.1 and f(5) == 0.5 and f(10) == 1.0
+    assert f(11) == 1.0 and f(50) == 1.0 and f(80) == 1.0
+    assert f(100) == pytest.approx(0.1, abs=1e-15) and f(101) == pytest.approx(0.1, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "decay_type, at_85, at_90",
+    [
+        ("linear", 0.1 + 0.9 * 0.75, 0.1 + 0.9 * 0.5),
+        ("cosine", 0.1 + 0.9 * (1 + math.sqrt(0.5)) / 2, 0.1 + 0.9 * 0.5),
+        ("sqrt", 0.1 + 0.9 * 0.5, 0.1 + 0.9 * (1 - math.sqrt(0.5))),
+    ],
+)
+def test_decay_phase_values(decay_type, at_85, at_90):
+    assert wsd_lr_factor(85, decay_type=decay_type, **WSD) == pytest.approx(at_85, abs=1e-12)
+    assert wsd_lr_factor(90, decay_type=decay_type, **WSD) == pytest.approx(at_90, abs=1e-12)
+
+
+def test_scheduler_lr_follows_training_steps():
+    opt = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=1e-3)
+    sched = build_lr_scheduler(opt, decay_type="linear", **WSD)
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3) and lrs[79] == pytest.approx(1e-3)
+    assert lrs[84] == pytest.approx(1e-3 * 0.775) and lrs[99] == pytest.approx(1e-4)
+
+
+def test_schedule_rejects_overlapping_warmup_and_decay():
+    with pytest.raises(ValueError, match=r"warmup_steps \(90\) \+ decay steps .* = 20\) exceed steps \(100\)"):
+        wsd_lr_factor(1, warmup_steps=90, steps=100, decay_ratio=0.2, decay_type="linear", min_lr_factor=0.0)
+    with pytest.raises(ValueError, match="decay_type must be one of .* got 'exp'"):
+        wsd_lr_factor(1, warmup_steps=1, steps=10, decay_ratio=0.2, decay_type="exp", min_lr_factor=0.0)
+
+
+def test_no_decay_and_no_warmup_is_constant():
+    kw = dict(warmup_steps=0, steps=10, decay_ratio=0.0, decay_type="cosine", min_lr_factor=0.0)
+    assert [wsd_lr_factor(s, **kw) for s in (1, 10, 11)] == [1.0, 1.0, 1.0]
+
+
+def _two_params(g1, g2):
+    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(1, 1))
+    a.grad, b.grad = torch.tensor(g1), torch.tensor(g2)
+    return a, b
+
+
+def test_clip_matches_hand_computation():
+    a, b = _two_params([3.0, 4.0], [[12.0]])  # norm sqrt(9 + 16 + 144) = 13
+    norm = clip_grad_norm_([a, b], max_norm=6.5)
+    assert norm.item() == 13.0
+    scale = 6.5 / (13.0 + 1e-6)
+    assert torch.allclose(a.grad, torch.tensor([3.0, 4.0]) * scale, rtol=0, atol=1e-7)
+    assert torch.allclose(b.grad, torch.tensor([[12.0]]) * scale, rtol=0, atol=1e-7)
+
+
+def test_clip_below_max_norm_leaves_grads():
+    a, b = _two_params([3.0, 4.0], [[12.0]])
+    assert clip_grad_norm_([a, b], max_norm=100.0).item() == 13.0
+    assert torch.equal(a.grad, torch.tensor([3.0, 4.0]))
+
+
+def test_clip_reports_non_finite_norm_and_leaves_grads():
+    a, b = _two_params([3.0, float("inf")], [[12.0]])
+    assert clip_grad_norm_([a, b], max_norm=1.0).item() == math.inf
+    assert torch.equal(b.grad, torch.tensor([[12.0]]))
+    a, b = _two_params([3.0, float("nan")], [[12.0]])
+    assert math.isnan(clip_grad_norm_([a, b], max_norm=1.0).item())
+
+
+def test_clip_without_grads_is_zero_and_bad_max_norm_rejected():
+    assert clip_grad_norm_([nn.Parameter(torch.zeros(2))], max_norm=1.0).item() == 0.0
+    with pytest.raises(ValueError, match="max_norm must be finite and > 0, got -1.0"):
+        clip_grad_norm_([], max_norm=-1.0)

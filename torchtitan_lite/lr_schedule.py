@@ -1,0 +1,111 @@
+"""Warmup-stable-decay (WSD) learning-rate schedule.
+
+WSD (Hu et al. 2024, MiniCPM, arXiv 2404.06395; Hägele et al. 2024, arXiv 2405.18392): linear
+warmup, a long constant phase, then a short decay ("cooldown") at the end. Decay shapes:
+``linear``; ``cosine`` (half cosine, Loshchilov & Hutter 2017, SGDR, arXiv 1608.03983);
+``sqrt`` (``1 - sqrt(progress)``, the cooldown Hägele et al. found best, Sec. 3).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+DECAY_TYPES = ("linear", "cosine", "sqrt")
+
+
+def wsd_lr_factor(
+    step: int, *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
+) -> float:
+    """LR multiplier at training step ``step`` (1-based: the step about to be taken).
+
+    With ``D = round(decay_ratio * steps)`` decay steps and ``S = steps - D`` the last stable step:
+      * ``step <= warmup_steps``: ``step / warmup_steps`` (1/warmup_steps at step 1, 1.0 at the end);
+      * ``warmup_steps < step <= S``, or any later step when ``D == 0``: 1.0;
+      * ``S < step``: ``min_lr_factor + (1 - min_lr_factor) * shape(p)`` with
+        ``p = min(1, (step - S) / D)``, so step ``steps`` (and any later one) gets ``min_lr_factor``;
+        ``shape`` is ``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine), ``1 - sqrt(p)`` (sqrt).
+
+    Raises:
+        ValueError: see :func:`check_wsd_args`.
+    """
+    check_wsd_args(
+        warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
+        min_lr_factor=min_lr_factor,
+    )
+    decay_steps = round(decay_ratio * steps)
+    if step <= warmup_steps:
+        return step / warmup_steps
+    last_stable = steps - decay_steps
+    if step <= last_stable or decay_steps == 0:
+        return 1.0
+    progress = min(1.0, (step - last_stable) / decay_steps)
+    if decay_type == "linear":
+        shape = 1.0 - progress
+    elif decay_type == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        shape = 1.0 - math.sqrt(progress)
+    return min_lr_factor + (1.0 - min_lr_factor) * shape
+
+
+def check_wsd_args(
+    *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
+) -> None:
+    """Validate WSD schedule arguments.
+
+    Raises:
+        ValueError: ``steps < 1``; ``warmup_steps < 0``; ``decay_ratio`` outside ``[0, 1]``;
+            unknown ``decay_type``; ``min_lr_factor`` outside ``[0, 1]``; or warmup and decay
+            overlapping (``warmup_steps + round(decay_ratio * steps) > steps``).
+    """
+    if steps < 1:
+        raise ValueError(f"lr schedule: steps must be >= 1, got {steps}")
+    if warmup_steps < 0:
+        raise ValueError(f"lr schedule: warmup_steps must be >= 0, got {warmup_steps}")
+    if not 0.0 <= decay_ratio <= 1.0:
+        raise ValueError(f"lr schedule: decay_ratio must be in [0, 1], got {decay_ratio}")
+    if decay_type not in DECAY_TYPES:
+        raise ValueError(f"lr schedule: decay_type must be one of {DECAY_TYPES}, got {decay_type!r}")
+    if not 0.0 <= min_lr_factor <= 1.0:
+        raise ValueError(f"lr schedule: min_lr_factor must be in [0, 1], got {min_lr_factor}")
+    decay_steps = round(decay_ratio * steps)
+    if warmup_steps + decay_steps > steps:
+        raise ValueError(
+            f"lr schedule: warmup_steps ({warmup_steps}) + decay steps (round(decay_ratio * steps) = "
+            f"{decay_steps}) exceed steps ({steps}); lower warmup_steps or decay_ratio"
+        )
+
+
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer,
+    *,
+    warmup_steps: int,
+    steps: int,
+    decay_ratio: float,
+    decay_type: str,
+    min_lr_factor: float,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` following :func:`wsd_lr_factor`.
+
+    Usage: ``optimizer.step(); scheduler.step()`` once per training step. At construction the LR is
+    already that of step 1 (``LambdaLR`` calls its function with ``last_epoch = 0``, mapped to
+    step 1); after ``k`` calls of ``scheduler.step()`` it is that of step ``k + 1``. Its state
+    (``last_epoch``) goes into checkpoints with ``scheduler.state_dict()``.
+
+    Raises:
+        ValueError: see :func:`check_wsd_args`.
+    """
+    kwargs = dict(
+        warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
+        min_lr_factor=min_lr_factor,
+    )
+    check_wsd_args(**kwargs)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_factor_at_index, **kwargs))
+
+
+def _factor_at_index(index: int, **kwargs) -> float:
+    """``LambdaLR``'s 0-based ``last_epoch`` -> factor of training step ``index + 1``."""
+    return wsd_lr_factor(index + 1, **kwargs)

@@ -1,0 +1,132 @@
+"""AdamW with decay / no-decay parameter groups, and global-norm gradient clipping over DTensors."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+NamedParams = list[tuple[str, nn.Parameter]]
+
+
+def split_decay_params(
+    model: nn.Module, *, decay_embeddings: bool, decay_norms_and_biases: bool
+) -> tuple[NamedParams, NamedParams]:
+    """Split the trainable parameters of ``model`` into (decay, no_decay), each ``[(name, param)]``.
+
+    Rules, in order (after GPT-2/nanoGPT and torchtitan practice: weight decay shrinks the
+    matrices that mix features; shrinking gains, offsets or lookup rows toward 0 only biases them):
+      * a parameter owned by an ``nn.Embedding`` (including a tied output that *is* the embedding
+        weight): decay iff ``decay_embeddings``;
+      * a bias (name ends in ``bias``) or any parameter with fewer than 2 dims (norm weights):
+        decay iff ``decay_norms_and_biases``;
+      * everything else (linear weight matrices, stacked expert weights): decay.
+    Parameters with ``requires_grad=False`` and all buffers are left out. Each tensor appears once,
+    under its first name in ``model.named_parameters()`` order.
+
+    Returns:
+        ``(decay, no_decay)`` lists of ``(name, param)``, in ``model.named_parameters()`` order.
+    """
+    embedding_ids = {
+        id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
+    }
+    decay: NamedParams = []
+    no_decay: NamedParams = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if id(param) in embedding_ids:
+            wants_decay = decay_embeddings
+        elif name.endswith("bias") or param.ndim < 2:
+            wants_decay = decay_norms_and_biases
+        else:
+            wants_decay = True
+        (decay if wants_decay else no_decay).append((name, param))
+    return decay, no_decay
+
+
+def build_optimizer(
+    model: nn.Module,
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+    decay_embeddings: bool,
+    decay_norms_and_biases: bool,
+) -> torch.optim.AdamW:
+    """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``.
+
+    Two param groups, in this order: ``[decay (weight_decay), no_decay (0.0)]`` as split by
+    :func:`split_decay_params`; an empty group is omitted. Uses the ``foreach`` implementation,
+    which works on FSDP2 ``DTensor`` parameters on every device (the fused kernels do not cover
+    DTensor on CPU). Call it after :func:`torchtitan_lite.parallelize.apply_fsdp` so it holds the
+    sharded parameters.
+
+    Args:
+        lr: peak learning rate (the LR schedule multiplies it).
+        betas: Adam ``(beta1, beta2)``, each in ``[0, 1)``.
+        eps: Adam epsilon, > 0.
+        weight_decay: decoupled weight decay of the decay group, >= 0.
+
+    Raises:
+        ValueError: an out-of-range hyperparameter (named, with its value), or no trainable parameter.
+    """
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"optimizer lr must be finite and > 0, got {lr}")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"optimizer betas must be two values in [0, 1), got {betas}")
+    if not eps > 0:
+        raise ValueError(f"optimizer eps must be > 0, got {eps}")
+    if not weight_decay >= 0:
+        raise ValueError(f"optimizer weight_decay must be >= 0, got {weight_decay}")
+    decay, no_decay = split_decay_params(
+        model, decay_embeddings=decay_embeddings, decay_norms_and_biases=decay_norms_and_biases
+    )
+    groups = [
+        {"params": [p for _, p in named], "weight_decay": wd}
+        for named, wd in ((decay, weight_decay), (no_decay, 0.0))
+        if named
+    ]
+    if not groups:
+        raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True to optimize")
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, foreach=True)
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale gradients in place so their global L2 norm is at most ``max_norm``.
+
+    The norm is over all gradients of all ranks: with FSDP2 each grad is a ``DTensor`` shard, the
+    per-shard norm is a partial result, and ``full_tensor()`` all-reduces it into the global norm
+    (torchtitan's ``dist_utils.clip_grad_norm_`` does the same). Scaling uses torch's
+    ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``).
+
+    A non-finite norm (inf/NaN somewhere in the gradients) is returned as is and the gradients are
+    left untouched, so the caller sees it and decides (skip the step or stop).
+
+    Args:
+        parameters: the parameters whose ``.grad`` to clip (those without a grad are ignored).
+        max_norm: > 0.
+
+    Returns:
+        0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads).
+
+    Raises:
+        ValueError: ``max_norm`` is not finite and > 0.
+    """
+    if not (math.isfinite(max_norm) and max_norm > 0):
+        raise ValueError(f"max_norm must be finite and > 0, got {max_norm}")
+    parameters = [p for p in parameters if p.grad is not None]
+    if not parameters:
+        return torch.zeros((), dtype=torch.float32)
+    total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type=2.0, foreach=True)
+    if isinstance(total_norm, DTensor):
+        total_norm = total_norm.full_tensor()
+    total_norm = total_norm.float()
+    if torch.isfinite(total_norm):
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=True)
+    return total_norm
