@@ -72,8 +72,9 @@ class Qwen3Model(nn.Module):
     """The Qwen3 decoder: ``tok_embeddings``, ``layers`` ("0".."n_layers-1"), ``norm``, ``output``.
 
     With ``args.tie_embeddings`` the output projection reuses the embedding table
-    (``output.weight is tok_embeddings.weight``). Note that ``nn.Module.to_empty`` on a model built on
-    meta makes two separate tensors of a tied pair: whoever materializes the model re-ties them.
+    (``output.weight is tok_embeddings.weight``). A plain ``nn.Module.to_empty`` of a model built on
+    meta makes two separate tensors of the pair (re-tie after it); after FSDP2 ``fully_shard`` the tie
+    survives ``to_empty`` (FSDP modules swap tensors in place; checked with torch 2.13).
 
     Buffers ``rope_cos``/``rope_sin`` (fp32 ``(max_seq_len, head_dim)``, non-persistent) are created
     empty and filled by :meth:`init_buffers`.
