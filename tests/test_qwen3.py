@@ -249,6 +249,7 @@ def test_registry_returns_the_qwen3_spec():
         (dict(dim=0), "dim must be a positive integer, got 0"),
         (dict(vocab_size=2.5), "vocab_size must be a positive integer, got 2.5"),
         (dict(norm_eps=0.0), "norm_eps must be > 0"),
+        (dict(tie_embeddings="yes"), "tie_embeddings must be true or false, got 'yes'"),
     ],
 )
 def test_bad_args_raise_clear_errors(changes, match):

@@ -14,8 +14,8 @@ class Qwen3ModelArgs:
 
     Raises:
         ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of
-            ``n_kv_heads``, an odd ``head_dim`` (RoPE rotates pairs), or ``norm_eps``/``rope_theta``
-            not positive.
+            ``n_kv_heads``, an odd ``head_dim`` (RoPE rotates pairs), ``norm_eps``/``rope_theta``
+            not positive, or a non-bool ``tie_embeddings``.
     """
 
     dim: int
@@ -52,6 +52,8 @@ class Qwen3ModelArgs:
             )
         if self.head_dim % 2:
             raise ValueError(f"Qwen3ModelArgs.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"Qwen3ModelArgs.tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         for name in ("norm_eps", "rope_theta"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Qwen3ModelArgs.{name} must be > 0, got {getattr(self, name)!r}")
