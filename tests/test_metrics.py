@@ -1,0 +1,124 @@
+"""Log line format, throughput / MFU / ETA arithmetic, TensorBoard events, the run folder."""
+
+from __future__ import annotations
+
+import re
+import resource
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from torchtitan_lite.metrics import (
+    MetricsLogger,
+    format_duration,
+    format_step_line,
+    make_run_folder,
+    peak_rss_bytes,
+)
+
+
+def test_step_line_exact_format():
+    line = format_step_line(
+        12, loss=6.12341, grad_norm=1.2341, lr=3e-3, tps=2345.4, tflops=0.1234, mfu=None,
+        memory_bytes=int(1.23 * 2**30), elapsed_s=42.2, eta_s=190.4,
+    )
+    assert line == (
+        "step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  "
+        "mem 1.23GiB  elapsed 0:00:42  eta 0:03:10"
+    )
+
+
+def test_step_line_with_mfu_and_unknown_memory():
+    line = format_step_line(
+        1234, loss=10.5, grad_norm=12.0, lr=1.5e-4, tps=1234567.0, tflops=312.5, mfu=0.3125,
+        memory_bytes=None, elapsed_s=3 * 3600 + 61, eta_s=26 * 3600,
+    )
+    assert line == (
+        "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu 31.25%  "
+        "mem n/a  elapsed 3:01:01  eta 26:00:00"
+    )
+
+
+def test_duration_rejects_negative():
+    assert format_duration(0) == "0:00:00" and format_duration(59.5) == "0:01:00"
+    assert format_duration(59.49) == "0:00:59"
+    with pytest.raises(ValueError, match="got -1"):
+        format_duration(-1)
+
+
+def _logger(tmp_path, **kw):
+    args = dict(enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=10, total_steps=100,
+                world_size=2, num_flops_per_token=6e6, peak_flops=1e12)
+    args.update(kw)
+    return MetricsLogger(tmp_path, **args)
+
+
+def _step(logger, step, elapsed_s, loss=5.0, tokens=1000):
+    return logger.log_step(step, loss=loss, grad_norm=1.0, lr=1e-3, tokens=tokens, elapsed_s=elapsed_s,
+                           memory_bytes=2**30)
+
+
+def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys):
+    logger = _logger(tmp_path)
+    first = _step(logger, 1, elapsed_s=4.0)  # first step of the run: printed; 1000 tok / 4 s
+    assert "tps 250  tflops 0.00  mfu 0.15%" in first  # 6e6 * 250 = 1.5e9 FLOP/s of 1e12
+    assert first.endswith("elapsed 0:00:04  eta 0:06:36")  # 4 s/step * 99 steps
+    assert [_step(logger, s, elapsed_s=4.0 + (s - 1) * 0.5) for s in range(2, 10)] == [None] * 8
+    line = _step(logger, 10, elapsed_s=8.5)  # 9 steps, 9000 tokens in 4.5 s -> 2000 tok/s, 0.5 s/step
+    assert "tps 2,000  tflops 0.01  mfu 1.20%" in line  # 6e6 * 2000 = 1.2e10 of 1e12
+    assert line.endswith("elapsed 0:00:09  eta 0:00:45")  # 0.5 s * 90 steps
+    assert capsys.readouterr().out.splitlines() == [first, line]
+    logger.close()
+
+
+def test_last_step_is_logged_with_zero_eta(tmp_path):
+    logger = _logger(tmp_path, total_steps=7, log_freq=5)
+    lines = [_step(logger, s, elapsed_s=float(s)) for s in range(1, 8)]
+    assert [i + 1 for i, l in enumerate(lines) if l is not None] == [1, 5, 7]
+    assert lines[-1].endswith("eta 0:00:00")
+    logger.close()
+
+
+def test_unknown_peak_prints_na(tmp_path):
+    logger = _logger(tmp_path, peak_flops=None, enable_tensorboard=False)
+    assert "mfu n/a" in _step(logger, 1, elapsed_s=1.0)
+    with pytest.raises(ValueError, match="peak_flops must be > 0 or None .* got 0"):
+        _logger(tmp_path, peak_flops=0)
+
+
+def test_tensorboard_scalars_read_back(tmp_path):
+    logger = _logger(tmp_path, log_freq=1, total_steps=3)
+    for step, loss in ((1, 7.5), (2, 6.25), (3, 5.125)):
+        _step(logger, step, elapsed_s=float(step), loss=loss)
+    logger.log_validation(3, 5.5)
+    logger.log_text(["model qwen3 debug", "world size 2"])
+    logger.close()
+    acc = EventAccumulator(str(tmp_path / "tb")).Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(1, 7.5), (2, 6.25), (3, 5.125)]
+    assert [(e.step, e.value) for e in acc.Scalars("loss/validation")] == [(3, 5.5)]
+    assert [e.value for e in acc.Scalars("tokens_seen")] == [2000, 4000, 6000]
+    assert [e.value for e in acc.Scalars("memory_gib")] == [1.0, 1.0, 1.0]
+    assert acc.Scalars("mfu")[1].value == pytest.approx(0.6)  # 1000 tok/s * 6e6 / 1e12, in percent
+    assert set(acc.Tags()["scalars"]) == {
+        "loss/train", "loss/validation", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib", "tokens_seen"
+    }
+
+
+def test_only_rank_zero_writes_tensorboard(tmp_path):
+    logger = _logger(tmp_path, rank=1)
+    _step(logger, 1, elapsed_s=1.0)
+    logger.close()
+    assert not (tmp_path / "tb").exists()
+
+
+def test_run_folder_name_is_readable_and_unique(tmp_path):
+    first = make_run_folder(tmp_path / "outputs", "qwen3", "debug")
+    second = make_run_folder(tmp_path / "outputs", "qwen3", "debug")
+    assert re.fullmatch(r"qwen3-debug-\d{8}-\d{6}", first.name) and first.is_dir()
+    assert second.is_dir()
+    # same second -> suffix "-2"; the clock ticked in between -> a later timestamp
+    assert second.name == first.name + "-2" or second.name > first.name
+
+
+def test_peak_rss_is_ru_maxrss_in_bytes():
+    assert peak_rss_bytes() >= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > 0

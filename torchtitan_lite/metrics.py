@@ -1,0 +1,228 @@
+"""Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the run folder.
+
+Throughput follows torchtitan's convention: tokens/s and TFLOPs are PER DEVICE (this rank's tokens
+over wall time), so numbers compare across world sizes; MFU = achieved FLOP/s / the device's peak
+FLOP/s (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, App. B), with the model's training FLOPs per
+token (6N plus attention) from its ``ModelSpec.num_flops_per_token``.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+from typing import Iterable
+
+from torch.utils.tensorboard import SummaryWriter
+
+GIB = 2**30
+
+
+def format_duration(seconds: float) -> str:
+    """``h:mm:ss`` (hours unbounded), rounded half up to a second, e.g. ``190.5 -> "0:03:11"``.
+
+    Raises:
+        ValueError: ``seconds`` is negative or not finite.
+    """
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"duration must be finite and >= 0 seconds, got {seconds}")
+    total = int(seconds + 0.5)
+    return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def format_step_line(
+    step: int,
+    *,
+    loss: float,
+    grad_norm: float,
+    lr: float,
+    tps: float,
+    tflops: float,
+    mfu: float | None,
+    memory_bytes: int | None,
+    elapsed_s: float,
+    eta_s: float,
+) -> str:
+    """The log line of one step, fields separated by two spaces, e.g.
+    ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  mem 1.23GiB
+    elapsed 0:00:42  eta 0:03:10`` (one line).
+
+    Units: ``tps`` tokens/s per device; ``tflops`` achieved 1e12 FLOP/s per device; ``mfu`` a
+    fraction (printed as a percentage) or ``None`` (printed ``n/a``, peak unknown); ``memory_bytes``
+    bytes (printed in GiB) or ``None`` (``n/a``); ``elapsed_s``/``eta_s`` seconds.
+    """
+    mfu_text = "n/a" if mfu is None else f"{100 * mfu:.2f}%"
+    mem_text = "n/a" if memory_bytes is None else f"{memory_bytes / GIB:.2f}GiB"
+    return (
+        f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f}  "
+        f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  elapsed {format_duration(elapsed_s)}  "
+        f"eta {format_duration(eta_s)}"
+    )
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process in bytes (Linux ``ru_maxrss`` is in KiB): the CPU
+    stand-in for device peak memory."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Path:
+    """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time).
+
+    A name already taken gets ``-2``, ``-3``, ... appended. Call on rank 0 only and broadcast the
+    path to the other ranks (e.g. ``dist.broadcast_object_list``).
+
+    Raises:
+        OSError: ``dump_folder`` cannot be created or written.
+    """
+    base = f"{model_name}-{flavor}-{time.strftime('%Y%m%d-%H%M%S')}"
+    Path(dump_folder).mkdir(parents=True, exist_ok=True)
+    suffix = 1
+    while True:
+        path = Path(dump_folder) / (base if suffix == 1 else f"{base}-{suffix}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            suffix += 1
+
+
+class MetricsLogger:
+    """Prints the step log line every ``log_freq`` steps and writes TensorBoard scalars on rank 0.
+
+    Call :meth:`log_step` after EVERY training step (it keeps the throughput window); it prints a
+    line on the first step of the run, every ``log_freq``-th step and the last step. Throughput and
+    ETA use the window since the previous printed line. Every rank prints (the launcher filters
+    ranks); only rank 0 writes TensorBoard, into ``<run_folder>/<tb_subfolder>``.
+
+    TensorBoard scalars (tag: unit): ``loss/train``, ``loss/validation`` (nats/token), ``grad_norm``,
+    ``lr``, ``tps`` (tokens/s per device), ``tflops`` (per device), ``mfu`` (percent; only when the
+    peak is known), ``memory_gib`` (GiB; only when given), ``tokens_seen`` (global tokens:
+    ``step * tokens * world_size``, exact because every step has the same global batch).
+
+    Args:
+        run_folder: the run's folder (from :func:`make_run_folder`).
+        enable_tensorboard: write TensorBoard events (rank 0).
+        tb_subfolder: subfolder of ``run_folder`` for the events, e.g. ``"tb"``.
+        rank: this process's global rank.
+        log_freq: print every this many steps, >= 1.
+        total_steps: the run's last step, for the ETA.
+        world_size: number of data-parallel ranks, for ``tokens_seen``.
+        num_flops_per_token: training FLOPs per token (forward + backward), > 0.
+        peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` when unknown
+            (MFU prints ``n/a``).
+
+    Raises:
+        ValueError: ``log_freq``, ``total_steps``, ``world_size`` or ``num_flops_per_token`` out of
+            range, or ``peak_flops`` not ``None`` and not > 0.
+    """
+
+    def __init__(
+        self,
+        run_folder: str | Path,
+        *,
+        enable_tensorboard: bool,
+        tb_subfolder: str,
+        rank: int,
+        log_freq: int,
+        total_steps: int,
+        world_size: int,
+        num_flops_per_token: float,
+        peak_flops: float | None,
+    ):
+        for name, value in (("log_freq", log_freq), ("total_steps", total_steps), ("world_size", world_size)):
+            if value < 1:
+                raise ValueError(f"MetricsLogger: {name} must be >= 1, got {value}")
+        if not num_flops_per_token > 0:
+            raise ValueError(f"MetricsLogger: num_flops_per_token must be > 0, got {num_flops_per_token}")
+        if peak_flops is not None and not peak_flops > 0:
+            raise ValueError(f"MetricsLogger: peak_flops must be > 0 or None (unknown), got {peak_flops}")
+        self.log_freq = log_freq
+        self.total_steps = total_steps
+        self.world_size = world_size
+        self.num_flops_per_token = num_flops_per_token
+        self.peak_flops = peak_flops
+        self.writer = (
+            SummaryWriter(log_dir=str(Path(run_folder) / tb_subfolder)) if enable_tensorboard and rank == 0 else None
+        )
+        self._window_tokens = 0
+        self._window_start_step: int | None = None
+        self._window_start_s = 0.0
+
+    def log_step(
+        self,
+        step: int,
+        *,
+        loss: float,
+        grad_norm: float,
+        lr: float,
+        tokens: int,
+        elapsed_s: float,
+        memory_bytes: int | None,
+    ) -> str | None:
+        """Record one finished training step; print and return its line when it is due, else ``None``.
+
+        Args:
+            step: 1-based index of the step just taken.
+            loss: its training loss (global mean over the step's tokens).
+            grad_norm: global gradient norm before clipping.
+            lr: learning rate used by the step.
+            tokens: tokens THIS rank processed in the step (all micro-batches).
+            elapsed_s: wall seconds since this run's training loop started.
+            memory_bytes: peak device memory (or peak RSS on CPU) in bytes, or ``None``.
+        """
+        first_of_run = self._window_start_step is None
+        if first_of_run:
+            self._window_start_step = step - 1
+        self._window_tokens += tokens
+        if not (first_of_run or step % self.log_freq == 0 or step >= self.total_steps):
+            return None
+        window_s = max(elapsed_s - self._window_start_s, 1e-9)
+        tps = self._window_tokens / window_s
+        flops = self.num_flops_per_token * tps
+        mfu = None if self.peak_flops is None else flops / self.peak_flops
+        s_per_step = window_s / (step - self._window_start_step)
+        eta_s = s_per_step * max(self.total_steps - step, 0)
+        line = format_step_line(
+            step, loss=loss, grad_norm=grad_norm, lr=lr, tps=tps, tflops=flops / 1e12, mfu=mfu,
+            memory_bytes=memory_bytes, elapsed_s=elapsed_s, eta_s=eta_s,
+        )
+        print(line, flush=True)
+        if self.writer is not None:
+            scalars = {
+                "loss/train": loss, "grad_norm": grad_norm, "lr": lr, "tps": tps, "tflops": flops / 1e12,
+                "tokens_seen": step * tokens * self.world_size,
+            }
+            if mfu is not None:
+                scalars["mfu"] = 100 * mfu
+            if memory_bytes is not None:
+                scalars["memory_gib"] = memory_bytes / GIB
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, step)
+        self._window_tokens = 0
+        self._window_start_step = step
+        self._window_start_s = elapsed_s
+        return line
+
+    def log_validation(self, step: int, loss: float) -> str:
+        """Print, write (``loss/validation``) and return ``step  12  validation loss  5.4321``."""
+        line = f"step {step:>3}  validation loss {loss:7.4f}"
+        print(line, flush=True)
+        if self.writer is not None:
+            self.writer.add_scalar("loss/validation", loss, step)
+        return line
+
+    def log_text(self, lines: Iterable[str]) -> None:
+        """Print the run header lines (model, param count, device, world size, init fingerprint) and
+        store them as TensorBoard text ``run/header`` (preformatted)."""
+        lines = list(lines)
+        for line in lines:
+            print(line, flush=True)
+        if self.writer is not None:
+            self.writer.add_text("run/header", "\n".join("    " + line for line in lines))
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer (a no-op without one)."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
