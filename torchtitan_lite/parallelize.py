@@ -12,8 +12,9 @@ sets, on every FSDP module, ``set_gradient_divide_factor(1.0)`` and
 ``set_force_sum_reduction_for_comms(True)``. In torch 2.13
 (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``_get_gradient_divide_factors``) that
 pair selects ``ReduceOp.SUM`` for the reduce-scatter with no pre- or post-division, on every backend.
-FSDP2's default (divide by the world size via ``ReduceOp.AVG``, or ``PREMUL_SUM(1/factor)`` for a
-custom factor) would give the mean over ranks instead, and gloo implements neither AVG nor PREMUL_SUM.
+Measured on gloo with 2 ranks: FSDP2's default (``ReduceOp.AVG``) gives the mean over ranks (half the
+right gradient here); a divide factor of 1.0 alone selects ``PREMUL_SUM(1.0)``, which gloo rejects
+("Cannot use ReduceOp.PREMUL_SUM with Gloo"); factor 1.0 plus force-sum gives the sum.
 """
 
 from __future__ import annotations
