@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import resource
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -13,7 +12,6 @@ from torchtitan_lite.metrics import (
     format_duration,
     format_step_line,
     make_run_folder,
-    peak_rss_bytes,
 )
 
 
@@ -119,6 +117,3 @@ def test_run_folder_name_is_readable_and_unique(tmp_path):
     # same second -> suffix "-2"; the clock ticked in between -> a later timestamp
     assert second.name == first.name + "-2" or second.name > first.name
 
-
-def test_peak_rss_is_ru_maxrss_in_bytes():
-    assert peak_rss_bytes() >= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > 0

@@ -8,7 +8,6 @@ token (6N plus attention) from its ``ModelSpec.num_flops_per_token``.
 
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 from typing import Iterable
@@ -58,12 +57,6 @@ def format_step_line(
         f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  elapsed {format_duration(elapsed_s)}  "
         f"eta {format_duration(eta_s)}"
     )
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process in bytes (Linux ``ru_maxrss`` is in KiB): the CPU
-    stand-in for device peak memory."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Path:
@@ -169,7 +162,8 @@ class MetricsLogger:
             lr: learning rate used by the step.
             tokens: tokens THIS rank processed in the step (all micro-batches).
             elapsed_s: wall seconds since this run's training loop started.
-            memory_bytes: peak device memory (or peak RSS on CPU) in bytes, or ``None``.
+            memory_bytes: peak memory in bytes (``torchtitan_lite.distributed.peak_memory_bytes``:
+                the device allocator's peak, or peak RSS on CPU), or ``None``.
         """
         first_of_run = self._window_start_step is None
         if first_of_run:
