@@ -1,0 +1,440 @@
+"""Data: text documents -> token ids -> packed windows -> a torchdata ``StatefulDataLoader``.
+
+Sources (``dataset=``):
+  * ``"shakespeare"`` (default): the 38 plays of :mod:`torchtitan_lite.corpus`, one document per
+    play, through ``datasets.Dataset.from_dict`` (offline, nothing written to disk). ``split="train"``
+    is 37 plays, ``split="validation"`` the held-out play ``the-tempest``.
+  * ``"local"``: ``dataset_path``, a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of
+    them (searched recursively, one format per folder, files in sorted path order), loaded with
+    ``datasets.load_dataset`` (its cache goes to the user's Hugging Face cache, never the repo). A
+    ``.txt`` file is one document; ``.jsonl``/``.json``/``.parquet`` rows are documents, read from
+    ``text_column``. The last ``max(1, round(val_fraction * n_documents))`` documents are the
+    validation split, the others the training split.
+  * ``"hf"``: ``datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split)`` from the hub,
+    for users who are online; ``split`` is passed as is. Same code path as ``"local"`` after loading.
+
+Packing: every document is tokenized (batch encode), followed by the tokenizer's EOS, and the
+documents are concatenated into one stream of ``n_tokens`` ids, held in memory (int32) by each
+process. Window ``i`` is ``tokens[i * seq_len : i * seq_len + seq_len + 1]`` (windows overlap by one
+token, so every token but the first is a label exactly once); ``input_ids = window[:-1]`` and
+``labels = window[1:]``, int64. There are ``(n_tokens - 1) // seq_len`` windows; the tail is dropped.
+
+Note: on the global window stream. For a map-style source (everything but ``streaming=True``) the
+training windows form one infinite global stream that depends only on (data, tokenizer, seq_len,
+seed): epoch ``e`` is the permutation ``torch.randperm(n_windows, generator=Generator().manual_seed(seed + e))``
+and epochs follow each other. The stream is cut into chunks of ``local_batch_size`` consecutive
+windows; rank ``r`` of ``W`` takes the chunks ``c`` with ``c % W == r``, one chunk per batch. A
+trainer step with global batch ``G`` consumes the next ``G`` windows (``G / (L * W)`` micro-batches
+per rank), so every step trains on the same windows whatever the world size.
+
+Validation (map-style) reads the validation windows in order, without shuffling, and ends: rank
+``r`` gets the chunks ``c = r, r + W, ...`` of the first ``(n_windows // L) // W * W`` chunks, so
+every rank yields the same number of batches (``len(loader)``); the few windows beyond are unused.
+Each new iterator starts again from the first window.
+
+Streaming (``streaming=True``, ``"hf"`` or ``"local"`` training data): there is no random access,
+so each rank reads its own part of the stream (``datasets.distributed.split_dataset_by_node``: whole
+shards when their number divides ``W``, else every ``W``-th document), in stream order (no
+shuffling: hub pretraining sets such as FineWeb are stored shuffled), packs its own windows and
+repeats the stream forever. The global batch of a step then depends on ``W``; resume is still
+exact (the stream position and the partial window are in the state). A streaming validation
+split (``"hf"`` only) repeats forever from its start: the trainer must cap its number of steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import datasets
+import numpy as np
+import torch
+from datasets.distributed import split_dataset_by_node
+from torch.utils.data import IterableDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from torchtitan_lite.corpus import shakespeare_plays
+from torchtitan_lite.tokenizer import Tokenizer
+
+DATASETS = ("shakespeare", "local", "hf")
+SPLITS = ("train", "validation")
+LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+"""File extension -> ``datasets`` builder name."""
+
+_ENCODE_CHUNK = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+
+
+def check_vocab(tokenizer: Tokenizer, model_vocab_size: int) -> None:
+    """Check that every token id of ``tokenizer`` has a row in the model's embedding table.
+
+    Raises:
+        ValueError: ``tokenizer.vocab_size > model_vocab_size``.
+    """
+    if tokenizer.vocab_size > model_vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} but the model has only "
+            f"{model_vocab_size} embedding rows; use a model flavor with vocab_size >= {tokenizer.vocab_size} "
+            "or a smaller tokenizer"
+        )
+
+
+def local_data_files(path: str | Path) -> tuple[str, list[str]]:
+    """The ``datasets`` builder and the sorted files of a local dataset path.
+
+    Args:
+        path: a ``.txt``/``.jsonl``/``.json``/``.parquet`` file, or a folder holding such files
+            (recursively; files of other types are ignored).
+
+    Returns:
+        ``(builder, files)``, e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: an unknown file extension, a folder with no data file, or with several formats.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"dataset_path not found: {path}; pass an existing file or folder")
+    known = ", ".join(LOCAL_FORMATS)
+    if p.is_file():
+        if p.suffix not in LOCAL_FORMATS:
+            raise ValueError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
+        return LOCAL_FORMATS[p.suffix], [str(p)]
+    files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in LOCAL_FORMATS)
+    if not files:
+        raise ValueError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
+    builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
+    if len(builders) > 1:
+        raise ValueError(f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder")
+    return builders[0], [str(f) for f in files]
+
+
+def _load_local(path: str, text_column: str, *, streaming: bool) -> tuple[datasets.Dataset | datasets.IterableDataset, str]:
+    """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files)."""
+    builder, files = local_data_files(path)
+    if all(Path(f).stat().st_size == 0 for f in files):
+        raise ValueError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
+    if builder == "text":
+        return datasets.load_dataset("text", data_files=files, split="train", streaming=streaming,
+                                     sample_by="document"), "text"
+    return datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming), text_column
+
+
+def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
+    if text_column not in ds.column_names:
+        raise ValueError(
+            f"{where} has no text column '{text_column}' (columns: {', '.join(ds.column_names)}); set text_column"
+        )
+    return list(ds[text_column])
+
+
+def load_documents(
+    *,
+    dataset: str,
+    dataset_path: str | None,
+    hf_dataset_name: str | None,
+    hf_dataset_config: str | None,
+    text_column: str,
+    split: str,
+    val_fraction: float,
+) -> tuple[list[str], str]:
+    """The documents of a map-style source's split, and a short name of the source for messages.
+
+    See the module docstring for the sources and how each one defines its validation split.
+
+    Raises:
+        FileNotFoundError: a missing ``dataset_path``.
+        ValueError: a missing text column, no documents, a local dataset of one document
+            (nothing to hold out), or see :func:`local_data_files`.
+    """
+    if dataset == "shakespeare":
+        plays = shakespeare_plays(split)
+        ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
+        return list(ds["text"]), f"shakespeare ({split})"
+    if dataset == "hf":
+        where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
+        docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
+    else:
+        where = f"dataset_path {dataset_path}"
+        docs = _column(*_load_local(dataset_path, text_column, streaming=False), where)
+        if len(docs) == 1:
+            raise ValueError(
+                f"{where} holds a single document, so there is none left to hold out for validation; "
+                "split it into several files or rows"
+            )
+        n_val = max(1, round(val_fraction * len(docs)))
+        docs = docs[len(docs) - n_val :] if split == "validation" else docs[: len(docs) - n_val]
+        where = f"{where} ({split})"
+    if not docs:
+        raise ValueError(f"{where} holds no documents; point the dataset at non-empty data")
+    return docs, where
+
+
+def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.Tensor:
+    """All documents' token ids, each followed by ``tokenizer.eos_id``, as one int32 tensor ``(n_tokens,)``."""
+    eos = np.array([tokenizer.eos_id], dtype=np.int32)
+    parts = []
+    for start in range(0, len(documents), _ENCODE_CHUNK):
+        for ids in tokenizer.encode_batch(list(documents[start : start + _ENCODE_CHUNK])):
+            parts += [np.asarray(ids, dtype=np.int32), eos]
+    return torch.from_numpy(np.concatenate(parts))
+
+
+class PackedWindows:
+    """Random access to the windows of a token stream (see the module docstring).
+
+    Args:
+        tokens: int tensor ``(n_tokens,)``.
+        seq_len: tokens per training sequence.
+        name: the source, for messages.
+
+    Raises:
+        ValueError: fewer than ``seq_len + 1`` tokens (not one window).
+    """
+
+    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str):
+        if tokens.numel() < seq_len + 1:
+            raise ValueError(
+                f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
+                "use more data or a smaller seq_len"
+            )
+        self.tokens, self.seq_len, self.name = tokens, seq_len, name
+
+    def __len__(self) -> int:
+        return (self.tokens.numel() - 1) // self.seq_len
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(input_ids, labels)`` of window ``i``: two int64 tensors ``(seq_len,)``."""
+        window = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
+        return window[:-1], window[1:]
+
+
+class GlobalWindowStream(IterableDataset):
+    """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
+
+    See the note on the global window stream in the module docstring. ``state_dict()`` gives the
+    position of this rank's next window in the global stream as ``{"epoch", "position"}`` (index
+    into that epoch's permutation) plus the settings it is only valid for; StatefulDataLoader
+    saves and restores it.
+    """
+
+    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int, seed: int):
+        self.windows = windows
+        self._settings = {
+            "n_windows": len(windows),
+            "seq_len": windows.seq_len,
+            "local_batch_size": local_batch_size,
+            "dp_rank": dp_rank,
+            "dp_world_size": dp_world_size,
+            "seed": seed,
+        }
+        self._consumed = 0  # windows this rank has yielded
+        self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
+
+    def _global_index(self, local_index: int) -> int:
+        """Index in the global stream of this rank's ``local_index``-th window."""
+        s = self._settings
+        chunk = (local_index // s["local_batch_size"]) * s["dp_world_size"] + s["dp_rank"]
+        return chunk * s["local_batch_size"] + local_index % s["local_batch_size"]
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._perm_epoch:
+            gen = torch.Generator().manual_seed(self._settings["seed"] + epoch)
+            self._perm_epoch, self._perm = epoch, torch.randperm(len(self.windows), generator=gen)
+        return self._perm
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            epoch, position = divmod(self._global_index(self._consumed), len(self.windows))
+            window = int(self._permutation(epoch)[position])
+            self._consumed += 1
+            yield self.windows[window]
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"epoch", "position"}`` of this rank's next window, plus the settings."""
+        epoch, position = divmod(self._global_index(self._consumed), len(self.windows))
+        return {"epoch": epoch, "position": position, **self._settings}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            ValueError: ``state`` was saved with other settings (data, seq_len, batch size, rank, world size, seed).
+        """
+        diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
+        if diff:
+            raise ValueError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
+                             "resume with the settings of the saved run")
+        chunk, offset = divmod(state["epoch"] * len(self.windows) + state["position"], state["local_batch_size"])
+        self._consumed = (chunk // state["dp_world_size"]) * state["local_batch_size"] + offset
+
+
+class OrderedWindows(IterableDataset):
+    """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module docstring).
+
+    Raises:
+        ValueError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
+    """
+
+    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int):
+        n_chunks = (len(windows) // local_batch_size) // dp_world_size * dp_world_size
+        if n_chunks == 0:
+            raise ValueError(
+                f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
+                f"local_batch_size * dp_world_size = {local_batch_size * dp_world_size}; "
+                "use more validation data, a smaller seq_len or a smaller local_batch_size"
+            )
+        self.windows = windows
+        self._chunks = range(dp_rank, n_chunks, dp_world_size)
+        self._local_batch_size = local_batch_size
+
+    def __len__(self) -> int:
+        return len(self._chunks) * self._local_batch_size
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for chunk in self._chunks:
+            for i in range(chunk * self._local_batch_size, (chunk + 1) * self._local_batch_size):
+                yield self.windows[i]
+
+
+class StreamingWindows(IterableDataset):
+    """Windows packed on the fly from this rank's part of a streaming ``datasets.IterableDataset``.
+
+    Documents are read in stream order, each tokenized and followed by the EOS; the stream repeats
+    forever (epochs). ``state_dict()`` holds the epoch, the stream's own state and the tokens read
+    but not yet yielded, so resume is exact.
+
+    Raises (while iterating):
+        ValueError: a document without ``text_column``.
+    """
+
+    def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
+                 dp_rank: int, dp_world_size: int, name: str):
+        self._stream = split_dataset_by_node(stream, rank=dp_rank, world_size=dp_world_size)
+        self._tokenizer, self._text_column, self._seq_len, self.name = tokenizer, text_column, seq_len, name
+        self._epoch, self._buffer, self._stream_state = 0, [], None
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            self._stream.set_epoch(self._epoch)
+            if self._stream_state is not None:
+                self._stream.load_state_dict(self._stream_state)
+            for document in self._stream:
+                if self._text_column not in document:
+                    raise ValueError(f"{self.name} has no text column '{self._text_column}' "
+                                     f"(columns: {', '.join(document)}); set text_column")
+                self._buffer += self._tokenizer.encode(document[self._text_column]) + [self._tokenizer.eos_id]
+                self._stream_state = self._stream.state_dict()
+                while len(self._buffer) > self._seq_len:
+                    window = torch.tensor(self._buffer[: self._seq_len + 1], dtype=torch.long)
+                    del self._buffer[: self._seq_len]
+                    yield window[:-1], window[1:]
+            self._epoch, self._stream_state = self._epoch + 1, None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch, the stream's state after the last document read, and the unused tokens."""
+        return {"epoch": self._epoch, "stream": self._stream_state, "buffer": list(self._buffer)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict`)."""
+        self._epoch, self._stream_state, self._buffer = state["epoch"], state["stream"], list(state["buffer"])
+
+
+def collate_windows(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack windows into ``(input_ids, labels)``, each int64 ``(batch, seq_len)``."""
+    return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
+
+
+def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
+                dp_world_size, split, val_fraction) -> None:
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; use one of {', '.join(SPLITS)}")
+    if (dataset == "local") != (dataset_path is not None):
+        raise ValueError(f"dataset_path={dataset_path!r} with dataset='{dataset}': a path goes with dataset='local' "
+                         "and dataset='local' needs a path")
+    if (dataset == "hf") != (hf_dataset_name is not None):
+        raise ValueError(f"hf_dataset_name={hf_dataset_name!r} with dataset='{dataset}': a hub name goes with "
+                         "dataset='hf' and dataset='hf' needs a name")
+    if streaming and dataset == "shakespeare":
+        raise ValueError("streaming=True is for dataset='hf' or 'local'; the shakespeare dataset is small and in memory")
+    if streaming and dataset == "local" and split == "validation":
+        raise ValueError("a streaming local dataset has no validation split; set streaming=False for validation")
+    for name, value, low in (("seq_len", seq_len, 1), ("local_batch_size", local_batch_size, 1),
+                             ("dp_world_size", dp_world_size, 1)):
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if not 0 <= dp_rank < dp_world_size:
+        raise ValueError(f"dp_rank must be in [0, dp_world_size={dp_world_size}), got {dp_rank}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+
+
+def build_dataloader(
+    *,
+    dataset: str = "shakespeare",
+    dataset_path: str | None = None,
+    hf_dataset_name: str | None = None,
+    hf_dataset_config: str | None = None,
+    streaming: bool = False,
+    text_column: str = "text",
+    tokenizer: Tokenizer,
+    seq_len: int,
+    local_batch_size: int,
+    dp_rank: int = 0,
+    dp_world_size: int = 1,
+    seed: int = 0,
+    split: str = "train",
+    val_fraction: float = 0.01,
+) -> StatefulDataLoader:
+    """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)``.
+
+    Sources, packing, rank slicing, validation and streaming are described in the module docstring.
+    Training loaders never end; map-style validation loaders end after ``len(loader)`` batches (the
+    same on every rank) and restart from their first window on each ``iter()``. Documents are
+    tokenized once, when the loader is built. The loader's ``state_dict()``/``load_state_dict()``
+    resume exactly: after loading, the next batch is the one the saved run would have produced.
+
+    Args:
+        dataset: ``"shakespeare"``, ``"local"`` or ``"hf"``.
+        dataset_path: file or folder, with ``dataset="local"`` only.
+        hf_dataset_name: hub name (e.g. ``"HuggingFaceFW/fineweb"``), with ``dataset="hf"`` only.
+        hf_dataset_config: hub config name (e.g. ``"sample-10BT"``) or ``None``.
+        streaming: read ``"hf"``/``"local"`` data as a stream (no global batch invariance; see above).
+        text_column: column holding the text (``.jsonl``/``.parquet``/hub); ``.txt`` ignores it.
+        tokenizer: see :mod:`torchtitan_lite.tokenizer`.
+        seq_len: tokens per sequence.
+        local_batch_size: sequences per batch on this rank.
+        dp_rank, dp_world_size: this rank and the number of data-parallel ranks.
+        seed: seeds the per-epoch shuffle (``seed + epoch``).
+        split: ``"train"`` or ``"validation"``.
+        val_fraction: ``"local"`` only: fraction of documents (the last ones) held out for validation.
+
+    Raises:
+        FileNotFoundError: a missing ``dataset_path``.
+        ValueError: bad arguments (named with their value), an unknown file extension, a missing
+            text column, no documents, fewer tokens than one window, or too few validation windows
+            for one batch per rank.
+    """
+    _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
+                dp_world_size, split, val_fraction)
+    ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
+    if streaming:
+        if dataset == "local":
+            (stream, text_column), name = _load_local(dataset_path, text_column, streaming=True), f"dataset_path {dataset_path}"
+        else:
+            stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
+            name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
+        ds = StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len,
+                              dp_rank=dp_rank, dp_world_size=dp_world_size, name=name)
+    else:
+        documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
+                                         hf_dataset_config=hf_dataset_config, text_column=text_column, split=split,
+                                         val_fraction=val_fraction)
+        windows = PackedWindows(tokenize_documents(tokenizer, documents), seq_len, name)
+        if split == "train":
+            ds = GlobalWindowStream(windows, seed=seed, **ranks)
+        else:
+            ds = OrderedWindows(windows, **ranks)
+    return StatefulDataLoader(ds, batch_size=local_batch_size, collate_fn=collate_windows, num_workers=0)
