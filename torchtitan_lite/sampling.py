@@ -1,0 +1,355 @@
+"""Exact, fast, sharding-invariant truncated-normal sampling: :func:`trunc_normal_` and :class:`InitKey`.
+
+``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds)
+plus a keyword ``key``. Without a key it draws from the tensor's device generator. With
+``key=InitKey(seed, name)`` every element's value depends only on (seed, name, global flat element
+index, distribution), whatever the sharding, device or world size.
+
+Note: on exactness. The inverse-CDF method evaluated in float32 (what ``torch.nn.init`` does) piles
+values on the bounds and distorts the kurtosis. We use rejection where the in-bounds mass
+``Z = Phi(beta) - Phi(alpha)`` is large and an inverse CDF in float64 (log space in the far tail)
+where it is small. Accepted candidates of a rejection sampler are iid truncated normals, so both
+are exact up to the working precision.
+
+Note: on why we redraw only the rejected positions. Compacting the accepted values of an oversampled
+draw (``x[mask]``) costs ~2.5x a ``normal_`` of the same size on a CPU, and redrawing the whole
+tensor per round (the classic fix) costs a pass per round. Instead we draw ``n`` normals in place,
+chunk by chunk (cache-resident), find the few out-of-bounds positions with a sparse ``nonzero`` and
+fill just those from one small oversampled draw: ``m = ceil((k + 4 sqrt(k) + 16) / Z)`` candidates,
+compacted, first ``k`` kept; a shortfall is redrawn the same way, at most ``_MAX_ROUNDS`` times,
+and what is still missing after that comes from the inverse CDF (valid input never fails). Each
+position's value is independent of which positions were rejected, so the result is iid truncated
+normal.
+
+Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the
+target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
+value inside (torch 2.13's bf16 result can exceed ``b`` by half an ulp).
+
+Note: on why not ``manual_seed`` for keyed streams. PyTorch's CPU generator keeps only the low 32
+bits of a seed, so per-block seeds hashed from (seed, name, block) collide: for a 7B model cut into
+2^16-element blocks a collision is more likely than not, and a collision means two identical blocks
+of weights. We instead write the generator's *entire* MT19937 state (624 words) from the key: 616
+words come from a Philox stream keyed by blake2b(seed, block, name digest), and the key itself
+(64-bit seed, 128-bit name digest, 64-bit block index) is written verbatim into state words 1..8.
+Distinct keys therefore give distinct states by construction, and since MT19937's twist is a
+bijection of its 19937 effective state bits (all of words 1..623 count; only the top bit of word 0
+does, which is why the key avoids word 0), distinct states give distinct streams. Seeds ``s`` and
+``s + 1`` share no block: their states differ in the seed words and in all 616 Philox words.
+
+Note: on drawing on the host. Keyed blocks are drawn on the host CPU and copied to the shard's
+device: the values are then identical on CPU, CUDA and NPU, no float64 tensor is ever created on an
+accelerator, and the per-launch cost of small ``normal_`` calls on NPU disappears. The CPU fills a
+16M-element fp32 tensor with normals in ~40 ms, and each rank draws only the blocks its shard
+overlaps, so the per-rank cost falls as 1/world size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+BLOCK = 2**20
+"""Elements per keyed block of a parameter's flattened global index space (the last one is shorter)."""
+
+_MIN_REJECTION_MASS = 0.3
+"""Below this in-bounds mass the inverse CDF is faster than rejection (measured by bench_init.py)."""
+
+_MAX_ROUNDS = 8
+_CPU_CHUNK = 2**16
+_LOG_SPACE_BELOW = {torch.float64: -37.0, torch.float32: -12.0}
+"""Lower standardized bound under which Phi underflows the dtype: invert in log space instead."""
+
+_STATE_BYTES = 5056
+_STATE_WORDS_OFFSET = 24
+"""Layout of torch's CPU generator state (aten/src/ATen/CPUGeneratorImpl.cpp, CPUGeneratorImplState):
+the_initial_seed u64 @0, left i32 @8, seeded i32 @12, next u64 @16, state[624] u64 @24,
+normal_x/y/rho f64 @5016, normal_is_valid i32 @5040, next_float_normal_sample f32 @5048,
+is_next_float_normal_sample_valid bool @5052; 5056 bytes with padding."""
+
+
+@dataclass(frozen=True)
+class InitKey:
+    """The key of a sharding-invariant stream: a seed and a parameter's canonical name.
+
+    Attributes:
+        seed: integer in ``[0, 2**64)``.
+        name: canonical parameter name, e.g. ``layers.0.attention.wq.weight``.
+
+    Raises:
+        ValueError: ``seed`` is not an int in ``[0, 2**64)`` or ``name`` is empty.
+    """
+
+    seed: int
+    name: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
+            raise ValueError(f"InitKey: seed must be an int in [0, 2**64), got {self.seed!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"InitKey: name must be a non-empty string, got {self.name!r}")
+
+    @property
+    def digest(self) -> bytes:
+        """16-byte blake2b digest of ``name`` (what the stream is keyed by)."""
+        return name_digest(self.name)
+
+
+def name_digest(name: str) -> bytes:
+    """128-bit blake2b digest of a canonical name: 16 bytes."""
+    return hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
+
+
+def keyed_state(seed: int, digest: bytes, block: int) -> torch.Tensor:
+    """The full CPU-generator state for block ``block`` of the stream ``(seed, digest)``.
+
+    Returns a ``(5056,)`` uint8 tensor for ``torch.Generator.set_state``: MT19937 words 1..8 hold
+    the key verbatim (seed u64, digest 128 bits, block u64; little-endian), the other 616 words come
+    from ``numpy.random.Philox`` keyed by blake2b-128(seed, block, digest); ``left = 1`` and
+    ``next = 0`` make the first draw twist the state, as after ``manual_seed``; no cached normal.
+    """
+    key_bytes = seed.to_bytes(8, "little") + digest + block.to_bytes(8, "little")
+    philox_key = np.frombuffer(hashlib.blake2b(key_bytes, digest_size=16).digest(), dtype="<u8")
+    words = np.random.Philox(key=philox_key).random_raw(312).view("<u4").astype("<u8")
+    words[1:9] = np.frombuffer(key_bytes, dtype="<u4")
+    return mt_state_from_words(words, initial_seed=seed)
+
+
+def mt_state_from_words(words: np.ndarray, initial_seed: int) -> torch.Tensor:
+    """A ``(5056,)`` uint8 CPU-generator state holding the 624 MT19937 ``words`` (values < 2**32)."""
+    state = np.zeros(_STATE_BYTES, dtype=np.uint8)
+    state[0:8] = np.frombuffer(initial_seed.to_bytes(8, "little"), dtype=np.uint8)
+    state[8:16] = np.array([1, 1], dtype="<i4").view(np.uint8)  # left = 1, seeded = 1
+    state[_STATE_WORDS_OFFSET : _STATE_WORDS_OFFSET + 624 * 8] = np.asarray(words, dtype="<u8").view(np.uint8)
+    return torch.from_numpy(state)
+
+
+def _phi(x: float) -> float:
+    """Standard normal CDF in float64, accurate in the lower tail."""
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def normal_mass(alpha: float, beta: float) -> float:
+    """``Phi(beta) - Phi(alpha)`` in float64 for standardized bounds, mirrored to the lower tail for accuracy."""
+    if alpha + beta > 0:
+        return _phi(-alpha) - _phi(-beta)
+    return _phi(beta) - _phi(alpha)
+
+
+def inner_bounds(a: float, b: float, dtype: torch.dtype) -> tuple[float, float]:
+    """The smallest and largest values of ``dtype`` inside ``[a, b]`` (``a``/``b`` may be infinite).
+
+    Raises:
+        ValueError: ``dtype`` is not floating point or has no representable value in ``[a, b]``.
+    """
+    if not dtype.is_floating_point:
+        raise ValueError(f"trunc_normal_: tensor dtype must be floating point, got {dtype}")
+    lo = torch.tensor(a, dtype=torch.float64).to(dtype)
+    if lo.item() < a:
+        lo = torch.nextafter(lo, torch.tensor(math.inf, dtype=dtype))
+    hi = torch.tensor(b, dtype=torch.float64).to(dtype)
+    if hi.item() > b:
+        hi = torch.nextafter(hi, torch.tensor(-math.inf, dtype=dtype))
+    if not lo.item() <= hi.item():
+        raise ValueError(
+            f"trunc_normal_: dtype {dtype} has no representable value in [a, b] = [{a}, {b}]; "
+            "widen the bounds or use a wider dtype"
+        )
+    return lo.item(), hi.item()
+
+
+def _check_args(mean: float, std: float, a: float, b: float) -> None:
+    for arg, value in (("mean", mean), ("std", std)):
+        if not math.isfinite(value):
+            raise ValueError(f"trunc_normal_: {arg} must be finite, got {value}")
+    if not std > 0:
+        raise ValueError(f"trunc_normal_: std must be > 0, got {std}")
+    for arg, value in (("a", a), ("b", b)):
+        if math.isnan(value):
+            raise ValueError(f"trunc_normal_: bound {arg} is NaN")
+    if not a < b:
+        raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+
+
+def _inverse_cdf(n: int, mean: float, std: float, alpha: float, beta: float, generator, device) -> torch.Tensor:
+    """``n`` exact truncated-normal draws by inverse CDF: one uniform each, no loop.
+
+    Computes in float64 on the CPU and float32 on an accelerator (NPU has no float64). The interval
+    is mirrored into the lower tail; where ``Phi(lo)`` would underflow, ``z`` solves
+    ``log_ndtr(z) = log p`` by 8 Newton steps (``log_ndtr`` is concave, so the iterates increase
+    monotonically to the root from the asymptotic start ``-sqrt(-2 log p)``).
+    Returns ``(n,)`` values ``mean + std * z`` in the compute dtype (not yet clamped to a dtype).
+    """
+    dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
+    flip = alpha + beta > 0
+    lo, hi = (-beta, -alpha) if flip else (alpha, beta)
+    u = torch.rand(n, dtype=dtype, device=device, generator=generator)
+    if lo > _LOG_SPACE_BELOW[dtype]:
+        p_lo, p_hi = _phi(lo), _phi(hi)
+        z = torch.special.ndtri(u.mul_(p_hi - p_lo).add_(p_lo))
+    else:
+        log_lo, log_hi = (torch.special.log_ndtr(torch.tensor(v, dtype=torch.float64)).item() for v in (lo, hi))
+        log_p = torch.logaddexp(torch.log1p(-u).add_(log_lo), torch.log(u).add_(log_hi))
+        z = torch.sqrt(-2.0 * log_p).neg_()
+        half_log_2pi = 0.5 * math.log(2.0 * math.pi)
+        for _ in range(8):
+            log_cdf = torch.special.log_ndtr(z)
+            z = z - (log_cdf - log_p) * torch.exp(log_cdf + 0.5 * z * z + half_log_2pi)
+    z = z.clamp_(lo, hi)
+    if flip:
+        z = z.neg_()
+    return z.mul_(std).add_(mean)
+
+
+def _accepted(k: int, mean: float, std: float, lo: float, hi: float, mass: float, alpha: float, beta: float,
+              generator, device, dtype) -> torch.Tensor:
+    """``k`` values of ``N(mean, std^2)`` conditioned on ``[lo, hi]``: oversampled rejection rounds,
+    then the inverse CDF for any shortfall after ``_MAX_ROUNDS``. Returns ``(k,)`` in ``dtype``."""
+    parts, need = [], k
+    for _ in range(_MAX_ROUNDS):
+        if need == 0:
+            break
+        m = math.ceil((need + 4.0 * math.sqrt(need) + 16.0) / mass)
+        x = torch.empty(m, dtype=dtype, device=device).normal_(mean, std, generator=generator)
+        keep = x[(x >= lo) & (x <= hi)][:need]
+        parts.append(keep)
+        need -= keep.numel()
+    if need:
+        parts.append(_inverse_cdf(need, mean, std, alpha, beta, generator, device).to(dtype).clamp_(lo, hi))
+    return torch.cat(parts)
+
+
+def _sample_into(out: torch.Tensor, mean: float, std: float, a: float, b: float, generator) -> None:
+    """Fill the 1-D contiguous ``out`` (float32 or float64) with iid ``N(mean, std^2)`` truncated to
+    ``[a, b]``; every value lies in ``[a, b]`` exactly (in ``out.dtype``)."""
+    n, device, dtype = out.numel(), out.device, out.dtype
+    lo, hi = inner_bounds(a, b, dtype)
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    mass = normal_mass(alpha, beta)
+    if mass < _MIN_REJECTION_MASS:
+        chunk = BLOCK
+        for s in range(0, n, chunk):
+            part = out[s : s + chunk]
+            part.copy_(_inverse_cdf(part.numel(), mean, std, alpha, beta, generator, device).clamp_(lo, hi))
+        return
+    chunk = _CPU_CHUNK if device.type == "cpu" else max(n, 1)
+    rejected = []
+    for s in range(0, n, chunk):
+        part = out[s : s + chunk]
+        part.normal_(mean, std, generator=generator)
+        if math.isinf(lo) and math.isinf(hi):
+            continue
+        low, high = part.aminmax()
+        if low.item() >= lo and high.item() <= hi:
+            continue
+        rejected.append(((part < lo) | (part > hi)).nonzero().squeeze_(1).add_(s))
+    if rejected:
+        idx = torch.cat(rejected)
+        out[idx] = _accepted(idx.numel(), mean, std, lo, hi, mass, alpha, beta, generator, device, dtype)
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _write(target: torch.Tensor, values: torch.Tensor, a: float, b: float) -> None:
+    """Copy ``values`` (same shape) into ``target``, rounding to nearest and clamping into ``[a, b]``."""
+    target.copy_(values)
+    if target.dtype != values.dtype:
+        target.clamp_(*inner_bounds(a, b, target.dtype))
+
+
+def _keyed_fill(tensor: torch.Tensor, mean: float, std: float, a: float, b: float, key: InitKey) -> None:
+    """Fill ``tensor`` (plain or DTensor with Shard/Replicate placements) from host-drawn keyed blocks."""
+    if isinstance(tensor, DTensor):
+        for placement in tensor.placements:
+            if not isinstance(placement, (Shard, Replicate)):
+                raise ValueError(
+                    f"trunc_normal_: key={key.name!r}: unsupported DTensor placement {placement}; "
+                    "only Shard and Replicate are supported (initialize before making it Partial)"
+                )
+        local = tensor.to_local()
+        local_shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
+                                                                   tensor.placements)
+    else:
+        local, local_shape, offset = tensor, tuple(tensor.shape), (0,) * tensor.dim()
+    if local.numel() == 0:
+        return
+    global_shape = tuple(tensor.shape)
+    strides = [1] * len(global_shape)
+    for d in range(len(global_shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * global_shape[d + 1]
+    start = sum(o * s for o, s in zip(offset, strides))
+    end = sum((o + n - 1) * s for o, n, s in zip(offset, local_shape, strides)) + 1
+    dtype = _work_dtype(tensor.dtype)
+    direct = (local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
+              and local.numel() == end - start)
+    segment = local.view(-1) if direct else torch.empty(end - start, dtype=dtype)
+    numel, digest = tensor.numel(), key.digest
+    generator, scratch = torch.Generator(), None
+    for block in range(start // BLOCK, (end - 1) // BLOCK + 1):
+        b0, b1 = block * BLOCK, min((block + 1) * BLOCK, numel)
+        generator.set_state(keyed_state(key.seed, digest, block))
+        if start <= b0 and b1 <= end:
+            _sample_into(segment[b0 - start : b1 - start], mean, std, a, b, generator)
+        else:
+            if scratch is None:
+                scratch = torch.empty(BLOCK, dtype=dtype)
+            drawn = scratch[: b1 - b0]
+            _sample_into(drawn, mean, std, a, b, generator)
+            lo, hi = max(start, b0), min(end, b1)
+            segment[lo - start : hi - start] = drawn[lo - b0 : hi - b0]
+    if not direct:
+        _write(local, segment.as_strided(local_shape, strides), a, b)
+
+
+@torch.no_grad()
+def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: torch.Generator | None = None, *, key: InitKey | None = None) -> torch.Tensor:
+    """Fill ``tensor`` in place with ``N(mean, std^2)`` truncated to ``[a, b]`` (absolute bounds).
+
+    Drop-in for ``torch.nn.init.trunc_normal_``; no-grad by itself (works on a leaf Parameter that
+    requires grad) and returns ``tensor`` itself. A meta tensor is left as is. Exact in float32
+    (float64 for float64 tensors); bf16/fp16 results are the exact law rounded to nearest, with
+    values that would round outside ``[a, b]`` clamped onto the nearest representable value inside.
+    ``a = -inf, b = inf`` gives a plain normal.
+
+    Args:
+        tensor: any floating-point tensor, or a DTensor with ``Shard``/``Replicate`` placements
+            (then ``key`` is required).
+        mean, std: of the untruncated normal.
+        a, b: absolute bounds.
+        generator: generator of the tensor's device, for the unkeyed path.
+        key: draw from the sharding-invariant stream of ``key`` (host CPU, see module notes): the
+            value of every element depends only on (``key``, global flat index, mean, std, a, b).
+
+    Raises:
+        ValueError: non-finite mean or std, std <= 0, NaN bound, a >= b, a dtype that is not
+            floating point or cannot hold a value in ``[a, b]``, a DTensor without ``key``, or a
+            DTensor with a placement other than Shard/Replicate.
+    """
+    _check_args(mean, std, a, b)
+    inner_bounds(a, b, tensor.dtype)
+    if tensor.device.type == "meta":
+        return tensor
+    if key is not None:
+        _keyed_fill(tensor, mean, std, a, b, key)
+        return tensor
+    if isinstance(tensor, DTensor):
+        raise ValueError(
+            "trunc_normal_ on a DTensor needs key=InitKey(seed, name): the device generator would give "
+            "every rank the same values (or depend on the world size)"
+        )
+    dtype = _work_dtype(tensor.dtype)
+    if tensor.dtype == dtype and tensor.is_contiguous():
+        _sample_into(tensor.view(-1), mean, std, a, b, generator)
+        return tensor
+    values = torch.empty(tensor.numel(), dtype=dtype, device=tensor.device)
+    _sample_into(values, mean, std, a, b, generator)
+    _write(tensor, values.view(tensor.shape), a, b)
+    return tensor
