@@ -140,7 +140,8 @@ def test_ranks_take_every_world_size_th_chunk_of_the_global_stream(world_size, l
     for r in range(world_size):
         for i in range(steps * 2):  # the i-th chunk of rank r is global chunk i * W + r
             c = i * world_size + r
-            assert per_rank[r][i * local_batch:(i + 1) * local_batch] == reference[c * local_batch:(c + 1) * local_batch]
+            mine, chunk = slice(i * local_batch, (i + 1) * local_batch), slice(c * local_batch, (c + 1) * local_batch)
+            assert per_rank[r][mine] == reference[chunk]
 
 
 def test_one_and_two_ranks_train_on_the_same_windows_each_step(toy_tokenizer, tmp_path):
@@ -213,7 +214,8 @@ def test_txt_jsonl_parquet_and_folder_give_the_same_tokens(toy_tokenizer, tmp_pa
     _write_jsonl(tmp_path / "d.jsonl", docs, column="body")
     datasets.Dataset.from_dict({"body": docs}).to_parquet(str(tmp_path / "d.parquet"))
     expected = tokenize_documents(toy_tokenizer, docs[:4]).tolist()
-    for path, column in ((tmp_path / "txt", "ignored"), (tmp_path / "d.jsonl", "body"), (tmp_path / "d.parquet", "body")):
+    sources = ((tmp_path / "txt", "ignored"), (tmp_path / "d.jsonl", "body"), (tmp_path / "d.parquet", "body"))
+    for path, column in sources:
         loader = _local_loader(toy_tokenizer, path, text_column=column, val_fraction=0.2)
         assert loader.dataset.windows.tokens.tolist() == expected, path
 
@@ -230,6 +232,15 @@ def test_streaming_local_packs_in_order_and_resumes_exactly(toy_tokenizer, tmp_p
     resumed = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1)
     resumed.load_state_dict(state)
     assert _windows(islice(iter(resumed), 7)) == expected
+
+
+def test_streaming_ranks_read_alternate_documents(toy_tokenizer, tmp_path):
+    # One file, two ranks: split_dataset_by_node gives each rank every second document.
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))
+    tokens = [tokenize_documents(toy_tokenizer, _docs(4)[r::2]).tolist() for r in range(2)]
+    for rank in range(2):
+        loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=rank, dp_world_size=2)
+        assert _windows(islice(iter(loader), 3)) == [tuple(tokens[rank][4 * i:4 * i + 5]) for i in range(3)]
 
 
 # --- errors ---------------------------------------------------------------------------------------

