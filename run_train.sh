@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Train a model: validate the configuration in one plain process, then start the trainer with torchrun.
+#
+#   [NGPU=2] [CONFIG_FILE=train_configs/qwen3_debug.toml] ./run_train.sh [--section.key=value ...]
+#   ./run_train.sh --help                 every key, its type, default and meaning
+#   ./run_train.sh --job.print_config     the resolved configuration, without training
+#
+# Environment:
+#   NGPU           processes on this node, one per device (default 1; on a CPU, processes sharing its cores)
+#   CONFIG_FILE    TOML file (default train_configs/qwen3_debug.toml)
+#   LOG_RANK       local rank whose output is shown (default 0); every rank's output also goes to torchrun's
+#                  log folder
+#   TORCHRUN_ARGS  more torchrun arguments, e.g. for two nodes:
+#                  "--nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=host0:29500"
+#   PYTHON         the Python interpreter (default python)
+#
+# Exit status: 2 and one "config error: ..." line on bad configuration (before torchrun starts: torchrun
+# would turn a worker's 2 into 1 and add a long traceback); 1 on a failure during training, with the
+# worker's own "error: ..." line as the last line of output; 0 on success.
+set -euo pipefail
+
+NGPU=${NGPU:-1}
+CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_debug.toml}
+LOG_RANK=${LOG_RANK:-0}
+TORCHRUN_ARGS=${TORCHRUN_ARGS:-}
+PYTHON=${PYTHON:-python}
+
+# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output.
+status=0
+printed=$("$PYTHON" -m torchtitan_lite.config --job.config_file "$CONFIG_FILE" "$@") || status=$?
+if [[ $status -ne 0 ]]; then
+    exit "$status"
+fi
+if [[ -n "$printed" ]]; then
+    printf '%s\n' "$printed"
+    exit 0
+fi
+
+log=$(mktemp "${TMPDIR:-/tmp}/run_train.XXXXXX")
+trap 'rm -f "$log"' EXIT
+
+# --tee 3 prefixes each worker line with [rank<local rank>]: and --local-ranks-filter keeps LOG_RANK's lines
+# on the console; the full output of the launcher goes to $log as well, to find the error line below.
+# shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
+"$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" \
+    --role rank --tee 3 $TORCHRUN_ARGS \
+    -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" 2>&1 | tee "$log" || status=$?
+if [[ $status -eq 0 ]]; then
+    exit 0
+fi
+
+# The trainer reports a failure as one "error: <message>" line; repeat the shown rank's last one (or any
+# rank's, if the shown rank was only stopped because another failed) as the final line.
+strip='s/^\[rank[0-9]+\]:[[:space:]]*//'
+line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*error: " "$log" | tail -n 1 | sed -E "$strip" || true)
+if [[ -z "$line" ]]; then
+    line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*error: ' "$log" | tail -n 1 | sed -E "$strip" || true)
+fi
+echo "${line:-error: training failed (torchrun exit status $status); see the output above}" >&2
+exit 1

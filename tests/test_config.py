@@ -1,0 +1,262 @@
+"""Config: TOML + command line into typed sections; bad input is one line, exit 2, and nothing created."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import tomli
+import torch
+
+from torchtitan_lite import config as cfg
+from torchtitan_lite.config_cli import BadValue, coerce, field_docs, toml_line
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_toml(tmp_path: Path, body: str) -> Path:
+    """A config file whose [job] dump_folder lies in tmp_path (so a test can check it is never created)."""
+    path = tmp_path / "job.toml"
+    path.write_text(f'[job]\ndump_folder = "{tmp_path / "outputs"}"\n' + textwrap.dedent(body))
+    return path
+
+
+def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run a command from the repo root with this interpreter as PYTHON; stdout+stderr merged."""
+    full_env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), **env}
+    return subprocess.run(args, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
+
+
+BAD_INPUTS = {
+    "unknown key": ("[training]\nstepz = 3\n", [], "training.stepz", "job.toml line 4", "did you mean training.steps"),
+    "unknown section": ("[trainng]\nsteps = 3\n", [], "trainng.steps", "job.toml line 4", "unknown section [trainng]"),
+    "wrong type": ('[training]\nseq_len = "long"\n', [], "training.seq_len", "job.toml line 4", "expected int"),
+    "out of range": ("[optimizer]\nbeta2 = 1.5\n", [], "optimizer.beta2", "job.toml line 4", "must be < 1, got 1.5"),
+    "wrong type on the command line": ("", ["--training.steps=many"], "training.steps", "command line",
+                                       "expected int, got 'many'"),
+    "bad choice": ("", ["--lr_scheduler.decay_type", "exp"], "lr_scheduler.decay_type", "command line",
+                   'must be one of "linear", "cosine", "sqrt"'),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_line_naming_the_key_and_creates_no_folder(tmp_path, case):
+    body, extra, key, where, detail = BAD_INPUTS[case]
+    toml = write_toml(tmp_path, body)
+    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml), *extra], tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"config error: {key} (")
+    assert where in line and detail in line
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("case", ["unknown key", "wrong type", "out of range"])
+def test_run_train_sh_exits_2_before_torchrun_with_the_key_as_last_line(tmp_path, case):
+    body, extra, key, where, detail = BAD_INPUTS[case]
+    toml = write_toml(tmp_path, body)
+    result = run(["./run_train.sh", *extra], tmp_path, CONFIG_FILE=str(toml))
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"config error: {key} ({toml} line 4)") and detail in last
+    assert not (tmp_path / "outputs").exists()
+    assert "torch.distributed" not in result.stdout + result.stderr
+
+
+def test_missing_config_file_exits_2_naming_job_config_file(tmp_path):
+    missing = tmp_path / "nope.toml"
+    result = run(["./run_train.sh", f"--job.dump_folder={tmp_path / 'outputs'}"], tmp_path, CONFIG_FILE=str(missing))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"config error: job.config_file (command line): no such file {str(missing)!r}; "
+        "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_valid_config_exits_0_silently_and_creates_nothing(tmp_path):
+    toml = write_toml(tmp_path, "[training]\nsteps = 30\n")
+    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml)], tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_cli_overrides_toml_which_overrides_defaults(tmp_path):
+    toml = write_toml(tmp_path, """
+        [training]
+        steps = 50
+        seq_len = 64
+        [optimizer]
+        lr = 1e-3
+        [lr_scheduler]
+        warmup_steps = 2
+    """)
+    config = cfg.parse_args(["--job.config_file", str(toml), "--training.steps=7", "--optimizer.lr", "0.02",
+                             "--debug.init_report", "--training.steps", "9", "--model.tie_embeddings", "false"])
+    assert config.training.steps == 9  # the last of two command-line values
+    assert config.training.seq_len == 64  # from the file
+    assert config.optimizer.lr == 0.02 and isinstance(config.optimizer.lr, float)
+    assert config.training.local_batch_size == 8  # default
+    assert config.debug.init_report is True  # bare flag
+    assert config.model.tie_embeddings is False
+    assert config.job.config_file == str(toml)
+
+
+def test_debug_and_0_6b_configs_load_with_their_values():
+    debug = cfg.parse_args(["--job.config_file", str(REPO / "train_configs/qwen3_debug.toml")])
+    assert (debug.model.flavor, debug.training.steps, debug.training.seq_len) == ("debug", 200, 256)
+    big = cfg.parse_args(["--job.config_file", str(REPO / "train_configs/qwen3_0.6b.toml")])
+    assert (big.model.flavor, big.training.seq_len, big.training.compute_dtype) == ("0.6b", 4096, "bfloat16")
+    assert big.training.global_batch_size % big.training.local_batch_size == 0
+
+
+def test_help_lists_every_key_with_type_default_and_doc(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cfg.main(["--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    defaults = cfg.JobConfig()
+    for section in dataclasses.fields(cfg.JobConfig):
+        docs = field_docs(type(getattr(defaults, section.name)))
+        for name, doc in docs.items():
+            assert doc, f"{section.name}.{name} has no documentation string under it"
+            assert f"--{section.name}.{name}  " in text
+            assert doc.splitlines()[0] in text
+    assert '--training.device  "auto" | "cpu" | "cuda" | "npu" | "xpu" = "auto"' in text
+    assert "--training.steps  int = 200  (>= 1)" in text
+    assert "--model.tokenizer_path  str | None = none" in text
+
+
+def test_print_config_prints_the_resolved_config_as_toml_and_exits_0(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cfg.main(["--job.print_config", "--training.steps=12", "--lr_scheduler.warmup_steps=3",
+                  f"--job.dump_folder={tmp_path / 'outputs'}", "--model.overrides.max_seq_len=512"])
+    assert stop.value.code == 0
+    printed = tomli.loads(capsys.readouterr().out)
+    assert printed["training"]["steps"] == 12
+    assert printed["lr_scheduler"]["warmup_steps"] == 3
+    assert printed["model"]["overrides"] == {"max_seq_len": 512}
+    assert printed["optimizer"] == dataclasses.asdict(cfg.Optimizer())
+    assert "tokenizer_path" not in printed["model"]  # unset keys are comments
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_cross_field_rules():
+    with pytest.raises(cfg.ConfigError, match=r"^training.global_batch_size \(command line\): 12 is not a positive "
+                                              r"multiple of training.local_batch_size 8"):
+        cfg.parse_args(["--training.global_batch_size=12"])
+    with pytest.raises(cfg.ConfigError, match=r"^lr_scheduler.warmup_steps \(default\): 20 exceeds training.steps 10"):
+        cfg.parse_args(["--training.steps=10"])
+    with pytest.raises(cfg.ConfigError, match=r"^training.hf_dataset_name \(default\): dataset = \"hf\" needs"):
+        cfg.parse_args(["--training.dataset=hf"])
+    assert cfg.parse_args(["--training.global_batch_size=32"]).training.global_batch_size == 32
+
+
+def test_model_overrides_reach_the_model_args(tmp_path):
+    toml = write_toml(tmp_path, "[model]\ntie_embeddings = false\n[model.overrides]\nmax_seq_len = 512\n")
+    config = cfg.parse_args(["--job.config_file", str(toml), "--model.overrides.rope_theta=5e5"])
+    args = cfg.build_model_args(config)
+    assert (args.max_seq_len, args.rope_theta, args.tie_embeddings) == (512, 5e5, False)
+    assert isinstance(args.rope_theta, float)
+
+
+def test_bad_model_settings_name_the_key(tmp_path):
+    with pytest.raises(cfg.ConfigError, match=r"^model.overrides.swiglu_limt \(command line\): Qwen3ModelArgs has "
+                                              r"no field 'swiglu_limt'; fields: dim, "):
+        cfg.parse_args(["--model.overrides.swiglu_limt=5"])
+    toml = write_toml(tmp_path, '[model.overrides]\nn_layers = "four"\n')
+    with pytest.raises(cfg.ConfigError, match=rf"^model.overrides.n_layers \({toml} line 4\): expected int"):
+        cfg.parse_args(["--job.config_file", str(toml)])
+    with pytest.raises(cfg.ConfigError, match=r"^model.overrides.n_kv_heads: .*must be a multiple of n_kv_heads"):
+        cfg.parse_args(["--model.overrides.n_kv_heads=3"])
+    with pytest.raises(cfg.ConfigError, match=r"^model.flavor \(command line\): qwen3 has no flavor 'huge'; "
+                                              r"flavors: debug, "):
+        cfg.parse_args(["--model.flavor=huge"])
+    with pytest.raises(cfg.ConfigError, match=r"^model.name \(command line\): unknown model 'llama'; known models: "):
+        cfg.parse_args(["--model.name=llama"])
+
+
+def test_check_paths_reports_missing_inputs_and_unwritable_dump_folder(tmp_path):
+    config = cfg.parse_args([f"--model.tokenizer_path={tmp_path / 'tok.json'}"])
+    with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: no such file or folder"):
+        cfg.check_paths(config)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = cfg.parse_args([f"--job.dump_folder={blocker / 'runs'}"])
+    with pytest.raises(cfg.ConfigError, match=r"^job.dump_folder: cannot create .* is not a writable folder"):
+        cfg.check_paths(config)
+    config = cfg.parse_args([f"--job.dump_folder={tmp_path / 'a' / 'b'}"])
+    cfg.check_paths(config)
+    assert not (tmp_path / "a").exists()
+
+
+def test_cli_values_parse_by_field_type():
+    assert coerce("none", int | None, from_cli=True) is None
+    assert coerce("4", int | None, from_cli=True) == 4
+    assert coerce("[1, 2,3]", list[int], from_cli=True) == [1, 2, 3]
+    assert coerce([1, 2], list[float], from_cli=False) == [1.0, 2.0]
+    assert coerce("full", Literal["none", "full"], from_cli=True) == "full"
+    assert coerce("TRUE", bool, from_cli=True) is True
+    assert coerce(3, float, from_cli=False) == 3.0
+    for value, tp, from_cli in ((True, int, False), (1, bool, False), ("3", int, False), ("1.5", int, True),
+                                ("yes", bool, True), (2, str, False)):
+        with pytest.raises(BadValue):
+            coerce(value, tp, from_cli=from_cli)
+
+
+def test_toml_line_finds_keys_in_tables_and_dotted_keys():
+    text = '# c\n[job]\ndump_folder = "x"\n\n[ model.overrides ]\nmax_seq_len = 5\n[training]\n"steps" = 3\n'
+    assert toml_line(text, "job.dump_folder") == 3
+    assert toml_line(text, "model.overrides.max_seq_len") == 6
+    assert toml_line(text, "training.steps") == 8
+    assert toml_line("optimizer.lr = 1\n", "optimizer.lr") == 1
+    assert toml_line(text, "training.seed") is None
+
+
+STUB_TRAINER = '''
+"""Stand-in trainer for the launcher test: the real one's error convention, nothing else."""
+import sys
+
+import torch
+
+from torchtitan_lite.config import load_config_or_exit
+from torchtitan_lite.distributed import init_distributed
+
+config = load_config_or_exit(sys.argv[1:])
+info = init_distributed(config)
+print(f"rank {info.rank} of {info.world_size} mesh {tuple(info.mesh.shape)} threads {torch.get_num_threads()}",
+      flush=True)
+if config.job.description == "fail":
+    print(f"error: failed on rank {info.rank}", flush=True)
+    sys.exit(1)
+'''
+
+
+@pytest.mark.multiprocess
+def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
+    work = tmp_path / "repo"
+    for name in ("torchtitan_lite", "models", "train_configs"):
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
+    (work / "torchtitan_lite" / "train.py").write_text(STUB_TRAINER)
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "NGPU": "2"}
+    common = ["./run_train.sh", "--training.num_threads=1", f"--job.dump_folder={tmp_path / 'outputs'}"]
+
+    ok = subprocess.run(common, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "[rank0]:rank 0 of 2 mesh (2,) threads 1" in ok.stdout
+    assert "[rank1]" not in ok.stdout
+
+    failed = subprocess.run([*common, "--job.description=fail"], cwd=work, env={**env, "LOG_RANK": "1"},
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1
+    assert "[rank1]:rank 1 of 2" in failed.stdout and "[rank0]" not in failed.stdout
+    assert failed.stderr.strip().splitlines()[-1] == "error: failed on rank 1"
