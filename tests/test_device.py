@@ -1,0 +1,140 @@
+"""Device discovery, backends, the device module, the 1-process group, and the one-module rule."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import sys
+import tokenize
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from torchtitan_lite import distributed as D
+from torchtitan_lite.config import parse_args
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Hide CUDA and XPU, whatever this machine has."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+
+
+@pytest.fixture
+def fake_npu(monkeypatch, no_gpu):
+    """A stand-in ``torch_npu`` package and ``torch.npu`` device module with one Ascend 910B2."""
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    npu = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
+                                get_device_name=lambda device=None: "Ascend910B2")
+    monkeypatch.setattr(torch, "npu", npu, raising=False)
+    return npu
+
+
+def test_npu_is_chosen_with_hccl_when_torch_npu_reports_a_device(fake_npu):
+    assert D.device_type() == "npu"
+    assert D.device_type("npu") == "npu"
+    assert D.backend_for(D.device_type()) == "hccl"
+    assert D.device_module("npu") is fake_npu
+    npu0 = types.SimpleNamespace(type="npu", index=0)  # torch.device("npu") needs the real torch_npu
+    assert D.peak_flops(npu0, torch.bfloat16) == 376e12
+    assert D.peak_flops(npu0, torch.float32) is None
+
+
+def test_cpu_is_chosen_without_accelerators(monkeypatch, no_gpu):
+    monkeypatch.setitem(sys.modules, "torch_npu", None)  # import torch_npu raises ImportError
+    assert D.device_type() == "cpu"
+    assert D.backend_for("cpu") == "gloo"
+    with pytest.raises(RuntimeError, match=r"training.device = 'npu' but no npu device is available"):
+        D.device_type("npu")
+    with pytest.raises(ValueError, match=r"unknown device type 'tpu'; use auto or one of cuda, npu, xpu, cpu"):
+        D.device_type("tpu")
+
+
+def test_backends():
+    assert [D.backend_for(kind) for kind in ("cuda", "npu", "xpu", "cpu")] == ["nccl", "hccl", "xccl", "gloo"]
+    with pytest.raises(ValueError, match="'mps'"):
+        D.backend_for("mps")
+
+
+@pytest.mark.parametrize("name, bf16, fp32", [
+    ("NVIDIA H200", 989e12, 67e12),
+    ("NVIDIA H100 80GB HBM3", 989e12, 67e12),
+    ("NVIDIA H100 PCIe", 756e12, 51e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12, 19.5e12),
+    ("AMD Instinct MI300X", 1307.4e12, 163.4e12),
+    ("NVIDIA GeForce RTX 4090", None, None),
+])
+def test_peak_flops_table(monkeypatch, name, bf16, fp32):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    cuda0 = torch.device("cuda", 0)
+    assert (D.peak_flops(cuda0, torch.bfloat16), D.peak_flops(cuda0, torch.float32)) == (bf16, fp32)
+    assert D.peak_flops(cuda0, torch.float16) == bf16
+    assert D.peak_flops(cuda0, torch.float64) is None
+
+
+def test_cpu_device_module_and_peak_memory():
+    cpu = D.device_module("cpu")
+    assert cpu.device_count() == 1
+    cpu.synchronize()
+    cpu.set_device(torch.device("cpu"))
+    cpu.reset_peak_memory_stats()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = D.peak_memory_bytes(torch.device("cpu"))
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert before <= peak <= after and peak > 10 * 2**20
+    assert D.peak_flops(torch.device("cpu"), torch.float32) is None
+
+
+def test_init_distributed_without_torchrun_gives_a_one_rank_gloo_group(monkeypatch, no_gpu):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    info = D.init_distributed(parse_args(["--training.device=cpu"]))
+    try:
+        assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (0, 1, 0, 2)
+        assert (info.device, info.backend, D.uses_gloo(info)) == (torch.device("cpu"), "gloo", True)
+        assert tuple(info.mesh.shape) == (1,) and info.mesh.mesh_dim_names == ("dp_shard",)
+        assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
+        summed = torch.tensor([1.5, 2.0])
+        dist.all_reduce(summed)
+        assert summed.tolist() == [1.5, 2.0]
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(1)
+
+
+def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_starting(monkeypatch, no_gpu):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    config = parse_args(["--parallelism.data_parallel_shard_degree=2", "--training.num_threads=1"])
+    with pytest.raises(RuntimeError, match=r"data_parallel_shard_degree = 2 but the world size is 1; .* -1"):
+        D.init_distributed(config)
+    assert not dist.is_initialized()
+
+
+def _accelerator_uses(path: Path) -> list[int]:
+    """Lines of ``path`` whose code (not comments or strings) says ``torch.cuda``, ``torch.npu`` or ``torch.xpu``."""
+    tokens = [tok for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+              if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    return [a.start[0] for a, b, c in zip(tokens, tokens[1:], tokens[2:])
+            if (a.string, b.string) == ("torch", ".") and c.string in ("cuda", "npu", "xpu")]
+
+
+def test_only_the_device_module_calls_torch_cuda_directly():
+    offenders = {}
+    for root in ("torchtitan_lite", "models"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if path.name != "distributed.py" and _accelerator_uses(path):
+                offenders[str(path.relative_to(REPO))] = _accelerator_uses(path)
+    assert offenders == {}, f"use torchtitan_lite.distributed instead of torch.cuda/npu/xpu in {offenders}"
+    assert _accelerator_uses(REPO / "torchtitan_lite" / "distributed.py")  # the scanner sees real uses
