@@ -1,0 +1,221 @@
+"""Apply a model family's :class:`~torchtitan_lite.init_spec.InitPlan`: :func:`init_weights`, :func:`materialize`.
+
+The samplers live in :mod:`torchtitan_lite.sampling` (:func:`trunc_normal_`, :class:`InitKey`), the
+report and fingerprint in :mod:`torchtitan_lite.init_report`.
+
+Note: on canonical names. Tensors are named over ``named_parameters(remove_duplicate=False)`` plus the
+persistent buffers, with wrapper components (``_orig_mod`` of ``torch.compile``,
+``_checkpoint_wrapped_module`` of activation checkpointing, ``_fsdp_wrapped_module``) removed, so the
+plan, the sampling keys and the fingerprint are the same with or without wrappers.
+
+Note: on tied weights. One tensor under several names (``output.weight is tok_embeddings.weight``) is
+one group, initialized once. Among the plan entries matching any of its names the last one wins;
+its spec is used, and the (alphabetically first) group name it matches is the canonical name that
+keys the random stream. Plans list ``output.weight`` after ``tok_embeddings.weight``, so a tied
+model starts from the output's small std (see the note in :mod:`torchtitan_lite.init_spec`).
+``model.to_empty`` replaces each module's parameters one by one and so unties a tie made on meta:
+:func:`materialize` re-ties it.
+
+Note: on loaded tensors. ``skip`` names what a checkpoint or pretrained import provides; those tensors
+are never drawn (a fully loaded model makes no sampler call), and the result counts them.
+
+Note: on buffers. Persistent buffers (MoE load-balancing bias, token counters) are state: the plan
+covers them and a fresh init sets them (normally to zero). Non-persistent buffers are derived
+(RoPE tables): ``model.init_buffers(buffer_device)`` recomputes them after the plan is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from torchtitan_lite.init_spec import InitPlan, InitSpec
+from torchtitan_lite.sampling import InitKey, name_digest, trunc_normal_
+
+WRAPPER_NAMES = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")
+"""Name components added by torch.compile, activation checkpointing and FSDP1 wrappers."""
+
+
+def canonical_name(name: str) -> str:
+    """``name`` with wrapper components removed: ``layers.0._checkpoint_wrapped_module.w`` -> ``layers.0.w``."""
+    return ".".join(part for part in name.split(".") if part not in WRAPPER_NAMES)
+
+
+def named_state_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(canonical name, tensor)`` for every parameter and persistent buffer, aliases included.
+
+    Order: parameters as ``named_parameters(remove_duplicate=False)`` yields them, then buffers.
+    A tied tensor appears once per name.
+    """
+    out = [(canonical_name(n), p) for n, p in model.named_parameters(remove_duplicate=False)]
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        for buffer_name, buffer in module._buffers.items():
+            if buffer is not None and buffer_name not in module._non_persistent_buffers_set:
+                full = f"{module_name}.{buffer_name}" if module_name else buffer_name
+                out.append((canonical_name(full), buffer))
+    return out
+
+
+def tensor_groups(model: nn.Module) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    """One ``(names, tensor)`` per distinct tensor object; ``names`` are its canonical aliases, sorted."""
+    groups: dict[int, tuple[list[str], torch.Tensor]] = {}
+    for name, tensor in named_state_tensors(model):
+        names, _ = groups.setdefault(id(tensor), ([], tensor))
+        if name not in names:
+            names.append(name)
+    return [(tuple(sorted(names)), tensor) for names, tensor in groups.values()]
+
+
+@dataclass(frozen=True)
+class ResolvedTensor:
+    """How one tensor (group of tied names) is initialized.
+
+    Attributes:
+        name: canonical name (keys the random stream).
+        names: every canonical alias of the tensor, sorted (more than one when tied).
+        pattern: the winning plan pattern.
+        spec: the winning spec.
+        loaded: ``True`` when skipped because a checkpoint provides it.
+    """
+
+    name: str
+    names: tuple[str, ...]
+    pattern: str
+    spec: InitSpec
+    loaded: bool
+
+    @property
+    def tied(self) -> bool:
+        """The tensor has more than one name."""
+        return len(self.names) > 1
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What :func:`init_weights` did. Element counts are global (a DTensor counts its full shape).
+
+    Attributes:
+        initialized_tensors, initialized_elements: tensors drawn or filled.
+        skipped_tensors, skipped_elements: tensors left untouched (in ``skip``).
+        table: canonical name -> :class:`ResolvedTensor`, in model order.
+    """
+
+    initialized_tensors: int
+    initialized_elements: int
+    skipped_tensors: int
+    skipped_elements: int
+    table: dict[str, ResolvedTensor]
+
+
+def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = ()
+                 ) -> list[tuple[ResolvedTensor, torch.Tensor]]:
+    """Match every parameter / persistent buffer of ``model`` to its plan entry.
+
+    Raises:
+        ValueError: a tensor matches no entry, an entry matches no tensor, or a ``skip`` name is not
+            a tensor of the model (each message names the culprit).
+        RuntimeError: two canonical names share a 128-bit digest (their streams would coincide).
+    """
+    groups = tensor_groups(model)
+    all_names = {name for names, _ in groups for name in names}
+    skip_set = {canonical_name(s) for s in skip}
+    unknown = sorted(skip_set - all_names)
+    if unknown:
+        raise ValueError(f"init_weights: skip names {unknown} are not parameters or persistent buffers of "
+                         f"the model; pass names as in model.named_parameters()")
+    used_patterns: set[str] = set()
+    resolved = []
+    digests: dict[bytes, str] = {}
+    for names, tensor in groups:
+        matches = [(p, s) for p, s in plan.entries if any(fnmatchcase(n, p) for n in names)]
+        if not matches:
+            raise ValueError(f"init plan of {plan.model}: tensor {' = '.join(names)} (shape "
+                             f"{tuple(tensor.shape)}) matches no entry; add a pattern for it")
+        pattern, spec = matches[-1]
+        used_patterns.update(p for p, _ in matches)
+        name = min(n for n in names if fnmatchcase(n, pattern))
+        digest = name_digest(name)
+        if digest in digests:
+            raise RuntimeError(f"name digest collision between {digests[digest]!r} and {name!r}; rename one")
+        digests[digest] = name
+        loaded = any(n in skip_set for n in names)
+        resolved.append((ResolvedTensor(name, names, pattern, spec, loaded), tensor))
+    unused = [p for p, _ in plan.entries if p not in used_patterns]
+    if unused:
+        raise ValueError(f"init plan of {plan.model}: entries {unused} match no parameter or persistent "
+                         f"buffer; remove them or fix the pattern")
+    return resolved
+
+
+@torch.no_grad()
+def _fill(tensor: torch.Tensor, value: float) -> None:
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    local.fill_(value)
+
+
+def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collection[str] = (),
+                 buffer_device: torch.device | str | None = None) -> InitResult:
+    """Initialize every parameter and persistent buffer of ``model`` from ``plan``, then derived buffers.
+
+    Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``: one
+    call per tensor, values independent of sharding and world size. ``zeros``/``ones``/``constant``
+    fill the local shard. Tensors named in ``skip`` (canonical names or any alias) are untouched.
+    Finally ``model.init_buffers(buffer_device)`` runs if the model defines it.
+
+    Args:
+        model: materialized model (plain, wrapped, or FSDP2-sharded with DTensor parameters).
+        plan: the model family's init plan.
+        seed: integer in ``[0, 2**64)``.
+        skip: names provided by a checkpoint or pretrained import.
+        buffer_device: passed to ``model.init_buffers``.
+
+    Raises:
+        ValueError: bad seed, or see :func:`resolve_plan`.
+    """
+    InitKey(seed, "seed check")
+    resolved = resolve_plan(model, plan, skip)
+    counts = [0, 0, 0, 0]
+    for entry, tensor in resolved:
+        numel = tensor.numel()
+        if entry.loaded:
+            counts[2] += 1
+            counts[3] += numel
+            continue
+        spec = entry.spec
+        if spec.kind in ("normal", "trunc_normal"):
+            trunc_normal_(tensor, spec.mean, spec.std, *spec.bounds, key=InitKey(seed, entry.name))
+        else:
+            _fill(tensor, {"zeros": 0.0, "ones": 1.0, "constant": spec.value}[spec.kind])
+        counts[0] += 1
+        counts[1] += numel
+    init_buffers = getattr(model, "init_buffers", None)
+    if init_buffers is not None:
+        init_buffers(buffer_device)
+    return InitResult(*counts, table={entry.name: entry for entry, _ in resolved})
+
+
+def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """``model.to_empty(device=device)`` that keeps parameter ties; returns ``model``.
+
+    ``to_empty`` gives every module its own new Parameter, which unties a tie made on meta; each
+    tie group recorded before is re-tied to its first member afterwards (nothing changes where the
+    tie survived, e.g. under FSDP2). Values are uninitialized: call :func:`init_weights` next.
+    """
+    ties: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                ties.setdefault(id(param), []).append((module, name))
+    model.to_empty(device=device)
+    for members in ties.values():
+        owner, owner_name = members[0]
+        first = owner._parameters[owner_name]
+        for module, name in members[1:]:
+            if module._parameters[name] is not first:
+                module._parameters[name] = first
+    return model
