@@ -145,7 +145,7 @@ def test_ranks_take_every_world_size_th_chunk_of_the_global_stream(world_size, l
 
 
 def test_one_and_two_ranks_train_on_the_same_windows_each_step(toy_tokenizer, tmp_path):
-    path = _write_jsonl(tmp_path / "d.jsonl", _docs(20))
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(40))  # 79 windows: 6 steps of 8 stay in epoch 0
     one = iter(_local_loader(toy_tokenizer, path))
     two = [iter(_local_loader(toy_tokenizer, path, dp_rank=r, dp_world_size=2)) for r in range(2)]
     for _ in range(6):  # global batch 8: 4 micro-batches of 2 on one rank, 2 on each of two ranks
@@ -159,8 +159,8 @@ def test_one_and_two_ranks_train_on_the_same_windows_each_step(toy_tokenizer, tm
 
 @pytest.mark.parametrize("rank,world_size", [(0, 1), (1, 2)])
 def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, world_size):
-    path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))  # 3 training docs, 24 tokens -> 5 windows
-    kw = dict(dp_rank=rank, dp_world_size=world_size)  # batches of 2 windows: epochs end mid-batch
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))  # 32 tokens, 24 for training -> 5 windows
+    kw = dict(dp_rank=rank, dp_world_size=world_size, val_fraction=0.25)  # batches of 2: epochs end mid-batch
     loader = _local_loader(toy_tokenizer, path, **kw)
     it = iter(loader)
     [next(it) for _ in range(5)]
@@ -192,7 +192,7 @@ def test_validation_is_ordered_equal_per_rank_and_restarts(toy_tokenizer, tmp_pa
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(10, length=15))
     ranks = [_local_loader(toy_tokenizer, path, split="validation", val_fraction=0.3, dp_rank=r, dp_world_size=2)
              for r in range(2)]
-    windows = ranks[0].dataset.windows  # last 3 documents: 48 tokens -> 11 windows -> 5 chunks of 2 -> 4 used
+    windows = ranks[0].dataset.windows  # last 48 tokens (3 documents) -> 11 windows -> 5 chunks of 2 -> 4 used
     assert windows.tokens.tolist()[:16] == list(range(701, 716)) + [0]
     assert len(windows) == 11 and len(ranks[0]) == len(ranks[1]) == 2
     per_rank = [_windows(loader) for loader in ranks]
@@ -218,6 +218,14 @@ def test_txt_jsonl_parquet_and_folder_give_the_same_tokens(toy_tokenizer, tmp_pa
     for path, column in sources:
         loader = _local_loader(toy_tokenizer, path, text_column=column, val_fraction=0.2)
         assert loader.dataset.windows.tokens.tolist() == expected, path
+
+
+def test_local_split_holds_out_the_end_of_one_file(toy_tokenizer, tmp_path):
+    (tmp_path / "one.txt").write_text(" ".join(str(k) for k in range(1, 200)))  # 199 words + EOS
+    train, validation = (_local_loader(toy_tokenizer, tmp_path / "one.txt", split=s, val_fraction=0.1).dataset.windows
+                         for s in ("train", "validation"))
+    assert train.tokens.tolist() == list(range(1, 181))
+    assert validation.tokens.tolist() == list(range(181, 200)) + [0]
 
 
 def test_streaming_local_packs_in_order_and_resumes_exactly(toy_tokenizer, tmp_path):
@@ -278,7 +286,7 @@ def test_missing_text_column(toy_tokenizer, tmp_path):
 def test_too_few_validation_windows_for_every_rank(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(3))
     with pytest.raises(ValueError, match="fewer than local_batch_size \\* dp_world_size = 4"):
-        _local_loader(toy_tokenizer, path, split="validation", dp_world_size=2, dp_rank=1)
+        _local_loader(toy_tokenizer, path, split="validation", val_fraction=0.5, dp_world_size=2, dp_rank=1)
 
 
 def test_bad_arguments_are_named():

@@ -8,8 +8,9 @@ Sources (``dataset=``):
     them (searched recursively, one format per folder, files in sorted path order), loaded with
     ``datasets.load_dataset`` (its cache goes to the user's Hugging Face cache, never the repo). A
     ``.txt`` file is one document; ``.jsonl``/``.json``/``.parquet`` rows are documents, read from
-    ``text_column``. The last ``max(1, round(val_fraction * n_documents))`` documents are the
-    validation split, the others the training split.
+    ``text_column``. The packed token stream is split: its last
+    ``max(1, round(val_fraction * n_tokens))`` tokens are the validation split, the others the
+    training split (so a single file works too).
   * ``"hf"``: ``datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split)`` from the hub,
     for users who are online; ``split`` is passed as is. Same code path as ``"local"`` after loading.
 
@@ -142,16 +143,14 @@ def load_documents(
     hf_dataset_config: str | None,
     text_column: str,
     split: str,
-    val_fraction: float,
 ) -> tuple[list[str], str]:
     """The documents of a map-style source's split, and a short name of the source for messages.
 
-    See the module docstring for the sources and how each one defines its validation split.
+    For ``dataset="local"`` these are all the documents: :func:`split_tokens` makes the splits.
 
     Raises:
         FileNotFoundError: a missing ``dataset_path``.
-        ValueError: a missing text column, no documents, a local dataset of one document
-            (nothing to hold out), or see :func:`local_data_files`.
+        ValueError: a missing text column, no documents, or see :func:`local_data_files`.
     """
     if dataset == "shakespeare":
         plays = shakespeare_plays(split)
@@ -163,14 +162,6 @@ def load_documents(
     else:
         where = f"dataset_path {dataset_path}"
         docs = _column(*_load_local(dataset_path, text_column, streaming=False), where)
-        if len(docs) == 1:
-            raise ValueError(
-                f"{where} holds a single document, so there is none left to hold out for validation; "
-                "split it into several files or rows"
-            )
-        n_val = max(1, round(val_fraction * len(docs)))
-        docs = docs[len(docs) - n_val :] if split == "validation" else docs[: len(docs) - n_val]
-        where = f"{where} ({split})"
     if not docs:
         raise ValueError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
@@ -184,6 +175,13 @@ def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.
         for ids in tokenizer.encode_batch(list(documents[start : start + _ENCODE_CHUNK])):
             parts += [np.asarray(ids, dtype=np.int32), eos]
     return torch.from_numpy(np.concatenate(parts))
+
+
+def split_tokens(tokens: torch.Tensor, split: str, val_fraction: float) -> torch.Tensor:
+    """The ``split`` part of a local dataset's token stream ``(n_tokens,)``: validation is the last
+    ``max(1, round(val_fraction * n_tokens))`` tokens, train the others."""
+    cut = tokens.numel() - max(1, round(val_fraction * tokens.numel()))
+    return tokens[cut:] if split == "validation" else tokens[:cut]
 
 
 class PackedWindows:
@@ -416,7 +414,7 @@ def build_dataloader(
         dp_rank, dp_world_size: this rank and the number of data-parallel ranks.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
-        val_fraction: ``"local"`` only: fraction of documents (the last ones) held out for validation.
+        val_fraction: ``"local"`` only: fraction of the token stream (its end) held out for validation.
 
     Raises:
         FileNotFoundError: a missing ``dataset_path``.
@@ -438,9 +436,11 @@ def build_dataloader(
                               dp_rank=dp_rank, dp_world_size=dp_world_size, name=name)
     else:
         documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
-                                         hf_dataset_config=hf_dataset_config, text_column=text_column, split=split,
-                                         val_fraction=val_fraction)
-        windows = PackedWindows(tokenize_documents(tokenizer, documents), seq_len, name)
+                                         hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
+        tokens = tokenize_documents(tokenizer, documents)
+        if dataset == "local":
+            tokens, name = split_tokens(tokens, split, val_fraction), f"{name} ({split})"
+        windows = PackedWindows(tokens, seq_len, name)
         if split == "train":
             ds = GlobalWindowStream(windows, seed=seed, **ranks)
         else:
