@@ -13,6 +13,7 @@ from models.common.attention import causal_attention
 from models.common.rope import rope_cos_sin
 from models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_plan
 from models.qwen3.flops import num_flops_per_token, qwen3_num_params
+from torchtitan_lite.init import init_weights, materialize
 
 torch.set_num_threads(1)
 
@@ -35,10 +36,7 @@ PUBLISHED_PARAMS = {
 def build(args: Qwen3ModelArgs, seed: int = 0, std: float = 0.1) -> Qwen3Model:
     """Build on meta, materialize on CPU, fill with N(0, std) weights and N(1, std) norm weights."""
     with torch.device("meta"):
-        model = Qwen3Model(args)
-    model.to_empty(device="cpu")
-    if args.tie_embeddings:
-        model.output.weight = model.tok_embeddings.weight
+        model = materialize(Qwen3Model(args), "cpu")
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -206,20 +204,10 @@ def test_step1_loss_on_random_tokens_is_near_ln_vocab(flavor):
     args = dataclasses.replace(qwen3_flavors[flavor], max_seq_len=256)
     with torch.device("meta"):
         model = Qwen3Model(args)
-    model.to_empty(device="cpu")
-    if args.tie_embeddings:
-        model.output.weight = model.tok_embeddings.weight
-    g = torch.Generator().manual_seed(0)
-    entries = qwen3_init_plan(args).entries
-    with torch.no_grad():
-        for name, p in model.named_parameters(remove_duplicate=False):
-            spec = [s for pattern, s in entries if fnmatch(name, pattern)][-1]
-            if spec.kind == "ones":
-                p.fill_(1.0)
-            else:
-                low, high = spec.bounds
-                p.copy_(torch.nn.init.trunc_normal_(torch.empty(p.shape), 0.0, spec.std, low, high, generator=g))
-    model.init_buffers("cpu")
+    materialize(model, "cpu")
+    result = init_weights(model, qwen3_init_plan(args), seed=0, buffer_device="cpu")
+    assert result.initialized_tensors == 11 * args.n_layers + 2 + (0 if args.tie_embeddings else 1)
+    assert result.initialized_elements == qwen3_num_params(args)
     tokens = torch.randint(0, args.vocab_size, (2, 257), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).item()
