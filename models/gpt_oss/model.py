@@ -1,0 +1,159 @@
+"""The GPT-OSS transformer (OpenAI gpt-oss model card, Aug 2025; reference ``gpt_oss/torch/model.py``;
+HF transformers ``modeling_gpt_oss.py``).
+
+Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))``.
+  * RMSNorm, eps 1e-5 (``models/common/norm.py``).
+  * Grouped-query attention with biases on ``wq/wk/wv/wo`` (HF ``attention_bias: true``), a learned
+    per-head sink logit (``models/common/sink_attention.py``), YaRN RoPE in the rotate-half layout
+    (the reference's ``_apply_rotary_emb`` splits halves; ``models/common/yarn.py``); even layers see
+    only the ``sliding_window`` most recent keys, odd layers are full causal (reference
+    ``layer_idx % 2 == 0``; HF ``layer_types`` starts with ``sliding_attention``).
+  * Mixture of experts: top-k softmax router with bias, biased grouped experts with the clamped
+    SwiGLU (``models/common/moe.py``).
+  * Untied ``output`` projection without bias (HF ``lm_head``), after a final RMSNorm.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu
+from models.common.norm import RMSNorm
+from models.common.rope import apply_rope
+from models.common.sink_attention import sink_attention
+from models.common.yarn import yarn_cos_sin
+from models.gpt_oss.args import GptOssModelArgs
+
+
+class Attention(nn.Module):
+    """GQA with biases, YaRN RoPE and attention sinks; sliding-window or full causal.
+
+    Args:
+        args: model hyperparameters.
+        sliding_window: keys visible to each query, or ``None`` for full causal attention.
+
+    Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv`` ``(n_kv_heads * head_dim, dim)``,
+    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias; ``sinks`` ``(n_heads,)`` logits.
+    """
+
+    def __init__(self, args: GptOssModelArgs, sliding_window: int | None):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.sliding_window = sliding_window
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=True)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=True)
+        self.sinks = nn.Parameter(torch.empty(args.n_heads))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``."""
+        bs, seqlen, _ = x.shape
+        q = self.wq(x).view(bs, seqlen, self.n_heads, self.head_dim)
+        k = self.wk(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = sink_attention(q, k, v, self.sinks, sliding_window=self.sliding_window)  # (bs, seqlen, n_heads, head_dim)
+        return self.wo(out.reshape(bs, seqlen, -1))
+
+
+class TransformerBlock(nn.Module):
+    """One pre-norm block: sink attention (sliding on even ``layer_id``) then the MoE."""
+
+    def __init__(self, layer_id: int, args: GptOssModelArgs):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.attention = Attention(args, args.sliding_window if layer_id % 2 == 0 else None)
+        self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
+        activation = functools.partial(clamped_swiglu, limit=args.swiglu_limit, alpha=args.swiglu_alpha)
+        self.moe = MoE(
+            TopKRouter(args.dim, args.num_experts, args.experts_per_token),
+            GroupedExperts(args.num_experts, args.dim, args.hidden_dim, activation),
+            load_balance_coeff=args.load_balance_coeff,
+        )
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.moe(self.ffn_norm(h))
+
+
+class GptOssModel(nn.Module):
+    """GPT-OSS decoder: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+
+    Follows the model contract of ``models/__init__.py``: ``__init__`` only creates modules (values
+    come from the init plan, ``models/gpt_oss/init_plan.py``); the YaRN tables ``rope_cos``/``rope_sin``
+    (fp32 ``(max_seq_len, head_dim)``, non-persistent) are filled by :meth:`init_buffers`.
+    """
+
+    def __init__(self, args: GptOssModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
+        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
+
+    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
+        """Recompute the YaRN RoPE tables in fp32 on ``buffer_device`` (default: where they are)."""
+        a = self.args
+        device = self.rope_cos.device if buffer_device is None else buffer_device
+        self.rope_cos, self.rope_sin = yarn_cos_sin(
+            a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
+            a.rope_beta_fast, a.rope_beta_slow, device=device,
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+
+        Raises:
+            ValueError: ``tokens`` not 2-D or longer than ``max_seq_len``.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"GptOssModel: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
+        seqlen = tokens.shape[1]
+        if seqlen > self.args.max_seq_len:
+            raise ValueError(
+                f"GptOssModel: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
+                "raise model max_seq_len or lower training.seq_len"
+            )
+        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+
+def num_active_params(args: GptOssModelArgs) -> int:
+    """Parameters used per token: all but the embedding table and the unchosen experts.
+
+    Each block counts its attention (weights, biases, sinks), norms, router and ``experts_per_token``
+    experts; ``output`` and the final norm are added, ``tok_embeddings`` is a lookup. Gives
+    3,608,307,264 for 20b and 5,132,849,472 for 120b (model card: 3.61B and 5.13B active).
+    """
+    a = args
+    qkv = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim
+    attention = a.dim * qkv + qkv + a.n_heads * a.head_dim * a.dim + a.dim + a.n_heads
+    expert = a.dim * 2 * a.hidden_dim + 2 * a.hidden_dim + a.hidden_dim * a.dim + a.dim
+    block = attention + 2 * a.dim + a.dim * a.num_experts + a.num_experts + a.experts_per_token * expert
+    return a.n_layers * block + a.dim + a.dim * a.vocab_size
+
+
+def num_flops_per_token(args: GptOssModelArgs, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward): ``6 * num_active_params + attention``.
+
+    ``6N`` as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, with the MoE's active
+    parameters (:func:`num_active_params`). Attention scores and values add
+    ``12 * n_heads * head_dim * context`` per layer (torchtitan's ``12 l h q t``), with
+    ``context = seq_len`` on full layers and ``min(sliding_window, seq_len)`` on sliding (even) ones.
+    """
+    a = args
+    contexts = [min(a.sliding_window, seq_len) if i % 2 == 0 else seq_len for i in range(a.n_layers)]
+    return 6.0 * num_active_params(a) + 12.0 * a.n_heads * a.head_dim * sum(contexts)
