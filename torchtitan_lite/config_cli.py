@@ -60,8 +60,9 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     for stmt, nxt in zip(body, body[1:] + [None]):
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            is_doc = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)
-            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value) if is_doc else ""
+            value = nxt.value if isinstance(nxt, ast.Expr) else None
+            is_doc = isinstance(value, ast.Constant) and isinstance(value.value, str)
+            docs[stmt.target.id] = inspect.cleandoc(value.value) if is_doc else ""
     return docs
 
 
@@ -205,7 +206,8 @@ def split_cli(argv: list[str], is_flag: typing.Callable[[str], bool]) -> list[tu
             value = nxt if takes_next else True
             i += 1 if takes_next else 0
         if "." not in key:
-            raise ConfigError(f"--{key} ({COMMAND_LINE}): options are --section.key, e.g. --training.steps=10 (see --help)")
+            raise ConfigError(f"--{key} ({COMMAND_LINE}): options are --section.key, e.g. --training.steps=10 "
+                              "(see --help)")
         pairs.append((key, value))
         i += 1
     return pairs
@@ -249,11 +251,13 @@ def set_value(config: Any, key: str, value: Any, where: str) -> None:
     tp = typing.get_type_hints(type(section))[f.name]
     if where == COMMAND_LINE and value is True and not is_bool(tp):
         raise ConfigError(f"{key} ({where}): needs a value, e.g. --{key}=VALUE")
-    if typing.get_origin(tp) is dict and len(parts) == 3:
+    is_table = typing.get_origin(tp) is dict
+    if is_table and len(parts) == 3:
         getattr(section, f.name)[parts[2]] = value
         return
     if len(parts) != 2:
-        raise ConfigError(f"{key} ({where}): unknown key; {'.'.join(parts[:2])} is a {type_name(tp)}, not a table")
+        form = f"{parts[0]}.{parts[1]}" + (".<name>" if is_table else "")
+        raise ConfigError(f"{key} ({where}): unknown key; the form is {form}")
     try:
         coerced = coerce(value, tp, from_cli=where == COMMAND_LINE)
         check_bounds(coerced, f.metadata)

@@ -102,7 +102,8 @@ def device_type(requested: str = "auto") -> str:
     if requested == "auto":
         return next(kind for kind in DEVICE_TYPES if _available(kind))
     if requested not in DEVICE_TYPES:
-        raise ValueError(f"training.device: unknown device type {requested!r}; use auto or one of {', '.join(DEVICE_TYPES)}")
+        raise ValueError(f"training.device: unknown device type {requested!r}; "
+                         f"use auto or one of {', '.join(DEVICE_TYPES)}")
     if not _available(requested):
         raise RuntimeError(f"training.device = {requested!r} but no {requested} device is available here; "
                            "use training.device = \"auto\" (or \"cpu\")")
