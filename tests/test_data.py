@@ -47,7 +47,7 @@ def _write_jsonl(path: Path, docs: list[str], column: str = "text") -> Path:
 
 
 def _local_loader(tokenizer, path, **kw):
-    args = dict(dataset="local", dataset_path=str(path), tokenizer=tokenizer, seq_len=4, local_batch_size=2, seed=3)
+    args = dict(dataset_path=str(path), tokenizer=tokenizer, seq_len=4, local_batch_size=2, seed=3)
     return build_dataloader(**{**args, **kw})
 
 
@@ -292,10 +292,12 @@ def test_too_few_validation_windows_for_every_rank(toy_tokenizer, tmp_path):
 def test_bad_arguments_are_named():
     tok = build_tokenizer()
     common = dict(tokenizer=tok, seq_len=8, local_batch_size=1)
-    with pytest.raises(ValueError, match="unknown dataset 'c4'; use one of shakespeare, local, hf"):
+    with pytest.raises(ValueError, match="unknown dataset 'c4'; use one of shakespeare, hf"):
         build_dataloader(dataset="c4", **common)
-    with pytest.raises(ValueError, match="dataset_path='x.txt' with dataset='shakespeare'"):
-        build_dataloader(dataset="shakespeare", dataset_path="x.txt", **common)
+    with pytest.raises(ValueError, match="dataset_path='x.txt' with dataset='hf': use one of"):
+        build_dataloader(dataset="hf", hf_dataset_name="allenai/c4", dataset_path="x.txt", **common)
+    with pytest.raises(ValueError, match="hf_dataset_name=None with dataset='hf'"):
+        build_dataloader(dataset="hf", **common)
     with pytest.raises(ValueError, match=r"dp_rank must be in \[0, dp_world_size=2\), got 2"):
         build_dataloader(dp_rank=2, dp_world_size=2, **common)
 

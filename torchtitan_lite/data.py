@@ -1,18 +1,20 @@
 """Data: text documents -> token ids -> packed windows -> a torchdata ``StatefulDataLoader``.
 
-Sources (``dataset=``):
-  * ``"shakespeare"`` (default): the 38 plays of :mod:`torchtitan_lite.corpus`, one document per
-    play, through ``datasets.Dataset.from_dict`` (offline, nothing written to disk). ``split="train"``
-    is 37 plays, ``split="validation"`` the held-out play ``the-tempest``.
-  * ``"local"``: ``dataset_path``, a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of
+Sources:
+  * ``dataset="shakespeare"`` (default): the 38 plays of :mod:`torchtitan_lite.corpus`, one document
+    per play, through ``datasets.Dataset.from_dict`` (offline, nothing written to disk).
+    ``split="train"`` is 37 plays, ``split="validation"`` the held-out play ``the-tempest``.
+  * local files, when ``dataset_path`` is set (it replaces ``"shakespeare"``; it cannot go with
+    ``"hf"``): a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of
     them (searched recursively, one format per folder, files in sorted path order), loaded with
     ``datasets.load_dataset`` (its cache goes to the user's Hugging Face cache, never the repo). A
     ``.txt`` file is one document; ``.jsonl``/``.json``/``.parquet`` rows are documents, read from
     ``text_column``. The packed token stream is split: its last
     ``max(1, round(val_fraction * n_tokens))`` tokens are the validation split, the others the
     training split (so a single file works too).
-  * ``"hf"``: ``datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split)`` from the hub,
-    for users who are online; ``split`` is passed as is. Same code path as ``"local"`` after loading.
+  * ``dataset="hf"``: ``datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split)`` from
+    the hub, for users who are online; ``split`` is passed as is. Same code path as local files
+    after loading.
 
 Packing: every document is tokenized (batch encode), followed by the tokenizer's EOS, and the
 documents are concatenated into one stream of ``n_tokens`` ids, held in memory (int32) by each
@@ -33,7 +35,7 @@ Validation (map-style) reads the validation windows in order, without shuffling,
 every rank yields the same number of batches (``len(loader)``); the few windows beyond are unused.
 Each new iterator starts again from the first window.
 
-Streaming (``streaming=True``, ``"hf"`` or ``"local"`` training data): there is no random access,
+Streaming (``streaming=True``, hub or local training data): there is no random access,
 so each rank reads its own part of the stream (``datasets.distributed.split_dataset_by_node``: whole
 shards when their number divides ``W``, else every ``W``-th document), in stream order (no
 shuffling: hub pretraining sets such as FineWeb are stored shuffled), packs its own windows and
@@ -59,7 +61,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchtitan_lite.corpus import shakespeare_plays
 from torchtitan_lite.tokenizer import Tokenizer
 
-DATASETS = ("shakespeare", "local", "hf")
+DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")
 LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 """File extension -> ``datasets`` builder name."""
@@ -146,22 +148,22 @@ def load_documents(
 ) -> tuple[list[str], str]:
     """The documents of a map-style source's split, and a short name of the source for messages.
 
-    For ``dataset="local"`` these are all the documents: :func:`split_tokens` makes the splits.
+    For local files (``dataset_path`` set) these are all the documents: :func:`split_tokens` makes the splits.
 
     Raises:
         FileNotFoundError: a missing ``dataset_path``.
         ValueError: a missing text column, no documents, or see :func:`local_data_files`.
     """
-    if dataset == "shakespeare":
-        plays = shakespeare_plays(split)
-        ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
-        return list(ds["text"]), f"shakespeare ({split})"
-    if dataset == "hf":
+    if dataset_path is not None:
+        where = f"dataset_path {dataset_path}"
+        docs = _column(*_load_local(dataset_path, text_column, streaming=False), where)
+    elif dataset == "hf":
         where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
         docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
     else:
-        where = f"dataset_path {dataset_path}"
-        docs = _column(*_load_local(dataset_path, text_column, streaming=False), where)
+        plays = shakespeare_plays(split)
+        ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
+        return list(ds["text"]), f"shakespeare ({split})"
     if not docs:
         raise ValueError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
@@ -356,15 +358,14 @@ def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, loca
         raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; use one of {', '.join(SPLITS)}")
-    if (dataset == "local") != (dataset_path is not None):
-        raise ValueError(f"dataset_path={dataset_path!r} with dataset='{dataset}': a path goes with dataset='local' "
-                         "and dataset='local' needs a path")
+    if dataset == "hf" and dataset_path is not None:
+        raise ValueError(f"dataset_path={dataset_path!r} with dataset='hf': use one of local files or a hub dataset")
     if (dataset == "hf") != (hf_dataset_name is not None):
         raise ValueError(f"hf_dataset_name={hf_dataset_name!r} with dataset='{dataset}': a hub name goes with "
                          "dataset='hf' and dataset='hf' needs a name")
-    if streaming and dataset == "shakespeare":
-        raise ValueError("streaming=True is for dataset='hf' or 'local'; the shakespeare dataset is read in memory")
-    if streaming and dataset == "local" and split == "validation":
+    if streaming and dataset == "shakespeare" and dataset_path is None:
+        raise ValueError("streaming=True is for hub or local files; the shakespeare dataset is read in memory")
+    if streaming and dataset_path is not None and split == "validation":
         raise ValueError("a streaming local dataset has no validation split; set streaming=False for validation")
     for name, value, low in (("seq_len", seq_len, 1), ("local_batch_size", local_batch_size, 1),
                              ("dp_world_size", dp_world_size, 1)):
@@ -402,11 +403,11 @@ def build_dataloader(
     resume exactly: after loading, the next batch is the one the saved run would have produced.
 
     Args:
-        dataset: ``"shakespeare"``, ``"local"`` or ``"hf"``.
-        dataset_path: file or folder, with ``dataset="local"`` only.
+        dataset: ``"shakespeare"`` or ``"hf"``.
+        dataset_path: local file or folder; replaces ``"shakespeare"`` (not allowed with ``"hf"``).
         hf_dataset_name: hub name (e.g. ``"HuggingFaceFW/fineweb"``), with ``dataset="hf"`` only.
         hf_dataset_config: hub config name (e.g. ``"sample-10BT"``) or ``None``.
-        streaming: read ``"hf"``/``"local"`` data as a stream (no global batch invariance; see above).
+        streaming: read hub or local data as a stream (no global batch invariance; see above).
         text_column: column holding the text (``.jsonl``/``.parquet``/hub); ``.txt`` ignores it.
         tokenizer: see :mod:`torchtitan_lite.tokenizer`.
         seq_len: tokens per sequence.
@@ -414,7 +415,7 @@ def build_dataloader(
         dp_rank, dp_world_size: this rank and the number of data-parallel ranks.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
-        val_fraction: ``"local"`` only: fraction of the token stream (its end) held out for validation.
+        val_fraction: local files only: fraction of the token stream (its end) held out for validation.
 
     Raises:
         FileNotFoundError: a missing ``dataset_path``.
@@ -426,7 +427,7 @@ def build_dataloader(
                 dp_world_size, split, val_fraction)
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if streaming:
-        if dataset == "local":
+        if dataset_path is not None:
             stream, text_column = _load_local(dataset_path, text_column, streaming=True)
             name = f"dataset_path {dataset_path}"
         else:
@@ -438,7 +439,7 @@ def build_dataloader(
         documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
                                          hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
         tokens = tokenize_documents(tokenizer, documents)
-        if dataset == "local":
+        if dataset_path is not None:
             tokens, name = split_tokens(tokens, split, val_fraction), f"{name} ({split})"
         windows = PackedWindows(tokens, seq_len, name)
         if split == "train":
