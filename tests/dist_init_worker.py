@@ -1,0 +1,99 @@
+"""torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results saved by rank 0.
+
+Usage: ``torchrun --nproc_per_node=N tests/dist_init_worker.py OUT_PATH BLOCK``. ``BLOCK`` overrides
+the keyed block size so that shards cut through blocks (the test's reference uses the same).
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from torchtitan_lite import sampling
+from torchtitan_lite.init import init_weights, materialize, tensor_groups
+from torchtitan_lite.init_report import init_report, model_fingerprint
+from torchtitan_lite.init_spec import InitPlan, normal, ones, trunc_normal
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.small = nn.Parameter(torch.empty(7, 5))
+        self.big = nn.Parameter(torch.empty(255, 66))
+
+
+class TinyModel(nn.Module):
+    """Uneven shapes for 2 and 3 ranks (7x5, 255x66, 37x16) and a tied embedding/output pair."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(37, 16)
+        self.layers = nn.ModuleDict({"0": Block()})
+        self.norm = nn.Parameter(torch.empty(16))
+        self.output = nn.Linear(16, 37, bias=False)
+        self.output.weight = self.tok_embeddings.weight
+
+
+PLAN = InitPlan("tiny_dist", (
+    ("tok_embeddings.weight", normal(1.0)),
+    ("layers.0.small", trunc_normal(0.5, cutoff=2.0)),
+    ("layers.0.big", trunc_normal(0.02)),
+    ("norm", ones()),
+    ("output.weight", trunc_normal(0.1)),
+))
+SEED = 20260
+
+
+def full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Canonical first name -> full tensor (gathered; collective)."""
+    out = {}
+    for names, tensor in tensor_groups(model):
+        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        out[names[0]] = full.detach().clone()
+    return out
+
+
+def main() -> None:
+    out_path, block = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(1)
+    sampling.BLOCK = block
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    with torch.device("meta"):
+        model = TinyModel()
+    fully_shard(model.layers["0"], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    materialize(model, "cpu")
+    result = init_weights(model, PLAN, SEED)
+    try:
+        sampling.trunc_normal_(model.layers["0"].big)
+        unkeyed_dtensor_raises = False
+    except ValueError:
+        unkeyed_dtensor_raises = True
+    locals_ = [None] * world
+    dist.all_gather_object(locals_, {n: t.to_local().clone() for n, t in
+                                     [(names[0], t) for names, t in tensor_groups(model)]})
+    fingerprint = model_fingerprint(model)
+    fingerprints = [None] * world
+    dist.all_gather_object(fingerprints, fingerprint)
+    weights = full_weights(model)
+    report = init_report(model, PLAN, result)
+    if rank == 0:
+        torch.save({
+            "weights": weights,
+            "locals": locals_,
+            "fingerprints": fingerprints,
+            "tied": model.output.weight is model.tok_embeddings.weight,
+            "unkeyed_dtensor_raises": unkeyed_dtensor_raises,
+            "flags": {r.name: r.flags for r in report.rows},
+            "initialized_elements": result.initialized_elements,
+        }, out_path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
