@@ -16,6 +16,7 @@ from torchtitan_lite.corpus import VALIDATION_PLAY, markdown_to_text, shakespear
 from torchtitan_lite.data import (
     GlobalWindowStream,
     PackedWindows,
+    StreamingWindows,
     build_dataloader,
     check_vocab,
     tokenize_documents,
@@ -249,6 +250,15 @@ def test_streaming_ranks_read_alternate_documents(toy_tokenizer, tmp_path):
     for rank in range(2):
         loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=rank, dp_world_size=2)
         assert _windows(islice(iter(loader), 3)) == [tuple(tokens[rank][4 * i:4 * i + 5]) for i in range(3)]
+
+
+def test_streaming_validation_restarts_from_the_beginning(toy_tokenizer, tmp_path):
+    stream = datasets.load_dataset("json", data_files=str(_write_jsonl(tmp_path / "d.jsonl", _docs(3))),
+                                   split="train", streaming=True)
+    ds = StreamingWindows(stream, tokenizer=toy_tokenizer, text_column="text", seq_len=4, dp_rank=0,
+                          dp_world_size=1, name="toy", restart=True)
+    first, again = (_windows((x[None], y[None]) for x, y in islice(iter(ds), 7)) for _ in range(2))
+    assert first == again and first[0] == (1, 2, 3, 4, 5)
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -308,19 +308,23 @@ class StreamingWindows(IterableDataset):
 
     Documents are read in stream order, each tokenized and followed by the EOS; the stream repeats
     forever (epochs). ``state_dict()`` holds the epoch, the stream's own state and the tokens read
-    but not yet yielded, so resume is exact.
+    but not yet yielded, so resume is exact. With ``restart=True`` (validation) every new iterator
+    starts again from the beginning of the stream.
 
     Raises (while iterating):
         ValueError: a document without ``text_column``.
     """
 
     def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
-                 dp_rank: int, dp_world_size: int, name: str):
+                 dp_rank: int, dp_world_size: int, name: str, restart: bool = False):
         self._stream = split_dataset_by_node(stream, rank=dp_rank, world_size=dp_world_size)
         self._tokenizer, self._text_column, self._seq_len, self.name = tokenizer, text_column, seq_len, name
+        self._restart = restart
         self._epoch, self._buffer, self._stream_state = 0, [], None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._restart:
+            self._epoch, self._buffer, self._stream_state = 0, [], None
         while True:
             self._stream.set_epoch(self._epoch)
             if self._stream_state is not None:
@@ -434,7 +438,7 @@ def build_dataloader(
             stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
             name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
         ds = StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len,
-                              dp_rank=dp_rank, dp_world_size=dp_world_size, name=name)
+                              dp_rank=dp_rank, dp_world_size=dp_world_size, name=name, restart=split == "validation")
     else:
         documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
                                          hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
