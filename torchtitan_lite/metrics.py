@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+import torch
 from torch.utils.tensorboard import SummaryWriter
 
 GIB = 2**30
@@ -205,6 +206,23 @@ class MetricsLogger:
         if self.writer is not None:
             self.writer.add_scalar("loss/validation", loss, step)
         return line
+
+    def log_expert_load(self, step: int, loads: dict[str, torch.Tensor]) -> None:
+        """Write each MoE layer's expert load of one step to TensorBoard as ``moe/<layer>/min_load`` and
+        ``moe/<layer>/max_load``: the least and most loaded expert's share of (token, expert) assignments
+        divided by the balanced share ``1 / num_experts`` (1.0 = perfectly balanced).
+
+        Args:
+            step: 1-based step.
+            loads: layer name -> fp32 ``(num_experts,)`` counts summed over ranks
+                (``models.common.moe.collect_expert_load``).
+        """
+        if self.writer is None:
+            return
+        for layer, counts in loads.items():
+            relative = counts * counts.numel() / counts.sum().clamp_min(1)
+            self.writer.add_scalar(f"moe/{layer}/min_load", relative.min().item(), step)
+            self.writer.add_scalar(f"moe/{layer}/max_load", relative.max().item(), step)
 
     def log_text(self, lines: Iterable[str]) -> None:
         """Print the run header lines (model, param count, device, world size, init fingerprint) and

@@ -1,0 +1,244 @@
+"""The trainer: ``python -m torchtitan_lite.train --job.config_file X.toml [--section.key=value ...]``.
+
+Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
+run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> init ->
+data -> optimizer -> loop (forward, loss, backward, clip, step, LR) with a log line per step and
+TensorBoard scalars.
+
+Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
+the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
+adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
+FSDP2 sums gradients over ranks (see ``parallelize.py``), so the gradient is that of the mean loss
+over all tokens of the global batch, exactly as one process would compute it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from models import get_model_spec
+from models.common.moe import MoE, collect_expert_load
+from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_exit
+from torchtitan_lite.data import build_dataloader, check_vocab
+from torchtitan_lite.distributed import DistInfo, init_distributed, peak_flops, peak_memory_bytes
+from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.init_report import init_report, model_fingerprint
+from torchtitan_lite.lr_schedule import build_lr_scheduler
+from torchtitan_lite.metrics import MetricsLogger, make_run_folder
+from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
+from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile, apply_fsdp
+from torchtitan_lite.tokenizer import build_tokenizer
+
+
+class TrainingError(RuntimeError):
+    """A failure the user can act on; printed as one ``error: ...`` line."""
+
+
+@dataclass
+class StepStats:
+    """What one optimizer step produced (global values, equal on every rank)."""
+
+    loss: float
+    grad_norm: float
+    lr: float
+
+
+def compute_dtype(config: JobConfig, device: torch.device) -> torch.dtype:
+    """``training.compute_dtype``; ``auto`` = bf16 on accelerators, fp32 on CPU (no fast bf16 on AVX2)."""
+    name = config.training.compute_dtype
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return getattr(torch, name)
+
+
+def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
+    """``(global_batch_size, micro-batches per step)``.
+
+    Raises:
+        TrainingError: the global batch is not a multiple of ``local_batch_size * world_size``.
+    """
+    local = config.training.local_batch_size
+    global_bs = config.training.global_batch_size
+    global_bs = local * world_size if global_bs == -1 else global_bs
+    if global_bs % (local * world_size):
+        raise TrainingError(
+            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * world size "
+            f"= {local} * {world_size}; pick a global batch that is")
+    return global_bs, global_bs // (local * world_size)
+
+
+def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
+    """Model on meta -> activation checkpointing -> compile -> FSDP2 -> ``to_empty`` on the device.
+
+    Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
+    """
+    spec = get_model_spec(config.model.name)
+    args = build_model_args(config)
+    vocab_check(args.vocab_size)
+    if config.training.seq_len > args.max_seq_len:
+        raise TrainingError(f"training.seq_len = {config.training.seq_len} exceeds the model's max_seq_len = "
+                            f"{args.max_seq_len}; lower seq_len or set --model.overrides.max_seq_len")
+    with torch.device("meta"):
+        model = spec.model_cls(args)
+    apply_activation_checkpointing(model, config.parallelism.activation_checkpoint)
+    if config.parallelism.compile:
+        apply_compile(model)
+    apply_fsdp(model, info.mesh, param_dtype=compute_dtype(config, info.device), reduce_dtype=torch.float32,
+               reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
+    materialize(model, info.device)
+    return model, spec, args
+
+
+def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> scalar."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+
+
+class Trainer:
+    """One training run, built from a validated :class:`JobConfig` on every rank."""
+
+    def __init__(self, config: JobConfig):
+        self.config = config
+        self.info = info = init_distributed(config)
+        torch.manual_seed(config.training.seed)
+        tokenizer = build_tokenizer(config.model.tokenizer_path)
+        self.global_batch, self.accum = micro_batches(config, info.world_size)
+        self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
+        self.init_result = init_weights(self.model, self.spec.init_plan(self.args), config.training.seed,
+                                        buffer_device=info.device)
+        self.fingerprint = model_fingerprint(self.model)
+        self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
+        for moe in self.moe_layers:
+            moe.aux_loss_scale = 1.0 / (info.world_size * self.accum)
+        opt = config.optimizer
+        self.optimizer = build_optimizer(
+            self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
+            decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases)
+        sched = config.lr_scheduler
+        self.scheduler = build_lr_scheduler(
+            self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
+            decay_ratio=sched.decay_ratio, decay_type=sched.decay_type, min_lr_factor=sched.min_lr_factor)
+        data_kwargs = dict(
+            dataset=config.training.dataset, dataset_path=config.training.dataset_path,
+            hf_dataset_name=config.training.hf_dataset_name, hf_dataset_config=config.training.hf_dataset_config,
+            streaming=config.training.streaming, text_column=config.training.text_column, tokenizer=tokenizer,
+            seq_len=config.training.seq_len, local_batch_size=config.training.local_batch_size,
+            dp_rank=info.rank, dp_world_size=info.world_size, seed=config.training.seed)
+        self.train_loader = build_dataloader(split="train", **data_kwargs)
+        self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
+        self.run_folder = self._run_folder()
+        dtype = compute_dtype(config, info.device)
+        self.metrics = MetricsLogger(
+            self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
+            tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
+            total_steps=config.training.steps, world_size=info.world_size,
+            num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
+            peak_flops=peak_flops(info.device, dtype))
+        self._log_header(tokenizer, dtype)
+
+    def _run_folder(self):
+        """The run folder, named and created on rank 0 and broadcast to the others."""
+        holder = [None]
+        if self.info.rank == 0:
+            holder[0] = str(make_run_folder(self.config.job.dump_folder, self.config.model.name,
+                                            self.config.model.flavor))
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def _log_header(self, tokenizer, dtype: torch.dtype) -> None:
+        cfg, info, res = self.config, self.info, self.init_result
+        n_params = sum(p.numel() for p in self.model.parameters())
+        lines = [
+            f"model {cfg.model.name} flavor {cfg.model.flavor}: {n_params:,} parameters "
+            f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size {self.args.vocab_size}, "
+            f"tokenizer vocab {tokenizer.vocab_size}",
+            f"device {info.device} ({info.backend}), world size {info.world_size}, compute dtype "
+            f"{str(dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
+            f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
+            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per rank",
+            f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
+            f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
+            f"expected step-1 loss about ln(vocab_size) = {math.log(self.args.vocab_size):.4f}",
+            f"run folder {self.run_folder}",
+        ]
+        self.metrics.log_text(lines)
+
+    def train_step(self, batches) -> StepStats:
+        """One optimizer step over ``accum`` micro-batches of this rank."""
+        tokens_global = self.global_batch * self.config.training.seq_len
+        loss_sum = torch.zeros((), device=self.info.device)
+        for _ in range(self.accum):
+            inputs, labels = next(batches)
+            inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
+            micro_loss = cross_entropy_sum(self.model(inputs), labels)
+            (micro_loss / tokens_global).backward()
+            loss_sum += micro_loss.detach()
+        grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum)
+        return StepStats(loss=loss_sum.item() / tokens_global, grad_norm=float(grad_norm), lr=lr)
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Mean token cross-entropy over ``validation.steps`` batches (fewer if the set ends), all ranks."""
+        self.model.eval()
+        totals = torch.zeros(2, device=self.info.device, dtype=torch.float64 if self.info.device.type == "cpu"
+                             else torch.float32)
+        for i, (inputs, labels) in enumerate(self.val_loader):
+            if i == self.config.validation.steps:
+                break
+            logits = self.model(inputs.to(self.info.device))
+            totals[0] += cross_entropy_sum(logits, labels.to(self.info.device))
+            totals[1] += labels.numel()
+        self.model.train()
+        dist.all_reduce(totals)
+        return (totals[0] / totals[1]).item()
+
+    def train(self) -> None:
+        """Run ``training.steps`` steps; validate every ``validation.freq`` steps and at the end."""
+        cfg = self.config
+        batches = iter(self.train_loader)
+        tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.world_size
+        start = time.perf_counter()
+        self.model.train()
+        for step in range(1, cfg.training.steps + 1):
+            stats = self.train_step(batches)
+            if not math.isfinite(stats.loss):
+                raise TrainingError(f"step {step}: the loss is {stats.loss}; lower optimizer.lr or check the data")
+            self.metrics.log_step(step, loss=stats.loss, grad_norm=stats.grad_norm, lr=stats.lr,
+                                  tokens=tokens_per_step, elapsed_s=time.perf_counter() - start,
+                                  memory_bytes=peak_memory_bytes(self.info.device))
+            if self.moe_layers:
+                self.metrics.log_expert_load(step, collect_expert_load(self.model))
+            if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
+                self.metrics.log_validation(step, self.validate())
+        self.metrics.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of each worker: train, or print ``error: <message>`` and return 1."""
+    config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
+    try:
+        Trainer(config).train()
+    except (TrainingError, ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
