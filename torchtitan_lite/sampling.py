@@ -11,15 +11,15 @@ values on the bounds and distorts the kurtosis. We use rejection where the in-bo
 where it is small. Accepted candidates of a rejection sampler are iid truncated normals, so both
 are exact up to the working precision.
 
-Note: on why we redraw only the rejected positions. Compacting the accepted values of an oversampled
-draw (``x[mask]``) costs ~2.5x a ``normal_`` of the same size on a CPU, and redrawing the whole
-tensor per round (the classic fix) costs a pass per round. Instead we draw ``n`` normals in place,
-chunk by chunk (cache-resident), find the few out-of-bounds positions with a sparse ``nonzero`` and
-fill just those from one small oversampled draw: ``m = ceil((k + 4 sqrt(k) + 16) / Z)`` candidates,
-compacted, first ``k`` kept; a shortfall is redrawn the same way, at most ``_MAX_ROUNDS`` times,
-and what is still missing after that comes from the inverse CDF (valid input never fails). Each
-position's value is independent of which positions were rejected, so the result is iid truncated
-normal.
+Note: on why we redraw only the rejected positions, in place. The classic rejection fix redraws the
+whole tensor per round (a pass per round), and compacting the accepted values of an oversampled draw
+(``x[mask]``) costs ~2.5x a ``normal_`` of the same size on a CPU. Instead we draw ``n`` normals in
+place, chunk by chunk (cache-resident), find the few out-of-bounds positions (a min/max pass when
+almost no chunk has any, else a mask and NumPy's ``flatnonzero``), and refill just
+those positions by the same method applied to them, at most ``_MAX_ROUNDS`` levels deep; what is
+still out after that comes from the inverse CDF, so valid input never fails. Each position's value
+is independent of which positions were rejected, so the result is iid truncated normal. Measured
+on this project's CPU: 1.05x ``normal_`` at +-100 sigma, ~1.2-1.4x at +-3 sigma.
 
 Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the
 target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
@@ -61,7 +61,7 @@ _MIN_REJECTION_MASS = 0.3
 """Below this in-bounds mass the inverse CDF is faster than rejection (measured by bench_init.py)."""
 
 _MAX_ROUNDS = 8
-_CPU_CHUNK = 2**16
+_CPU_CHUNK = 2**18
 _LOG_SPACE_BELOW = {torch.float64: -37.0, torch.float32: -12.0}
 """Lower standardized bound under which Phi underflows the dtype: invert in log space instead."""
 
@@ -206,51 +206,67 @@ def _inverse_cdf(n: int, mean: float, std: float, alpha: float, beta: float, gen
     return z.mul_(std).add_(mean)
 
 
-def _accepted(k: int, mean: float, std: float, lo: float, hi: float, mass: float, alpha: float, beta: float,
-              generator, device, dtype) -> torch.Tensor:
-    """``k`` values of ``N(mean, std^2)`` conditioned on ``[lo, hi]``: oversampled rejection rounds,
-    then the inverse CDF for any shortfall after ``_MAX_ROUNDS``. Returns ``(k,)`` in ``dtype``."""
-    parts, need = [], k
-    for _ in range(_MAX_ROUNDS):
-        if need == 0:
-            break
-        m = math.ceil((need + 4.0 * math.sqrt(need) + 16.0) / mass)
-        x = torch.empty(m, dtype=dtype, device=device).normal_(mean, std, generator=generator)
-        keep = x[(x >= lo) & (x <= hi)][:need]
-        parts.append(keep)
-        need -= keep.numel()
-    if need:
-        parts.append(_inverse_cdf(need, mean, std, alpha, beta, generator, device).to(dtype).clamp_(lo, hi))
-    return torch.cat(parts)
+def _out_of_bounds(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Sorted int64 indices of the elements of the 1-D ``x`` outside ``[lo, hi]``.
+
+    On the CPU this runs in NumPy, whose ``flatnonzero`` skips zero words of a sparse mask: ~5x
+    faster than ``torch.nonzero`` at +-3 sigma and 1.4x at +-2 sigma (torch 2.13, NumPy 2.4).
+    ``lo``/``hi`` are representable in ``x.dtype``, so the comparisons are exact.
+    """
+    if x.device.type == "cpu":
+        xn = x.numpy()
+        mask = np.abs(xn) > hi if lo == -hi else (xn < lo) | (xn > hi)
+        return torch.from_numpy(np.flatnonzero(mask))
+    mask = x.abs() > hi if lo == -hi else (x < lo) | (x > hi)
+    return mask.nonzero().squeeze_(1)
 
 
-def _sample_into(out: torch.Tensor, mean: float, std: float, a: float, b: float, generator) -> None:
+def _sample_into(out: torch.Tensor, mean: float, std: float, a: float, b: float, generator,
+                 redraws: int | None = None) -> None:
     """Fill the 1-D contiguous ``out`` (float32 or float64) with iid ``N(mean, std^2)`` truncated to
-    ``[a, b]``; every value lies in ``[a, b]`` exactly (in ``out.dtype``)."""
+    ``[a, b]``; every value lies in ``[a, b]`` exactly (in ``out.dtype``).
+
+    Rejected positions are refilled by a recursive call on just them, ``redraws`` levels deep
+    (default ``_MAX_ROUNDS``); below that the inverse CDF fills them.
+    """
+    redraws = _MAX_ROUNDS if redraws is None else redraws
     n, device, dtype = out.numel(), out.device, out.dtype
     lo, hi = inner_bounds(a, b, dtype)
     alpha, beta = (a - mean) / std, (b - mean) / std
     mass = normal_mass(alpha, beta)
     if mass < _MIN_REJECTION_MASS:
-        chunk = BLOCK
-        for s in range(0, n, chunk):
-            part = out[s : s + chunk]
-            part.copy_(_inverse_cdf(part.numel(), mean, std, alpha, beta, generator, device).clamp_(lo, hi))
+        _inverse_cdf_into(out, mean, std, alpha, beta, lo, hi, generator)
         return
     chunk = _CPU_CHUNK if device.type == "cpu" else max(n, 1)
+    expected_out = (1.0 - mass) * min(chunk, n)
     rejected = []
     for s in range(0, n, chunk):
         part = out[s : s + chunk]
         part.normal_(mean, std, generator=generator)
         if math.isinf(lo) and math.isinf(hi):
             continue
-        low, high = part.aminmax()
-        if low.item() >= lo and high.item() <= hi:
-            continue
-        rejected.append(((part < lo) | (part > hi)).nonzero().squeeze_(1).add_(s))
-    if rejected:
-        idx = torch.cat(rejected)
-        out[idx] = _accepted(idx.numel(), mean, std, lo, hi, mass, alpha, beta, generator, device, dtype)
+        if expected_out < 1.0:  # most chunks are clean: a min/max pass is cheaper than a mask
+            low, high = part.aminmax()
+            if low.item() >= lo and high.item() <= hi:
+                continue
+        rejected.append(_out_of_bounds(part, lo, hi).add_(s))
+    idx = torch.cat(rejected) if rejected else None
+    if idx is None or idx.numel() == 0:
+        return
+    values = torch.empty(idx.numel(), dtype=dtype, device=device)
+    if redraws == 0:
+        _inverse_cdf_into(values, mean, std, alpha, beta, lo, hi, generator)
+    else:
+        _sample_into(values, mean, std, a, b, generator, redraws - 1)
+    out.index_copy_(0, idx, values)
+
+
+def _inverse_cdf_into(out: torch.Tensor, mean: float, std: float, alpha: float, beta: float, lo: float,
+                      hi: float, generator) -> None:
+    """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``BLOCK`` elements at a time, clamped to ``[lo, hi]``."""
+    for s in range(0, out.numel(), BLOCK):
+        part = out[s : s + BLOCK]
+        part.copy_(_inverse_cdf(part.numel(), mean, std, alpha, beta, generator, out.device).clamp_(lo, hi))
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
