@@ -86,12 +86,12 @@ class InitReport:
     rows: list[InitReportRow]
 
     def __str__(self) -> str:
-        header = (f"{'name':<40} {'spec':<32} {'shape':<14} {'status':<6} {'mean':>10} {'std':>10} "
+        header = (f"{'name':<40} {'spec':<34} {'shape':<14} {'status':<6} {'mean':>10} {'std':>10} "
                   f"{'exp std':>10} {'min':>10} {'max':>10} {'at bound':>9} {'ex.kurt':>8} {'exp':>8}  flags")
         lines = [header]
         for r in self.rows:
             lines.append(
-                f"{r.name:<40} {r.spec:<32} {'x'.join(map(str, r.shape)):<14} {r.status:<6} {r.mean:>10.3g} "
+                f"{r.name:<40} {r.spec:<34} {'x'.join(map(str, r.shape)):<14} {r.status:<6} {r.mean:>10.3g} "
                 f"{r.std:>10.4g} {r.expected_std:>10.4g} {r.min:>10.3g} {r.max:>10.3g} {r.at_bound:>9.2g} "
                 f"{r.excess_kurtosis:>8.3f} {r.expected_excess_kurtosis:>8.3f}  {','.join(r.flags)}"
             )
