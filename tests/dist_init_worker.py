@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from torchtitan_lite import sampling
 from torchtitan_lite.init import init_weights, materialize, tensor_groups
@@ -74,6 +75,13 @@ def main() -> None:
         unkeyed_dtensor_raises = False
     except ValueError:
         unkeyed_dtensor_raises = True
+    placements_match = {}
+    for placement in (Replicate(), Shard(1)):
+        dt = distribute_tensor(torch.zeros(9, 2 * world + 1), mesh, [placement])
+        sampling.trunc_normal_(dt, 0.0, 1.0, -2.0, 2.0, key=sampling.InitKey(SEED, "extra"))
+        reference = sampling.trunc_normal_(torch.empty(9, 2 * world + 1), 0.0, 1.0, -2.0, 2.0,
+                                           key=sampling.InitKey(SEED, "extra"))
+        placements_match[str(placement)] = torch.equal(dt.full_tensor(), reference)
     locals_ = [None] * world
     dist.all_gather_object(locals_, {n: t.to_local().clone() for n, t in
                                      [(names[0], t) for names, t in tensor_groups(model)]})
@@ -89,6 +97,7 @@ def main() -> None:
             "fingerprints": fingerprints,
             "tied": model.output.weight is model.tok_embeddings.weight,
             "unkeyed_dtensor_raises": unkeyed_dtensor_raises,
+            "placements_match": placements_match,
             "flags": {r.name: r.flags for r in report.rows},
             "initialized_elements": result.initialized_elements,
         }, out_path)

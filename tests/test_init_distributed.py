@@ -54,6 +54,7 @@ def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path, monkey
         assert torch.equal(got["weights"][name], full), name
     assert got["fingerprints"] == [fingerprint] * world_size
     assert got["tied"] and got["unkeyed_dtensor_raises"]
+    assert got["placements_match"] == {"R": True, "S(1)": True}, "Replicate and Shard(1) DTensors too"
     assert all(flags == [] for flags in got["flags"].values()), got["flags"]
     for name in ("layers.0.big", "layers.0.small", "output.weight"):
         shards = [local[name] for local in got["locals"]]

@@ -177,7 +177,7 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     Raises:
         ValueError: bad seed, or see :func:`resolve_plan`.
     """
-    InitKey(seed, "seed check")
+    InitKey(seed, "init_weights")  # validates the seed before any tensor is touched
     resolved = resolve_plan(model, plan, skip)
     counts = [0, 0, 0, 0]
     for entry, tensor in resolved:
