@@ -1,0 +1,189 @@
+"""DeepSeek-V3 model arguments and flavors (DeepSeek-V3 technical report, arXiv 2412.19437).
+
+Field names follow the reference ``inference/model.py`` ``ModelArgs`` of deepseek-ai/DeepSeek-V3; the
+Hugging Face ``config.json`` key of each is given in brackets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class DeepSeekV3ModelArgs:
+    """Hyperparameters of a DeepSeek-V3-style model: MLA attention, DeepSeekMoE with shared experts.
+
+    Defaults are the published DeepSeek-V3 values (``config.json`` of deepseek-ai/DeepSeek-V3). Derive
+    a variant with ``dataclasses.replace(args, bias_update_speed=0.0)``: the checks run again.
+
+    Raises:
+        ValueError: a size that is not a positive integer (``q_lora_rank``, ``n_dense_layers`` and
+            ``n_shared_experts`` may be 0), an odd ``qk_rope_head_dim``, ``n_dense_layers > n_layers``,
+            ``n_activated_experts > n_routed_experts``, experts not divisible into ``n_expert_groups``
+            of at least 2, ``n_limited_groups > n_expert_groups``, fewer than ``n_activated_experts``
+            experts in the limited groups, an unknown ``score_func``, or a float out of its range
+            (each message names the field and the value).
+    """
+
+    dim: int = 7168
+    """Model width [hidden_size]."""
+    n_layers: int = 61
+    """Number of transformer blocks [num_hidden_layers]."""
+    n_dense_layers: int = 3
+    """The first ``n_dense_layers`` blocks use a dense SwiGLU FFN, the rest the MoE [first_k_dense_replace]."""
+    n_heads: int = 128
+    """Attention heads (MLA: keys and values per head, no GQA) [num_attention_heads]."""
+    vocab_size: int = 129280
+    """Vocabulary size [vocab_size]."""
+    inter_dim: int = 18432
+    """Inner width of the dense SwiGLU FFN [intermediate_size]."""
+    moe_inter_dim: int = 2048
+    """Inner width of each routed and shared expert [moe_intermediate_size]."""
+    n_routed_experts: int = 256
+    """Routed experts per MoE layer [n_routed_experts]."""
+    n_shared_experts: int = 1
+    """Shared experts, run on every token as one SwiGLU of width ``n_shared_experts * moe_inter_dim``
+    (reference ``MoE.shared_experts``); 0 = none [n_shared_experts]."""
+    n_activated_experts: int = 8
+    """Routed experts per token, ``K_r`` of the report [num_experts_per_tok]."""
+    n_expert_groups: int = 8
+    """Groups the routed experts are split into, ``M`` nodes in the report (sec. 2.1.2); 1 = no
+    group-limited routing [n_group]."""
+    n_limited_groups: int = 4
+    """Groups each token may be routed to (node-limited routing, report sec. 2.1.2) [topk_group]."""
+    score_func: str = "sigmoid"
+    """Affinity scores: ``"sigmoid"`` (V3, report eq. 15) or ``"softmax"`` (V2) [scoring_func]."""
+    route_norm: bool = True
+    """Divide the chosen scores by their sum (report eq. 13) [norm_topk_prob]."""
+    route_scale: float = 2.5
+    """Multiplier of the gating weights [routed_scaling_factor]."""
+    bias_update_speed: float = 0.001
+    """``gamma`` of the auxiliary-loss-free balancing: the step of each expert bias per optimizer step
+    (report sec. 2.1.2: 0.001 for the first 14.3T tokens, then 0); 0 turns the update off. Not in
+    config.json."""
+    seq_aux_loss_coeff: float = 0.0001
+    """``alpha`` of the sequence-wise balance loss (report eq. 17; 0.0001 in sec. 4.2); 0 = off.
+    config.json's ``aux_loss_alpha`` 0.001 is the HF default, not the training value."""
+    q_lora_rank: int = 1536
+    """Rank of the query down-projection; 0 = a direct ``dim -> n_heads * qk_head_dim`` projection
+    [q_lora_rank, null = 0]."""
+    kv_lora_rank: int = 512
+    """Rank of the shared key/value latent ``c_kv`` [kv_lora_rank]."""
+    qk_nope_head_dim: int = 128
+    """Per-head query/key size without position information [qk_nope_head_dim]."""
+    qk_rope_head_dim: int = 64
+    """Per-head query/key size carrying RoPE (the key part is shared by all heads); even
+    [qk_rope_head_dim]."""
+    v_head_dim: int = 128
+    """Per-head value size [v_head_dim]."""
+    norm_eps: float = 1e-6
+    """RMSNorm epsilon [rms_norm_eps]."""
+    rope_theta: float = 10000.0
+    """RoPE base [rope_theta]."""
+    max_seq_len: int = 163840
+    """Length of the RoPE tables: the longest sequence the model accepts. YaRN is on when it
+    exceeds ``rope_original_max_seq_len`` (the reference rule) [max_position_embeddings]."""
+    rope_original_max_seq_len: int = 4096
+    """Pre-extension context of YaRN [rope_scaling.original_max_position_embeddings]."""
+    rope_factor: float = 40.0
+    """YaRN context extension factor [rope_scaling.factor]."""
+    rope_beta_fast: float = 32.0
+    """YaRN ramp bound, in turns over the original context [rope_scaling.beta_fast]."""
+    rope_beta_slow: float = 1.0
+    """YaRN ramp bound, in turns over the original context [rope_scaling.beta_slow]."""
+    rope_mscale: float = 1.0
+    """YaRN attention temperature factor: the softmax scale is multiplied by
+    ``(0.1 * rope_mscale * ln(rope_factor) + 1) ** 2`` when YaRN is on [rope_scaling.mscale_all_dim]."""
+    tie_embeddings: bool = False
+    """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
+    init_std: float = 0.02
+    """Std of the random initial weights [initializer_range]."""
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        may_be_zero = ("q_lora_rank", "n_dense_layers", "n_shared_experts")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int":
+                low = 0 if f.name in may_be_zero else 1
+                if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                    raise ValueError(f"{name}.{f.name} must be an integer >= {low}, got {value!r}")
+        if self.qk_rope_head_dim % 2:
+            raise ValueError(f"{name}.qk_rope_head_dim must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}")
+        if self.n_dense_layers > self.n_layers:
+            raise ValueError(f"{name}: n_dense_layers ({self.n_dense_layers}) must be <= n_layers ({self.n_layers})")
+        if self.n_activated_experts > self.n_routed_experts:
+            raise ValueError(f"{name}: n_activated_experts ({self.n_activated_experts}) must be <= n_routed_experts "
+                             f"({self.n_routed_experts})")
+        if self.n_expert_groups > 1:
+            per_group = self.n_routed_experts // self.n_expert_groups
+            if self.n_routed_experts % self.n_expert_groups or per_group < 2:
+                raise ValueError(f"{name}: n_routed_experts ({self.n_routed_experts}) must split into n_expert_groups "
+                                 f"({self.n_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)")
+            if self.n_limited_groups > self.n_expert_groups:
+                raise ValueError(f"{name}: n_limited_groups ({self.n_limited_groups}) must be <= n_expert_groups "
+                                 f"({self.n_expert_groups})")
+            if self.n_limited_groups * per_group < self.n_activated_experts:
+                raise ValueError(f"{name}: n_limited_groups ({self.n_limited_groups}) groups of {per_group} experts "
+                                 f"hold fewer than n_activated_experts ({self.n_activated_experts}); raise n_limited_groups")
+        if self.score_func not in ("sigmoid", "softmax"):
+            raise ValueError(f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}")
+        for flag in ("route_norm", "tie_embeddings"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{name}.{flag} must be true or false, got {getattr(self, flag)!r}")
+        for positive in ("route_scale", "norm_eps", "init_std", "rope_mscale"):
+            if not getattr(self, positive) > 0:
+                raise ValueError(f"{name}.{positive} must be > 0, got {getattr(self, positive)!r}")
+        for non_negative in ("bias_update_speed", "seq_aux_loss_coeff"):
+            if not getattr(self, non_negative) >= 0:
+                raise ValueError(f"{name}.{non_negative} must be >= 0 (0 = off), got {getattr(self, non_negative)!r}")
+        if not self.rope_theta > 1:
+            raise ValueError(f"{name}.rope_theta must be > 1, got {self.rope_theta!r}")
+        if not self.rope_factor >= 1:
+            raise ValueError(f"{name}.rope_factor must be >= 1 (1 = no extension), got {self.rope_factor!r}")
+        if not 0 < self.rope_beta_slow < self.rope_beta_fast:
+            raise ValueError(f"{name}: need 0 < rope_beta_slow < rope_beta_fast, got {self.rope_beta_slow!r} and "
+                             f"{self.rope_beta_fast!r}")
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key size: ``qk_nope_head_dim + qk_rope_head_dim``."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def uses_yarn(self) -> bool:
+        """YaRN frequencies and softmax-scale correction are on (reference: ``max_seq_len > original_seq_len``)."""
+        return self.max_seq_len > self.rope_original_max_seq_len
+
+
+# Published sizes. 671b: config.json of deepseek-ai/DeepSeek-V3 (the defaults above). Main model only:
+# the multi-token-prediction module (num_nextn_predict_layers 1, 14B more on the hub) is not built.
+# Totals on meta, checked in tests/test_deepseek_v3.py: 671,026,404,352 parameters (report: 671B),
+# 36,625,603,584 activated per token without the input embedding, 37,552,300,544 with it (report: 37B).
+_671B = DeepSeekV3ModelArgs()
+
+# 16b: config.json of moonshotai/Moonlight-16B-A3B (the V3 architecture, model_type deepseek_v3):
+# q_lora_rank null, no expert groups, rope_scaling null (8192 <= 4096 is false, so the YaRN fields are
+# set to keep it off: original context = max_seq_len). 15,960,108,544 parameters (model card: 16B),
+# 2,579,230,208 activated without the input embedding, 2,914,774,528 with it (model card: 3B).
+_16B = replace(
+    _671B, dim=2048, n_layers=27, n_dense_layers=1, n_heads=16, vocab_size=163840, inter_dim=11264,
+    moe_inter_dim=1408, n_routed_experts=64, n_shared_experts=2, n_activated_experts=6, n_expert_groups=1,
+    n_limited_groups=1, route_scale=2.446, q_lora_rank=0, norm_eps=1e-5, rope_theta=50000.0, max_seq_len=8192,
+    rope_original_max_seq_len=8192, rope_factor=1.0,
+)
+
+# Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts in 2 groups of 4, each token
+# limited to 1 group and 2 experts, 1 shared expert; the V3 router (sigmoid, bias update 1e-3).
+_DEBUG = replace(
+    _671B, dim=256, n_layers=4, n_dense_layers=1, n_heads=4, vocab_size=2048, inter_dim=768, moe_inter_dim=256,
+    n_routed_experts=8, n_shared_experts=1, n_activated_experts=2, n_expert_groups=2, n_limited_groups=1,
+    q_lora_rank=0, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, max_seq_len=4096,
+    rope_original_max_seq_len=4096, rope_factor=1.0,
+)
+
+deepseek_v3_flavors: dict[str, DeepSeekV3ModelArgs] = {
+    "debug": _DEBUG,
+    "16b": _16B,
+    "671b": _671B,
+}

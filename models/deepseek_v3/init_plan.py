@@ -1,0 +1,44 @@
+"""DeepSeek-V3 init plan: every parameter and persistent buffer, with its source.
+
+DeepSeek released no training-time initialization code; the report (arXiv 2412.19437, sec. 4.2) says
+"all learnable parameters are randomly initialized with a standard deviation of 0.006". We use
+``init_std`` = ``initializer_range`` 0.02 of the released ``config.json`` files as HF
+``DeepseekV3PreTrainedModel._init_weights`` does (``replace(args, init_std=0.006)`` gives the report's
+value): every weight matrix, the experts and the router ~ N(0, init_std^2); RMSNorm weights one; the
+expert bias and the token counters zero (persistent state, checkpointed, zero at a fresh start).
+
+Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits have std about
+``init_std * sqrt(dim)`` (0.32 for the debug dim 256) and the loss is ``ln V + std^2 / 2`` = ln V + 0.05.
+"""
+
+from __future__ import annotations
+
+from models.deepseek_v3.args import DeepSeekV3ModelArgs
+from torchtitan_lite.init_spec import InitPlan, normal, ones, zeros
+
+_HF = "HF modeling_deepseek_v3.py _init_weights, initializer_range"
+
+
+def deepseek_v3_init_plan(args: DeepSeekV3ModelArgs) -> InitPlan:
+    """The :class:`InitPlan` of :class:`models.deepseek_v3.model.DeepSeekV3Model` built from ``args``."""
+    weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
+    norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")
+    q_proj = ["wq"] if args.q_lora_rank == 0 else ["wq_a", "wq_b"]
+    entries = [("tok_embeddings.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)"))]
+    entries += [("layers.*.attention_norm.weight", norm), ("layers.*.ffn_norm.weight", norm)]
+    entries += [(f"layers.*.attention.{name}.weight", weight) for name in (*q_proj, "wkv_a", "wkv_b", "wo")]
+    if args.q_lora_rank:
+        entries.append(("layers.*.attention.q_norm.weight", norm))
+    entries.append(("layers.*.attention.kv_norm.weight", norm))
+    if args.n_dense_layers:
+        entries += [(f"layers.*.feed_forward.{w}.weight", weight) for w in ("w1", "w2", "w3")]
+    if args.n_layers > args.n_dense_layers:
+        entries.append(("layers.*.moe.router.gate.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (router)")))
+        entries += [(f"layers.*.moe.experts.{w}", weight) for w in ("w1", "w2", "w3")]
+        if args.n_shared_experts:
+            entries += [(f"layers.*.moe.shared_experts.{w}.weight", weight) for w in ("w1", "w2", "w3")]
+        entries.append(("layers.*.moe.router.expert_bias",
+                        zeros(source="state: aux-loss-free balancing bias starts at 0 (HF e_score_correction_bias)")))
+        entries.append(("layers.*.moe.tokens_per_expert", zeros(source="state: no tokens counted at a fresh start")))
+    entries += [("norm.weight", norm), ("output.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (lm_head)"))]
+    return InitPlan(model="deepseek_v3", entries=tuple(entries))

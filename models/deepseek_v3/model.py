@@ -1,0 +1,225 @@
+"""The DeepSeek-V3 transformer (technical report arXiv 2412.19437; reference ``inference/model.py`` of
+deepseek-ai/DeepSeek-V3; HF ``modeling_deepseek_v3.py``).
+
+Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + ffn(ffn_norm(h))`` with
+  * multi-head latent attention (:class:`MLA`, report sec. 2.1.1);
+  * a dense SwiGLU ``feed_forward`` in the first ``n_dense_layers`` blocks, a :class:`DeepSeekMoE`
+    ``moe`` in the others (report sec. 2.1.2, reference ``Block``);
+  * RMSNorm everywhere; untied ``output`` after a final RMSNorm.
+
+Note: on the RoPE layout. The reference rotates adjacent pairs (``view_as_complex``); we use the
+shared rotate-half layout (``models/common/rope.py``). The two differ by a fixed permutation of the
+``qk_rope_head_dim`` rows of ``wq``/``wq_b`` (per head) and ``wkv_a``: identical for training from
+scratch, and a pretrained import permutes those rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from models.common.attention import causal_attention
+from models.common.ffn import FeedForward
+from models.common.norm import RMSNorm
+from models.common.rope import apply_rope, rope_cos_sin
+from models.common.yarn import yarn_inv_freq
+from models.deepseek_v3.args import DeepSeekV3ModelArgs
+from models.deepseek_v3.moe import DeepSeekMoE, DeepSeekV3Router, GroupedSwiGLUExperts
+
+
+def softmax_scale(args: DeepSeekV3ModelArgs) -> float:
+    """``qk_head_dim ** -0.5``, times ``mscale ** 2`` with ``mscale = 0.1 * rope_mscale * ln(rope_factor) + 1``
+    when YaRN is on (reference ``MLA.__init__``; YaRN paper arXiv 2309.00071 eq. 22)."""
+    scale = args.qk_head_dim**-0.5
+    if args.uses_yarn:
+        scale *= (0.1 * args.rope_mscale * math.log(args.rope_factor) + 1.0) ** 2
+    return scale
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention (report sec. 2.1.1, eq. 1-11), causal, through SDPA.
+
+    Queries: ``wq`` (``q_lora_rank == 0``) or ``wq_b(q_norm(wq_a(x)))``, ``(bs, s, n_heads, qk_head_dim)``,
+    split into ``q_nope`` and ``q_pe`` (RoPE). Keys/values: ``wkv_a(x)`` gives the latent ``c_kv``
+    (``kv_lora_rank``) and one RoPE key ``k_pe`` (``qk_rope_head_dim``) shared by all heads;
+    ``wkv_b(kv_norm(c_kv))`` gives per head ``k_nope`` and ``v``. Keys are ``[k_nope, k_pe]``, queries
+    ``[q_nope, q_pe]``; softmax scale :func:`softmax_scale`; ``wo`` maps ``n_heads * v_head_dim`` to ``dim``.
+
+    Parameters (no biases): ``wq`` ``(n_heads * qk_head_dim, dim)`` or ``wq_a`` ``(q_lora_rank, dim)``,
+    ``q_norm`` ``(q_lora_rank,)``, ``wq_b`` ``(n_heads * qk_head_dim, q_lora_rank)``; ``wkv_a``
+    ``(kv_lora_rank + qk_rope_head_dim, dim)``, ``kv_norm`` ``(kv_lora_rank,)``, ``wkv_b``
+    ``(n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank)``; ``wo`` ``(dim, n_heads * v_head_dim)``.
+    """
+
+    def __init__(self, args: DeepSeekV3ModelArgs):
+        super().__init__()
+        self.n_heads, self.q_lora_rank, self.kv_lora_rank = args.n_heads, args.q_lora_rank, args.kv_lora_rank
+        self.qk_nope_head_dim, self.qk_rope_head_dim = args.qk_nope_head_dim, args.qk_rope_head_dim
+        self.v_head_dim = args.v_head_dim
+        self.softmax_scale = softmax_scale(args)
+        q_out = args.n_heads * args.qk_head_dim
+        if args.q_lora_rank == 0:
+            self.wq = nn.Linear(args.dim, q_out, bias=False)
+        else:
+            self.wq_a = nn.Linear(args.dim, args.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(args.q_lora_rank, eps=args.norm_eps)
+            self.wq_b = nn.Linear(args.q_lora_rank, q_out, bias=False)
+        self.wkv_a = nn.Linear(args.dim, args.kv_lora_rank + args.qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(args.kv_lora_rank, eps=args.norm_eps)
+        self.wkv_b = nn.Linear(args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False)
+        self.wo = nn.Linear(args.n_heads * args.v_head_dim, args.dim, bias=False)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of ``x`` ``(bs, seqlen, dim)`` at the positions of ``cos``/``sin``.
+
+        Args:
+            cos, sin: ``(seqlen, qk_rope_head_dim)`` RoPE table rows.
+
+        Returns:
+            ``q``, ``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` (the last ``qk_rope_head_dim`` features
+            rotated) and ``v`` ``(bs, seqlen, n_heads, v_head_dim)``.
+        """
+        bs, seqlen, _ = x.shape
+        q = self.wq(x) if self.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
+        q = q.view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.qk_rope_head_dim)
+        q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+        c_kv, k_pe = self.wkv_a(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        k_pe = apply_rope(k_pe.unsqueeze(2), cos, sin)  # (bs, seqlen, 1, qk_rope_head_dim)
+        kv = self.wkv_b(self.kv_norm(c_kv)).view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim)
+        k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+        q = torch.cat([q_nope, apply_rope(q_pe, cos, sin)], dim=-1)
+        k = torch.cat([k_nope, k_pe.expand(-1, -1, self.n_heads, -1)], dim=-1)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)`` -> ``(bs, seqlen, dim)``."""
+        bs, seqlen, _ = x.shape
+        q, k, v = self.qkv(x, cos, sin)
+        out = causal_attention(q, k, v, scale=self.softmax_scale)  # (bs, seqlen, n_heads, v_head_dim)
+        return self.wo(out.reshape(bs, seqlen, self.n_heads * self.v_head_dim))
+
+
+def build_moe(args: DeepSeekV3ModelArgs) -> DeepSeekMoE:
+    """The MoE of one block: V3 router, ``n_routed_experts`` grouped experts, the shared experts."""
+    router = DeepSeekV3Router(
+        args.dim, args.n_routed_experts, args.n_activated_experts, args.n_expert_groups, args.n_limited_groups,
+        args.score_func, args.route_norm, args.route_scale, args.bias_update_speed,
+    )
+    experts = GroupedSwiGLUExperts(args.n_routed_experts, args.dim, args.moe_inter_dim)
+    shared = FeedForward(args.dim, args.n_shared_experts * args.moe_inter_dim) if args.n_shared_experts else None
+    return DeepSeekMoE(router, experts, shared, args.seq_aux_loss_coeff)
+
+
+class TransformerBlock(nn.Module):
+    """One pre-norm block: MLA, then a dense ``feed_forward`` (``layer_id < n_dense_layers``) or a ``moe``."""
+
+    def __init__(self, layer_id: int, args: DeepSeekV3ModelArgs):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.attention = MLA(args)
+        self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.is_moe = layer_id >= args.n_dense_layers
+        if not self.is_moe:
+            self.feed_forward = FeedForward(args.dim, args.inter_dim)
+        else:
+            self.moe = build_moe(args)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        ffn = self.moe if self.is_moe else self.feed_forward
+        return h + ffn(self.ffn_norm(h))
+
+
+class DeepSeekV3Model(nn.Module):
+    """DeepSeek-V3 decoder: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+
+    Follows the model contract of ``models/__init__.py``: ``__init__`` only creates modules (values come
+    from ``models/deepseek_v3/init_plan.py``); the RoPE tables ``rope_cos``/``rope_sin`` (fp32
+    ``(max_seq_len, qk_rope_head_dim)``, non-persistent; YaRN frequencies when ``args.uses_yarn``) are
+    filled by :meth:`init_buffers`.
+    """
+
+    def __init__(self, args: DeepSeekV3ModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
+        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.qk_rope_head_dim), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.qk_rope_head_dim), persistent=False)
+
+    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
+        """Recompute the RoPE tables in fp32 on ``buffer_device`` (default: where they are).
+
+        With YaRN the frequencies are :func:`models.common.yarn.yarn_inv_freq`'s and cos/sin are NOT
+        scaled: DeepSeek puts the attention temperature into the softmax scale (:func:`softmax_scale`).
+        """
+        a = self.args
+        device = self.rope_cos.device if buffer_device is None else buffer_device
+        inv_freq = None
+        if a.uses_yarn:
+            inv_freq = yarn_inv_freq(a.qk_rope_head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
+                                     a.rope_beta_fast, a.rope_beta_slow, device=device)
+        self.rope_cos, self.rope_sin = rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta,
+                                                    inv_freq=inv_freq, device=device)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+
+        Raises:
+            ValueError: ``tokens`` not 2-D or longer than ``max_seq_len``.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"DeepSeekV3Model: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
+        seqlen = tokens.shape[1]
+        if seqlen > self.args.max_seq_len:
+            raise ValueError(f"DeepSeekV3Model: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
+                             "raise model max_seq_len or lower training.seq_len")
+        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+
+def num_active_params(args: DeepSeekV3ModelArgs) -> int:
+    """Parameters used per token: all but the ``tok_embeddings`` lookup and the unchosen routed experts.
+
+    Gives 36,625,603,584 for 671b (report: 37B activated, which counts the input embedding too:
+    37,552,300,544) and 2,579,230,208 for 16b.
+    """
+    a = args
+    if a.q_lora_rank == 0:
+        q = a.dim * a.n_heads * a.qk_head_dim
+    else:
+        q = a.dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.n_heads * a.qk_head_dim
+    kv = a.dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+    kv += a.kv_lora_rank * a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)
+    block = q + kv + a.n_heads * a.v_head_dim * a.dim + 2 * a.dim
+    expert = 3 * a.dim * a.moe_inter_dim
+    moe = a.dim * a.n_routed_experts + (a.n_activated_experts + a.n_shared_experts) * expert
+    n_moe = a.n_layers - a.n_dense_layers
+    return a.n_layers * block + a.n_dense_layers * 3 * a.dim * a.inter_dim + n_moe * moe + a.dim + a.dim * a.vocab_size
+
+
+def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward): ``6 * num_active_params + attention``.
+
+    ``6N`` as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, with the MoE's active parameters.
+    Attention adds ``6 * n_heads * (qk_head_dim + v_head_dim) * seq_len`` per layer (scores with
+    ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are ``q``).
+
+    Raises:
+        ValueError: ``seq_len`` is not positive.
+    """
+    if seq_len <= 0:
+        raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
+    a = args
+    attention = 6.0 * a.n_layers * a.n_heads * (a.qk_head_dim + a.v_head_dim) * seq_len
+    return 6.0 * num_active_params(a) + attention
