@@ -53,7 +53,8 @@ def config_param_counts(c: dict) -> tuple[int, int]:
     d, heads, L, dense = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["first_k_dense_replace"]
     qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
     if c["q_lora_rank"]:
-        q_proj = {"q_a_proj": d * c["q_lora_rank"], "q_a_layernorm": c["q_lora_rank"], "q_b_proj": c["q_lora_rank"] * heads * qk}
+        rank = c["q_lora_rank"]
+        q_proj = {"q_a_proj": d * rank, "q_a_layernorm": rank, "q_b_proj": rank * heads * qk}
     else:
         q_proj = {"q_proj": d * heads * qk}
     attn = sum(q_proj.values()) + sum({
@@ -205,9 +206,8 @@ def test_router_picks_distinct_experts_within_the_limited_groups():
     assert len(set(groups.flatten().tolist())) == 4
     torch.testing.assert_close(weights.sum(-1), torch.full((512,), 2.5))  # normalized, times route_scale
     torch.testing.assert_close(scores, torch.sigmoid(x @ router.gate.weight.T))
-    ref_idx, ref_w = reference_route(scores.double(), router.expert_bias.double(),
-                                     dataclasses.replace(TINY, n_routed_experts=16, n_expert_groups=4, n_limited_groups=2,
-                                                         n_activated_experts=3))
+    same = dataclasses.replace(TINY, n_routed_experts=16, n_expert_groups=4, n_limited_groups=2, n_activated_experts=3)
+    ref_idx, _ = reference_route(scores.double(), router.expert_bias.double(), same)
     assert torch.equal(indices.sort(-1).values, ref_idx.sort(-1).values)
 
 
@@ -261,7 +261,8 @@ def test_sequence_aux_loss_changes_router_gradients_but_not_logits():
     grads = dict(plain.named_parameters())[gate].grad, dict(aux.named_parameters())[gate].grad
     assert (grads[0] - grads[1]).abs().max() > 1e-4
     losses = [m.aux_loss.item() for m in aux.modules() if isinstance(m, MoE)]
-    assert len(losses) == 2 and all(0.1 * 0.9 < v < 0.1 * TINY.n_routed_experts / TINY.n_activated_experts for v in losses)
+    worst = TINY.n_routed_experts / TINY.n_activated_experts  # all tokens on the same k experts
+    assert len(losses) == 2 and all(0.1 * 0.9 < v < 0.1 * worst for v in losses)
 
 
 # ---------------------------------------------------------------- full model
@@ -333,7 +334,8 @@ def test_init_plan_covers_every_parameter_and_persistent_buffer_exactly():
             assert any(fnmatch(name, pattern) for name in names), pattern
             assert spec.source, pattern
     state = dict(plan.entries)
-    assert state["layers.*.moe.router.expert_bias"].kind == "zeros" and state["layers.*.moe.tokens_per_expert"].kind == "zeros"
+    assert state["layers.*.moe.router.expert_bias"].kind == "zeros"
+    assert state["layers.*.moe.tokens_per_expert"].kind == "zeros"
 
 
 def test_nan_poisoned_materialization_is_fully_initialized_and_step_one_loss_is_ln_v():

@@ -125,7 +125,8 @@ class DeepSeekV3ModelArgs:
                                  f"({self.n_expert_groups})")
             if self.n_limited_groups * per_group < self.n_activated_experts:
                 raise ValueError(f"{name}: n_limited_groups ({self.n_limited_groups}) groups of {per_group} experts "
-                                 f"hold fewer than n_activated_experts ({self.n_activated_experts}); raise n_limited_groups")
+                                 f"hold fewer than n_activated_experts ({self.n_activated_experts}); "
+                                 "raise n_limited_groups")
         if self.score_func not in ("sigmoid", "softmax"):
             raise ValueError(f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}")
         for flag in ("route_norm", "tie_embeddings"):

@@ -33,12 +33,14 @@ def deepseek_v3_init_plan(args: DeepSeekV3ModelArgs) -> InitPlan:
     if args.n_dense_layers:
         entries += [(f"layers.*.feed_forward.{w}.weight", weight) for w in ("w1", "w2", "w3")]
     if args.n_layers > args.n_dense_layers:
-        entries.append(("layers.*.moe.router.gate.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (router)")))
+        router = normal(args.init_std, source=f"{_HF} {args.init_std} (router)")
+        entries.append(("layers.*.moe.router.gate.weight", router))
         entries += [(f"layers.*.moe.experts.{w}", weight) for w in ("w1", "w2", "w3")]
         if args.n_shared_experts:
             entries += [(f"layers.*.moe.shared_experts.{w}.weight", weight) for w in ("w1", "w2", "w3")]
         entries.append(("layers.*.moe.router.expert_bias",
                         zeros(source="state: aux-loss-free balancing bias starts at 0 (HF e_score_correction_bias)")))
         entries.append(("layers.*.moe.tokens_per_expert", zeros(source="state: no tokens counted at a fresh start")))
-    entries += [("norm.weight", norm), ("output.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (lm_head)"))]
+    output = normal(args.init_std, source=f"{_HF} {args.init_std} (lm_head)")
+    entries += [("norm.weight", norm), ("output.weight", output)]
     return InitPlan(model="deepseek_v3", entries=tuple(entries))
