@@ -59,6 +59,7 @@ from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from torchtitan_lite.corpus import shakespeare_plays
+from torchtitan_lite.progress import progress
 from torchtitan_lite.tokenizer import Tokenizer
 
 DATASETS = ("shakespeare", "hf")
@@ -173,9 +174,12 @@ def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.
     """All documents' token ids, each followed by ``tokenizer.eos_id``, as one int32 tensor ``(n_tokens,)``."""
     eos = np.array([tokenizer.eos_id], dtype=np.int32)
     parts = []
-    for start in range(0, len(documents), _ENCODE_CHUNK):
-        for ids in tokenizer.encode_batch(list(documents[start : start + _ENCODE_CHUNK])):
-            parts += [np.asarray(ids, dtype=np.int32), eos]
+    with progress(len(documents), "tokenizing", unit="doc") as bar:
+        for start in range(0, len(documents), _ENCODE_CHUNK):
+            chunk = list(documents[start : start + _ENCODE_CHUNK])
+            for ids in tokenizer.encode_batch(chunk):
+                parts += [np.asarray(ids, dtype=np.int32), eos]
+            bar.update(len(chunk))
     return torch.from_numpy(np.concatenate(parts))
 
 

@@ -1,0 +1,213 @@
+"""Init diagnostics: expected step-1 loss vs measured, the strict check, report files, TB extras, profiler."""
+
+import csv
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, SCALARS, EventAccumulator
+
+from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+from torchtitan_lite.diagnostics import (
+    InitCheckError,
+    check_step1_loss,
+    enable_deterministic,
+    expected_step1_loss,
+    init_report_summary,
+    mean_log_partition,
+    write_init_report,
+)
+from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.init_report import init_report
+from torchtitan_lite.init_spec import InitPlan, trunc_normal
+from torchtitan_lite.metrics import MetricsLogger
+from torchtitan_lite.profiling import StepProfiler
+from torchtitan_lite.tb_extras import layer_grad_norms, log_layer_grad_norms, log_weight_histograms
+
+torch.set_num_threads(1)
+
+LN_V = math.log(2048)
+STD3 = 0.98657840  # std factor of a normal truncated at +-3 sigma
+
+
+def build(flavor: str, plan_fn=qwen3_init_plan, seed: int = 0):
+    args = dataclasses.replace(qwen3_flavors[flavor], max_seq_len=64)
+    with torch.device("meta"):
+        model = Qwen3Model(args)
+    plan = plan_fn(args)
+    materialize(model, "cpu")
+    result = init_weights(model, plan, seed, buffer_device="cpu")
+    return model, plan, result
+
+
+def step1_loss(model) -> float:
+    tokens = torch.randint(0, 2048, (4, 65), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        return F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).item()
+
+
+def embedding_std1_wins(args) -> InitPlan:
+    """The tied-output bug as a plan: output.weight listed first, so the embedding's std-1 entry wins."""
+    entries = dict(qwen3_init_plan(args).entries)
+    output = entries.pop("output.weight")
+    entries["tok_embeddings.weight"] = trunc_normal(1.0)
+    return InitPlan("qwen3", (("output.weight", output), *entries.items()))
+
+
+def test_mean_log_partition_is_log_normal_mean_then_max_and_continuous():
+    assert mean_log_partition(0.0, 2048) == pytest.approx(LN_V)
+    assert mean_log_partition(1.0, 2048) == pytest.approx(LN_V + 0.5)
+    critical = math.sqrt(2 * LN_V)
+    assert mean_log_partition(critical, 2048) == pytest.approx(2 * LN_V)
+    assert mean_log_partition(critical + 1e-9, 2048) == pytest.approx(2 * LN_V)
+    assert mean_log_partition(16.0, 2048) == pytest.approx(16.0 * critical)
+
+
+def test_expected_step1_loss_of_debug_flavors_from_the_plan():
+    with torch.device("meta"):
+        untied = Qwen3Model(qwen3_flavors["debug_untied"])
+        tied = Qwen3Model(qwen3_flavors["debug"])
+    e = expected_step1_loss(untied, qwen3_init_plan(qwen3_flavors["debug_untied"]))
+    assert e.low == e.high == pytest.approx(LN_V + 256 * (STD3 / 16) ** 2 / 2)
+    assert e.output_names == ("output.weight",) and e.self_logit == 0.0
+    e = expected_step1_loss(tied, qwen3_init_plan(qwen3_flavors["debug"]))
+    assert e.output_names == ("output.weight", "tok_embeddings.weight")
+    assert e.logit_std == pytest.approx(16 * 0.02 * STD3)
+    assert e.self_logit == pytest.approx(256 * 0.02 * STD3)
+    assert e.low == pytest.approx(LN_V + 0.0498, abs=1e-4)
+    assert e.high == pytest.approx(LN_V + 0.1194, abs=1e-4)
+
+
+@pytest.mark.parametrize("flavor", ["debug", "debug_untied"])
+def test_measured_step1_loss_lies_in_the_expected_range(flavor):
+    model, plan, result = build(flavor)
+    e = expected_step1_loss(model, plan)
+    loss = step1_loss(model)
+    assert e.low - 0.1 <= loss <= e.high + 0.1
+    assert check_step1_loss(e, loss, margin=0.5, strict=True, report=init_report(model, plan, result)) == []
+
+
+def test_tied_output_left_at_std_1_is_flagged_and_strict_names_output_weight():
+    model, plan, result = build("debug")
+    with torch.no_grad():
+        model.output.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(1))
+    e = expected_step1_loss(model, plan)
+    loss = step1_loss(model)
+    assert loss > 200  # about dim = 256: each token's own embedding dominates its logit
+    report = init_report(model, plan, result)
+    problems = check_step1_loss(e, loss, margin=0.5, report=report)
+    assert len(problems) == 1 and "output.weight = tok_embeddings.weight" in problems[0]
+    assert "measured std 1" in problems[0]
+    with pytest.raises(InitCheckError, match=r"output\.weight.*debug\.strict_init"):
+        check_step1_loss(e, loss, margin=0.5, strict=True, report=report)
+
+
+def test_plan_where_the_embedding_std_1_wins_is_flagged_by_its_own_expectation():
+    model, plan, _ = build("debug", embedding_std1_wins)
+    e = expected_step1_loss(model, plan)
+    assert e.output_spec.std == 1.0 and e.high == pytest.approx(256 * STD3, rel=1e-3)
+    loss = step1_loss(model)
+    assert loss == pytest.approx(e.high, rel=0.03)  # the formula's upper end is tight here
+    problems = check_step1_loss(e, loss, margin=0.5)
+    assert problems[-1].startswith("the init plan of output.weight = tok_embeddings.weight: spec trunc_normal(std=1,")
+    assert "starts at least 54 nats above ln V" in problems[-1]
+    with pytest.raises(InitCheckError, match=r"output\.weight"):
+        check_step1_loss(e, loss, margin=0.5, strict=True)
+
+
+def test_nan_loss_is_flagged():
+    model, plan, _ = build("debug_untied")
+    assert "step-1 loss nan" in check_step1_loss(expected_step1_loss(model, plan), math.nan, margin=0.5)[0]
+
+
+@pytest.mark.parametrize("flavor", ["debug", "debug_untied"])
+def test_init_report_lists_every_parameter_once_with_std_within_2_percent(flavor):
+    model, plan, result = build(flavor)
+    report = init_report(model, plan, result)
+    names = [n for row in report.rows for n in row.names]
+    assert sorted(names) == sorted(n for n, _ in model.named_parameters(remove_duplicate=False))
+    checked = [r for r in report.rows if r.spec.startswith(("normal", "trunc_normal"))
+               and math.prod(r.shape) > 10_000]
+    assert len(checked) == 7 * 4 + (1 if flavor == "debug" else 2)
+    for row in checked:
+        assert abs(row.std / row.expected_std - 1) < 0.02, row.name
+    assert init_report_summary(report) == f"init report: {len(report.rows)} tensors, none flagged"
+
+
+def test_report_files_hold_every_row(tmp_path):
+    model, plan, result = build("debug")
+    report = init_report(model, plan, result)
+    json_path, csv_path = write_init_report(report, tmp_path)
+    rows = json.loads(json_path.read_text())
+    with open(csv_path) as f:
+        table = list(csv.DictReader(f))
+    assert [r["name"] for r in rows] == [r["name"] for r in table] == [r.name for r in report.rows]
+    tied = next(r for r in table if r["status"] == "tied")
+    assert tied["names"] == "output.weight = tok_embeddings.weight" and tied["shape"] == "2048x256"
+    assert float(tied["std"]) == pytest.approx(report.rows[0].std)
+
+
+def test_layer_grad_norms_split_the_total_norm_by_block():
+    model, _, _ = build("debug")
+    tokens = torch.randint(0, 2048, (2, 17), generator=torch.Generator().manual_seed(0))
+    F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    norms = layer_grad_norms(model)
+    assert list(norms) == ["output", "layers.0", "layers.1", "layers.2", "layers.3", "norm"]
+    layer0 = sum(p.grad.double().square().sum() for n, p in model.named_parameters() if n.startswith("layers.0."))
+    assert norms["layers.0"] == pytest.approx(layer0.sqrt().item(), rel=1e-6)
+    total = sum(p.grad.double().square().sum() for p in model.parameters()).sqrt().item()
+    assert math.sqrt(sum(v * v for v in norms.values())) == pytest.approx(total, rel=1e-6)
+
+
+def test_event_files_hold_histogram_and_scalar_tags(tmp_path):
+    model, _, _ = build("debug")
+    logger = MetricsLogger(tmp_path, enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=1, total_steps=2,
+                           world_size=1, num_flops_per_token=1e6, peak_flops=None)
+    log_weight_histograms(logger.writer, model, 0)
+    tokens = torch.randint(0, 2048, (2, 17), generator=torch.Generator().manual_seed(0))
+    F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    norms = log_layer_grad_norms(logger.writer, model, 1)
+    logger.log_step(1, loss=7.7, grad_norm=1.0, lr=1e-3, tokens=32, elapsed_s=1.0, memory_bytes=None)
+    logger.log_validation(1, 7.6)
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={SCALARS: 0, HISTOGRAMS: 0})
+    events.Reload()
+    histograms = events.Tags()[HISTOGRAMS]
+    assert "weights/output.weight=tok_embeddings.weight" in histograms
+    assert len(histograms) == 46
+    hist = events.Histograms("weights/layers.0.attention.wq.weight")[0]
+    assert hist.step == 0 and hist.histogram_value.num == 256 * 256
+    scalars = events.Tags()[SCALARS]
+    for tag in ("loss/train", "loss/validation", "lr", "tokens_seen", "grad_norm", "grad_norm/layers.3"):
+        assert tag in scalars
+    assert events.Scalars("grad_norm/layers.3")[0].value == pytest.approx(norms["layers.3"])
+    assert events.Scalars("tokens_seen")[0].value == 32
+
+
+def test_profiler_writes_a_trace_of_the_window_and_says_cpu_has_no_memory_snapshot(tmp_path):
+    profiler = StepProfiler(tmp_path, enable=True, start_step=2, steps=2, rank=0, device=torch.device("cpu"))
+    x = torch.randn(32, 32, requires_grad=True)
+    for step in range(1, 5):
+        with profiler.step(step):
+            (x @ x).sum().backward()
+    profiler.close()
+    assert profiler.written == [tmp_path / "profile" / "rank0_steps2-3.json"]
+    trace = json.loads(profiler.written[0].read_text())
+    assert sorted({e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}) == [
+        "ProfilerStep#2", "ProfilerStep#3"]
+    assert profiler.memory_note == "memory snapshot: unsupported on cpu (no allocator history)"
+    with pytest.raises(ValueError, match="profile_start_step"):
+        StepProfiler(tmp_path, enable=True, start_step=0, steps=1, rank=0, device=torch.device("cpu"))
+
+
+def test_deterministic_mode_turns_on_deterministic_algorithms():
+    try:
+        line = enable_deterministic()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert line.startswith("deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG=")
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False

@@ -1,0 +1,60 @@
+"""inspect_init: a cut model gets the full model's values; large flavors fall back to a meta report."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from models import get_model_spec
+from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.inspect_init import GIB, choose_layers, main
+
+torch.set_num_threads(1)
+
+DEBUG = ["--job.config_file", "train_configs/qwen3_debug.toml"]
+
+
+def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
+    assert main(DEBUG + ["--layers", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
+    assert "expected step-1 loss 7.6745..7.7441" in out
+    assert "init report: 24 tensors, none flagged" in out  # 11 per block, tied output, final norm
+    rows = {r["name"]: r for r in json.loads((tmp_path / "init_report.json").read_text())}
+    assert rows["layers.1.attention.wo.weight"]["expected_std"] == pytest.approx(0.02 / 8**0.5 * 0.9865784)
+
+    def initialized(n_layers):
+        args = dataclasses.replace(qwen3_flavors["debug"], n_layers=n_layers, max_seq_len=16)
+        with torch.device("meta"):
+            model = Qwen3Model(args)
+        init_weights(materialize(model, "cpu"), qwen3_init_plan(qwen3_flavors["debug"]), 42)
+        return dict(model.named_parameters())
+
+    cut, full = initialized(2), initialized(4)
+    for name, value in cut.items():
+        assert torch.equal(value, full[name]), name
+
+
+def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
+    assert main(["--job.config_file", "train_configs/gpt_oss_120b.toml"]) == 0
+    out = capsys.readouterr().out
+    assert "on meta, nothing sampled: even one block needs" in out
+    assert "layers.35.moe.experts.mlp1_weight" in out
+    assert "expected step-1 loss 12.7875 = ln V 12.2115 + 0.5760" in out
+
+
+def test_a_budget_cuts_the_block_count_to_what_fits():
+    spec, args = get_model_spec("qwen3"), qwen3_flavors["0.6b"]
+    # 4 bytes per element (embedding, final norm, the two 40960 x 128 RoPE tables) plus 40 per element of
+    # the 151936 x 1024 embedding; a block has 15,730,944 elements
+    fixed = 4 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 40 * args.vocab_size * args.dim
+    layers, line = choose_layers(spec, args, None, fixed + 4 * 15_730_944 * 3)
+    assert layers == 3 and line.startswith("initialized on CPU: blocks 0..2 of 28 (the full model needs more")
+    assert choose_layers(spec, args, None, 100 * GIB) == (28, "initialized on CPU: blocks 0..27 of 28")
+
+
+def test_bad_layer_count_exits_2(capsys):
+    assert main(DEBUG + ["--layers", "9"]) == 2
+    assert "--layers 9: the model has 4 blocks; pass 1..4" in capsys.readouterr().err

@@ -1,0 +1,244 @@
+"""Init and loss diagnostics of a run: the expected step-1 loss, the step-1 check, the init report files.
+
+Note: on the expected step-1 loss. At init the next token ``y`` is independent of the logits, so the
+expected cross-entropy is ``E[ln sum_v exp z_v] - E[z_y]`` with ``E[z_y] = 0``. The logits are
+``z_v = h . w_v`` where ``h`` is the final RMSNorm output (weight ``g``, so ``|h|^2 = g^2 dim``) and
+``w_v`` the rows of ``output.weight``, drawn with effective std ``s`` (the spec's std times the
+truncated-normal std factor, 0.98658 at +-3 sigma). Rows independent of ``h`` give logits
+``N(0, sigma^2)`` with ``sigma = g sqrt(dim) s``. The mean log-partition function of ``n`` iid
+``exp(sigma X)`` terms is that of Derrida's random energy model (B. Derrida, "Random-energy model: an
+exactly solvable model of disordered systems", Phys. Rev. B 24, 2613, 1981): ``ln n + sigma^2 / 2``
+(the log of the log-normal mean) for ``sigma <= sqrt(2 ln n)``, and ``sigma sqrt(2 ln n)`` (the
+largest of the ``n`` logits dominates) above. Untied: ``E[loss] = ln V + sigma^2 / 2`` for small sigma.
+
+Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in
+the residual stream, so its row is NOT independent of ``h``: the self-logit is
+``z_t = h . e_t = g sqrt(dim) |e_t| cos(e_t, x)`` with ``|e_t| = s sqrt(dim)`` and ``x`` the last
+residual stream. ``cos`` depends on how much the residual branches add, which the plan alone does
+not tell, so a tied model gets a range: ``cos = 0`` (the untied value) to ``cos = 1`` (the branches
+ignored: ``z_t = g dim s``, ``E[loss] = logaddexp(partition of the V - 1 other rows, z_t)``). The
+upper end is tight when the embedding dominates the stream (a tied output left at std 1: ``z_t ~ dim``,
+a loss in the hundreds). Measured on the qwen3 debug flavors (dim 256, V 2048, 8 x 256 tokens,
+seeds 0 and 42; ``ln V = 7.625``), expected vs measured loss - ln V:
+
+  tied, std 0.02         +0.050..+0.119  random tokens +0.057..+0.068, Shakespeare +0.014..+0.024
+                                         (the branches add ~2x the embedding's norm: cos ~ 0.45)
+  untied, std dim^-0.5   +0.487          random tokens +0.483..+0.503, Shakespeare +0.446..+0.562
+  tied, std 1 (broken)   loss 61.7..252.6  random tokens 251.2, Shakespeare 247.2
+
+so the formula is good to about 0.1 nats for healthy inits and 2% for the broken one. Deep tied
+models sit near the lower end: qwen3 0.6b (28 layers, dim 1024) expects +0.20..+8.27 and measures
++0.135 on random tokens (2 x 64; the branches add ~19x the embedding's norm). The step-1
+loss is that of the first optimizer step's batch on a freshly initialized model (never on resume).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from torchtitan_lite.init import tensor_groups
+from torchtitan_lite.init_report import InitReport, truncated_normal_moments
+from torchtitan_lite.init_spec import InitPlan, InitSpec
+
+MAX_EXCESS_NATS = 1.0
+"""A plan whose expected step-1 loss (low end) exceeds ln V by more than this is flagged on its own: the
+usual inits start within 0.5 nats (untied ``dim^-0.5``: +0.49; tied 0.02: +0.05)."""
+
+
+class InitCheckError(RuntimeError):
+    """The step-1 check failed in strict mode (``debug.strict_init``); the message names the parameter."""
+
+
+@dataclass(frozen=True)
+class Step1Expectation:
+    """The expected step-1 loss of a freshly initialized model: a range (see the module note).
+
+    Attributes:
+        low: expected mean token cross-entropy without the tied self-logit (``cos = 0``), nats.
+        high: with the full tied self-logit (``cos = 1``); equal to ``low`` when untied, nats.
+        ln_vocab: ``ln(vocab_size)``, nats.
+        logit_std: std of the logits of rows independent of ``h`` (``sigma``).
+        self_logit: the tied self-logit bound ``g dim s`` (0.0 when untied).
+        output_names: every name of the output projection's tensor (two when tied).
+        output_spec: the plan's winning spec for that tensor.
+    """
+
+    low: float
+    high: float
+    ln_vocab: float
+    logit_std: float
+    self_logit: float
+    output_names: tuple[str, ...]
+    output_spec: InitSpec
+
+    @property
+    def tied(self) -> bool:
+        """The output projection shares its tensor with another name (the embedding)."""
+        return len(self.output_names) > 1
+
+    def describe(self) -> str:
+        """One line, e.g. ``expected step-1 loss 7.6744..7.7441 = ln V 7.6246 + 0.0498..0.1194 (...)``."""
+        ln_v = self.ln_vocab
+        if self.tied:
+            values = f"{self.low:.4f}..{self.high:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}..{self.high - ln_v:.4f}"
+            extra = f", tied self-logit 0..{self.self_logit:.3g}"
+        else:
+            values, extra = f"{self.low:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}", ""
+        return (f"expected step-1 loss {values} (logit std {self.logit_std:.3g}{extra}; "
+                f"{' = '.join(self.output_names)}: {self.output_spec.describe()})")
+
+
+def mean_log_partition(sigma: float, n: int) -> float:
+    """``E[ln sum_{i<n} exp(sigma X_i)]`` for iid standard normal ``X_i`` (random energy model, see the note).
+
+    Raises:
+        ValueError: ``sigma < 0`` or ``n < 1``.
+    """
+    if not sigma >= 0 or n < 1:
+        raise ValueError(f"mean_log_partition: need sigma >= 0 and n >= 1, got sigma={sigma}, n={n}")
+    critical = math.sqrt(2.0 * math.log(n))
+    if sigma <= critical:
+        return math.log(n) + 0.5 * sigma * sigma
+    return sigma * critical
+
+
+def _winning_spec(plan: InitPlan, names: tuple[str, ...], what: str) -> InitSpec:
+    """The spec the engine applies to a tensor with ``names``: the last plan entry matching any of them."""
+    matches = [spec for pattern, spec in plan.entries if any(fnmatchcase(n, pattern) for n in names)]
+    if not matches:
+        raise ValueError(f"expected_step1_loss: {what} {' = '.join(names)} matches no entry of the init plan of "
+                         f"{plan.model}; add one")
+    return matches[-1]
+
+
+def _effective_std(spec: InitSpec) -> float:
+    """Std of the values a spec draws (0 for fills); a non-zero mean is not modelled (see the note)."""
+    if spec.kind == "trunc_normal":
+        return spec.std * truncated_normal_moments(-spec.cutoff, spec.cutoff)[1]
+    return spec.std if spec.kind == "normal" else 0.0
+
+
+def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
+    """The expected step-1 loss of ``model`` initialized from ``plan`` (formula and accuracy: module note).
+
+    Works on meta (reads shapes and ties only). The model follows the registry contract
+    (``output`` ``(vocab_size, dim)``, final ``norm``), possibly wrapped or FSDP2-sharded.
+
+    Raises:
+        ValueError: the model has no ``output.weight``, its final ``norm.weight`` is not a constant
+            fill (``ones``/``constant``), or a tensor matches no plan entry.
+    """
+    groups = dict(tensor_groups(model))
+    out_names = next((names for names in groups if "output.weight" in names), None)
+    if out_names is None:
+        raise ValueError("expected_step1_loss: the model has no output.weight; it must follow the registry "
+                         "contract (models/__init__.py)")
+    vocab_size, dim = groups[out_names].shape
+    out_spec = _winning_spec(plan, out_names, "tensor")
+    gain = 1.0
+    norm_names = next((names for names in groups if "norm.weight" in names), None)
+    if norm_names is not None:
+        norm_spec = _winning_spec(plan, norm_names, "tensor")
+        if norm_spec.kind not in ("ones", "constant"):
+            raise ValueError(f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the formula "
+                             "needs a constant fill (ones or constant)")
+        gain = abs(norm_spec.value) if norm_spec.kind == "constant" else 1.0
+    s = _effective_std(out_spec)
+    sigma = gain * math.sqrt(dim) * s
+    low = mean_log_partition(sigma, vocab_size)
+    high, self_logit = low, 0.0
+    if len(out_names) > 1:
+        self_logit = gain * dim * s
+        others = mean_log_partition(sigma, vocab_size - 1)
+        high = max(low, max(others, self_logit) + math.log1p(math.exp(-abs(others - self_logit))))  # logaddexp
+    return Step1Expectation(low, high, math.log(vocab_size), sigma, self_logit, out_names, out_spec)
+
+
+def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: float, strict: bool = False,
+                     report: InitReport | None = None, max_excess: float = MAX_EXCESS_NATS) -> list[str]:
+    """Compare the measured step-1 loss of a fresh run with :func:`expected_step1_loss`.
+
+    Problems: the measured loss is not finite or lies more than ``margin`` nats outside the
+    expected range (the tensors are not what the plan says), or the range's low end itself exceeds
+    ``ln V`` by more than ``max_excess`` (the plan starts too high). Each message names the output
+    tensor (all its names), its spec and, given ``report``, its measured std.
+
+    Returns:
+        The problem lines (empty when the check passes); print them as warnings.
+
+    Raises:
+        ValueError: ``margin`` or ``max_excess`` not > 0.
+        InitCheckError: ``strict`` and a problem was found (its message holds every line).
+    """
+    if not (margin > 0 and max_excess > 0):
+        raise ValueError(f"check_step1_loss: margin and max_excess must be > 0 nats, got {margin}, {max_excess}")
+    detail = f"{' = '.join(expected.output_names)}: spec {expected.output_spec.describe()}"
+    row = next((r for r in report.rows if r.names == list(expected.output_names)), None) if report else None
+    if row is not None:
+        detail += f", measured std {row.std:.4g} vs expected {row.expected_std:.4g}"
+    problems = []
+    if not expected.low - margin <= measured <= expected.high + margin:
+        span = f"{expected.low:.4f}" + (f"..{expected.high:.4f}" if expected.tied else "")
+        problems.append(
+            f"step-1 loss {measured:.4f} is outside the {span} expected from the init plan by more than "
+            f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output left at the "
+            f"embedding's std-1 init starts near dim nats)")
+    excess = expected.low - expected.ln_vocab
+    if excess > max_excess:
+        problems.append(
+            f"the init plan of {detail} starts at least {excess:.3g} nats above ln V = {expected.ln_vocab:.4f} "
+            f"(limit {max_excess}); lower that std (tied outputs: about 0.02, untied: dim^-0.5)")
+    if problems and strict:
+        raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
+    return problems
+
+
+def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Path]:
+    """Write ``init_report.json`` and ``init_report.csv`` into ``folder``; returns both paths.
+
+    CSV columns are the :class:`~torchtitan_lite.init_report.InitReportRow` fields; ``names`` are joined
+    with `` = ``, ``shape`` with ``x``, ``flags`` with ``;``.
+    """
+    folder = Path(folder)
+    json_path, csv_path = folder / "init_report.json", folder / "init_report.csv"
+    report.write_json(str(json_path))
+    rows = [asdict(r) for r in report.rows]
+    joins = {"names": " = ", "shape": "x", "flags": ";"}
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: joins[k].join(map(str, v)) if k in joins else v for k, v in row.items()})
+    return json_path, csv_path
+
+
+def init_report_summary(report: InitReport) -> str:
+    """``init report: 46 tensors, none flagged`` or ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
+    flagged = [f"{r.name} ({', '.join(r.flags)})" for r in report.rows if r.flags]
+    return f"init report: {len(report.rows)} tensors, " + (f"{len(flagged)} flagged: {'; '.join(flagged)}"
+                                                           if flagged else "none flagged")
+
+
+def enable_deterministic() -> str:
+    """Turn on deterministic algorithms for the rest of the process; returns a line saying what was set.
+
+    ``torch.use_deterministic_algorithms(True)`` (ops without a deterministic kernel raise), cuDNN
+    autotuning off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (required by cuBLAS for deterministic
+    matmuls, PyTorch "Reproducibility" notes). On CPU two runs with the same seed, world size and
+    ``training.num_threads`` are then bitwise equal; a different thread count may change reduction
+    order. Call before any device work.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    return (f"deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
+            f"{torch.get_num_threads()} CPU threads)")

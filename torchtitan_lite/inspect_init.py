@@ -1,0 +1,149 @@
+"""Inspect a model's initialization without training: ``python -m torchtitan_lite.inspect_init --job.config_file X``.
+
+Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
+no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
+with ``training.seed`` and prints the init report (per tensor: spec, measured std vs expected,
+min/max, mass at the bounds, excess kurtosis, tied/loaded, flags) and the expected step-1 loss.
+
+Options (before or among the usual ``--section.key=value`` overrides):
+  ``--layers N``   build only the first N blocks. The plan is that of the FULL model (residual stds
+                   depend on ``n_layers``) and values are keyed by name, so these layers get exactly
+                   the values of the full model's first N.
+  ``--meta``       no sampling: the resolved plan (spec, shape, expected std and kurtosis per tensor).
+  ``--max-gib G``  memory budget of the report (default 8): without ``--layers``, a model that needs
+                   more is cut to the most blocks that fit, or reported on meta when even one block
+                   does not fit (the published large flavors). The output says which was done.
+  ``--out DIR``    also write ``init_report.json`` and ``init_report.csv`` into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+from models import get_model_spec
+from torchtitan_lite.config import build_model_args, load_config_or_exit
+from torchtitan_lite.diagnostics import expected_step1_loss, init_report_summary, write_init_report
+from torchtitan_lite.init import init_weights, materialize, resolve_plan
+from torchtitan_lite.init_report import init_report, model_fingerprint, truncated_normal_moments
+
+GIB = 2**30
+_REPORT_BYTES_PER_ELEMENT = 40
+"""The report holds about five float64 copies of the tensor it is measuring (``init_report._row``)."""
+
+
+def _build_meta(spec, args) -> torch.nn.Module:
+    with torch.device("meta"):
+        return spec.model_cls(args)
+
+
+def _sizes(spec, args, n_layers: int) -> list[int]:
+    """Element counts of every parameter and buffer of the model with ``n_layers`` blocks (built on meta)."""
+    with torch.device("meta"):
+        model = spec.model_cls(dataclasses.replace(args, n_layers=n_layers))
+    return [p.numel() for p in model.parameters()] + [b.numel() for b in model.buffers()]
+
+
+def choose_layers(spec, args, requested: int | None, max_bytes: int) -> tuple[int | None, str]:
+    """``(blocks to build, or None for a meta report; the line saying which)``.
+
+    Memory of materialize + init + report with ``L`` blocks: 4 bytes per element (fp32) plus about
+    40 bytes per element of the largest tensor (the report's float64 work copies of it), with the
+    element count ``base + L * per_block`` measured on meta with 1 and 2 blocks.
+
+    Raises:
+        ValueError: ``requested`` is not in ``1..n_layers``.
+    """
+    total = args.n_layers
+    same = "plan of the full model, same values as its first blocks"
+    if requested is not None:
+        if not 1 <= requested <= total:
+            raise ValueError(f"--layers {requested}: the model has {total} blocks; pass 1..{total}")
+        cut = "" if requested == total else f" (--layers; {same})"
+        return requested, f"initialized on CPU: blocks 0..{requested - 1} of {total}{cut}"
+    one = _sizes(spec, args, 1)
+    per_block = sum(_sizes(spec, args, 2)) - sum(one) if total > 1 else 0
+    fixed = 4 * (sum(one) - per_block) + _REPORT_BYTES_PER_ELEMENT * max(one)
+    fit = total if per_block == 0 else int((max_bytes - fixed) // (4 * per_block))
+    if fit < 1 or fixed + 4 * per_block > max_bytes:
+        need = fixed + 4 * per_block
+        return None, (f"on meta, nothing sampled: even one block needs {need / GIB:.1f} GiB > --max-gib "
+                      f"{max_bytes / GIB:g}; expected values only")
+    layers = min(fit, total)
+    cut = "" if layers == total else f" (the full model needs more than --max-gib {max_bytes / GIB:g}; {same})"
+    return layers, f"initialized on CPU: blocks 0..{layers - 1} of {total}{cut}"
+
+
+def plan_table(model: torch.nn.Module, plan) -> str:
+    """The resolved plan of a (meta) model as a table: name, spec, shape, status, expected std and kurtosis."""
+    lines = [f"{'name':<48} {'spec':<34} {'shape':<16} {'status':<6} {'exp std':>10} {'exp ex.kurt':>11}"]
+    for entry, tensor in resolve_plan(model, plan):
+        spec = entry.spec
+        if spec.kind == "trunc_normal":
+            _, factor, kurt = truncated_normal_moments(-spec.cutoff, spec.cutoff)
+            std, kurt_text = f"{spec.std * factor:.4g}", f"{kurt:.3f}"
+        elif spec.kind == "normal":
+            std, kurt_text = f"{spec.std:.4g}", f"{0.0:.3f}"
+        else:
+            std, kurt_text = "0", "-"
+        name = " = ".join(entry.names)
+        lines.append(f"{name:<48} {spec.describe():<34} {'x'.join(map(str, tensor.shape)):<16} "
+                     f"{'tied' if entry.tied else 'init':<6} {std:>10} {kurt_text:>11}")
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.inspect_init", add_help=False)
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--meta", action="store_true")
+    parser.add_argument("--max-gib", type=float, default=8.0)
+    parser.add_argument("--out")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the init report of the configured model; returns 0, or 2 on a bad option."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
+    options, rest = _parse(argv)
+    config = load_config_or_exit(rest)
+    torch.set_num_threads(config.training.num_threads or torch.get_num_threads())
+    spec = get_model_spec(config.model.name)
+    args = build_model_args(config)
+    plan = spec.init_plan(args)
+    full = _build_meta(spec, args)
+    n_params = sum(p.numel() for p in full.parameters())
+    print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
+          f"seed {config.training.seed}")
+    print(expected_step1_loss(full, plan).describe())
+    try:
+        layers, how = (None, "on meta, nothing sampled (--meta); expected values only") if options.meta else \
+            choose_layers(spec, args, options.layers, int(options.max_gib * GIB))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(how)
+    if layers is None:
+        print(plan_table(full, plan))
+        return 0
+    model = materialize(_build_meta(spec, dataclasses.replace(args, n_layers=layers)), "cpu")
+    result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
+    report = init_report(model, plan, result)
+    print(report)
+    print(init_report_summary(report))
+    print(f"fingerprint of what was initialized: {model_fingerprint(model)}")
+    if options.out:
+        Path(options.out).mkdir(parents=True, exist_ok=True)
+        for path in write_init_report(report, options.out):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
