@@ -14,9 +14,15 @@
 #                  "--nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
 #
+#   TORCH_ELASTIC_SHUTDOWN_TIMEOUT  seconds torchrun waits for the workers after forwarding SIGTERM/SIGINT
+#                  before it SIGKILLs them (default 30): finishing a step and saving must fit in it
+#
 # Exit status: 2 and one "config error: ..." line on bad configuration (before torchrun starts: torchrun
-# would turn a worker's 2 into 1 and add a long traceback); 1 on a failure during training, with the
-# worker's own "error: ..." line as the last line of output; 0 on success.
+# would turn a worker's 2 into 1 and add a long traceback), or one "input error: ..." line when a worker
+# found bad input (data, checkpoint) before training; 1 on a failure during training, with the worker's
+# own "error: ..." line as the last line of output; 0 on success, and on SIGTERM/SIGINT once the workers
+# saved a checkpoint and stopped (torchrun itself then reports 1: the workers' "stopped by a signal" line
+# decides).
 set -euo pipefail
 
 NGPU=${NGPU:-1}
@@ -38,23 +44,45 @@ fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/run_train.XXXXXX")
 trap 'rm -f "$log"' EXIT
+# SIGTERM/SIGINT: forward to torchrun, which forwards to the workers; they finish the step, save and exit 0.
+pid=""
+signalled=""
+forward() {
+    signalled=$1
+    if [[ -n "$pid" ]]; then kill -s "$1" "$pid" 2>/dev/null || true; fi
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
 
 # --tee 3 prefixes each worker line with [rank<local rank>]: and --local-ranks-filter keeps LOG_RANK's lines
 # on the console; the full output of the launcher goes to $log as well, to find the error line below.
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
 "$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" \
     --role rank --tee 3 $TORCHRUN_ARGS \
-    -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" 2>&1 | tee "$log" || status=$?
+    -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" > >(tee "$log") 2>&1 &
+pid=$!
+while true; do  # a trapped signal interrupts wait; wait again until torchrun has exited
+    status=0
+    wait "$pid" || status=$?
+    kill -0 "$pid" 2>/dev/null || break
+done
+wait  # the tee of the process substitution: the log is complete
 if [[ $status -eq 0 ]]; then
+    exit 0
+fi
+if [[ -n "$signalled" ]] && grep -qE "^\[rank${LOG_RANK}\]:[[:space:]]*stopped by a signal after step" "$log"; then
     exit 0
 fi
 
 # The trainer reports a failure as one "error: <message>" line; repeat the shown rank's last one (or any
 # rank's, if the shown rank was only stopped because another failed) as the final line.
 strip='s/^\[rank[0-9]+\]:[[:space:]]*//'
-line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*error: " "$log" | tail -n 1 | sed -E "$strip" || true)
+line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*(input )?error: " "$log" | tail -n 1 | sed -E "$strip" || true)
 if [[ -z "$line" ]]; then
-    line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*error: ' "$log" | tail -n 1 | sed -E "$strip" || true)
+    line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*(input )?error: ' "$log" | tail -n 1 | sed -E "$strip" || true)
 fi
 echo "${line:-error: training failed (torchrun exit status $status); see the output above}" >&2
+if [[ "$line" == "input error: "* ]]; then
+    exit 2
+fi
 exit 1

@@ -111,6 +111,11 @@ class Training:
     (bf16 matmuls are much slower than fp32 on CPUs without AMX)."""
     num_threads: int | None = bounded(None, ge=1)
     """CPU threads per process; unset = CPU cores / processes on this node."""
+    nonfinite_policy: Literal["stop", "skip"] = "stop"
+    """A NaN/inf loss or gradient norm: ``stop`` the run naming the step (the last checkpoint stays intact),
+    or ``skip`` that step's update (at most ``max_skipped_steps`` times in the run, then stop)."""
+    max_skipped_steps: int = bounded(3, ge=0)
+    """Updates that ``nonfinite_policy = "skip"`` may drop in the whole run (resumed runs continue the count)."""
 
 
 @dataclass
@@ -190,6 +195,41 @@ class Metrics:
 
 
 @dataclass
+class Checkpoint:
+    """``[checkpoint]``: DCP checkpoints, resume, Hugging Face import and export."""
+
+    enable: bool = True
+    """Save checkpoints every ``interval`` steps and at the end, and resume from the latest one in ``folder``."""
+    folder: str = "checkpoint"
+    """Checkpoint folder, under ``job.dump_folder`` unless absolute; it holds ``step-N`` folders. Not under the
+    timestamped run folder: re-running the same command resumes from the latest complete checkpoint."""
+    interval: int = bounded(100, ge=1)
+    """Save every this many steps (and after the last step, or when stopped by SIGTERM/SIGINT)."""
+    keep_latest_k: int = bounded(3, ge=0)
+    """Complete checkpoints to keep; older ones are deleted after a newer one is complete. 0 = keep all."""
+    load_step: int = bounded(-1, ge=-1)
+    """Step to resume from (a ``step-N`` in ``folder``); -1 = the latest complete one."""
+    load_path: str | None = None
+    """Resume from this ``step-N`` folder instead (any location; also works with ``enable = false``)."""
+    exclude_from_loading: list[Literal["optimizer", "lr_scheduler", "dataloader", "train_state"]] = field(
+        default_factory=list)
+    """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume with another number of ranks
+    (the data order then restarts), or all four to load the model weights only and start at step 0."""
+    async_mode: Literal["disabled", "async"] = "disabled"
+    """``async``: write checkpoints in a background thread while training goes on."""
+    initial_load_hf: str | None = None
+    """A local Hugging Face folder (``config.json`` + ``*.safetensors``) to start from when no checkpoint
+    is resumed; its tensors are not re-initialized, missing ones are initialized and listed."""
+    initial_load_hf_allow_unexpected: bool = False
+    """Ignore (and list) tensors of ``initial_load_hf`` that the model has no place for, instead of failing."""
+    export_hf: str | None = None
+    """Write the trained model to this folder in Hugging Face format (``config.json`` + ``model.safetensors``)
+    at the end of training (relative to the working directory)."""
+    export_hf_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """dtype of the exported weights."""
+
+
+@dataclass
 class Debug:
     """``[debug]``: diagnostics."""
 
@@ -217,6 +257,8 @@ class JobConfig:
     """Validation loss on held-out data."""
     metrics: Metrics = field(default_factory=Metrics)
     """Log lines and TensorBoard."""
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    """Checkpoints, resume, Hugging Face import and export."""
     debug: Debug = field(default_factory=Debug)
     """Diagnostics."""
 
@@ -354,25 +396,59 @@ def build_model_args(config: JobConfig) -> Any:
 
 
 def check_paths(config: JobConfig) -> None:
-    """The paths the run reads exist, and ``job.dump_folder`` can be created; creates nothing.
+    """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
+
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer's vocab
+    fits the model's; ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be
+    created; the checkpoint to resume (if any) is complete, intact and from the same model; else the
+    ``checkpoint.initial_load_hf`` folder matches the model.
 
     Raises:
-        ConfigError: a missing ``model.tokenizer_path`` or ``training.dataset_path``, or a
-            ``job.dump_folder`` that is a file or lies under no writable folder.
+        ConfigError: the first problem, one line naming the key or file.
     """
+    from torchtitan_lite import checkpoint as ckpt
+    from torchtitan_lite.hf_io import HFError, check_hf_folder
+    from torchtitan_lite.tokenizer import build_tokenizer
+
     for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
-                      ("training.dataset_path", config.training.dataset_path)):
+                      ("training.dataset_path", config.training.dataset_path),
+                      ("checkpoint.load_path", config.checkpoint.load_path)):
         if path is not None and not os.path.exists(path):
             raise ConfigError(f"{key}: no such file or folder {path!r}")
-    dump = os.path.abspath(config.job.dump_folder)
-    if os.path.exists(dump) and not os.path.isdir(dump):
-        raise ConfigError(f"job.dump_folder: {config.job.dump_folder!r} is a file, not a folder")
-    parent = dump
+    args = build_model_args(config)
+    tokenizer = build_tokenizer(config.model.tokenizer_path)
+    if tokenizer.vocab_size > args.vocab_size:
+        raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
+                          f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
+                          f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer")
+    cp = config.checkpoint
+    folder = ckpt.checkpoint_folder(config.job.dump_folder, cp.folder)
+    _check_writable("job.dump_folder", config.job.dump_folder)
+    if cp.enable:
+        _check_writable("checkpoint.folder", folder)
+    if cp.export_hf is not None:
+        _check_writable("checkpoint.export_hf", cp.export_hf)
+    try:
+        path = ckpt.find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+        if path is not None:
+            meta = ckpt.read_meta(path)
+            ckpt.check_compatible(meta, path, config.model.name, config.model.flavor, ckpt.model_args_json(args))
+        elif cp.initial_load_hf is not None:
+            check_hf_folder(cp.initial_load_hf, config.model.name, args)
+    except (ckpt.CheckpointError, HFError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_writable(key: str, path: str) -> None:
+    """``path`` is a folder or can be created as one under a writable folder."""
+    target = os.path.abspath(path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise ConfigError(f"{key}: {path!r} is a file, not a folder")
+    parent = target
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
-        raise ConfigError(f"job.dump_folder: cannot create {config.job.dump_folder!r}: "
-                          f"{parent} is not a writable folder")
+        raise ConfigError(f"{key}: cannot create {path!r}: {parent} is not a writable folder")
 
 
 def help_text() -> str:

@@ -1,9 +1,14 @@
 """The trainer: ``python -m torchtitan_lite.train --job.config_file X.toml [--section.key=value ...]``.
 
 Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
-run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> init ->
-data -> optimizer -> loop (forward, loss, backward, clip, step, LR) with a log line per step and
-TensorBoard scalars.
+run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> optimizer ->
+data -> load (checkpoint or HF weights) -> init of what was not loaded -> loop (forward, loss, backward,
+clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars -> checkpoints every
+``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``) -> HF export.
+
+Exit status of ``main``: 0 (done, or stopped by a signal after saving), 2 (bad input found while building
+the run: data, checkpoint, HF folder; printed as ``input error: ...``), 1 (a failure during training,
+printed as ``error: ...``). Nothing is written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
@@ -26,9 +31,12 @@ from torch import nn
 
 from models import get_model_spec
 from models.common.moe import MoE, collect_expert_load
+from torchtitan_lite.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
 from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_exit
 from torchtitan_lite.data import build_dataloader, check_vocab
 from torchtitan_lite.distributed import DistInfo, init_distributed, peak_flops, peak_memory_bytes
+from torchtitan_lite.faults import NonFiniteGuard, StopRequest
+from torchtitan_lite.hf_io import export_hf, state_dict_adapter
 from torchtitan_lite.init import init_weights, materialize
 from torchtitan_lite.init_report import init_report, model_fingerprint
 from torchtitan_lite.lr_schedule import build_lr_scheduler
@@ -112,9 +120,6 @@ class Trainer:
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.world_size)
         self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
-        self.init_result = init_weights(self.model, self.spec.init_plan(self.args), config.training.seed,
-                                        buffer_device=info.device)
-        self.fingerprint = model_fingerprint(self.model)
         self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
         for moe in self.moe_layers:
             moe.aux_loss_scale = 1.0 / (info.world_size * self.accum)
@@ -134,6 +139,18 @@ class Trainer:
             dp_rank=info.rank, dp_world_size=info.world_size, seed=config.training.seed)
         self.train_loader = build_dataloader(split="train", **data_kwargs)
         self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
+        cp = config.checkpoint
+        self.checkpointer = Checkpointer(
+            checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
+            lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
+            device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
+            meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
+        self.train_state, loaded, self.load_lines = load_at_start(config, self.checkpointer, self.model, self.args)
+        self.init_result = init_weights(self.model, self.spec.init_plan(self.args), config.training.seed,
+                                        skip=loaded, buffer_device=info.device)
+        self.fingerprint = model_fingerprint(self.model)
+        self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
+                                    self.train_state.skipped_steps)
         self.run_folder = self._run_folder()
         dtype = compute_dtype(config, info.device)
         self.metrics = MetricsLogger(
@@ -167,12 +184,14 @@ class Trainer:
             f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
             f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
             f"expected step-1 loss about ln(vocab_size) = {math.log(self.args.vocab_size):.4f}",
+            *self.load_lines,
             f"run folder {self.run_folder}",
         ]
         self.metrics.log_text(lines)
 
-    def train_step(self, batches) -> StepStats:
-        """One optimizer step over ``accum`` micro-batches of this rank."""
+    def train_step(self, batches, step: int) -> StepStats:
+        """Optimizer step ``step`` over ``accum`` micro-batches of this rank (the update is skipped or the run
+        stopped on a non-finite loss or gradient norm, see ``faults.py``)."""
         tokens_global = self.global_batch * self.config.training.seq_len
         loss_sum = torch.zeros((), device=self.info.device)
         for _ in range(self.accum):
@@ -183,11 +202,13 @@ class Trainer:
             loss_sum += micro_loss.detach()
         grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
         lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        dist.all_reduce(loss_sum)
+        stats = StepStats(loss=loss_sum.item() / tokens_global, grad_norm=float(grad_norm), lr=lr)
+        if self.guard.should_apply(step, stats.loss, stats.grad_norm):
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        dist.all_reduce(loss_sum)
-        return StepStats(loss=loss_sum.item() / tokens_global, grad_norm=float(grad_norm), lr=lr)
+        return stats
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -205,17 +226,20 @@ class Trainer:
         dist.all_reduce(totals)
         return (totals[0] / totals[1]).item()
 
-    def train(self) -> None:
-        """Run ``training.steps`` steps; validate every ``validation.freq`` steps and at the end."""
-        cfg = self.config
+    def train(self, stop: StopRequest) -> None:
+        """Train from the resumed step to ``training.steps``; validate every ``validation.freq`` steps and at
+        the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
+        cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
         tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.world_size
         start = time.perf_counter()
         self.model.train()
-        for step in range(1, cfg.training.steps + 1):
-            stats = self.train_step(batches)
-            if not math.isfinite(stats.loss):
-                raise TrainingError(f"step {step}: the loss is {stats.loss}; lower optimizer.lr or check the data")
+        if state.step >= cfg.training.steps:
+            self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: nothing to train"])
+        for step in range(state.step + 1, cfg.training.steps + 1):
+            stats = self.train_step(batches, step)
+            state.step, state.skipped_steps = step, self.guard.skipped
+            state.tokens_seen += tokens_per_step * self.info.world_size
             self.metrics.log_step(step, loss=stats.loss, grad_norm=stats.grad_norm, lr=stats.lr,
                                   tokens=tokens_per_step, elapsed_s=time.perf_counter() - start,
                                   memory_bytes=peak_memory_bytes(self.info.device))
@@ -223,18 +247,45 @@ class Trainer:
                 self.metrics.log_expert_load(step, collect_expert_load(self.model))
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
+            if stop.agreed(self.info.device):
+                saved = self._save(force=True)
+                self.metrics.log_text([f"stopped by a signal after step {step}; " + (
+                    f"checkpoint saved: {saved}" if saved else "checkpoint.enable = false: nothing saved")])
+                break
+            if step % cfg.checkpoint.interval == 0 or step == cfg.training.steps:
+                self._save(force=False)
+        self.checkpointer.finish()
+        if cfg.checkpoint.export_hf is not None and not stop.signal_name:
+            export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args),
+                      dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank)
+            self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
         self.metrics.close()
+
+    def _save(self, force: bool) -> str | None:
+        """Save a checkpoint if ``checkpoint.enable``; ``force`` waits for it. Its path, or ``None``."""
+        if not self.config.checkpoint.enable:
+            return None
+        path = self.checkpointer.save(self.train_state)
+        return (self.checkpointer.finish() or path) if force else path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of each worker: train, or print ``error: <message>`` and return 1."""
+    """Entry point of each worker: train and return 0, or print one error line and return 2 (bad input
+    while building the run: ``input error: ...``) or 1 (``error: ...``)."""
     config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
+    stop = StopRequest()
     try:
-        Trainer(config).train()
+        try:
+            trainer = Trainer(config)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"input error: {err}", file=sys.stderr, flush=True)
+            return 2
+        trainer.train(stop)
     except (TrainingError, ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
+        stop.restore()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

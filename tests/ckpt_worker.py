@@ -1,0 +1,91 @@
+"""Worker for the checkpoint tests: runs the real Trainer (under torchrun or as one plain process).
+
+    python tests/ckpt_worker.py MODE OUT [--section.key=value ...]
+
+Modes:
+  * ``train``: train as ``main`` does; rank 0 prints ``RESULT {"losses": {step: float.hex}}`` and saves the
+    gathered full model and optimizer state (``torch.save``) to ``OUT``.
+  * ``gather``: build the Trainer (which loads the checkpoint), gather the full model and optimizer state
+    and, on rank 0, print ``RESULT {"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int,
+    "loaded_step": int}`` comparing it bitwise with the state saved in ``OUT``.
+  * ``kill_before_rename``: train; at the first save after step 2 SIGKILL this process right after DCP wrote
+    ``step-N.tmp`` and before it is renamed (a crash in the middle of a save).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+from torchtitan_lite import checkpoint
+from torchtitan_lite.config import load_config_or_exit
+from torchtitan_lite.faults import StopRequest
+from torchtitan_lite.train import Trainer
+
+
+def full_state(trainer: Trainer) -> dict:
+    """``{"model": {fqn: tensor}, "optim": {fqn.key: tensor}}`` gathered to rank 0 (empty elsewhere)."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model = get_model_state_dict(trainer.model, options=options)
+    optim = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=options)
+    flat = {f"{fqn}.{key}": value for fqn, state in optim.get("state", {}).items() for key, value in state.items()}
+    return {"model": model, "optim": flat}
+
+
+def equal(a: dict, b: dict) -> bool:
+    """Same keys and bitwise equal tensors."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def main() -> None:
+    mode, out, *argv = sys.argv[1:]
+    config = load_config_or_exit(argv)
+    stop = StopRequest()
+    trainer = Trainer(config)
+    rank = trainer.info.rank
+    if mode == "gather":
+        state = full_state(trainer)
+        if rank == 0:
+            saved = torch.load(out)
+            print("RESULT " + json.dumps({
+                "model_equal": equal(state["model"], saved["model"]), "optim_equal": equal(state["optim"], saved["optim"]),
+                "n_model": len(state["model"]), "n_optim": len(state["optim"]),
+                "loaded_step": trainer.train_state.step}), flush=True)
+    else:
+        losses = {}
+        step_fn = trainer.train_step
+
+        def recording_step(batches, step):
+            stats = step_fn(batches, step)
+            losses[step] = stats.loss.hex()
+            return stats
+
+        trainer.train_step = recording_step
+        if mode == "kill_before_rename":
+            finish = trainer.checkpointer.finish
+
+            def killing_finish():
+                pending = trainer.checkpointer._pending
+                if pending is not None and pending[2] > 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return finish()
+
+            trainer.checkpointer.finish = killing_finish
+        trainer.train(stop)
+        state = full_state(trainer)
+        if rank == 0:
+            torch.save(state, out)
+            print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
+                checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder))}), flush=True)
+    stop.restore()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Exact resume and resharding on 2-process gloo (the Acceptance of issue 6).
+
+One 2-rank run of 4 steps (checkpoints at steps 2 and 4, odd vocab 2051 so every Shard(0) split is
+uneven) is the reference; a second 2-rank run starts from a copy of its step-2 checkpoint; 1- and 3-rank
+runs load its step-4 checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, result, text_file, torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+
+def run_args(tmp, dump: str, out: str, *extra: str) -> list[str]:
+    return [out, *TINY_MODEL, *TINY_RUN, "--model.overrides.vocab_size=2051", f"--training.dataset_path={tmp / 'data.txt'}",
+            f"--job.dump_folder={tmp / dump}", "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The 2-rank, 4-step reference run: its folder and RESULT."""
+    tmp = tmp_path_factory.mktemp("resume")
+    text_file(tmp)
+    res = result(torchrun(2, ["train", *run_args(tmp, "a", str(tmp / "a.pt"))]))
+    return tmp, res
+
+
+def test_two_plus_two_steps_equal_four_steps_bitwise(reference):
+    tmp, ref = reference
+    assert ref["steps"] == [2, 4]
+    (tmp / "b" / "checkpoint").mkdir(parents=True)
+    shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "b" / "checkpoint" / "step-2")
+    resumed = result(torchrun(2, ["train", *run_args(tmp, "b", str(tmp / "b.pt"))]))
+    assert sorted(resumed["losses"]) == ["3", "4"]
+    assert resumed["losses"] == {k: ref["losses"][k] for k in ("3", "4")}
+    final_a, final_b = torch.load(tmp / "a.pt"), torch.load(tmp / "b.pt")
+    for part in ("model", "optim"):
+        assert final_a[part].keys() == final_b[part].keys()
+        assert all(torch.equal(final_a[part][k], final_b[part][k]) for k in final_a[part])
+
+
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
+    tmp, _ = reference
+    step4 = tmp / "a" / "checkpoint" / "step-4"
+    res = result(torchrun(nproc, ["gather", *run_args(tmp, f"r{nproc}", str(tmp / "a.pt"), f"--checkpoint.load_path={step4}",
+                                                      "--checkpoint.exclude_from_loading=dataloader")]))
+    # 14 model entries (13 tensors, the tied output listed twice); AdamW step, exp_avg, exp_avg_sq of each tensor
+    assert res == {"model_equal": True, "optim_equal": True, "n_model": 14, "n_optim": 39, "loaded_step": 4}
+
+
+def test_other_world_size_with_dataloader_state_exits_2_saying_how_to_proceed(reference):
+    tmp, _ = reference
+    step4 = tmp / "a" / "checkpoint" / "step-4"
+    args = run_args(tmp, "w", "unused", f"--checkpoint.load_path={step4}")[1:]
+    proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, env={**env(), "NGPU": "1"}, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("input error: checkpoint ") and "saved by 2 ranks and this run has 1" in last
+    assert "--checkpoint.exclude_from_loading=dataloader" in last
+    assert not (tmp / "w").exists()
