@@ -148,14 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     labels = [_label(run) for run in args.runs]
     if len(set(labels)) < len(labels):
         labels = list(args.runs)
-    print(f"{args.tag}: reference {labels[0]}")
-    print(f"{'step':>6}  {labels[0][:22]:>22}" + "".join(f"  {lab[:22]:>22}  {'diff':>10}" for lab in labels[1:]))
+    print(f"{args.tag} of run 0 (the reference): {labels[0]}, " + ", ".join(
+        f"run {i}: {label}" for i, label in enumerate(labels) if i))
+    print(f"{'step':>6}  {'run 0':>14}" + "".join(f"  {f'run {i}':>14}  {'diff':>10}" for i in range(1, len(labels))))
     for step in sorted(reference):
-        row = f"{step:>6}  {reference[step]:>22.8g}"
+        row = f"{step:>6}  {reference[step]:>14.8g}"
         for run in args.runs[1:]:
             value = series[run].get(step)
-            row += (f"  {'-':>22}  {'-':>10}" if value is None
-                    else f"  {value:>22.8g}  {value - reference[step]:>10.3g}")
+            row += (f"  {'-':>14}  {'-':>10}" if value is None
+                    else f"  {value:>14.8g}  {value - reference[step]:>10.3g}")
         print(row)
     failed = False
     for run, label in zip(args.runs[1:], labels[1:]):
