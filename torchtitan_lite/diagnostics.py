@@ -85,10 +85,11 @@ class Step1Expectation:
         return len(self.output_names) > 1
 
     def describe(self) -> str:
-        """One line, e.g. ``expected step-1 loss 7.6744..7.7441 = ln V 7.6246 + 0.0498..0.1194 (...)``."""
+        """One line, e.g. ``expected step-1 loss 7.6745..7.7441 = ln V 7.6246 + 0.0498..0.1194 (...)``."""
         ln_v = self.ln_vocab
         if self.tied:
-            values = f"{self.low:.4f}..{self.high:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}..{self.high - ln_v:.4f}"
+            values = (f"{self.low:.4f}..{self.high:.4f} = ln V {ln_v:.4f} + "
+                      f"{self.low - ln_v:.4f}..{self.high - ln_v:.4f}")
             extra = f", tied self-logit 0..{self.self_logit:.3g}"
         else:
             values, extra = f"{self.low:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}", ""
