@@ -303,12 +303,13 @@ class Checkpointer:
     def load(self, path: str, exclude: tuple[str, ...] = ()) -> tuple[LoadResult, TrainState]:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
-        The checkpoint must have been checked with :func:`read_meta` / :func:`check_compatible`.
-        Per-rank parts need the saved world size: a different one with the data loader included is an
+        The folder is checked again with :func:`read_meta` (the model match was checked before launch by
+        ``config.check_paths``). Per-rank parts need the saved world size: a different one with the data loader included is an
         error; without it, the RNG states are skipped (reported in ``LoadResult.excluded``).
 
         Raises:
-            CheckpointError: the world size differs and the data loader state is to be loaded.
+            CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size
+                that differs while the data loader state is to be loaded.
         """
         meta = read_meta(path)
         bad = sorted(set(exclude) - set(EXCLUDABLE))
