@@ -119,9 +119,10 @@ def read_meta(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint {meta_path} is corrupt ({err}); load another step with "
                               "checkpoint.load_step or delete this folder") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {meta_path}: format {meta.get('format') if isinstance(meta, dict) else meta!r}"
-                              f" is not {FORMAT_VERSION}; it was not written by this version of the trainer")
+    found = meta.get("format") if isinstance(meta, dict) else meta
+    if found != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {meta_path}: format {found!r} is not {FORMAT_VERSION}; it was not "
+                              "written by this version of the trainer")
     try:
         metadata = dcp.FileSystemReader(path).read_metadata()
     except Exception as err:  # DCP raises whatever unpickling or reading the file raised
@@ -304,8 +305,8 @@ class Checkpointer:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
         The folder is checked again with :func:`read_meta` (the model match was checked before launch by
-        ``config.check_paths``). Per-rank parts need the saved world size: a different one with the data loader included is an
-        error; without it, the RNG states are skipped (reported in ``LoadResult.excluded``).
+        ``config.check_paths``). Per-rank parts need the saved world size: a different one with the data
+        loader included is an error; without it, the RNG states are skipped (reported in ``LoadResult.excluded``).
 
         Raises:
             CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size

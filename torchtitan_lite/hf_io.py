@@ -67,8 +67,8 @@ def state_dict_adapter(model_name: str, args):
     try:
         module = importlib.import_module(f"models.{model_name}.state_dict_adapter")
     except ModuleNotFoundError:
-        raise HFError(f"model {model_name} has no Hugging Face state-dict adapter "
-                      f"(models/{model_name}/state_dict_adapter.py); HF import/export is not available for it") from None
+        raise HFError(f"model {model_name} has no Hugging Face state-dict adapter (models/{model_name}/"
+                      "state_dict_adapter.py); HF import/export is not available for it") from None
     return module.build_adapter(args)
 
 

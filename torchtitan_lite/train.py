@@ -235,7 +235,8 @@ class Trainer:
         start = time.perf_counter()
         self.model.train()
         if state.step >= cfg.training.steps:
-            self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: nothing to train"])
+            self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
+                                   "nothing to train"])
         for step in range(state.step + 1, cfg.training.steps + 1):
             stats = self.train_step(batches, step)
             state.step, state.skipped_steps = step, self.guard.skipped
