@@ -234,7 +234,24 @@ class Debug:
     """``[debug]``: diagnostics."""
 
     init_report: bool = False
-    """Print the init report: per parameter its spec and measured std, bounds, kurtosis; expected step-1 loss."""
+    """Print the init report (per parameter its spec and measured std, bounds, kurtosis, flags) and write it to
+    the run folder as init_report.json and init_report.csv."""
+    strict_init: bool = False
+    """Fail the run (exit 1, the parameter named) when the step-1 loss check fails; off: a warning line."""
+    init_loss_margin: float = bounded(0.5, gt=0)
+    """Nats the step-1 loss may lie outside the range expected from the init plan (diagnostics.py)."""
+    deterministic: bool = False
+    """Deterministic algorithms (torch.use_deterministic_algorithms): seeded CPU runs with the same world size and
+    training.num_threads are bitwise equal."""
+    profile: bool = False
+    """Write torch.profiler traces of a window of steps (and a memory snapshot on CUDA-like devices) to the run
+    folder (profile/, memory/)."""
+    profile_start_step: int = bounded(3, ge=1)
+    """First profiled step (the first steps include one-time warm-up)."""
+    profile_steps: int = bounded(2, ge=1)
+    """Number of profiled steps."""
+    histogram_freq: int = bounded(-1, ge=-1)
+    """TensorBoard weight histograms: -1 = never, 0 = at init only, K = at init and every K steps."""
 
 
 @dataclass
@@ -326,6 +343,10 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     if config.lr_scheduler.warmup_steps > training.steps:
         raise ConfigError(f"{_where(sources, 'lr_scheduler.warmup_steps')}: {config.lr_scheduler.warmup_steps} "
                           f"exceeds training.steps {training.steps}; lower it or train longer")
+    debug = config.debug
+    if debug.profile and debug.profile_start_step > training.steps:
+        raise ConfigError(f"{_where(sources, 'debug.profile_start_step')}: {debug.profile_start_step} is after the "
+                          f"last step (training.steps = {training.steps}); profile an earlier step")
     dp = config.parallelism.data_parallel_shard_degree
     if dp != -1 and dp < 1:
         raise ConfigError(f"{_where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (all ranks) "

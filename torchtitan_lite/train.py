@@ -19,7 +19,6 @@ over all tokens of the global batch, exactly as one process would compute it.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
 from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_exit
 from torchtitan_lite.data import build_dataloader, check_vocab
+from torchtitan_lite.diagnostics import (check_step1_loss, enable_deterministic, expected_step1_loss,
+                                         init_report_summary, write_init_report)
 from torchtitan_lite.distributed import DistInfo, init_distributed, peak_flops, peak_memory_bytes
 from torchtitan_lite.faults import NonFiniteGuard, StopRequest
 from torchtitan_lite.hf_io import export_hf, state_dict_adapter
@@ -43,6 +44,8 @@ from torchtitan_lite.lr_schedule import build_lr_scheduler
 from torchtitan_lite.metrics import MetricsLogger, make_run_folder
 from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
 from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile, apply_fsdp
+from torchtitan_lite.profiling import StepProfiler
+from torchtitan_lite.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.tokenizer import build_tokenizer
 
 
@@ -116,6 +119,7 @@ class Trainer:
     def __init__(self, config: JobConfig):
         self.config = config
         self.info = info = init_distributed(config)
+        self.deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.world_size)
@@ -146,9 +150,14 @@ class Trainer:
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
         self.train_state, loaded, self.load_lines = load_at_start(config, self.checkpointer, self.model, self.args)
-        self.init_result = init_weights(self.model, self.spec.init_plan(self.args), config.training.seed,
-                                        skip=loaded, buffer_device=info.device)
+        self.plan = self.spec.init_plan(self.args)
+        self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
+                                        buffer_device=info.device)
         self.fingerprint = model_fingerprint(self.model)
+        self.expected = expected_step1_loss(self.model, self.plan)
+        self.check_step1 = not loaded
+        debug = config.debug
+        self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps)
         self.run_folder = self._run_folder()
@@ -160,6 +169,13 @@ class Trainer:
             num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
             peak_flops=peak_flops(info.device, dtype))
         self._log_header(tokenizer, dtype)
+        self.tensorboard = config.metrics.enable_tensorboard
+        if self.tensorboard and debug.histogram_freq >= 0:
+            log_weight_histograms(self.metrics.writer, self.model, self.train_state.step)
+        self.profiler = StepProfiler(self.run_folder, enable=debug.profile, start_step=debug.profile_start_step,
+                                     steps=debug.profile_steps, rank=info.rank, device=info.device)
+        if self.profiler.memory_note:
+            self.metrics.log_text([self.profiler.memory_note])
 
     def _run_folder(self):
         """The run folder, named and created on rank 0 and broadcast to the others."""
@@ -183,11 +199,27 @@ class Trainer:
             f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per rank",
             f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
             f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
-            f"expected step-1 loss about ln(vocab_size) = {math.log(self.args.vocab_size):.4f}",
+            self.expected.describe(),
             *self.load_lines,
+            *([self.deterministic_line] if self.deterministic_line else []),
             f"run folder {self.run_folder}",
         ]
         self.metrics.log_text(lines)
+        if self.report is not None:
+            if info.rank == 0:
+                print(self.report, flush=True)
+                paths = write_init_report(self.report, self.run_folder)
+            self.metrics.log_text([init_report_summary(self.report)] + (
+                [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
+
+    def _check_step1(self, loss: float) -> None:
+        """Compare step 1's loss with the init plan's expectation: a warning line, or (``debug.strict_init``)
+        :class:`~torchtitan_lite.diagnostics.InitCheckError` naming the parameter."""
+        debug = self.config.debug
+        problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
+                                    report=self.report)
+        self.metrics.log_text([f"warning: {p}" for p in problems] or
+                              [f"step-1 check: loss {loss:.4f} as expected from the init plan"])
 
     def train_step(self, batches, step: int) -> StepStats:
         """Optimizer step ``step`` over ``accum`` micro-batches of this rank (the update is skipped or the run
@@ -200,6 +232,9 @@ class Trainer:
             micro_loss = cross_entropy_sum(self.model(inputs), labels)
             (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
+        log_freq = self.config.metrics.log_freq
+        if self.tensorboard and (step == 1 or step % log_freq == 0 or step == self.config.training.steps):
+            log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
         lr = self.scheduler.get_last_lr()[0]
         dist.all_reduce(loss_sum)
@@ -238,7 +273,13 @@ class Trainer:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
                                    "nothing to train"])
         for step in range(state.step + 1, cfg.training.steps + 1):
-            stats = self.train_step(batches, step)
+            with self.profiler.step(step):
+                stats = self.train_step(batches, step)
+            if step == 1 and self.check_step1:
+                self._check_step1(stats.loss)
+            freq = cfg.debug.histogram_freq
+            if self.tensorboard and freq > 0 and step % freq == 0:
+                log_weight_histograms(self.metrics.writer, self.model, step)
             state.step, state.skipped_steps = step, self.guard.skipped
             state.tokens_seen += tokens_per_step * self.info.world_size
             self.metrics.log_step(step, loss=stats.loss, grad_norm=stats.grad_norm, lr=stats.lr,
@@ -255,6 +296,9 @@ class Trainer:
                 break
             if step % cfg.checkpoint.interval == 0 or step == cfg.training.steps:
                 self._save(force=False)
+        self.profiler.close()
+        if self.profiler.written:
+            self.metrics.log_text([f"profile written: {', '.join(map(str, self.profiler.written))}"])
         self.checkpointer.finish()
         if cfg.checkpoint.export_hf is not None and not stop.signal_name:
             export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args),
