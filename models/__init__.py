@@ -42,7 +42,7 @@ class ModelSpec:
     num_flops_per_token: Callable[[Any, int], float]
 
 
-_FAMILIES = ("qwen3", "gpt_oss")
+_FAMILIES = ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3")
 
 
 def get_model_spec(name: str) -> ModelSpec:

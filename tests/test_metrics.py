@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from torchtitan_lite.metrics import (
@@ -117,3 +118,14 @@ def test_run_folder_name_is_readable_and_unique(tmp_path):
     # same second -> suffix "-2"; the clock ticked in between -> a later timestamp
     assert second.name == first.name + "-2" or second.name > first.name
 
+
+
+def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
+    logger = _logger(tmp_path)
+    line = logger.log_expert_load(3, {"layers.1.moe": torch.tensor([6.0, 2.0, 0.0, 0.0])}, print_line=True)
+    logger.close()
+    assert line == "step   3  expert load min/max  layers.1.moe 0.00/3.00"
+    assert capsys.readouterr().out.strip() == line
+    acc = EventAccumulator(str(tmp_path / "tb")).Reload()
+    assert [e.value for e in acc.Scalars("moe/layers.1.moe/max_load")] == [3.0]
+    assert [e.value for e in acc.Scalars("moe/layers.1.moe/min_load")] == [0.0]

@@ -207,7 +207,7 @@ class MetricsLogger:
             self.writer.add_scalar("loss/validation", loss, step)
         return line
 
-    def log_expert_load(self, step: int, loads: dict[str, torch.Tensor]) -> None:
+    def log_expert_load(self, step: int, loads: dict[str, torch.Tensor], *, print_line: bool) -> str:
         """Write each MoE layer's expert load of one step to TensorBoard as ``moe/<layer>/min_load`` and
         ``moe/<layer>/max_load``: the least and most loaded expert's share of (token, expert) assignments
         divided by the balanced share ``1 / num_experts`` (1.0 = perfectly balanced).
@@ -216,13 +216,23 @@ class MetricsLogger:
             step: 1-based step.
             loads: layer name -> fp32 ``(num_experts,)`` counts summed over ranks
                 (``models.common.moe.collect_expert_load``).
+            print_line: also print the summary line.
+
+        Returns:
+            ``step  12  expert load min/max  layers.1.moe 0.52/1.80  ...``.
         """
-        if self.writer is None:
-            return
+        parts = []
         for layer, counts in loads.items():
             relative = counts * counts.numel() / counts.sum().clamp_min(1)
-            self.writer.add_scalar(f"moe/{layer}/min_load", relative.min().item(), step)
-            self.writer.add_scalar(f"moe/{layer}/max_load", relative.max().item(), step)
+            low, high = relative.min().item(), relative.max().item()
+            parts.append(f"{layer} {low:.2f}/{high:.2f}")
+            if self.writer is not None:
+                self.writer.add_scalar(f"moe/{layer}/min_load", low, step)
+                self.writer.add_scalar(f"moe/{layer}/max_load", high, step)
+        line = f"step {step:>3}  expert load min/max  " + "  ".join(parts)
+        if print_line:
+            print(line, flush=True)
+        return line
 
     def log_text(self, lines: Iterable[str]) -> None:
         """Print the run header lines (model, param count, device, world size, init fingerprint) and

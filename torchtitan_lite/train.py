@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import get_model_spec
+from models.common.expert_bias import update_expert_bias
 from models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
 from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_exit
@@ -286,7 +287,10 @@ class Trainer:
                                   tokens=tokens_per_step, elapsed_s=time.perf_counter() - start,
                                   memory_bytes=peak_memory_bytes(self.info.device))
             if self.moe_layers:
-                self.metrics.log_expert_load(step, collect_expert_load(self.model))
+                counts = collect_expert_load(self.model)
+                update_expert_bias(self.model, counts)
+                self.metrics.log_expert_load(step, counts, print_line=step % cfg.validation.freq == 0
+                                             or step == cfg.training.steps)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
             if stop.agreed(self.info.device):
