@@ -211,3 +211,31 @@ def test_deterministic_mode_turns_on_deterministic_algorithms():
     finally:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
+
+
+@pytest.mark.multiprocess
+def test_run_with_a_broken_tied_output_init_warns_and_strict_exits_naming_output_weight(tmp_path):
+    """The knob ``model.overrides.output_init_std = 1.0`` leaves a tied output at the embedding-like std 1."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    common = ["--model.overrides.output_init_std=1.0", "--training.steps=1", "--lr_scheduler.warmup_steps=1",
+              "--training.seq_len=32", "--training.local_batch_size=2", "--validation.enable=false",
+              "--checkpoint.enable=false", "--metrics.enable_tensorboard=false", "--training.num_threads=1"]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+
+    def run(*extra):
+        return subprocess.run(["./run_train.sh", f"--job.dump_folder={tmp_path / 'out'}", *common, *extra],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+    warned = run()
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    step1 = float(warned.stdout.split("step   1  loss")[1].split()[0])
+    assert step1 > 100  # ln V = 7.62: a tied std-1 output starts in the hundreds
+    assert "warning:" in warned.stdout and "output.weight" in warned.stdout
+    strict = run("--debug.strict_init")
+    assert strict.returncode == 1
+    last = (strict.stdout + strict.stderr).strip().splitlines()[-1]
+    assert last.startswith("error: ") and "output.weight" in last and "debug.strict_init" in last

@@ -40,6 +40,12 @@ class Qwen3ModelArgs:
     """Length of the RoPE tables: the longest sequence the model accepts [max_position_embeddings]."""
     tie_embeddings: bool = False
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
+    initializer_range: float = 0.02
+    """Std of the input projections and the embedding at init (``init_plan.py``) [initializer_range]."""
+    output_init_std: float | None = None
+    """Std of ``output.weight`` at init; ``None`` = the plan's default (tied: ``initializer_range``,
+    untied: ``dim ** -0.5``). A debugging knob: ``1.0`` on a tied model reproduces the broken
+    "output left at the embedding's std-1 init" (step-1 loss in the hundreds)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -54,7 +60,9 @@ class Qwen3ModelArgs:
             raise ValueError(f"Qwen3ModelArgs.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
         if not isinstance(self.tie_embeddings, bool):
             raise ValueError(f"Qwen3ModelArgs.tie_embeddings must be true or false, got {self.tie_embeddings!r}")
-        for name in ("norm_eps", "rope_theta"):
+        if self.output_init_std is not None and not self.output_init_std > 0:
+            raise ValueError(f"Qwen3ModelArgs.output_init_std must be > 0 or None, got {self.output_init_std!r}")
+        for name in ("norm_eps", "rope_theta", "initializer_range"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Qwen3ModelArgs.{name} must be > 0, got {getattr(self, name)!r}")
 

@@ -25,10 +25,6 @@ import math
 from models.qwen3.args import Qwen3ModelArgs
 from torchtitan_lite.init_spec import InitPlan, ones, trunc_normal
 
-INITIALIZER_RANGE = 0.02
-"""Qwen3 ``config.json`` ``initializer_range`` (all published sizes)."""
-
-
 def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:
     """The init plan of a Qwen3 model with ``args``: every parameter's distribution and its source.
 
@@ -36,11 +32,13 @@ def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:
         An :class:`InitPlan` covering each parameter of ``Qwen3Model(args)`` (RoPE tables are
         non-persistent buffers rebuilt by ``init_buffers``, not in the plan).
     """
-    std = INITIALIZER_RANGE
+    std = args.initializer_range
     hf = "HF Qwen3 initializer_range 0.02, cut at 3 sigma"
     residual_std = std / math.sqrt(2 * args.n_layers)
     residual = trunc_normal(residual_std, source="0.02/sqrt(2*n_layers): GPT-2 sec. 2.3; torchtitan depth_init=False")
-    if args.tie_embeddings:
+    if args.output_init_std is not None:
+        output = trunc_normal(args.output_init_std, source="output_init_std from the model args (debugging)")
+    elif args.tie_embeddings:
         output = trunc_normal(std, source="tied: output spec wins; std 0.02 = embedding std (HF)")
     else:
         output = trunc_normal(args.dim**-0.5, source="dim^-0.5, 3 sigma: torchtitan final_out_std")
