@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from models.common.attention import causal_attention
+from models.common.decoder import Decoder
 from models.common.ffn import FeedForward
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope, rope_cos_sin
@@ -116,7 +117,7 @@ def build_moe(args: DeepSeekV3ModelArgs) -> DeepSeekMoE:
 class TransformerBlock(nn.Module):
     """One pre-norm block: MLA, then a dense ``feed_forward`` (``layer_id < n_dense_layers``) or a ``moe``."""
 
-    def __init__(self, layer_id: int, args: DeepSeekV3ModelArgs):
+    def __init__(self, args: DeepSeekV3ModelArgs, layer_id: int):
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.attention = MLA(args)
@@ -134,59 +135,28 @@ class TransformerBlock(nn.Module):
         return h + ffn(self.ffn_norm(h))
 
 
-class DeepSeekV3Model(nn.Module):
-    """DeepSeek-V3 decoder: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-    Follows the model contract of ``models/__init__.py``: ``__init__`` only creates modules (values come
-    from ``models/deepseek_v3/init_plan.py``); the RoPE tables ``rope_cos``/``rope_sin`` (fp32
-    ``(max_seq_len, qk_rope_head_dim)``, non-persistent; YaRN frequencies when ``args.uses_yarn``) are
-    filled by :meth:`init_buffers`.
+class DeepSeekV3Model(Decoder):
+    """The DeepSeek-V3 decoder (:class:`models.common.decoder.Decoder`) with :class:`TransformerBlock`
+    blocks and RoPE tables over ``qk_rope_head_dim`` (YaRN frequencies when ``args.uses_yarn``):
+    ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``. Values come from
+    ``models/deepseek_v3/init_plan.py``.
     """
 
     def __init__(self, args: DeepSeekV3ModelArgs):
-        super().__init__()
-        self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        if args.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.qk_rope_head_dim), persistent=False)
-        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.qk_rope_head_dim), persistent=False)
+        super().__init__(args, TransformerBlock, rope_dim=args.qk_rope_head_dim)
 
-    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
-        """Recompute the RoPE tables in fp32 on ``buffer_device`` (default: where they are).
+    def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables, each fp32 ``(max_seq_len, qk_rope_head_dim)`` on ``device``.
 
         With YaRN the frequencies are :func:`models.common.yarn.yarn_inv_freq`'s and cos/sin are NOT
         scaled: DeepSeek puts the attention temperature into the softmax scale (:func:`softmax_scale`).
         """
         a = self.args
-        device = self.rope_cos.device if buffer_device is None else buffer_device
         inv_freq = None
         if a.uses_yarn:
             inv_freq = yarn_inv_freq(a.qk_rope_head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
                                      a.rope_beta_fast, a.rope_beta_slow, device=device)
-        self.rope_cos, self.rope_sin = rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta,
-                                                    inv_freq=inv_freq, device=device)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-        Raises:
-            ValueError: ``tokens`` not 2-D or longer than ``max_seq_len``.
-        """
-        if tokens.dim() != 2:
-            raise ValueError(f"DeepSeekV3Model: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
-        if seqlen > self.args.max_seq_len:
-            raise ValueError(f"DeepSeekV3Model: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
-                             "raise model max_seq_len or lower training.seq_len")
-        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers.values():
-            h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        return rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta, inv_freq=inv_freq, device=device)
 
 
 def num_active_params(args: DeepSeekV3ModelArgs) -> int:

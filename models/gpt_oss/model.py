@@ -20,6 +20,7 @@ import functools
 import torch
 from torch import nn
 
+from models.common.decoder import Decoder
 from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope
@@ -63,7 +64,7 @@ class Attention(nn.Module):
 class TransformerBlock(nn.Module):
     """One pre-norm block: sink attention (sliding on even ``layer_id``) then the MoE."""
 
-    def __init__(self, layer_id: int, args: GptOssModelArgs):
+    def __init__(self, args: GptOssModelArgs, layer_id: int):
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.attention = Attention(args, args.sliding_window if layer_id % 2 == 0 else None)
@@ -81,54 +82,21 @@ class TransformerBlock(nn.Module):
         return h + self.moe(self.ffn_norm(h))
 
 
-class GptOssModel(nn.Module):
-    """GPT-OSS decoder: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-    Follows the model contract of ``models/__init__.py``: ``__init__`` only creates modules (values
-    come from the init plan, ``models/gpt_oss/init_plan.py``); the YaRN tables ``rope_cos``/``rope_sin``
-    (fp32 ``(max_seq_len, head_dim)``, non-persistent) are filled by :meth:`init_buffers`.
+class GptOssModel(Decoder):
+    """The GPT-OSS decoder (:class:`models.common.decoder.Decoder`) with :class:`TransformerBlock` blocks
+    and YaRN RoPE tables over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
+    ``(bs, seqlen, vocab_size)``. Values come from the init plan, ``models/gpt_oss/init_plan.py``.
     """
 
     def __init__(self, args: GptOssModelArgs):
-        super().__init__()
-        self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        if args.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
-        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
+        super().__init__(args, TransformerBlock, rope_dim=args.head_dim)
 
-    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
-        """Recompute the YaRN RoPE tables in fp32 on ``buffer_device`` (default: where they are)."""
+    def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The YaRN tables (:func:`models.common.yarn.yarn_cos_sin`, scaled by the YaRN attention factor),
+        each fp32 ``(max_seq_len, head_dim)`` on ``device``."""
         a = self.args
-        device = self.rope_cos.device if buffer_device is None else buffer_device
-        self.rope_cos, self.rope_sin = yarn_cos_sin(
-            a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
-            a.rope_beta_fast, a.rope_beta_slow, device=device,
-        )
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-        Raises:
-            ValueError: ``tokens`` not 2-D or longer than ``max_seq_len``.
-        """
-        if tokens.dim() != 2:
-            raise ValueError(f"GptOssModel: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
-        if seqlen > self.args.max_seq_len:
-            raise ValueError(
-                f"GptOssModel: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
-                "raise model max_seq_len or lower training.seq_len"
-            )
-        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers.values():
-            h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        return yarn_cos_sin(a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
+                            a.rope_beta_fast, a.rope_beta_slow, device=device)
 
 
 def num_active_params(args: GptOssModelArgs) -> int:

@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from models.common.attention import causal_attention
+from models.common.decoder import Decoder
 from models.common.ffn import FeedForward
 from models.common.norm import RMSNorm
-from models.common.rope import apply_rope, rope_cos_sin
+from models.common.rope import apply_rope
 from models.qwen3.args import Qwen3ModelArgs
 
 
@@ -68,59 +69,12 @@ class TransformerBlock(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-class Qwen3Model(nn.Module):
-    """The Qwen3 decoder: ``tok_embeddings``, ``layers`` ("0".."n_layers-1"), ``norm``, ``output``.
+class Qwen3Model(Decoder):
+    """The Qwen3 decoder (:class:`models.common.decoder.Decoder`) with :class:`TransformerBlock` blocks and
+    plain RoPE over ``head_dim`` (base ``rope_theta``; tied embeddings in the 0.6b/1.7b/4b flavors).
 
-    With ``args.tie_embeddings`` the output projection reuses the embedding table
-    (``output.weight is tok_embeddings.weight``). A plain ``nn.Module.to_empty`` of a model built on
-    meta makes two separate tensors of the pair (re-tie after it); after FSDP2 ``fully_shard`` the tie
-    survives ``to_empty`` (FSDP modules swap tensors in place; checked with torch 2.13).
-
-    Buffers ``rope_cos``/``rope_sin`` (fp32 ``(max_seq_len, head_dim)``, non-persistent) are created
-    empty and filled by :meth:`init_buffers`.
+    ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
     """
 
     def __init__(self, args: Qwen3ModelArgs):
-        super().__init__()
-        self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        if args.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
-        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
-
-    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
-        """Recompute the RoPE tables in fp32 on ``buffer_device`` (default: where the buffers are)."""
-        device = buffer_device if buffer_device is not None else self.rope_cos.device
-        self.rope_cos, self.rope_sin = rope_cos_sin(
-            self.args.head_dim, self.args.max_seq_len, self.args.rope_theta, device=device
-        )
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits of the next token at every position.
-
-        Args:
-            tokens: int64 ``(bs, seqlen)`` token ids in ``[0, vocab_size)``, ``seqlen <= max_seq_len``.
-
-        Returns:
-            ``(bs, seqlen, vocab_size)`` logits in the compute dtype.
-
-        Raises:
-            ValueError: ``tokens`` is not 2-D or longer than ``max_seq_len``.
-        """
-        if tokens.dim() != 2:
-            raise ValueError(f"Qwen3Model: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
-        if seqlen > self.args.max_seq_len:
-            raise ValueError(
-                f"Qwen3Model: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
-                "build the model with a larger max_seq_len"
-            )
-        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
-        h = self.tok_embeddings(tokens)  # (bs, seqlen, dim)
-        for layer in self.layers.values():
-            h = layer(h, cos, sin)
-        return self.output(self.norm(h))  # (bs, seqlen, vocab_size)
+        super().__init__(args, lambda a, _layer_id: TransformerBlock(a), rope_dim=args.head_dim)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.common.decoder import Decoder
 from models.common.moe import MoE
 from models.common.norm import RMSNorm
-from models.common.rope import rope_cos_sin
 from models.deepseek_v3.moe import DeepSeekV3Router, GroupedSwiGLUExperts
 from models.qwen3.model import Attention
 from models.qwen3_moe.args import Qwen3MoeModelArgs
@@ -41,48 +41,14 @@ class TransformerBlock(nn.Module):
         return h + self.moe(self.ffn_norm(h))
 
 
-class Qwen3MoeModel(nn.Module):
-    """Qwen3-MoE decoder: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-    Follows the model contract of ``models/__init__.py``; the RoPE tables ``rope_cos``/``rope_sin`` (fp32
-    ``(max_seq_len, head_dim)``, non-persistent) are filled by :meth:`init_buffers`.
+class Qwen3MoeModel(Decoder):
+    """The Qwen3-MoE decoder (:class:`models.common.decoder.Decoder`) with MoE :class:`TransformerBlock`
+    blocks and plain RoPE over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
+    ``(bs, seqlen, vocab_size)``.
     """
 
     def __init__(self, args: Qwen3MoeModelArgs):
-        super().__init__()
-        self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        if args.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
-        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, args.head_dim), persistent=False)
-
-    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
-        """Recompute the RoPE tables in fp32 on ``buffer_device`` (default: where they are)."""
-        device = self.rope_cos.device if buffer_device is None else buffer_device
-        self.rope_cos, self.rope_sin = rope_cos_sin(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta,
-                                                    device=device)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
-
-        Raises:
-            ValueError: ``tokens`` not 2-D or longer than ``max_seq_len``.
-        """
-        if tokens.dim() != 2:
-            raise ValueError(f"Qwen3MoeModel: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
-        if seqlen > self.args.max_seq_len:
-            raise ValueError(f"Qwen3MoeModel: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
-                             "raise model max_seq_len or lower training.seq_len")
-        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers.values():
-            h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        super().__init__(args, lambda a, _layer_id: TransformerBlock(a), rope_dim=args.head_dim)
 
 
 def num_active_params(args: Qwen3MoeModelArgs) -> int:

@@ -1,0 +1,95 @@
+"""The decoder-only scaffolding every model family shares: embeddings, a stack of blocks, a final norm,
+the output projection and the RoPE tables.
+
+Layout and names follow torchtitan's ``Transformer`` (``tok_embeddings``, ``layers`` as an
+``nn.ModuleDict`` keyed by ``str(layer_id)``, ``norm``, ``output``) and the Llama/Qwen3 pre-norm
+decoder (HF ``modeling_qwen3.py`` ``Qwen3Model`` + ``lm_head``). A family supplies its block through a
+factory and, where its positions are not plain RoPE (YaRN, a separate rope head dim), overrides
+:meth:`Decoder.rope_tables`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from models.common.norm import RMSNorm
+from models.common.rope import rope_cos_sin
+
+
+class Decoder(nn.Module):
+    """``tok_embeddings`` -> ``layers`` ("0".."n_layers-1") -> ``norm`` -> ``output``; the model contract of
+    ``models/__init__.py``.
+
+    Args:
+        args: the family's args dataclass; read here: ``vocab_size``, ``dim``, ``n_layers``, ``norm_eps``,
+            ``tie_embeddings``, ``max_seq_len``, ``rope_theta``.
+        block: factory ``(args, layer_id) -> nn.Module`` of one block, whose ``forward(h, cos, sin)`` maps
+            ``h`` ``(bs, seqlen, dim)`` to ``(bs, seqlen, dim)`` given ``cos``/``sin`` ``(seqlen, rope_dim)``.
+        rope_dim: features rotated per head (``head_dim``; DeepSeek-V3's ``qk_rope_head_dim``).
+
+    Modules are registered in the order ``tok_embeddings``, ``layers``, ``norm``, ``output``, which fixes
+    the parameter and state-dict order. ``output`` has no bias (Qwen3, GPT-OSS and DeepSeek-V3 ``lm_head``).
+    With ``args.tie_embeddings`` the output projection reuses the embedding table
+    (``output.weight is tok_embeddings.weight``). A plain ``nn.Module.to_empty`` of a model built on meta
+    makes two separate tensors of the pair (:func:`torchtitan_lite.init.materialize` re-ties them); after
+    FSDP2 ``fully_shard`` the tie survives ``to_empty`` (FSDP modules swap tensors in place; torch 2.13).
+
+    Buffers ``rope_cos``/``rope_sin`` (fp32 ``(max_seq_len, rope_dim)``, non-persistent: not in the state
+    dict) are created empty and filled by :meth:`init_buffers`.
+    """
+
+    def __init__(self, args: Any, block: Callable[[Any, int], nn.Module], rope_dim: int):
+        super().__init__()
+        self.args = args
+        self.rope_dim = rope_dim
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleDict({str(i): block(args, i) for i in range(args.n_layers)})
+        self.norm = RMSNorm(args.dim, eps=args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.register_buffer("rope_cos", torch.empty(args.max_seq_len, rope_dim), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(args.max_seq_len, rope_dim), persistent=False)
+
+    def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``(cos, sin)`` tables, each fp32 ``(max_seq_len, rope_dim)``, built on ``device``.
+
+        Default: plain RoPE with base ``args.rope_theta`` (:func:`models.common.rope.rope_cos_sin`).
+        Families with YaRN override this.
+        """
+        return rope_cos_sin(self.rope_dim, self.args.max_seq_len, self.args.rope_theta, device=device)
+
+    def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
+        """Recompute the RoPE tables (:meth:`rope_tables`) in fp32 on ``buffer_device`` (default: where
+        the buffers are)."""
+        device = self.rope_cos.device if buffer_device is None else buffer_device
+        self.rope_cos, self.rope_sin = self.rope_tables(device)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of the next token at every position.
+
+        Args:
+            tokens: int64 ``(bs, seqlen)`` token ids in ``[0, vocab_size)``, ``seqlen <= max_seq_len``.
+
+        Returns:
+            ``(bs, seqlen, vocab_size)`` logits in the compute dtype.
+
+        Raises:
+            ValueError: ``tokens`` is not 2-D, or ``seqlen`` exceeds ``max_seq_len`` (the message names the
+                model class and both lengths).
+        """
+        name = type(self).__name__
+        if tokens.dim() != 2:
+            raise ValueError(f"{name}: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
+        seqlen = tokens.shape[1]
+        if seqlen > self.args.max_seq_len:
+            raise ValueError(f"{name}: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
+                             "raise model max_seq_len or lower training.seq_len")
+        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
+        h = self.tok_embeddings(tokens)  # (bs, seqlen, dim)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))  # (bs, seqlen, vocab_size)
