@@ -4,23 +4,20 @@ float64 reference, the init plan and the step-1 loss."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from fnmatch import fnmatch
-from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-import models
+from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
+                           config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, swiglu)
 from models.common.moe import MoE, collect_expert_load
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
 from models.deepseek_v3.model import num_active_params, num_flops_per_token
 from models.deepseek_v3.moe import DeepSeekV3Router, sequence_balance_loss
 from test_mla import reference_mla
-from torchtitan_lite.init import init_weights, materialize
 
-REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 
 TINY = DeepSeekV3ModelArgs(
@@ -75,27 +72,8 @@ def config_param_counts(c: dict) -> tuple[int, int]:
     return total, total - embed - unchosen
 
 
-def build(args: DeepSeekV3ModelArgs, seed: int = 0, std: float = 0.3) -> DeepSeekV3Model:
-    """Meta build, CPU materialization, N(0, std) weights, N(1, std) norm weights, zero state."""
-    with torch.device("meta"):
-        model = DeepSeekV3Model(args)
-    model.to_empty(device="cpu")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std + (1.0 if "norm" in name else 0.0))
-        for buf in model.buffers():
-            buf.zero_()
-    model.init_buffers("cpu")
-    return model
-
-
-def build_from_plan(args: DeepSeekV3ModelArgs, seed: int = 0) -> DeepSeekV3Model:
-    with torch.device("meta"):
-        model = DeepSeekV3Model(args)
-    materialize(model, "cpu")
-    init_weights(model, deepseek_v3_init_plan(args), seed, buffer_device="cpu")
-    return model
+build = functools.partial(build_random, DeepSeekV3Model)  # (args, seed=0, std=0.3): random weights, zero state
+build_from_plan = functools.partial(build_planned, DeepSeekV3Model, deepseek_v3_init_plan)  # (args, seed=0)
 
 
 def reference_route(s: torch.Tensor, bias: torch.Tensor, a: DeepSeekV3ModelArgs):
@@ -117,21 +95,15 @@ def reference_route(s: torch.Tensor, bias: torch.Tensor, a: DeepSeekV3ModelArgs)
 def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: DeepSeekV3ModelArgs,
                       biases: dict[str, torch.Tensor]) -> torch.Tensor:
     """The whole model in float64: MLA (test_mla.reference_mla), dense or routed + shared SwiGLU experts."""
-
-    def rms(x, w):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + a.norm_eps) * w
-
-    def swiglu(x, w1, w2, w3):
-        return (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
-
     inv = a.rope_theta ** (-torch.arange(0, a.qk_rope_head_dim, 2, dtype=torch.float64) / a.qk_rope_head_dim)
     h = p["tok_embeddings.weight"][tokens]
     bs, T = tokens.shape
     for layer in range(a.n_layers):
         pre = f"layers.{layer}."
         attn_p = {k[len(pre + "attention."):]: v for k, v in p.items() if k.startswith(pre + "attention.")}
-        h = h + reference_mla(attn_p, rms(h, p[pre + "attention_norm.weight"]), a, inv, a.qk_head_dim**-0.5)
-        x = rms(h, p[pre + "ffn_norm.weight"]).reshape(-1, a.dim)
+        x = rms_norm(h, p[pre + "attention_norm.weight"], a.norm_eps)
+        h = h + reference_mla(attn_p, x, a, inv, a.qk_head_dim**-0.5)
+        x = rms_norm(h, p[pre + "ffn_norm.weight"], a.norm_eps).reshape(-1, a.dim)
         if layer < a.n_dense_layers:
             out = swiglu(x, *(p[f"{pre}feed_forward.{w}.weight"] for w in ("w1", "w2", "w3")))
         else:
@@ -145,7 +117,7 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: DeepS
                     routed[t] = routed[t] + w[t, j] * swiglu(x[t], w1, w2, w3)
             out = out + routed
         h = h + out.view(bs, T, a.dim)
-    return rms(h, p["norm.weight"]) @ p["output.weight"].T
+    return rms_norm(h, p["norm.weight"], a.norm_eps) @ p["output.weight"].T
 
 
 # ---------------------------------------------------------------- published sizes
@@ -275,27 +247,15 @@ def test_forward_and_backward_match_the_float64_reference():
             model.layers[key].moe.router.expert_bias.copy_(torch.tensor([0.3, -0.2, 0.0, 0.1, -0.4, 0.2]))
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
     logits = model(tokens)
-    target = torch.randn(logits.shape, generator=torch.Generator().manual_seed(2))
-    (logits * target).sum().backward()
-
-    params = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
     biases = {k: model.layers[k].moe.router.expert_bias.double() for k in ("1", "2")}
-    ref = reference_forward(params, tokens, TINY, biases)
-    (ref * target.double()).sum().backward()
-
     assert logits.shape == (2, 8, TINY.vocab_size)
-    torch.testing.assert_close(logits.double(), ref.detach(), atol=2e-5, rtol=2e-5)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad.double(), params[name].grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert_matches_float64_reference(model, logits, lambda p: reference_forward(p, tokens, TINY, biases), out_tol=2e-5)
     assert sum(v.sum().item() for v in collect_expert_load(model).values()) == 2 * 16 * 3
 
 
 def test_logits_are_causal():
-    model = build(TINY)
     tokens = torch.randint(0, TINY.vocab_size, (1, 8), generator=torch.Generator().manual_seed(4))
-    changed = tokens.clone()
-    changed[0, 5] = (tokens[0, 5] + 1) % TINY.vocab_size
-    diff = (model(tokens) - model(changed)).abs().amax(-1)[0]
+    diff = logit_change(build(TINY), tokens, 5)
     assert (diff[:5] < 1e-5).all() and (diff[5:] > 1e-4).all()  # < 1e-5: expert batching rounding
 
 
@@ -327,12 +287,7 @@ def test_init_plan_covers_every_parameter_and_persistent_buffer_exactly():
         with torch.device("meta"):
             model = DeepSeekV3Model(args)
         plan = deepseek_v3_init_plan(args)
-        names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers() if "rope" not in n]
-        for name in names:
-            assert any(fnmatch(name, pat) for pat, _ in plan.entries), name
-        for pattern, spec in plan.entries:
-            assert any(fnmatch(name, pattern) for name in names), pattern
-            assert spec.source, pattern
+        assert_plan_covers_exactly(model, plan)
     state = dict(plan.entries)
     assert state["layers.*.moe.router.expert_bias"].kind == "zeros"
     assert state["layers.*.moe.tokens_per_expert"].kind == "zeros"
@@ -342,23 +297,14 @@ def test_nan_poisoned_materialization_is_fully_initialized_and_step_one_loss_is_
     args = deepseek_v3_flavors["debug"]
     with torch.device("meta"):
         model = DeepSeekV3Model(args)
-    materialize(model, "cpu")
-    with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
-            t.fill_(float("nan"))
-    init_weights(model, deepseek_v3_init_plan(args), seed=7, buffer_device="cpu")
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        assert torch.isfinite(t).all(), name
+    poisoned_init(model, deepseek_v3_init_plan(args), seed=7)
     router = model.layers["1"].moe.router
     assert router.expert_bias.dtype == torch.float32 and router.expert_bias.abs().sum() == 0
     assert model.layers["1"].moe.tokens_per_expert.abs().sum() == 0
     assert 0.019 < model.layers["2"].moe.experts.w2.std().item() < 0.021
     torch.testing.assert_close(model.rope_cos[0], torch.ones(args.qk_rope_head_dim))
 
-    tokens = torch.randint(0, args.vocab_size, (2, 257), generator=torch.Generator().manual_seed(8))
-    with torch.no_grad():
-        logits = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+    loss = random_token_loss(model, args.vocab_size, seed=8)
     ln_v = math.log(args.vocab_size)
     assert ln_v - 0.1 < loss < ln_v + 0.15  # expected ln V + (0.02 * sqrt(256))^2 / 2 = ln V + 0.05
 
@@ -373,18 +319,11 @@ def test_init_is_a_function_of_the_seed_only():
 # ---------------------------------------------------------------- config
 
 
-def test_debug_config_and_overrides_reach_the_model(monkeypatch):
-    from torchtitan_lite.config import build_model_args, parse_args
-
-    if "deepseek_v3" not in models.model_names():
-        monkeypatch.setattr(models, "_FAMILIES", (*models._FAMILIES, "deepseek_v3"))
-    config = parse_args(["--job.config_file", str(REPO / "train_configs" / "deepseek_v3_debug.toml"),
-                         "--model.overrides.bias_update_speed=0"])
-    args = build_model_args(config)
+def test_debug_config_and_overrides_reach_the_model():
+    args = config_model_args("deepseek_v3_debug", "--model.overrides.bias_update_speed=0")
     assert args == dataclasses.replace(deepseek_v3_flavors["debug"], bias_update_speed=0.0)
     with torch.device("meta"):
         model = DeepSeekV3Model(args)
     assert model.layers["1"].moe.router.bias_update_speed == 0.0
     for flavor, changes in (("16b", {}), ("671b", {"max_seq_len": 4096})):  # 671b: 4K pretraining, no YaRN
-        config = parse_args(["--job.config_file", str(REPO / "train_configs" / f"deepseek_v3_{flavor}.toml")])
-        assert build_model_args(config) == dataclasses.replace(deepseek_v3_flavors[flavor], **changes)
+        assert config_model_args(f"deepseek_v3_{flavor}") == dataclasses.replace(deepseek_v3_flavors[flavor], **changes)

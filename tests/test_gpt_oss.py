@@ -7,20 +7,22 @@ Run as a script under torchrun (``__main__`` below), this file is also the 2-ran
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import subprocess
 import sys
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import models
-from models.common.moe import MoE, clamped_swiglu, collect_expert_load
+from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
+                           config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, rotate_half,
+                           softmax_attention)
+from models.common.moe import MoE, collect_expert_load
 from models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_freq
 from models.gpt_oss import GptOssModel, GptOssModelArgs, gpt_oss_flavors, gpt_oss_init_plan
 from models.gpt_oss.model import num_active_params, num_flops_per_token
@@ -34,27 +36,8 @@ TINY = GptOssModelArgs(
 )
 
 
-def build(args: GptOssModelArgs, seed: int = 0, std: float = 0.3) -> GptOssModel:
-    """Meta build, CPU materialization, N(0, std) weights and biases, N(1, std) norm weights."""
-    with torch.device("meta"):
-        model = GptOssModel(args)
-    model.to_empty(device="cpu")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std + (1.0 if "norm" in name else 0.0))
-        for buf in model.buffers():
-            buf.zero_()
-    model.init_buffers("cpu")
-    return model
-
-
-def build_from_plan(args: GptOssModelArgs, seed: int = 0) -> GptOssModel:
-    with torch.device("meta"):
-        model = GptOssModel(args)
-    materialize(model, "cpu")
-    init_weights(model, gpt_oss_init_plan(args), seed, buffer_device="cpu")
-    return model
+build = functools.partial(build_random, GptOssModel)  # (args, seed=0, std=0.3): random weights and biases
+build_from_plan = functools.partial(build_planned, GptOssModel, gpt_oss_init_plan)  # (args, seed=0)
 
 
 # ---------------------------------------------------------------- reference computation (float64)
@@ -74,20 +57,13 @@ def reference_yarn_inv_freq(head_dim, theta, factor, orig, beta_fast, beta_slow)
 
 
 def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: GptOssModelArgs) -> torch.Tensor:
-    """GPT-OSS written out: explicit softmax over [scores, sink], RoPE by pair rotation, per-token experts."""
+    """GPT-OSS written out: explicit softmax over [scores, sink], rotate-half RoPE, per-token experts."""
     conc = 0.1 * math.log(a.rope_factor) + 1
     inv = torch.tensor(reference_yarn_inv_freq(a.head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
                                                a.rope_beta_fast, a.rope_beta_slow), dtype=torch.float64)
     T = tokens.shape[1]
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv  # (T, half)
     c, s = (ang.cos() * conc)[None, :, None], (ang.sin() * conc)[None, :, None]
-
-    def rms(x, w):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + a.norm_eps) * w
-
-    def rope(x):  # pairs (i, i + half)
-        x1, x2 = x.chunk(2, -1)
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
     def lin(x, name, bias=True):
         y = x @ p[f"{name}.weight"].T
@@ -98,21 +74,15 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: GptOs
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     for layer in range(a.n_layers):
         pre = f"layers.{layer}."
-        x = rms(h, p[pre + "attention_norm.weight"])
-        q = rope(lin(x, pre + "attention.wq").view(bs, T, a.n_heads, a.head_dim))
-        k = rope(lin(x, pre + "attention.wk").view(bs, T, a.n_kv_heads, a.head_dim))
+        x = rms_norm(h, p[pre + "attention_norm.weight"], a.norm_eps)
+        q = rotate_half(lin(x, pre + "attention.wq").view(bs, T, a.n_heads, a.head_dim), c, s)
+        k = rotate_half(lin(x, pre + "attention.wk").view(bs, T, a.n_kv_heads, a.head_dim), c, s)
         v = lin(x, pre + "attention.wv").view(bs, T, a.n_kv_heads, a.head_dim)
-        rep = a.n_heads // a.n_kv_heads
-        k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(a.head_dim)
         allowed = j <= i if layer % 2 else (j <= i) & (i - j < a.sliding_window)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        sink = p[pre + "attention.sinks"].view(1, -1, 1, 1).expand(bs, -1, T, 1)
-        probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
-        att = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(bs, T, -1)
+        att = softmax_attention(q, k, v, allowed, sinks=p[pre + "attention.sinks"])
         h = h + lin(att, pre + "attention.wo")
 
-        x = rms(h, p[pre + "ffn_norm.weight"]).reshape(-1, a.dim)
+        x = rms_norm(h, p[pre + "ffn_norm.weight"], a.norm_eps).reshape(-1, a.dim)
         logits = lin(x, pre + "moe.router.gate")
         top, idx = logits.topk(a.experts_per_token, -1)
         w = torch.softmax(top, -1)
@@ -126,7 +96,7 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: GptOs
                 y = p[pre + "moe.experts.mlp2_weight"][e] @ act + p[pre + "moe.experts.mlp2_bias"][e]
                 out[t] = out[t] + w[t, kk] * y
         h = h + out.view(bs, T, a.dim)
-    return lin(rms(h, p["norm.weight"]), "output", bias=False)
+    return lin(rms_norm(h, p["norm.weight"], a.norm_eps), "output", bias=False)
 
 
 # ---------------------------------------------------------------- published sizes
@@ -214,39 +184,23 @@ def test_forward_and_backward_match_the_explicit_reference():
     model = build(TINY, seed=0)
     tokens = torch.randint(0, TINY.vocab_size, (2, TINY.max_seq_len), generator=torch.Generator().manual_seed(1))
     logits = model(tokens)
-    target = torch.randn(logits.shape, generator=torch.Generator().manual_seed(2))
-    (logits * target).sum().backward()
-
-    params = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
-    ref = reference_forward(params, tokens, TINY)
-    (ref * target.double()).sum().backward()
-
     assert logits.shape == (2, TINY.max_seq_len, TINY.vocab_size)
-    torch.testing.assert_close(logits.double(), ref.detach(), atol=2e-5, rtol=2e-5)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad.double(), params[name].grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert_matches_float64_reference(model, logits, lambda p: reference_forward(p, tokens, TINY), out_tol=2e-5)
 
 
 def test_sliding_layer_sees_only_the_window_and_full_layer_sees_everything():
     torch.set_num_threads(1)
     tokens = torch.randint(0, TINY.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3))
-    changed = tokens.clone()
-    changed[0, 0] = (tokens[0, 0] + 1) % TINY.vocab_size
-    one_layer = build(dataclasses.replace(TINY, n_layers=1))  # layer 0: sliding, window 3
-    diff = (one_layer(tokens) - one_layer(changed)).abs().amax(-1)[0]
+    diff = logit_change(build(dataclasses.replace(TINY, n_layers=1)), tokens, 0)  # layer 0: sliding, window 3
     assert (diff[:3] > 1e-4).all() and (diff[3:] < 1e-5).all()  # < 1e-5: expert batching rounding
-    two_layers = build(TINY)  # layer 1: full causal
-    diff = (two_layers(tokens) - two_layers(changed)).abs().amax(-1)[0]
+    diff = logit_change(build(TINY), tokens, 0)  # layer 1: full causal
     assert (diff > 1e-4).all()
 
 
 def test_logits_are_causal():
     torch.set_num_threads(1)
-    model = build(TINY)
     tokens = torch.randint(0, TINY.vocab_size, (1, 8), generator=torch.Generator().manual_seed(4))
-    changed = tokens.clone()
-    changed[0, 5] = (tokens[0, 5] + 1) % TINY.vocab_size
-    diff = (model(tokens) - model(changed)).abs().amax(-1)[0]
+    diff = logit_change(build(TINY), tokens, 5)
     assert (diff[:5] < 1e-5).all() and (diff[5:] > 1e-4).all()  # < 1e-5: expert batching rounding
 
 
@@ -282,14 +236,8 @@ def test_flops_count_the_window_on_sliding_layers():
 # ---------------------------------------------------------------- config reaches the computation
 
 
-def test_swiglu_limit_from_config_overrides_reaches_the_experts(monkeypatch):
-    from torchtitan_lite.config import build_model_args, parse_args
-
-    if "gpt_oss" not in models.model_names():
-        monkeypatch.setattr(models, "_FAMILIES", (*models._FAMILIES, "gpt_oss"))
-    config = parse_args(["--job.config_file", str(REPO / "train_configs" / "gpt_oss_debug.toml"),
-                         "--model.overrides.swiglu_limit=0.5"])
-    args = build_model_args(config)
+def test_swiglu_limit_from_config_overrides_reaches_the_experts():
+    args = config_model_args("gpt_oss_debug", "--model.overrides.swiglu_limit=0.5")
     assert args == dataclasses.replace(gpt_oss_flavors["debug"], swiglu_limit=0.5)
 
     tiny_low = dataclasses.replace(TINY, swiglu_limit=args.swiglu_limit)
@@ -309,13 +257,8 @@ def test_init_plan_covers_every_parameter_and_persistent_buffer_exactly():
     with torch.device("meta"):
         model = GptOssModel(gpt_oss_flavors["debug"])
     plan = gpt_oss_init_plan(gpt_oss_flavors["debug"])
-    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers() if "rope" not in n]
+    names = assert_plan_covers_exactly(model, plan)
     assert len(names) == len(set(names)) == 4 * 18 + 3  # per block 17 params + tokens_per_expert
-    for name in names:
-        assert any(fnmatch(name, pat) for pat, _ in plan.entries), name
-    for pattern, spec in plan.entries:
-        assert any(fnmatch(name, pattern) for name in names), pattern
-        assert spec.source, pattern
     router_bias = dict(plan.entries)["layers.*.moe.router.gate.bias"]
     assert router_bias.kind == "normal" and router_bias.std == 0.02
 
@@ -325,22 +268,13 @@ def test_nan_poisoned_materialization_is_fully_initialized_and_step_one_loss_is_
     args = gpt_oss_flavors["debug"]
     with torch.device("meta"):
         model = GptOssModel(args)
-    materialize(model, "cpu")
-    with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
-            t.fill_(float("nan"))
-    init_weights(model, gpt_oss_init_plan(args), seed=7, buffer_device="cpu")
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        assert torch.isfinite(t).all(), name
+    poisoned_init(model, gpt_oss_init_plan(args), seed=7)
     assert model.layers["0"].moe.tokens_per_expert.abs().sum() == 0
     torch.testing.assert_close(model.rope_cos[0], torch.full((args.head_dim,), 1.3465735902799727))
     bias = torch.cat([layer.moe.router.gate.bias for layer in model.layers.values()])
     assert 0.01 < bias.std().item() < 0.03
 
-    tokens = torch.randint(0, args.vocab_size, (2, args.max_seq_len + 1), generator=torch.Generator().manual_seed(8))
-    with torch.no_grad():
-        logits = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+    loss = random_token_loss(model, args.vocab_size, seed=8, seqlen=args.max_seq_len)
     ln_v = math.log(args.vocab_size)
     assert ln_v - 0.1 < loss < ln_v + 0.15  # expected ln V + (0.02 * sqrt(256))^2 / 2 = ln V + 0.05
 

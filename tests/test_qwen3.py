@@ -1,13 +1,15 @@
 """Qwen3: published sizes, forward/backward against an explicit reference, causality, ties, init plan."""
 
 import dataclasses
+import functools
 import math
-from fnmatch import fnmatch
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from model_helpers import (assert_plan_covers_exactly, build_random, random_token_loss, rms_norm, rotate_half,
+                           softmax_attention, swiglu)
 from models import get_model_spec
 from models.common.attention import causal_attention
 from models.common.rope import rope_cos_sin
@@ -33,54 +35,32 @@ PUBLISHED_PARAMS = {
 }
 
 
-def build(args: Qwen3ModelArgs, seed: int = 0, std: float = 0.1) -> Qwen3Model:
-    """Build on meta, materialize on CPU, fill with N(0, std) weights and N(1, std) norm weights."""
-    with torch.device("meta"):
-        model = materialize(Qwen3Model(args), "cpu")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std + (1.0 if "norm" in name else 0.0))
-    model.init_buffers("cpu")
-    return model
+build = functools.partial(build_random, Qwen3Model, std=0.1)  # (args, seed=0): N(0, 0.1) weights, fp32 CPU
 
 
 def reference_forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, args: Qwen3ModelArgs) -> torch.Tensor:
     """Qwen3 written out: explicit masked softmax attention, RoPE as complex rotation of (i, i + d/2)."""
-
-    def rms(x, w):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + args.norm_eps) * w
-
-    def rope(x):  # (bs, T, heads, d)
-        half = args.head_dim // 2
-        freq = args.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / args.head_dim)
-        angle = (torch.arange(x.shape[1], dtype=torch.float64)[:, None] * freq).float()  # (T, half)
-        c, s = angle.cos()[None, :, None], angle.sin()[None, :, None]
-        a, b = x[..., :half], x[..., half:]
-        return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
-
     bs, T = tokens.shape
-    group = args.n_heads // args.n_kv_heads
+    half = args.head_dim // 2
+    freq = args.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / args.head_dim)
+    angle = (torch.arange(T, dtype=torch.float64)[:, None] * freq).float()  # (T, half)
+    c, s = angle.cos()[None, :, None], angle.sin()[None, :, None]
+    eps = args.norm_eps
     h = params["tok_embeddings.weight"][tokens]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(args.n_layers):
         p = {k.removeprefix(f"layers.{i}."): v for k, v in params.items() if k.startswith(f"layers.{i}.")}
-        x = rms(h, p["attention_norm.weight"])
+        x = rms_norm(h, p["attention_norm.weight"], eps)
         q = (x @ p["attention.wq.weight"].T).view(bs, T, args.n_heads, args.head_dim)
         k = (x @ p["attention.wk.weight"].T).view(bs, T, args.n_kv_heads, args.head_dim)
         v = (x @ p["attention.wv.weight"].T).view(bs, T, args.n_kv_heads, args.head_dim)
-        q = rope(rms(q, p["attention.q_norm.weight"]))
-        k = rope(rms(k, p["attention.k_norm.weight"]))
-        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)  # head j -> kv head j // group
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(args.head_dim)
-        attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-        out = torch.einsum("bhqk,bkhd->bqhd", attn, v).reshape(bs, T, args.n_heads * args.head_dim)
-        h = h + out @ p["attention.wo.weight"].T
-        x = rms(h, p["ffn_norm.weight"])
-        ffn = F.silu(x @ p["feed_forward.w1.weight"].T) * (x @ p["feed_forward.w3.weight"].T)
-        h = h + ffn @ p["feed_forward.w2.weight"].T
+        q = rotate_half(rms_norm(q, p["attention.q_norm.weight"], eps), c, s)
+        k = rotate_half(rms_norm(k, p["attention.k_norm.weight"], eps), c, s)
+        h = h + softmax_attention(q, k, v, mask) @ p["attention.wo.weight"].T  # GQA: repeated kv heads
+        x = rms_norm(h, p["ffn_norm.weight"], eps)
+        h = h + swiglu(x, p["feed_forward.w1.weight"], p["feed_forward.w2.weight"], p["feed_forward.w3.weight"])
     out_w = params["tok_embeddings.weight"] if args.tie_embeddings else params["output.weight"]
-    return rms(h, params["norm.weight"]) @ out_w.T
+    return rms_norm(h, params["norm.weight"], eps) @ out_w.T
 
 
 @pytest.mark.parametrize("flavor", sorted(PUBLISHED_PARAMS))
@@ -182,11 +162,9 @@ def test_init_plan_covers_every_parameter_and_every_entry_matches():
         args = qwen3_flavors[flavor]
         with torch.device("meta"):
             model = Qwen3Model(args)
-        names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
-        patterns = [p for p, _ in qwen3_init_plan(args).entries]
-        assert [n for n in names if not any(fnmatch(n, p) for p in patterns)] == []
-        assert [p for p in patterns if not any(fnmatch(n, p) for n in names)] == []
-        assert patterns[-1] == "output.weight"
+        plan = qwen3_init_plan(args)
+        assert_plan_covers_exactly(model, plan)
+        assert plan.entries[-1][0] == "output.weight"
 
 
 def test_init_plan_stds():
@@ -208,9 +186,7 @@ def test_step1_loss_on_random_tokens_is_near_ln_vocab(flavor):
     result = init_weights(model, qwen3_init_plan(args), seed=0, buffer_device="cpu")
     assert result.initialized_tensors == 11 * args.n_layers + 2 + (0 if args.tie_embeddings else 1)
     assert result.initialized_elements == qwen3_num_params(args)
-    tokens = torch.randint(0, args.vocab_size, (2, 257), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).item()
+    loss = random_token_loss(model, args.vocab_size, seed=5)
     ln_v = math.log(args.vocab_size)
     assert ln_v - 0.1 <= loss <= ln_v + 1.0
 

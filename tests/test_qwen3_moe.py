@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from fnmatch import fnmatch
-from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-import models
+from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_random,
+                           config_model_args, poisoned_init, random_token_loss, rms_norm, rotate_half,
+                           softmax_attention, swiglu)
 from models.common.moe import collect_expert_load
 from models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
 from models.qwen3_moe.model import num_active_params, num_flops_per_token
-from torchtitan_lite.init import init_weights, materialize
 
-REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 
 TINY = Qwen3MoeModelArgs(
@@ -32,52 +30,27 @@ CONFIG = dict(
     router_aux_loss_coef=0.001,
 )
 
-
-def build(args: Qwen3MoeModelArgs, seed: int = 0, std: float = 0.3) -> Qwen3MoeModel:
-    """Meta build, CPU materialization, N(0, std) weights, N(1, std) norm weights, zero state."""
-    with torch.device("meta"):
-        model = Qwen3MoeModel(args)
-    model.to_empty(device="cpu")
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * std + (1.0 if "norm" in name else 0.0))
-        for buf in model.buffers():
-            buf.zero_()
-    model.init_buffers("cpu")
-    return model
+build = functools.partial(build_random, Qwen3MoeModel)  # (args, seed=0, std=0.3): random weights, fp32 CPU
 
 
 def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3MoeModelArgs) -> torch.Tensor:
     """HF Qwen3MoE written out: QK-norm before RoPE, GQA by repeating heads, softmax top-k renormalized."""
-
-    def rms(x, w):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + a.norm_eps) * w
-
     bs, T = tokens.shape
     inv = a.rope_theta ** (-torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv
     c, s = ang.cos()[None, :, None], ang.sin()[None, :, None]
-
-    def rope(x):
-        x1, x2 = x.chunk(2, -1)
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
-
     h = p["tok_embeddings.weight"][tokens]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for layer in range(a.n_layers):
         pre = f"layers.{layer}."
-        x = rms(h, p[pre + "attention_norm.weight"])
+        x = rms_norm(h, p[pre + "attention_norm.weight"], a.norm_eps)
         q = (x @ p[pre + "attention.wq.weight"].T).view(bs, T, a.n_heads, a.head_dim)
         k = (x @ p[pre + "attention.wk.weight"].T).view(bs, T, a.n_kv_heads, a.head_dim)
-        q, k = rope(rms(q, p[pre + "attention.q_norm.weight"])), rope(rms(k, p[pre + "attention.k_norm.weight"]))
+        q = rotate_half(rms_norm(q, p[pre + "attention.q_norm.weight"], a.norm_eps), c, s)
+        k = rotate_half(rms_norm(k, p[pre + "attention.k_norm.weight"], a.norm_eps), c, s)
         v = (x @ p[pre + "attention.wv.weight"].T).view(bs, T, a.n_kv_heads, a.head_dim)
-        rep = a.n_heads // a.n_kv_heads
-        k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(a.head_dim)
-        att = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores.masked_fill(~mask, float("-inf")), -1), v)
-        h = h + att.reshape(bs, T, -1) @ p[pre + "attention.wo.weight"].T
-        x = rms(h, p[pre + "ffn_norm.weight"]).reshape(-1, a.dim)
+        h = h + softmax_attention(q, k, v, mask) @ p[pre + "attention.wo.weight"].T
+        x = rms_norm(h, p[pre + "ffn_norm.weight"], a.norm_eps).reshape(-1, a.dim)
         probs = torch.softmax(x @ p[pre + "moe.router.gate.weight"].T, -1)
         top, idx = probs.topk(a.experts_per_token, -1)
         w = top / top.sum(-1, keepdim=True)
@@ -85,10 +58,9 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3
         for t in range(x.shape[0]):
             for j in range(a.experts_per_token):
                 e = idx[t, j]
-                w1, w2, w3 = (p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3"))
-                out[t] = out[t] + w[t, j] * (w2 @ (F.silu(w1 @ x[t]) * (w3 @ x[t])))
+                out[t] = out[t] + w[t, j] * swiglu(x[t], *(p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3")))
         h = h + out.view(bs, T, a.dim)
-    return rms(h, p["norm.weight"]) @ p["output.weight"].T
+    return rms_norm(h, p["norm.weight"], a.norm_eps) @ p["output.weight"].T
 
 
 def test_30b_a3b_carries_the_config_json_values_and_its_published_parameter_count():
@@ -117,15 +89,7 @@ def test_30b_a3b_carries_the_config_json_values_and_its_published_parameter_coun
 def test_forward_and_backward_match_the_float64_reference():
     model = build(TINY)
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
-    logits = model(tokens)
-    target = torch.randn(logits.shape, generator=torch.Generator().manual_seed(2))
-    (logits * target).sum().backward()
-    params = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
-    ref = reference_forward(params, tokens, TINY)
-    (ref * target.double()).sum().backward()
-    torch.testing.assert_close(logits.double(), ref.detach(), atol=2e-5, rtol=2e-5)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad.double(), params[name].grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert_matches_float64_reference(model, model(tokens), lambda p: reference_forward(p, tokens, TINY), out_tol=2e-5)
     assert sum(v.sum().item() for v in collect_expert_load(model).values()) == 2 * 16 * 2
 
 
@@ -139,30 +103,12 @@ def test_init_plan_coverage_nan_poison_and_step_one_loss_near_ln_v():
     with torch.device("meta"):
         model = Qwen3MoeModel(args)
     plan = qwen3_moe_init_plan(args)
-    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers() if "rope" not in n]
-    for name in names:
-        assert any(fnmatch(name, pat) for pat, _ in plan.entries), name
-    for pattern, spec in plan.entries:
-        assert any(fnmatch(name, pattern) for name in names) and spec.source, pattern
-    materialize(model, "cpu")
-    with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
-            t.fill_(float("nan"))
-    init_weights(model, plan, seed=7, buffer_device="cpu")
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        assert torch.isfinite(t).all(), name
-    tokens = torch.randint(0, args.vocab_size, (2, 257), generator=torch.Generator().manual_seed(8))
-    with torch.no_grad():
-        logits = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+    assert_plan_covers_exactly(model, plan)
+    poisoned_init(model, plan, seed=7)
+    loss = random_token_loss(model, args.vocab_size, seed=8)
     assert math.log(args.vocab_size) - 0.1 < loss < math.log(args.vocab_size) + 0.15
 
 
-def test_debug_config_reaches_the_model(monkeypatch):
-    from torchtitan_lite.config import build_model_args, parse_args
-
-    if "qwen3_moe" not in models.model_names():
-        monkeypatch.setattr(models, "_FAMILIES", (*models._FAMILIES, "qwen3_moe"))
-    config = parse_args(["--job.config_file", str(REPO / "train_configs" / "qwen3_moe_debug.toml"),
-                         "--model.overrides.experts_per_token=3"])
-    assert build_model_args(config) == dataclasses.replace(qwen3_moe_flavors["debug"], experts_per_token=3)
+def test_debug_config_reaches_the_model():
+    args = config_model_args("qwen3_moe_debug", "--model.overrides.experts_per_token=3")
+    assert args == dataclasses.replace(qwen3_moe_flavors["debug"], experts_per_token=3)
