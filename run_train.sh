@@ -30,6 +30,9 @@ CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_debug.toml}
 LOG_RANK=${LOG_RANK:-0}
 TORCHRUN_ARGS=${TORCHRUN_ARGS:-}
 PYTHON=${PYTHON:-python}
+# One OpenMP thread pool per process sized to its share of the cores (the trainer sets torch's threads the
+# same way); set here so torchrun does not pick 1 and print its banner about it.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NGPU > 0 ? $(nproc) / NGPU : 1 ))}
 
 # Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output.
 status=0

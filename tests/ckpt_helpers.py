@@ -19,8 +19,10 @@ TINY_MODEL = ["--model.overrides.n_layers=1", "--model.overrides.dim=64", "--mod
 """A 1-block Qwen3 (about 0.3M parameters besides the embedding)."""
 TINY_RUN = ["--training.seq_len=32", "--training.local_batch_size=2", "--training.steps=4",
             "--lr_scheduler.warmup_steps=1", "--validation.enable=false", "--training.num_threads=1",
-            "--metrics.enable_tensorboard=false", "--metrics.log_freq=1"]
-"""Four short steps, one thread per rank, no validation or TensorBoard."""
+            "--metrics.enable_tensorboard=false", "--metrics.log_freq=1", "--training.global_batch_size=-1",
+            "--checkpoint.enable=true"]
+"""Four short steps of one micro-batch per rank, one thread per rank, checkpoints on (the debug config has
+them off), no validation or TensorBoard."""
 
 
 def text_file(folder: Path, n_plays: int = 2) -> Path:

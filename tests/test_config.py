@@ -112,7 +112,7 @@ def test_cli_overrides_toml_which_overrides_defaults(tmp_path):
 
 def test_debug_and_0_6b_configs_load_with_their_values():
     debug = cfg.parse_args(["--job.config_file", str(REPO / "train_configs/qwen3_debug.toml")])
-    assert (debug.model.flavor, debug.training.steps, debug.training.seq_len) == ("debug", 200, 256)
+    assert (debug.model.flavor, debug.training.steps, debug.training.seq_len) == ("debug", 400, 256)
     big = cfg.parse_args(["--job.config_file", str(REPO / "train_configs/qwen3_0.6b.toml")])
     assert (big.model.flavor, big.training.seq_len, big.training.compute_dtype) == ("0.6b", 4096, "bfloat16")
     assert big.training.global_batch_size % big.training.local_batch_size == 0

@@ -42,7 +42,7 @@ from torchtitan_lite.hf_io import export_hf, state_dict_adapter
 from torchtitan_lite.init import init_weights, materialize
 from torchtitan_lite.init_report import init_report, model_fingerprint
 from torchtitan_lite.lr_schedule import build_lr_scheduler
-from torchtitan_lite.metrics import MetricsLogger, make_run_folder
+from torchtitan_lite.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
 from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile, apply_fsdp
 from torchtitan_lite.profiling import StepProfiler
@@ -220,7 +220,8 @@ class Trainer:
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)
         self.metrics.log_text([f"warning: {p}" for p in problems] or
-                              [f"step-1 check: loss {loss:.4f} as expected from the init plan"])
+                              [f"step-1 check: loss {loss:.4f} is within debug.init_loss_margin = {debug.init_loss_margin} "
+                               f"nats of the range expected from the init plan"])
 
     def train_step(self, batches, step: int) -> StepStats:
         """Optimizer step ``step`` over ``accum`` micro-batches of this rank (the update is skipped or the run
@@ -308,6 +309,8 @@ class Trainer:
             export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args),
                       dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank)
             self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
+        self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
+                               f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
         self.metrics.close()
 
     def _save(self, force: bool) -> str | None:
