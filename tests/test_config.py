@@ -260,3 +260,13 @@ def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
     assert failed.returncode == 1
     assert "[rank1]:rank 1 of 2" in failed.stdout and "[rank0]" not in failed.stdout
     assert failed.stderr.strip().splitlines()[-1] == "error: failed on rank 1"
+
+
+def test_readme_config_reference_is_the_help_text():
+    """README's configuration reference is ``--help`` verbatim: a new or changed key must be documented there."""
+    from pathlib import Path
+
+    from torchtitan_lite.config import help_text
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "```\n" + help_text() + "\n```" in readme
