@@ -84,6 +84,7 @@ def main() -> None:
             print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
                 checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder))}), flush=True)
     stop.restore()
+    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
     dist.destroy_process_group()
 
 

@@ -138,6 +138,7 @@ def main() -> None:
     results = [run(mode, rank, world, mesh) for mode in ("none", "full")]
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
+    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
     dist.destroy_process_group()
 
 

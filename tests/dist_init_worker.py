@@ -101,6 +101,7 @@ def main() -> None:
             "flags": {r.name: r.flags for r in report.rows},
             "initialized_elements": result.initialized_elements,
         }, out_path)
+    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
     dist.destroy_process_group()
 
 

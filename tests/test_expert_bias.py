@@ -142,11 +142,12 @@ def test_evaluation_forwards_do_not_count():
 def test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update():
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--tee", "3", __file__],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    # --tee 3 makes torchrun write each rank's lines whole, prefixed "[default<rank>]:" (no interleaving)
+    results = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
     assert len(results) == 2
     for r in results:
         assert r["counts_equal_reference"]
@@ -204,6 +205,7 @@ def _two_rank_worker() -> None:
         "expert_rows": rows.tolist(),
         "grad_diff": max((params[n].grad.full_tensor() - g).abs().max().item() for n, g in ref_grads.items()),
     }), flush=True)
+    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
     dist.destroy_process_group()
 
 

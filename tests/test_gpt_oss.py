@@ -372,6 +372,7 @@ def _fsdp_worker() -> None:
         })
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
+    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
     dist.destroy_process_group()
 
 

@@ -36,7 +36,8 @@ from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_e
 from torchtitan_lite.data import build_dataloader, check_vocab
 from torchtitan_lite.diagnostics import (check_step1_loss, enable_deterministic, expected_step1_loss,
                                          init_report_summary, write_init_report)
-from torchtitan_lite.distributed import DistInfo, init_distributed, peak_flops, peak_memory_bytes
+from torchtitan_lite.distributed import (DistInfo, init_distributed, peak_flops, peak_memory_bytes,
+                                         shutdown_distributed)
 from torchtitan_lite.faults import NonFiniteGuard, StopRequest
 from torchtitan_lite.hf_io import export_hf, state_dict_adapter
 from torchtitan_lite.init import init_weights, materialize
@@ -326,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     while building the run: ``input error: ...``) or 1 (``error: ...``)."""
     config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
     stop = StopRequest()
+    finished = False
     try:
         try:
             trainer = Trainer(config)
@@ -333,13 +335,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"input error: {err}", file=sys.stderr, flush=True)
             return 2
         trainer.train(stop)
+        finished = True
     except (TrainingError, ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
         stop.restore()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        shutdown_distributed(in_step=finished)
     return 0
 
 
