@@ -171,18 +171,46 @@ def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, wor
     resumed.load_state_dict(state)
     got = list(islice(iter(resumed), 6))
     assert _windows(got) == _windows(expected)
-    inner = state["dataset_state"]
     assert len(loader.dataset.windows) == 5
-    assert (inner["epoch"], inner["position"]) == divmod((5 * world_size + rank) * 2, 5)
+    # the global position: 5 batches of 2 windows on each of world_size ranks, the same on every rank
+    assert state["dataset_state"] == {"windows_consumed": 5 * 2 * world_size, "n_windows": 5, "seq_len": 4, "seed": 3}
+
+
+@pytest.mark.parametrize("new_world_size,new_local_batch", [(1, 2), (3, 2), (3, 1)])
+def test_state_saved_on_two_ranks_resumes_on_other_world_sizes_at_the_same_global_batch(
+        toy_tokenizer, tmp_path, new_world_size, new_local_batch):
+    # 79 windows, global batch 12: saved after 5 steps (60 windows); the 3 steps after it cross into epoch 1.
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(40))
+    global_batch, saved_steps, steps = 12, 5, 3
+
+    def step_batches(loaders, local_batch):
+        """The windows of one step over all ranks, as a sorted list (a set, but repeats would show)."""
+        accum = global_batch // (local_batch * len(loaders))
+        return sorted(_windows(next(it) for it in loaders for _ in range(accum)))
+
+    single = iter(_local_loader(toy_tokenizer, path))
+    reference = [step_batches([single], 2) for _ in range(saved_steps + steps)]
+    assert len(set(reference[saved_steps])) == 12 and set(reference[saved_steps]) != set(reference[saved_steps + 1])
+    two = [_local_loader(toy_tokenizer, path, dp_rank=r, dp_world_size=2) for r in range(2)]
+    its = [iter(loader) for loader in two]
+    assert [step_batches(its, 2) for _ in range(saved_steps)] == reference[:saved_steps]
+    states = [loader.state_dict() for loader in two]
+    assert states[0] == states[1] and states[0]["dataset_state"]["windows_consumed"] == saved_steps * global_batch
+    resumed = [_local_loader(toy_tokenizer, path, local_batch_size=new_local_batch, dp_rank=r,
+                             dp_world_size=new_world_size) for r in range(new_world_size)]
+    for loader in resumed:  # as the checkpointer does on another world size: every rank loads rank 0's state
+        loader.load_state_dict(states[0])
+    its = [iter(loader) for loader in resumed]
+    assert [step_batches(its, new_local_batch) for _ in range(steps)] == reference[saved_steps:]
 
 
 def test_resume_with_other_settings_is_refused(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))
     loader = _local_loader(toy_tokenizer, path)
     next(iter(loader))
-    other = _local_loader(toy_tokenizer, path, dp_rank=1, dp_world_size=2)
+    other = _local_loader(toy_tokenizer, path, seq_len=3, seed=4)
     other.load_state_dict(loader.state_dict())
-    with pytest.raises(ValueError, match=r"dp_rank=0 \(now 1\), dp_world_size=1 \(now 2\)"):
+    with pytest.raises(ValueError, match=r"n_windows=\d+ \(now \d+\), seq_len=4 \(now 3\), seed=3 \(now 4\)"):
         next(iter(other))
 
 

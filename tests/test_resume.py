@@ -1,12 +1,14 @@
 """Exact resume and resharding on 2-process gloo (the Acceptance of issue 6).
 
 One 2-rank run of 4 steps (checkpoints at steps 2 and 4, odd vocab 2051 so every Shard(0) split is
-uneven) is the reference; a second 2-rank run starts from a copy of its step-2 checkpoint; 1- and 3-rank
-runs load its step-4 checkpoint.
+uneven) is the reference; a second 2-rank run starts from a copy of its step-2 checkpoint, and so does a
+1-rank run (same global batch, same data position); 1- and 3-rank runs load its step-4 checkpoint. A
+streaming 2-rank checkpoint is refused on 1 rank.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
@@ -55,14 +57,31 @@ def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
     assert res == {"model_equal": True, "optim_equal": True, "n_model": 14, "n_optim": 39, "loaded_step": 4}
 
 
-def test_other_world_size_with_dataloader_state_exits_2_saying_how_to_proceed(reference):
+def test_other_world_size_resumes_at_the_same_data_position(reference):
+    # 1 rank from the 2-rank step-2 checkpoint, same global batch (2 micro-batches of 2): steps 3 and 4 train
+    # on the reference's windows, so the losses match up to the reduction order (1 rank vs 2 FSDP ranks).
+    tmp, ref = reference
+    (tmp / "c" / "checkpoint").mkdir(parents=True)
+    shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "c" / "checkpoint" / "step-2")
+    resumed = result(torchrun(1, ["train", *run_args(tmp, "c", str(tmp / "c.pt"), "--training.global_batch_size=4")]))
+    assert sorted(resumed["losses"]) == ["3", "4"]
+    for step in ("3", "4"):
+        assert float.fromhex(resumed["losses"][step]) == pytest.approx(float.fromhex(ref["losses"][step]), abs=1e-4)
+
+
+def test_other_world_size_with_streaming_dataloader_state_exits_2_saying_how_to_proceed(reference):
     tmp, _ = reference
-    step4 = tmp / "a" / "checkpoint" / "step-4"
-    args = run_args(tmp, "w", "unused", f"--checkpoint.load_path={step4}")[1:]
+    data = tmp / "data.jsonl"
+    paragraphs = (tmp / "data.txt").read_text(encoding="utf-8").split("\n\n")  # documents: each rank reads every 2nd
+    data.write_text("".join(json.dumps({"text": p}) + "\n" for p in paragraphs), encoding="utf-8")
+    streaming = [f"--training.dataset_path={data}", "--training.streaming=true", "--training.steps=2"]
+    result(torchrun(2, ["train", *run_args(tmp, "s", str(tmp / "s.pt"), *streaming)]))
+    step2 = tmp / "s" / "checkpoint" / "step-2"
+    args = run_args(tmp, "w", "unused", f"--checkpoint.load_path={step2}", *streaming)[1:]
     proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, env={**env(), "NGPU": "1"}, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("input error: checkpoint ") and "saved by 2 ranks and this run has 1" in last
-    assert "--checkpoint.exclude_from_loading=dataloader" in last
+    assert "streaming dataset is per rank" in last and "--checkpoint.exclude_from_loading=dataloader" in last
     assert not (tmp / "w").exists()

@@ -12,8 +12,11 @@ Content (keys of the DCP state dict):
     DCP reshards them on load, so any world size can load them.
   * ``lr_scheduler``, ``train_state`` (step, tokens seen, skipped steps): the same on every rank.
   * ``dataloader.dp_rank_<r>`` and ``rng.dp_rank_<r>`` (torch CPU and device generator states): one per
-    rank, so they load only with the world size they were saved with (the data loader refuses others;
-    ``exclude_from_loading = ["dataloader"]`` loads the rest, and the RNG states are then not restored).
+    rank. With the saved world size every rank loads its own. With another one the RNG states are not
+    restored, and the data loader state depends on the data set: a map-style one holds the global
+    position in the window stream, the same on every rank (see ``torchtitan_lite.data``), so every rank
+    loads ``dataloader.dp_rank_0`` and the data continues exactly; a streaming one is per rank, so loading
+    is refused (``exclude_from_loading = ["dataloader"]`` loads the rest and restarts the data order).
 
 Note: on atomic saves. Every rank writes into ``step-N.tmp``; after all ranks finished (a barrier), rank 0
 writes ``meta.json`` last and renames the folder to ``step-N`` (``os.rename`` is atomic on POSIX). A crash
@@ -44,8 +47,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_st
 
 META_FILE = "meta.json"
 """Per-checkpoint description, written last by rank 0."""
-FORMAT_VERSION = 1
-"""Version of the layout above, stored in ``meta.json``."""
+FORMAT_VERSION = 2
+"""Version of the layout above, stored in ``meta.json`` (2: the map-style data loader state is the global
+position, ``windows_consumed``)."""
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
 _STEP_RE = re.compile(r"^step-(\d+)$")
@@ -211,7 +215,7 @@ class Checkpointer:
     Args:
         folder: the checkpoint folder (:func:`checkpoint_folder`).
         model, optimizer, lr_scheduler, dataloader: the trainer's objects (the dataloader is a
-            ``StatefulDataLoader``).
+            ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data` training set).
         rank, world_size, device: this process.
         meta: what ``meta.json`` records besides step and world size: ``model``, ``flavor``, ``model_args``.
         keep_latest_k: complete checkpoints to keep (0 = all).
@@ -230,8 +234,8 @@ class Checkpointer:
         self._cleaned = False
         self._async_group = dist.new_group(backend="gloo") if async_mode == "async" else None
 
-    def _state(self, train_state: TrainState | None, parts: tuple[str, ...]) -> dict[str, Any]:
-        """The DCP state dict of the ``parts`` to save or load into."""
+    def _state(self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int) -> dict[str, Any]:
+        """The DCP state dict of the ``parts`` to save or load into; the data loader's under ``data_rank``."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state: dict[str, Any] = {"model": model_sd}
         if "optimizer" in parts:
@@ -241,7 +245,7 @@ class Checkpointer:
         if "train_state" in parts:
             state["train_state"] = dataclasses.asdict(train_state or TrainState())
         if "dataloader" in parts:
-            state[f"dataloader.dp_rank_{self.rank}"] = self.dataloader.state_dict()
+            state[f"dataloader.dp_rank_{data_rank}"] = self.dataloader.state_dict()
         if "rng" in parts:
             state[f"rng.dp_rank_{self.rank}"] = _rng_state(self.device)
         return state
@@ -263,7 +267,7 @@ class Checkpointer:
                         shutil.rmtree(os.path.join(self.folder, name))
                 self._cleaned = True
         dist.barrier()
-        state = self._state(train_state, (*EXCLUDABLE, "rng"))
+        state = self._state(train_state, (*EXCLUDABLE, "rng"), self.rank)
         if self.async_mode == "async":
             future = dcp.async_save(state, checkpoint_id=tmp, process_group=self._async_group)
             self._pending = (future, tmp, train_state.step)
@@ -305,28 +309,31 @@ class Checkpointer:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
         The folder is checked again with :func:`read_meta` (the model match was checked before launch by
-        ``config.check_paths``). Per-rank parts need the saved world size: a different one with the data
-        loader included is an error; without it, the RNG states are skipped (reported in ``LoadResult.excluded``).
+        ``config.check_paths``). With another world size than the saved one the RNG states are skipped
+        (reported in ``LoadResult.excluded``) and every rank loads rank 0's data loader state, which a
+        map-style data set (``dataset.world_size_invariant``) resumes exactly from (see the module docstring).
 
         Raises:
             CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size
-                that differs while the data loader state is to be loaded.
+                that differs while the data loader state of a streaming data set is to be loaded.
         """
         meta = read_meta(path)
         bad = sorted(set(exclude) - set(EXCLUDABLE))
         if bad:
             raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
         excluded = list(exclude)
-        if meta["world_size"] != self.world_size:
-            if "dataloader" not in exclude:
+        same_world = meta["world_size"] == self.world_size
+        if not same_world:
+            if "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
                 raise CheckpointError(
                     f"checkpoint {path} was saved by {meta['world_size']} ranks and this run has {self.world_size}: "
-                    "the data loader state is per rank; pass --checkpoint.exclude_from_loading=dataloader to load "
-                    "model, optimizer, scheduler and step (the data order then restarts), or run with "
-                    f"{meta['world_size']} ranks")
+                    "the data loader state of a streaming dataset is per rank; pass "
+                    "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
+                    f"(the data order then restarts), or run with {meta['world_size']} ranks")
             excluded.append("rng")
         parts = tuple(p for p in (*EXCLUDABLE, "rng") if p not in excluded)
-        state = self._state(None, parts)
+        data_rank = self.rank if same_world else 0
+        state = self._state(None, parts, data_rank)
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.model, state["model"])
         if "optimizer" in state:
@@ -334,7 +341,7 @@ class Checkpointer:
         if "lr_scheduler" in state:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if "dataloader" in parts:
-            self.dataloader.load_state_dict(state[f"dataloader.dp_rank_{self.rank}"])
+            self.dataloader.load_state_dict(state[f"dataloader.dp_rank_{data_rank}"])
         if "rng" in parts:
             _set_rng_state(state[f"rng.dp_rank_{self.rank}"], self.device)
         train_state = TrainState(**state["train_state"]) if "train_state" in state else TrainState()

@@ -213,8 +213,9 @@ class Checkpoint:
     """Resume from this ``step-N`` folder instead (any location; also works with ``enable = false``)."""
     exclude_from_loading: list[Literal["optimizer", "lr_scheduler", "dataloader", "train_state"]] = field(
         default_factory=list)
-    """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume with another number of ranks
-    (the data order then restarts), or all four to load the model weights only and start at step 0."""
+    """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume a streaming dataset with another
+    number of ranks (the data order then restarts), or all four to load the model weights only and start
+    at step 0."""
     async_mode: Literal["disabled", "async"] = "disabled"
     """``async``: write checkpoints in a background thread while training goes on."""
     initial_load_hf: str | None = None

@@ -25,10 +25,13 @@ token, so every token but the first is a label exactly once); ``input_ids = wind
 Note: on the global window stream. For a map-style source (everything but ``streaming=True``) the
 training windows form one infinite global stream that depends only on (data, tokenizer, seq_len,
 seed): epoch ``e`` is the permutation ``torch.randperm(n_windows, generator=Generator().manual_seed(seed + e))``
-and epochs follow each other. The stream is cut into chunks of ``local_batch_size`` consecutive
-windows; rank ``r`` of ``W`` takes the chunks ``c`` with ``c % W == r``, one chunk per batch. A
-trainer step with global batch ``G`` consumes the next ``G`` windows (``G / (L * W)`` micro-batches
-per rank), so every step trains on the same windows whatever the world size.
+and epochs follow each other. From where a loader starts (the beginning, or a resumed position)
+the stream is cut into chunks of ``local_batch_size`` consecutive windows; rank ``r`` of ``W`` takes
+the chunks ``c`` with ``c % W == r``, one chunk per batch. A trainer step with global batch ``G``
+consumes the next ``G`` windows (``G / (L * W)`` micro-batches per rank), so every step trains on
+the same windows whatever the world size. The loader state is the global position (windows
+consumed by all ranks together, ``step * G`` after ``step`` steps), so a checkpoint resumes exactly
+with any world size and local batch size.
 
 Validation (map-style) reads the validation windows in order, without shuffling, and ends: rank
 ``r`` gets the chunks ``c = r, r + W, ...`` of the first ``(n_windows // L) // W * W`` chunks, so
@@ -40,9 +43,9 @@ so each rank reads its own part of the stream (``datasets.distributed.split_data
 shards when their number divides ``W``, else every ``W``-th document), in stream order (no
 shuffling: hub pretraining sets such as FineWeb are stored shuffled), packs its own windows and
 repeats the stream forever (every document is training data: a streaming local dataset has no
-validation split). The global batch of a step then depends on ``W``; resume is still
-exact (the stream position and the partial window are in the state). A streaming validation
-split (``"hf"`` only) repeats forever from its start: the trainer must cap its number of steps.
+validation split). The global batch of a step then depends on ``W``; resume is still exact, with
+the same ``W`` only (each rank's stream position and partial window are in the state). A streaming
+validation split (``"hf"`` only) repeats forever from its start: the trainer must cap its number of steps.
 """
 
 from __future__ import annotations
@@ -222,30 +225,32 @@ class PackedWindows:
 class GlobalWindowStream(IterableDataset):
     """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
 
-    See the note on the global window stream in the module docstring. ``state_dict()`` gives the
-    position of this rank's next window in the global stream as ``{"epoch", "position"}`` (index
-    into that epoch's permutation) plus the settings it is only valid for; StatefulDataLoader
-    saves and restores it.
+    See the note on the global window stream in the module docstring. The stream starts at global
+    window ``start`` (0, or the position loaded by :meth:`load_state_dict`): rank ``r`` takes the
+    chunks ``c % W == r`` of the windows from ``start`` on.
+
+    ``state_dict()`` gives ``windows_consumed``, the global position: windows consumed by all ranks
+    together, plus the settings it is only valid for (``n_windows``, ``seq_len``, ``seed``). Between
+    batches, when every rank has taken the same number of batches (StatefulDataLoader saves it
+    there; the trainer at step ``k`` with global batch ``G`` gives ``k * G``), it is the same on every
+    rank and does not depend on the world size or batch size, so it resumes on any number of ranks.
     """
+
+    world_size_invariant = True
+    """The state is a global position: it loads with any ``dp_world_size`` (read by the checkpointer)."""
 
     def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int, seed: int):
         self.windows = windows
-        self._settings = {
-            "n_windows": len(windows),
-            "seq_len": windows.seq_len,
-            "local_batch_size": local_batch_size,
-            "dp_rank": dp_rank,
-            "dp_world_size": dp_world_size,
-            "seed": seed,
-        }
-        self._consumed = 0  # windows this rank has yielded
+        self._settings = {"n_windows": len(windows), "seq_len": windows.seq_len, "seed": seed}
+        self._local_batch_size, self._dp_rank, self._dp_world_size = local_batch_size, dp_rank, dp_world_size
+        self._start = 0  # global position of this stream's first window
+        self._consumed = 0  # windows this rank has yielded since start
         self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
 
     def _global_index(self, local_index: int) -> int:
-        """Index in the global stream of this rank's ``local_index``-th window."""
-        s = self._settings
-        chunk = (local_index // s["local_batch_size"]) * s["dp_world_size"] + s["dp_rank"]
-        return chunk * s["local_batch_size"] + local_index % s["local_batch_size"]
+        """Index in the global stream of this rank's ``local_index``-th window since ``start``."""
+        chunk = (local_index // self._local_batch_size) * self._dp_world_size + self._dp_rank
+        return self._start + chunk * self._local_batch_size + local_index % self._local_batch_size
 
     def _permutation(self, epoch: int) -> torch.Tensor:
         if epoch != self._perm_epoch:
@@ -261,22 +266,21 @@ class GlobalWindowStream(IterableDataset):
             yield self.windows[window]
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"epoch", "position"}`` of this rank's next window, plus the settings."""
-        epoch, position = divmod(self._global_index(self._consumed), len(self.windows))
-        return {"epoch": epoch, "position": position, **self._settings}
+        """``{"windows_consumed", "n_windows", "seq_len", "seed"}``: the global position (epoch
+        ``windows_consumed // n_windows``, index ``windows_consumed % n_windows`` into its permutation)."""
+        return {"windows_consumed": self._start + self._consumed * self._dp_world_size, **self._settings}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (from :meth:`state_dict`).
+        """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
 
         Raises:
-            ValueError: ``state`` was saved with other settings (data, seq_len, batch size, rank, world size, seed).
+            ValueError: ``state`` was saved with other data, seq_len or seed.
         """
         diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
         if diff:
             raise ValueError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
-                             "resume with the settings of the saved run")
-        chunk, offset = divmod(state["epoch"] * len(self.windows) + state["position"], state["local_batch_size"])
-        self._consumed = (chunk // state["dp_world_size"]) * state["local_batch_size"] + offset
+                             "resume with the data, seq_len and seed of the saved run")
+        self._start, self._consumed = state["windows_consumed"], 0
 
 
 class OrderedWindows(IterableDataset):
@@ -312,12 +316,15 @@ class StreamingWindows(IterableDataset):
 
     Documents are read in stream order, each tokenized and followed by the EOS; the stream repeats
     forever (epochs). ``state_dict()`` holds the epoch, the stream's own state and the tokens read
-    but not yet yielded, so resume is exact. With ``restart=True`` (validation) every new iterator
-    starts again from the beginning of the stream.
+    but not yet yielded, so resume is exact, with the same ``dp_rank`` and ``dp_world_size`` only.
+    With ``restart=True`` (validation) every new iterator starts again from the beginning of the stream.
 
     Raises (while iterating):
         ValueError: a document without ``text_column``.
     """
+
+    world_size_invariant = False
+    """The state is this rank's position in its own part of the stream (read by the checkpointer)."""
 
     def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
                  dp_rank: int, dp_world_size: int, name: str, restart: bool = False):
