@@ -280,6 +280,14 @@ def test_streaming_ranks_read_alternate_documents(toy_tokenizer, tmp_path):
         assert _windows(islice(iter(loader), 3)) == [tuple(tokens[rank][4 * i:4 * i + 5]) for i in range(3)]
 
 
+def test_streaming_rank_with_no_document_raises_instead_of_looping(toy_tokenizer, tmp_path):
+    # One document, two ranks: rank 1's share of the stream is empty.
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(1))
+    loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=1, dp_world_size=2)
+    with pytest.raises(ValueError, match="share of the stream holds no document"):
+        next(iter(loader))
+
+
 def test_streaming_validation_restarts_from_the_beginning(toy_tokenizer, tmp_path):
     stream = datasets.load_dataset("json", data_files=str(_write_jsonl(tmp_path / "d.jsonl", _docs(3))),
                                    split="train", streaming=True)

@@ -338,9 +338,11 @@ class StreamingWindows(IterableDataset):
             self._epoch, self._buffer, self._stream_state = 0, [], None
         while True:
             self._stream.set_epoch(self._epoch)
-            if self._stream_state is not None:
+            from_start, documents = self._stream_state is None, 0
+            if not from_start:
                 self._stream.load_state_dict(self._stream_state)
             for document in self._stream:
+                documents += 1
                 if self._text_column not in document:
                     raise ValueError(f"{self.name} has no text column '{self._text_column}' "
                                      f"(columns: {', '.join(document)}); set text_column")
@@ -350,6 +352,9 @@ class StreamingWindows(IterableDataset):
                     window = torch.tensor(self._buffer[: self._seq_len + 1], dtype=torch.long)
                     del self._buffer[: self._seq_len]
                     yield window[:-1], window[1:]
+            if from_start and documents == 0:
+                raise ValueError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
+                                 "split between ranks by position); use more data or fewer ranks")
             self._epoch, self._stream_state = self._epoch + 1, None
 
     def state_dict(self) -> dict[str, Any]:
