@@ -180,9 +180,12 @@ def num_active_params(args: DeepSeekV3ModelArgs) -> int:
 
 
 def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward): ``6 * num_active_params + attention``.
+    """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
 
-    ``6N`` as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, with the MoE's active parameters.
+    ``6 * num_active_params + 6 * n_layers * n_heads * (qk_head_dim + v_head_dim) * seq_len``. ``6N`` for
+    the matmuls as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the active parameters
+    (:func:`num_active_params`: router, top-k routed and the shared experts; norms included as torchtitan
+    counts all parameters; the output, not the embedding lookup).
     Attention adds ``6 * n_heads * (qk_head_dim + v_head_dim) * seq_len`` per layer (scores with
     ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are ``q``).
 

@@ -23,7 +23,8 @@ def num_flops_per_token(args: Qwen3ModelArgs, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
 
     ``6 * N + 12 * n_layers * n_heads * head_dim * seq_len`` with ``N`` the non-embedding
-    parameters plus the output projection's (a tied table costs a matmul as output, not as a lookup):
+    parameters (norm weights included, as torchtitan counts all parameters) plus the output projection's
+    (a tied table costs a matmul as output, not as a lookup):
     6N for the matmuls of forward (2N) and backward (4N), and 12 * L * H * d_head * T for the
     attention scores and weighted sums (PaLM, Chowdhery et al. 2022, appendix B; torchtitan
     ``get_dense_model_nparams_and_flops``).
