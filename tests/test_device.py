@@ -66,12 +66,18 @@ def test_backends():
         D.backend_for("mps")
 
 
-@pytest.mark.parametrize("name, bf16, fp32", [
-    ("NVIDIA H200", 989e12, 67e12),
-    ("NVIDIA H100 80GB HBM3", 989e12, 67e12),
+@pytest.mark.parametrize("name, bf16, fp32", [  # names as torch.cuda.get_device_name reports them
+    ("NVIDIA H100 80GB HBM3", 989e12, 67e12),  # SXM
     ("NVIDIA H100 PCIe", 756e12, 51e12),
+    ("NVIDIA H100 NVL", 835.5e12, 60e12),
+    ("NVIDIA H200", 989e12, 67e12),  # SXM
+    ("NVIDIA H200 NVL", 835.5e12, 60e12),
+    ("NVIDIA GH200 480GB", 989e12, 67e12),  # the H200 row: same GPU peaks
+    ("NVIDIA B200", 2250e12, 75e12),
     ("NVIDIA A100-SXM4-80GB", 312e12, 19.5e12),
+    ("NVIDIA A100 80GB PCIe", 312e12, 19.5e12),
     ("AMD Instinct MI300X", 1307.4e12, 163.4e12),
+    ("NVIDIA H800", None, None),  # export variant, not in the table: n/a rather than H100's numbers
     ("NVIDIA GeForce RTX 4090", None, None),
 ])
 def test_peak_flops_table(monkeypatch, name, bf16, fp32):
@@ -80,6 +86,20 @@ def test_peak_flops_table(monkeypatch, name, bf16, fp32):
     assert (D.peak_flops(cuda0, torch.bfloat16), D.peak_flops(cuda0, torch.float32)) == (bf16, fp32)
     assert D.peak_flops(cuda0, torch.float16) == bf16
     assert D.peak_flops(cuda0, torch.float64) is None
+    assert D.peak_flops(cuda0, torch.float8_e4m3fn) is None
+
+
+@pytest.mark.parametrize("name, bf16", [("Ascend910B2", 376e12), ("Ascend910B2C", 376e12), ("Ascend910B4", None),
+                                        ("Ascend910B3", None)])
+def test_peak_flops_of_ascend_npus(fake_npu, name, bf16):
+    fake_npu.get_device_name = lambda device=None: name
+    npu0 = types.SimpleNamespace(type="npu", index=0)  # torch.device("npu") needs the real torch_npu
+    assert (D.peak_flops(npu0, torch.bfloat16), D.peak_flops(npu0, torch.float16)) == (bf16, bf16)
+    assert D.peak_flops(npu0, torch.float32) is None
+
+
+def test_every_peak_flops_row_has_a_source():
+    assert all(source and half > 0 for _, half, _, source in D._PEAK_FLOPS)
 
 
 def test_cpu_device_module_and_peak_memory():

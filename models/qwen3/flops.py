@@ -34,5 +34,6 @@ def num_flops_per_token(args: Qwen3ModelArgs, seq_len: int) -> float:
     """
     if seq_len <= 0:
         raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
-    n_matmul = qwen3_num_params(args, include_embedding=False) + (args.vocab_size * args.dim if args.tie_embeddings else 0)
+    output = args.vocab_size * args.dim if args.tie_embeddings else 0  # untied: already in the count
+    n_matmul = qwen3_num_params(args, include_embedding=False) + output
     return 6.0 * n_matmul + 12.0 * args.n_layers * args.n_heads * args.head_dim * seq_len
