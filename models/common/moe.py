@@ -29,6 +29,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
+
 Activation = Callable[[torch.Tensor], torch.Tensor]
 """Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` -> ``(..., hidden_dim)``."""
 
@@ -116,9 +118,9 @@ class GroupedExperts(nn.Module):
         gate/up projection (interleaved rows for :func:`clamped_swiglu`);
       * ``mlp2_weight`` ``(E, dim, hidden_dim)``, ``mlp2_bias`` ``(E, dim)``: the down projection.
 
-    Computation: the ``T * k`` (token, expert) pairs are sorted by expert, each expert runs once on
-    its contiguous segment (a loop over experts, never over tokens), the outputs are weighted and
-    summed back per token with ``index_add``. Costs one host sync per call (segment sizes).
+    Computation: the ``T * k`` (token, expert) pairs are sorted by expert into per-expert groups, each
+    projection is one grouped matmul over all groups, and the outputs are weighted and summed back per
+    token with ``index_add``. No host sync (see ``models/common/token_dispatch.py``).
 
     Args:
         num_experts: ``E``.
@@ -147,18 +149,11 @@ class GroupedExperts(nn.Module):
         Returns:
             ``(T, dim)`` in the dtype of ``x``.
         """
-        num_tokens, top_k = indices.shape
-        flat = indices.reshape(-1)  # (T * k,)
-        order = torch.argsort(flat, stable=True)
-        token_idx = order // top_k  # token of each sorted (token, expert) pair
-        sizes = torch.bincount(flat, minlength=self.num_experts).tolist()
-        segments = torch.split(x[token_idx], sizes)  # per expert: (n_e, dim)
-        outs = []
-        for e, x_e in enumerate(segments):
-            h = self.activation(F.linear(x_e, self.mlp1_weight[e], self.mlp1_bias[e]))  # (n_e, hidden_dim)
-            outs.append(F.linear(h, self.mlp2_weight[e], self.mlp2_bias[e]))  # (n_e, dim)
-        y = torch.cat(outs) * weights.reshape(-1)[order, None]  # (T * k, dim)
-        return x.new_zeros(num_tokens, x.shape[-1]).index_add(0, token_idx, y.to(x.dtype))
+        plan = dispatch(indices, self.num_experts)
+        h = grouped_linear(scatter_rows(x, plan), self.mlp1_weight, plan) + self.mlp1_bias[plan.group_expert]
+        h = self.activation(h)  # (num_rows, hidden_dim)
+        out = grouped_linear(h, self.mlp2_weight, plan) + self.mlp2_bias[plan.group_expert]  # (num_rows, dim)
+        return combine(out, weights, plan, indices.shape[0])
 
 
 class AddAuxiliaryLoss(torch.autograd.Function):

@@ -19,6 +19,7 @@ from torch import nn
 
 from models.common.ffn import FeedForward
 from models.common.moe import AddAuxiliaryLoss, MoE, RouterOutput
+from models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
 
 
 class DeepSeekV3Router(nn.Module):
@@ -84,7 +85,7 @@ class GroupedSwiGLUExperts(nn.Module):
     The reference's ``Expert`` (w1 gate, w3 up, w2 down; no biases), stacked on dim 0 so FSDP2 shards
     the experts. Parameters: ``w1``, ``w3`` ``(E, hidden_dim, dim)``; ``w2`` ``(E, dim, hidden_dim)``.
     The ``T * k`` (token, expert) pairs are sorted by expert and each expert runs once on its
-    segment, as :class:`models.common.moe.GroupedExperts` does (one host sync per call).
+    segment with one grouped matmul per weight, as :class:`models.common.moe.GroupedExperts` does (no host sync).
 
     Args:
         num_experts: ``E``.
@@ -102,16 +103,10 @@ class GroupedSwiGLUExperts(nn.Module):
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """``sum_j weights[t, j] * expert_{indices[t, j]}(x[t])``: ``x`` ``(T, dim)``, ``indices``/``weights``
         ``(T, k)`` -> ``(T, dim)`` in ``x.dtype``."""
-        num_tokens, top_k = indices.shape
-        flat = indices.reshape(-1)  # (T * k,)
-        order = torch.argsort(flat, stable=True)
-        token_idx = order // top_k
-        sizes = torch.bincount(flat, minlength=self.num_experts).tolist()
-        outs = []
-        for e, x_e in enumerate(torch.split(x[token_idx], sizes)):  # x_e: (n_e, dim)
-            outs.append(F.linear(F.silu(F.linear(x_e, self.w1[e])) * F.linear(x_e, self.w3[e]), self.w2[e]))
-        y = torch.cat(outs) * weights.reshape(-1)[order, None]  # (T * k, dim)
-        return x.new_zeros(num_tokens, x.shape[-1]).index_add(0, token_idx, y.to(x.dtype))
+        plan = dispatch(indices, self.num_experts)
+        buffer = scatter_rows(x, plan)  # (num_rows, dim)
+        h = F.silu(grouped_linear(buffer, self.w1, plan)) * grouped_linear(buffer, self.w3, plan)
+        return combine(grouped_linear(h, self.w2, plan), weights, plan, indices.shape[0])
 
 
 def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: int) -> torch.Tensor:
