@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU for a few dozen steps with bf16
+# compute and torch.compile, then print tokens/s, MFU and peak memory. About 5 minutes on an H100/H200
+# (compile takes the first minute or two); exits non-zero on any failure.
+#
+# From a fresh checkout, on Linux x86_64 with an NVIDIA driver (the PyPI torch wheel for Linux is a CUDA
+# build; for another CUDA version add --index-url https://download.pytorch.org/whl/cu<version>):
+#   python -m venv .venv && source .venv/bin/activate
+#   pip install torch==2.13.0 && pip install -e .
+#   bash benchmarks/gpu_check.sh
+#
+# Needs no network: it trains on the bundled Shakespeare text with the bundled 2048-token tokenizer (the
+# model keeps Qwen3's 151,936-row vocabulary: same FLOPs and memory as with Qwen3's own tokenizer), 4
+# sequences of 4096 tokens per step, the config's full activation checkpointing.
+#
+# Environment (for dry runs and variants):
+#   CONFIG_FILE  training config (default train_configs/qwen3_0.6b.toml)
+#   STEPS        training steps (default 40); the summary's tokens/s is the median after the first quarter
+#   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
+#   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
+#                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
+#                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
+#                  bash benchmarks/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_0.6b.toml}
+STEPS=${STEPS:-40}
+REQUIRE_GPU=${REQUIRE_GPU:-1}
+PYTHON=${PYTHON:-python}
+read -r -a extra <<< "${EXTRA_ARGS:-}"
+
+if [[ "$REQUIRE_GPU" == 1 ]]; then
+    nvidia-smi
+fi
+REQUIRE_GPU=$REQUIRE_GPU "$PYTHON" - <<'EOF'
+import os
+import sys
+
+import torch
+
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available: {torch.cuda.is_available()}")
+if torch.cuda.is_available():
+    print(f"device: {torch.cuda.get_device_name(0)}")
+elif os.environ["REQUIRE_GPU"] == "1":
+    sys.exit("gpu_check: no CUDA device visible to torch (install a CUDA build of torch, see the top of this file)")
+EOF
+
+log=$(mktemp "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+trap 'rm -f "$log"' EXIT
+NGPU=1 CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
+    --training.dataset=shakespeare --training.hf_dataset_name=none --training.hf_dataset_config=none \
+    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=4 \
+    --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
+    --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=true --training.compute_dtype=bfloat16 \
+    "${extra[@]}" 2>&1 | tee "$log"
+
+"$PYTHON" - "$log" "$STEPS" <<'EOF'
+import re
+import statistics
+import sys
+
+text, steps = open(sys.argv[1]).read(), int(sys.argv[2])
+rows = re.findall(r"step\s+(\d+)\s+loss\s+(\S+).*?\btps ([\d,]+)\s+tflops (\S+)\s+mfu (\S+)\s+mem (\S+)", text)
+if not rows:
+    sys.exit("gpu_check: no step log line in the trainer's output")
+rows = [(int(s), float(loss), float(tps.replace(",", "")), float(tf), mfu, mem) for s, loss, tps, tf, mfu, mem in rows]
+timed = [r for r in rows if r[0] > steps // 4] or rows
+tps = statistics.median(r[2] for r in timed)
+tflops = statistics.median(r[3] for r in timed)
+mfus = [float(r[4].rstrip("%")) for r in timed if r[4] != "n/a"]
+mems = [float(r[5].removesuffix("GiB")) for r in rows if r[5] != "n/a"]
+print("\ngpu_check summary")
+print(f"  steps logged        {len(rows)} (last step {rows[-1][0]}, loss {rows[0][1]:.4f} -> {rows[-1][1]:.4f})")
+print(f"  tokens/s per device {tps:,.0f}  (median of steps {timed[0][0]}..{timed[-1][0]})")
+print(f"  TFLOP/s per device  {tflops:.2f}")
+print(f"  MFU                 {'n/a (peak unknown for this device)' if not mfus else f'{statistics.median(mfus):.2f}%'}")
+print(f"  peak memory         {'n/a' if not mems else f'{max(mems):.2f} GiB'}")
+if rows[-1][0] != steps:
+    sys.exit(f"gpu_check: the last logged step is {rows[-1][0]}, expected {steps}")
+EOF
