@@ -13,7 +13,13 @@ Measurement: :class:`torch.utils.flop_counter.FlopCounterMode` over one forward 
 tokens. It has no formula for the CPU fused SDPA kernel (``_scaled_dot_product_flash_attention_for_cpu``
 counts 0), so the measurement runs SDPA's math backend, whose matmuls it does count: the full ``T x T``
 score square whatever the mask (as its formulas for the GPU kernels do), i.e. ``12 * h * d * T`` per token
-and layer for causal attention, the convention of the formula.
+and layer for causal attention, the convention of the formula. It has no formula for ``aten._grouped_mm``
+(the MoE experts, ``models/common/token_dispatch.py``) either: :func:`grouped_mm_flops` supplies one.
+
+MoE experts compute more rows than top-k: the dispatch buffer holds the ``T * k`` (token, expert) pairs
+plus ``E * ALIGN`` padding rows per layer (each expert's group padded to a multiple of ``ALIGN``, the last
+one to the end of the buffer), and every row goes through each expert projection. The formula counts the
+top-k work only (model FLOPs, as MFU wants); the tests below measure the padding rows' extra work exactly.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from model_helpers import build_random
+from models.common.token_dispatch import ALIGN
 from models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
 from models.deepseek_v3.model import num_active_params as deepseek_v3_active
 from models.deepseek_v3.model import num_flops_per_token as deepseek_v3_flops
@@ -156,24 +163,50 @@ def test_active_params_are_the_hand_count():
     assert deepseek_v3_active(DEEPSEEK_V3) == DEEPSEEK_V3_MATMUL + DEEPSEEK_V3_ELEMENTWISE
 
 
+def grouped_mm_flops(a_shape, b_shape, *args, **kwargs) -> int:
+    """FLOPs of ``aten._grouped_mm(a, b, offs)`` as the experts call it: ``(M, K) x (E, K, N)`` (forward and
+    input gradient) or ``(K, M) x (M, N)`` grouped over ``M`` (weight gradient): ``2 * a[0] * a[1] * b[-1]``."""
+    assert len(a_shape) == 2 and len(b_shape) in (2, 3), (a_shape, b_shape)
+    return 2 * a_shape[0] * a_shape[1] * b_shape[-1]
+
+
 def measured_flops(name: str) -> dict[str, int]:
     """FlopCounterMode's counts by op for one training forward + backward of ``BS x T`` random tokens."""
     model_cls, args = CASES[name][:2]
     model = build_random(model_cls, args)
     model.train()
     tokens = torch.randint(0, args.vocab_size, (BS, T), generator=torch.Generator().manual_seed(0))
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops})
+    with sdpa_kernel(SDPBackend.MATH), counter:
         model(tokens).pow(2).mean().backward()
     return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+# Expert rows computed beyond top-k, BS x T tokens: E * ALIGN padding rows per MoE layer, each through one
+# expert's matmul weights (576 = 3 * 16 * 12 in all three tiny configs), forward and backward.
+PADDING_ROWS = 4 * ALIGN  # num_experts * ALIGN
+EXPERT_PADDING = {
+    "qwen3_moe": 6 * PADDING_ROWS * 3 * 16 * 12 * 2,  # 2 MoE layers; w1, w3, w2
+    "gpt_oss": 6 * PADDING_ROWS * (16 * 2 * 12 + 12 * 16) * 2,  # 2 MoE layers; mlp1, mlp2
+    "deepseek_v3": 6 * PADDING_ROWS * 3 * 16 * 12 * 1,  # 1 MoE layer (layer 0 is dense); shared expert: no padding
+}
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_flop_counter_measures_six_matmul_params_per_token_plus_attention(name):
     counts = measured_flops(name)
-    # Attention is the only batched matmul (bmm); every weight is an mm/addmm. MoE: the grouped experts
-    # run each (token, expert) pair of the top-k exactly once, so only activated experts are counted.
+    # Attention is the only batched matmul (bmm); every weight is an mm/addmm, or a grouped mm (experts).
     assert counts.pop("aten.bmm") == MEASURED_ATTENTION[name]
-    assert sum(counts.values()) == 6 * CASES[name][3] * TOKENS
+    assert sum(counts.values()) == 6 * CASES[name][3] * TOKENS + EXPERT_PADDING.get(name, 0)
+
+
+@pytest.mark.parametrize("name", EXPERT_PADDING)
+def test_experts_run_top_k_rows_plus_the_padding_rows_only(name):
+    counts = measured_flops(name)
+    n_moe_layers = 1 if name == "deepseek_v3" else 2
+    top_k_rows = TOKENS * 2  # experts_per_token 2
+    # 576 matmul weights per expert in all three configs (see EXPERT_PADDING)
+    assert counts["aten._grouped_mm"] == 6 * (top_k_rows + PADDING_ROWS) * 576 * n_moe_layers
 
 
 def test_measured_attention_equals_the_formula_where_the_kernel_does_no_extra_work():
