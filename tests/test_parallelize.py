@@ -73,8 +73,8 @@ def test_activation_checkpointing_none_is_identity_and_bad_mode_names_value():
     before = [n for n, _ in model.named_parameters()]
     assert apply_activation_checkpointing(model, "none") is model
     assert [n for n, _ in model.named_parameters()] == before
-    with pytest.raises(ValueError, match="'selective'"):
-        apply_activation_checkpointing(model, "selective")
+    with pytest.raises(ValueError, match="one of \\('none', 'full', 'selective'\\), got 'partial'"):
+        apply_activation_checkpointing(model, "partial")
 
 
 def test_compile_keeps_parameter_names_and_outputs():

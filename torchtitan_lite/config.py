@@ -156,18 +156,41 @@ class LRScheduler:
 
 @dataclass
 class Parallelism:
-    """``[parallelism]``: FSDP2, activation checkpointing, compile, collectives."""
+    """``[parallelism]``: FSDP2 and collectives."""
 
     data_parallel_shard_degree: int = -1
     """FSDP2 sharding degree; -1 = all ranks (the only layout so far, so it must equal the world size)."""
     fsdp_reshard_after_forward: bool = True
     """Free the gathered parameters after forward (less memory, one more all-gather in backward)."""
-    activation_checkpoint: Literal["none", "full"] = "none"
-    """``full``: recompute each block's activations in backward."""
-    compile: bool = False
-    """``torch.compile`` each block."""
     comm_timeout_seconds: int = bounded(300, ge=1)
     """Timeout of collective operations, in seconds."""
+
+
+@dataclass
+class ActivationCheckpoint:
+    """``[activation_checkpoint]``: recompute activations in backward to save memory (torchtitan's names)."""
+
+    mode: Literal["none", "full", "selective"] = "none"
+    """``full``: every block keeps only its input and recomputes the rest in backward; ``selective``: see
+    ``selective_ac_option``; ``none``: keep all activations."""
+    selective_ac_option: str = "op"
+    """For ``mode = "selective"``: ``"op"`` = every block saves attention and every other matmul output and
+    recomputes the rest (norms, activations, elementwise); a positive integer k as a string, e.g. ``"2"``
+    = checkpoint every k-th block fully (layer ids k-1, 2k-1, ...)."""
+
+
+@dataclass
+class Compile:
+    """``[compile]``: ``torch.compile`` (torchtitan's names); falls back to eager with one warning line when the
+    backend cannot run here (e.g. no C++ compiler for inductor on CPU)."""
+
+    enable: bool = False
+    """Compile the ``components``."""
+    components: list[Literal["model", "loss"]] = field(default_factory=lambda: ["model", "loss"])
+    """What to compile: ``model`` = each block of ``model.layers`` separately; ``loss`` = the cross-entropy."""
+    backend: str = "inductor"
+    """``torch.compile`` backend: ``inductor`` (fast, needs a C++ compiler on CPU, triton on GPUs),
+    ``aot_eager`` or ``eager`` (debugging), or any name in ``torch._dynamo.list_backends()``."""
 
 
 @dataclass
@@ -270,7 +293,11 @@ class JobConfig:
     lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     """Warmup-stable-decay learning rate schedule."""
     parallelism: Parallelism = field(default_factory=Parallelism)
-    """FSDP2, activation checkpointing, compile."""
+    """FSDP2 and collectives."""
+    activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
+    """Activation checkpointing mode."""
+    compile: Compile = field(default_factory=Compile)
+    """``torch.compile`` of blocks and loss."""
     validation: Validation = field(default_factory=Validation)
     """Validation loss on held-out data."""
     metrics: Metrics = field(default_factory=Metrics)
@@ -303,6 +330,7 @@ def parse_args(argv: list[str]) -> JobConfig:
         set_value(config, key, value, COMMAND_LINE)
         sources[key] = COMMAND_LINE
     _check_cross_fields(config, sources)
+    _check_activation_checkpoint_and_compile(config, sources)
     _check_model(config, sources)
     return config
 
@@ -361,6 +389,25 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     if training.dataset == "hf" and training.dataset_path is not None:
         raise ConfigError(f"{_where(sources, 'training.dataset_path')}: local files and dataset = \"hf\" exclude "
                           "each other; unset one of them")
+
+
+def _check_activation_checkpoint_and_compile(config: JobConfig, sources: dict[str, str]) -> None:
+    """``activation_checkpoint.selective_ac_option`` is "op" or a positive integer; ``compile.backend`` is a
+    registered ``torch.compile`` backend."""
+    from torchtitan_lite.parallelize import selective_every
+
+    try:
+        selective_every(config.activation_checkpoint.selective_ac_option)
+    except ValueError as err:
+        raise ConfigError(f"{_where(sources, 'activation_checkpoint.selective_ac_option')}: {err}") from None
+    backend = config.compile.backend
+    if backend not in ("inductor", "aot_eager", "eager"):
+        import torch._dynamo
+
+        known = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in known:
+            raise ConfigError(f"{_where(sources, 'compile.backend')}: unknown torch.compile backend {backend!r}"
+                              f"{suggestion(backend, known)}; known: {', '.join(known)}")
 
 
 def _check_model(config: JobConfig, sources: dict[str, str]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -45,7 +46,8 @@ from torchtitan_lite.init_report import init_report, model_fingerprint
 from torchtitan_lite.lr_schedule import build_lr_scheduler
 from torchtitan_lite.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
-from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile, apply_fsdp
+from torchtitan_lite.parallelize import (apply_activation_checkpointing, apply_compile, apply_fsdp,
+                                         compile_available)
 from torchtitan_lite.profiling import StepProfiler
 from torchtitan_lite.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.tokenizer import build_tokenizer
@@ -91,7 +93,15 @@ def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
 def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
     """Model on meta -> activation checkpointing -> compile -> FSDP2 -> ``to_empty`` on the device.
 
+    Activation checkpointing follows ``[activation_checkpoint]``; each block is compiled when
+    ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning
+    line and eager, see :func:`~torchtitan_lite.parallelize.compile_available`).
+
     Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
+
+    Raises:
+        TrainingError: ``training.seq_len`` exceeds the model's ``max_seq_len``.
+        ValueError: ``activation_checkpoint.selective_ac_option`` k exceeds the number of layers.
     """
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
@@ -101,9 +111,10 @@ def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Modu
                             f"{args.max_seq_len}; lower seq_len or set --model.overrides.max_seq_len")
     with torch.device("meta"):
         model = spec.model_cls(args)
-    apply_activation_checkpointing(model, config.parallelism.activation_checkpoint)
-    if config.parallelism.compile:
-        apply_compile(model)
+    ac = config.activation_checkpoint
+    apply_activation_checkpointing(model, ac.mode, ac.selective_ac_option)
+    if _compiles(config, info.device, "model"):
+        apply_compile(model, backend=config.compile.backend)
     apply_fsdp(model, info.mesh, param_dtype=compute_dtype(config, info.device), reduce_dtype=torch.float32,
                reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
     materialize(model, info.device)
@@ -113,6 +124,21 @@ def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Modu
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> scalar."""
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+
+
+def _compiles(config: JobConfig, device: torch.device, component: str) -> bool:
+    """Whether ``component`` ("model" or "loss") is compiled: enabled, listed, and the backend works here."""
+    cfg = config.compile
+    return cfg.enable and component in cfg.components and compile_available(cfg.backend, device.type)
+
+
+def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The training loss: :func:`cross_entropy_sum`, ``torch.compile``-d with ``compile.backend`` when
+    ``compile.enable`` and ``"loss" in compile.components`` and the backend works on ``device`` (else eager,
+    after one warning line). Same signature and value as :func:`cross_entropy_sum`."""
+    if _compiles(config, device, "loss"):
+        return torch.compile(cross_entropy_sum, backend=config.compile.backend)
+    return cross_entropy_sum
 
 
 class Trainer:
