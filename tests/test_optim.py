@@ -51,7 +51,46 @@ def test_optimizer_holds_each_trainable_tensor_once_with_group_decay():
     ids = [id(p) for g in opt.param_groups for p in g["params"]]
     assert sorted(ids) == sorted({id(model.tok_embeddings.weight), id(model.proj.weight),
                                   id(model.proj.bias), id(model.norm.weight)})
-    assert opt.defaults["foreach"] is True
+    assert opt.defaults["fused"] is True and not opt.defaults["foreach"]  # auto on CPU: torch 2.13 has fused
+
+
+def _seeded_tiny() -> TinyTied:
+    torch.manual_seed(0)
+    model = TinyTied()
+    with torch.no_grad():
+        for param in model.parameters():  # RMSNorm's weight starts uninitialized
+            param.copy_(torch.randn_like(param))
+    return model
+
+
+def _train_three_steps(implementation: str) -> list[torch.Tensor]:
+    model = _seeded_tiny()
+    opt = build_optimizer(model, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
+                          decay_norms_and_biases=False, implementation=implementation)
+    for step in range(3):
+        x = torch.arange(6).reshape(2, 3) + step
+        model.output(model.norm(model.proj(model.tok_embeddings(x)))).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+
+def test_fused_and_foreach_adamw_agree():
+    fused, foreach = _train_three_steps("fused"), _train_three_steps("foreach")
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, foreach))
+    initial = [p.detach() for p in _seeded_tiny().parameters() if p.requires_grad]
+    assert not any(torch.allclose(a, b, rtol=0, atol=1e-4) for a, b in zip(fused, initial))  # they did move
+
+
+def test_fused_on_a_device_without_fused_kernels_is_refused(monkeypatch):
+    import torchtitan_lite.optim as optim
+    monkeypatch.setattr(optim, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
+    with pytest.raises(ValueError, match="no fused AdamW for cpu parameters; use 'foreach' or 'auto'"):
+        build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
+                        decay_norms_and_biases=False, implementation="fused")
+    opt = build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
+                          decay_norms_and_biases=False, implementation="auto")
+    assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
 
 
 def test_optimizer_rejects_bad_hyperparameters_by_name():

