@@ -61,9 +61,9 @@ def main() -> None:
         losses = {}
         step_fn = trainer.train_step
 
-        def recording_step(batches, step):
-            stats = step_fn(batches, step)
-            losses[step] = stats.loss.hex()
+        def recording_step(batches, step, sync=True):
+            stats = step_fn(batches, step, sync=sync)
+            losses[step] = stats  # log_freq 1: the loop all-reduces stats.loss_sum in place on every step
             return stats
 
         trainer.train_step = recording_step
@@ -81,6 +81,8 @@ def main() -> None:
         state = full_state(trainer)
         if rank == 0:
             torch.save(state, out)
+            tokens = trainer.global_batch * trainer.config.training.seq_len
+            losses = {step: (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
             print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
                 checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder))}), flush=True)
     stop.restore()

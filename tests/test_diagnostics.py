@@ -170,7 +170,8 @@ def test_event_files_hold_histogram_and_scalar_tags(tmp_path):
     tokens = torch.randint(0, 2048, (2, 17), generator=torch.Generator().manual_seed(0))
     F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
     norms = log_layer_grad_norms(logger.writer, model, 1)
-    logger.log_step(1, loss=7.7, grad_norm=1.0, lr=1e-3, tokens=32, elapsed_s=1.0, memory_bytes=None)
+    logger.log_step(1, loss=7.7, grad_norm=1.0, lr=1e-3, tokens_per_step=32, elapsed_s=1.0, memory_bytes=None,
+                    data_wait_s=0.0)
     logger.log_validation(1, 7.6)
     logger.close()
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={SCALARS: 0, HISTOGRAMS: 0})

@@ -19,16 +19,49 @@ from torchtitan_lite.faults import NonFiniteError, NonFiniteGuard, StopRequest
 from torchtitan_lite.train import Trainer
 
 
+def _guard(*args, **kw):
+    """A guard in a 1-rank gloo group (its agreement is an all-reduce)."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return NonFiniteGuard(*args, **kw)
+
+
+def _record(guard, step, loss, grad_norm):
+    guard.record(step, torch.tensor(loss), torch.tensor(grad_norm))
+
+
 def test_guard_stop_names_the_step_and_skip_allows_k_then_stops():
-    assert NonFiniteGuard("stop", 0).should_apply(1, 2.5, 0.7)
-    with pytest.raises(NonFiniteError, match=r"^step 7: loss nan, gradient norm 1.0; the update was not applied"):
-        NonFiniteGuard("stop", 3).should_apply(7, float("nan"), 1.0)
-    guard = NonFiniteGuard("skip", 2, skipped=1)
-    assert guard.should_apply(4, 1.0, float("inf")) is False and guard.skipped == 2
-    with pytest.raises(NonFiniteError, match=r"^step 5: loss inf, gradient norm 1.0, after 2 skipped steps"):
-        guard.should_apply(5, float("inf"), 1.0)
-    with pytest.raises(ValueError, match="nonfinite_policy must be one of"):
-        NonFiniteGuard("ignore", 1)
+    try:
+        guard = _guard("stop", 0)
+        _record(guard, 1, 2.5, 0.7)
+        assert guard.apply_update(1, sync=True)
+        guard = _guard("stop", 3)
+        _record(guard, 7, float("nan"), 1.0)
+        with pytest.raises(NonFiniteError, match=r"^step 7: loss nan, gradient norm 1.0; the update was not applied"):
+            guard.apply_update(7, sync=True)
+        guard = _guard("skip", 2, skipped=1)
+        _record(guard, 4, 1.0, float("inf"))
+        assert guard.apply_update(4, sync=False) is False and guard.skipped == 2
+        _record(guard, 5, float("inf"), 1.0)
+        with pytest.raises(NonFiniteError, match=r"^step 5: loss inf, gradient norm 1.0, after 2 skipped steps"):
+            guard.apply_update(5, sync=False)
+        with pytest.raises(ValueError, match="nonfinite_policy must be one of"):
+            NonFiniteGuard("ignore", 1)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_guard_stop_without_sync_defers_to_the_next_check_naming_the_first_bad_step():
+    try:
+        guard = _guard("stop", 0)
+        _record(guard, 3, float("nan"), float("nan"))
+        assert guard.apply_update(3, sync=False)  # no host read: the update goes ahead
+        _record(guard, 4, 1.0, 1.0)  # a later finite step does not hide it
+        with pytest.raises(NonFiniteError, match=r"^step 3: loss nan, gradient norm nan; the updates of steps 3-5 were "
+                                                 r"applied before this check \(metrics.log_freq\), nothing was saved"):
+            guard.check(5)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_stop_request_records_sigterm_and_restores_the_handler():
@@ -71,6 +104,16 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
     assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == ["step-2"]
     assert torch.equal(final, seen[3])  # the weights of step 2: the bad update never reached the optimizer
+
+
+def test_nan_between_log_steps_is_caught_at_the_next_log_step_and_never_saved(tmp_path, monkeypatch):
+    # log_freq 4: steps 1 and 4 sync; step 2 is a save step (interval 2) and syncs too; the NaN of step 3 is
+    # found at step 4, before step 4's update and save.
+    trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3}, "--metrics.log_freq=4")
+    assert re.match(r"step 3: loss nan, gradient norm nan; the update of step 3 was applied", str(error))
+    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
+    assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == ["step-2"]
+    assert not torch.isfinite(final).all()  # the NaN update went in (no sync at step 3): nothing saved from it
 
 
 def test_skip_policy_drops_the_update_and_counts_it(tmp_path, monkeypatch):

@@ -19,22 +19,22 @@ from torchtitan_lite.metrics import (
 def test_step_line_exact_format():
     line = format_step_line(
         12, loss=6.12341, grad_norm=1.2341, lr=3e-3, tps=2345.4, tflops=0.1234, mfu=None,
-        memory_bytes=int(1.23 * 2**30), elapsed_s=42.2, eta_s=190.4,
+        memory_bytes=int(1.23 * 2**30), data_wait_s=4.6e-5, elapsed_s=42.2, eta_s=190.4,
     )
     assert line == (
         "step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  "
-        "mem 1.23GiB  elapsed 0:00:42  eta 0:03:10"
+        "mem 1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10"
     )
 
 
 def test_step_line_with_mfu_and_unknown_memory():
     line = format_step_line(
         1234, loss=10.5, grad_norm=12.0, lr=1.5e-4, tps=1234567.0, tflops=312.5, mfu=0.3125,
-        memory_bytes=None, elapsed_s=3 * 3600 + 61, eta_s=26 * 3600,
+        memory_bytes=None, data_wait_s=0.0125, elapsed_s=3 * 3600 + 61, eta_s=26 * 3600,
     )
     assert line == (
         "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu 31.25%  "
-        "mem n/a  elapsed 3:01:01  eta 26:00:00"
+        "mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
     )
 
 
@@ -52,9 +52,12 @@ def _logger(tmp_path, **kw):
     return MetricsLogger(tmp_path, **args)
 
 
-def _step(logger, step, elapsed_s, loss=5.0, tokens=1000):
-    return logger.log_step(step, loss=loss, grad_norm=1.0, lr=1e-3, tokens=tokens, elapsed_s=elapsed_s,
-                           memory_bytes=2**30)
+def _step(logger, step, elapsed_s, loss=5.0, tokens=1000, data_wait_s=0.0):
+    """What the trainer does after each step: a line only when it is due (None otherwise)."""
+    if not logger.due(step):
+        return None
+    return logger.log_step(step, loss=loss, grad_norm=1.0, lr=1e-3, tokens_per_step=tokens, elapsed_s=elapsed_s,
+                           memory_bytes=2**30, data_wait_s=data_wait_s)
 
 
 def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys):
@@ -63,8 +66,9 @@ def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys)
     assert "tps 250  tflops 0.00  mfu 0.15%" in first  # 6e6 * 250 = 1.5e9 FLOP/s of 1e12
     assert first.endswith("elapsed 0:00:04  eta 0:06:36")  # 4 s/step * 99 steps
     assert [_step(logger, s, elapsed_s=4.0 + (s - 1) * 0.5) for s in range(2, 10)] == [None] * 8
-    line = _step(logger, 10, elapsed_s=8.5)  # 9 steps, 9000 tokens in 4.5 s -> 2000 tok/s, 0.5 s/step
+    line = _step(logger, 10, elapsed_s=8.5, data_wait_s=0.0045)  # 9 steps, 9000 tokens in 4.5 s -> 2000 tok/s
     assert "tps 2,000  tflops 0.01  mfu 1.20%" in line  # 6e6 * 2000 = 1.2e10 of 1e12
+    assert "data_wait 0.50ms" in line  # 4.5 ms over the window's 9 steps
     assert line.endswith("elapsed 0:00:09  eta 0:00:45")  # 0.5 s * 90 steps
     assert capsys.readouterr().out.splitlines() == [first, line]
     logger.close()
@@ -76,6 +80,15 @@ def test_last_step_is_logged_with_zero_eta(tmp_path):
     assert [i + 1 for i, l in enumerate(lines) if l is not None] == [1, 5, 7]
     assert lines[-1].endswith("eta 0:00:00")
     logger.close()
+
+
+def test_a_step_that_is_not_due_is_refused(tmp_path):
+    logger = _logger(tmp_path, enable_tensorboard=False)
+    _step(logger, 1, elapsed_s=1.0)
+    assert not logger.due(2) and logger.due(10)
+    with pytest.raises(ValueError, match="step 2 is not due"):
+        logger.log_step(2, loss=1.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1, elapsed_s=2.0, memory_bytes=None,
+                        data_wait_s=0.0)
 
 
 def test_unknown_peak_prints_na(tmp_path):
@@ -99,7 +112,8 @@ def test_tensorboard_scalars_read_back(tmp_path):
     assert [e.value for e in acc.Scalars("memory_gib")] == [1.0, 1.0, 1.0]
     assert acc.Scalars("mfu")[1].value == pytest.approx(0.6)  # 1000 tok/s * 6e6 / 1e12, in percent
     assert set(acc.Tags()["scalars"]) == {
-        "loss/train", "loss/validation", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib", "tokens_seen"
+        "loss/train", "loss/validation", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib", "data_wait_ms",
+        "tokens_seen"
     }
 
 

@@ -138,6 +138,9 @@ class Optimizer:
     """Also apply weight decay to the embedding (and a tied output)."""
     decay_norms_and_biases: bool = False
     """Also apply weight decay to norm weights and biases."""
+    implementation: Literal["auto", "fused", "foreach"] = "auto"
+    """AdamW kernels: ``fused`` (one kernel for all parameters), ``foreach`` (a few batched kernels);
+    ``auto`` = fused where this torch build has it for the device, else foreach."""
 
 
 @dataclass

@@ -69,6 +69,8 @@ class DistInfo:
         device: this process's device, e.g. ``cuda:3`` or ``cpu``.
         backend: the process group backend (``nccl``, ``hccl``, ``xccl``, ``gloo``).
         mesh: 1-D :class:`DeviceMesh` of all ranks, dimension name ``dp_shard`` (FSDP2 sharding).
+        cpu_group: a gloo group of all ranks for small host-side agreements (stop signals) that must not
+            wait for the device; ``None`` when the default group is gloo already.
     """
 
     rank: int
@@ -78,6 +80,7 @@ class DistInfo:
     device: torch.device
     backend: str
     mesh: DeviceMesh
+    cpu_group: dist.ProcessGroup | None = None
 
 
 def _npu_available() -> bool:
@@ -233,7 +236,8 @@ def init_distributed(config: Any) -> DistInfo:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
                                 device_id=device_id)
     mesh = init_device_mesh(kind, (dp,), mesh_dim_names=("dp_shard",))
-    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend, mesh)
+    cpu_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
+    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend, mesh, cpu_group)
 
 
 def uses_gloo(info: DistInfo) -> bool:

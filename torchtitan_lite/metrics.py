@@ -40,23 +40,25 @@ def format_step_line(
     tflops: float,
     mfu: float | None,
     memory_bytes: int | None,
+    data_wait_s: float,
     elapsed_s: float,
     eta_s: float,
 ) -> str:
     """The log line of one step, fields separated by two spaces, e.g.
     ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  mem 1.23GiB
-    elapsed 0:00:42  eta 0:03:10`` (one line).
+    data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line).
 
     Units: ``tps`` tokens/s per device; ``tflops`` achieved 1e12 FLOP/s per device; ``mfu`` a
     fraction (printed as a percentage) or ``None`` (printed ``n/a``, peak unknown); ``memory_bytes``
-    bytes (printed in GiB) or ``None`` (``n/a``); ``elapsed_s``/``eta_s`` seconds.
+    bytes (printed in GiB) or ``None`` (``n/a``); ``data_wait_s`` seconds per step spent waiting for
+    the next batch (printed in ms); ``elapsed_s``/``eta_s`` seconds.
     """
     mfu_text = "n/a" if mfu is None else f"{100 * mfu:.2f}%"
     mem_text = "n/a" if memory_bytes is None else f"{memory_bytes / GIB:.2f}GiB"
     return (
         f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f}  "
-        f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  elapsed {format_duration(elapsed_s)}  "
-        f"eta {format_duration(eta_s)}"
+        f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms  "
+        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
     )
 
 
@@ -84,15 +86,17 @@ def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Pa
 class MetricsLogger:
     """Prints the step log line every ``log_freq`` steps and writes TensorBoard scalars on rank 0.
 
-    Call :meth:`log_step` after EVERY training step (it keeps the throughput window); it prints a
-    line on the first step of the run, every ``log_freq``-th step and the last step. Throughput and
-    ETA use the window since the previous printed line. Every rank prints (the launcher filters
-    ranks); only rank 0 writes TensorBoard, into ``<run_folder>/<tb_subfolder>``.
+    A line is due (:meth:`due`) on the first step of the run, every ``log_freq``-th step and the last
+    step; the trainer reads the loss and the other values on the host only then (no host-device sync on
+    the other steps) and calls :meth:`log_step`. Throughput, data wait and ETA use the window since the
+    previous line. Every rank prints (the launcher filters ranks); only rank 0 writes TensorBoard, into
+    ``<run_folder>/<tb_subfolder>``.
 
     TensorBoard scalars (tag: unit): ``loss/train``, ``loss/validation`` (nats/token), ``grad_norm``,
     ``lr``, ``tps`` (tokens/s per device), ``tflops`` (per device), ``mfu`` (percent; only when the
-    peak is known), ``memory_gib`` (GiB; only when given), ``tokens_seen`` (global tokens:
-    ``step * tokens * world_size``, exact because every step has the same global batch).
+    peak is known), ``memory_gib`` (GiB; only when given), ``data_wait_ms`` (ms per step waiting for
+    data), ``tokens_seen`` (global tokens: ``step * tokens_per_step * world_size``, exact because every
+    step has the same global batch).
 
     Args:
         run_folder: the run's folder (from :func:`make_run_folder`).
@@ -139,9 +143,12 @@ class MetricsLogger:
         self.writer = (
             SummaryWriter(log_dir=str(Path(run_folder) / tb_subfolder)) if enable_tensorboard and rank == 0 else None
         )
-        self._window_tokens = 0
         self._window_start_step: int | None = None
         self._window_start_s = 0.0
+
+    def due(self, step: int) -> bool:
+        """Whether step ``step`` (1-based) gets a line: the run's first step, every ``log_freq``-th, the last."""
+        return self._window_start_step is None or step % self.log_freq == 0 or step >= self.total_steps
 
     def log_step(
         self,
@@ -150,43 +157,47 @@ class MetricsLogger:
         loss: float,
         grad_norm: float,
         lr: float,
-        tokens: int,
+        tokens_per_step: int,
         elapsed_s: float,
         memory_bytes: int | None,
-    ) -> str | None:
-        """Record one finished training step; print and return its line when it is due, else ``None``.
+        data_wait_s: float,
+    ) -> str:
+        """Print, write to TensorBoard and return the line of step ``step``, which must be :meth:`due`.
 
         Args:
             step: 1-based index of the step just taken.
             loss: its training loss (global mean over the step's tokens).
             grad_norm: global gradient norm before clipping.
             lr: learning rate used by the step.
-            tokens: tokens THIS rank processed in the step (all micro-batches).
-            elapsed_s: wall seconds since this run's training loop started.
+            tokens_per_step: tokens THIS rank processes per step (all micro-batches).
+            elapsed_s: wall seconds since this run's training loop started, read after the device
+                finished the step (the loss read is such a point).
             memory_bytes: peak memory in bytes (``torchtitan_lite.distributed.peak_memory_bytes``:
                 the device allocator's peak, or peak RSS on CPU), or ``None``.
+            data_wait_s: seconds this rank waited for batches since the previous line (all its steps).
+
+        Raises:
+            ValueError: the step is not due (the window arithmetic would be wrong).
         """
-        first_of_run = self._window_start_step is None
-        if first_of_run:
+        if not self.due(step):
+            raise ValueError(f"MetricsLogger.log_step: step {step} is not due (log_freq {self.log_freq})")
+        if self._window_start_step is None:
             self._window_start_step = step - 1
-        self._window_tokens += tokens
-        if not (first_of_run or step % self.log_freq == 0 or step >= self.total_steps):
-            return None
+        steps = step - self._window_start_step
         window_s = max(elapsed_s - self._window_start_s, 1e-9)
-        tps = self._window_tokens / window_s
+        tps = tokens_per_step * steps / window_s
         flops = self.num_flops_per_token * tps
         mfu = None if self.peak_flops is None else flops / self.peak_flops
-        s_per_step = window_s / (step - self._window_start_step)
-        eta_s = s_per_step * max(self.total_steps - step, 0)
+        eta_s = window_s / steps * max(self.total_steps - step, 0)
         line = format_step_line(
             step, loss=loss, grad_norm=grad_norm, lr=lr, tps=tps, tflops=flops / 1e12, mfu=mfu,
-            memory_bytes=memory_bytes, elapsed_s=elapsed_s, eta_s=eta_s,
+            memory_bytes=memory_bytes, data_wait_s=data_wait_s / steps, elapsed_s=elapsed_s, eta_s=eta_s,
         )
         print(line, flush=True)
         if self.writer is not None:
             scalars = {
                 "loss/train": loss, "grad_norm": grad_norm, "lr": lr, "tps": tps, "tflops": flops / 1e12,
-                "tokens_seen": step * tokens * self.world_size,
+                "data_wait_ms": 1e3 * data_wait_s / steps, "tokens_seen": step * tokens_per_step * self.world_size,
             }
             if mfu is not None:
                 scalars["mfu"] = 100 * mfu
@@ -194,7 +205,6 @@ class MetricsLogger:
                 scalars["memory_gib"] = memory_bytes / GIB
             for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, step)
-        self._window_tokens = 0
         self._window_start_step = step
         self._window_start_s = elapsed_s
         return line

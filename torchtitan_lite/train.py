@@ -59,11 +59,20 @@ class TrainingError(RuntimeError):
 
 @dataclass
 class StepStats:
-    """What one optimizer step produced (global values, equal on every rank)."""
+    """What one optimizer step produced, left on the device: the host reads it only when it logs.
 
-    loss: float
-    grad_norm: float
+    Attributes:
+        loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches
+            (all-reduce it and divide by the step's global token count for the loss).
+        grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
+        lr: learning rate the step used.
+        data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).
+    """
+
+    loss_sum: torch.Tensor
+    grad_norm: torch.Tensor
     lr: float
+    data_wait_s: float
 
 
 def compute_dtype(config: JobConfig, device: torch.device) -> torch.dtype:
@@ -152,13 +161,15 @@ class Trainer:
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.world_size)
         self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
+        self.loss_fn = build_loss_fn(config, info.device)
         self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
         for moe in self.moe_layers:
             moe.aux_loss_scale = 1.0 / (info.world_size * self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
-            decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases)
+            decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases,
+            implementation=opt.implementation)
         sched = config.lr_scheduler
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
@@ -168,7 +179,8 @@ class Trainer:
             hf_dataset_name=config.training.hf_dataset_name, hf_dataset_config=config.training.hf_dataset_config,
             streaming=config.training.streaming, text_column=config.training.text_column, tokenizer=tokenizer,
             seq_len=config.training.seq_len, local_batch_size=config.training.local_batch_size,
-            dp_rank=info.rank, dp_world_size=info.world_size, seed=config.training.seed)
+            dp_rank=info.rank, dp_world_size=info.world_size, seed=config.training.seed,
+            pin_memory=info.device.type != "cpu")
         self.train_loader = build_dataloader(split="train", **data_kwargs)
         self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
         cp = config.checkpoint
@@ -187,7 +199,7 @@ class Trainer:
         debug = config.debug
         self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
-                                    self.train_state.skipped_steps)
+                                    self.train_state.skipped_steps, device=info.device)
         self.run_folder = self._run_folder()
         dtype = compute_dtype(config, info.device)
         self.metrics = MetricsLogger(
@@ -250,29 +262,36 @@ class Trainer:
                               [f"step-1 check: loss {loss:.4f} is within debug.init_loss_margin = {debug.init_loss_margin} "
                                f"nats of the range expected from the init plan"])
 
-    def train_step(self, batches, step: int) -> StepStats:
-        """Optimizer step ``step`` over ``accum`` micro-batches of this rank (the update is skipped or the run
-        stopped on a non-finite loss or gradient norm, see ``faults.py``)."""
+    def train_step(self, batches, step: int, *, sync: bool = True) -> StepStats:
+        """Optimizer step ``step`` over ``accum`` micro-batches of this rank.
+
+        No host-device sync unless ``sync`` (the trainer passes it on log and checkpoint steps): the loss and
+        gradient norm stay on the device and the non-finite guard records them there (see ``faults.py``);
+        with ``sync`` (always under ``nonfinite_policy = skip``) the ranks agree on them before the update,
+        which is then skipped or the run stopped.
+        """
+        device = self.info.device
         tokens_global = self.global_batch * self.config.training.seq_len
-        loss_sum = torch.zeros((), device=self.info.device)
+        loss_sum = torch.zeros((), device=device)
+        data_wait_s = 0.0
         for _ in range(self.accum):
+            fetch = time.perf_counter()
             inputs, labels = next(batches)
-            inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
-            micro_loss = cross_entropy_sum(self.model(inputs), labels)
+            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            data_wait_s += time.perf_counter() - fetch
+            micro_loss = self.loss_fn(self.model(inputs), labels)
             (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
-        log_freq = self.config.metrics.log_freq
-        if self.tensorboard and (step == 1 or step % log_freq == 0 or step == self.config.training.steps):
+        if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
         lr = self.scheduler.get_last_lr()[0]
-        dist.all_reduce(loss_sum)
-        stats = StepStats(loss=loss_sum.item() / tokens_global, grad_norm=float(grad_norm), lr=lr)
-        if self.guard.should_apply(step, stats.loss, stats.grad_norm):
+        self.guard.record(step, loss_sum * self.info.world_size / tokens_global, grad_norm)
+        if self.guard.apply_update(step, sync=sync):
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return stats
+        return StepStats(loss_sum=loss_sum, grad_norm=grad_norm, lr=lr, data_wait_s=data_wait_s)
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -301,32 +320,41 @@ class Trainer:
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
                                    "nothing to train"])
+        data_wait_s = 0.0
         for step in range(state.step + 1, cfg.training.steps + 1):
+            log_due = self.metrics.due(step)
+            save_due = cfg.checkpoint.enable and (step % cfg.checkpoint.interval == 0 or step == cfg.training.steps)
             with self.profiler.step(step):
-                stats = self.train_step(batches, step)
-            if step == 1 and self.check_step1:
-                self._check_step1(stats.loss)
+                stats = self.train_step(batches, step, sync=log_due or save_due)
+            data_wait_s += stats.data_wait_s
+            state.step, state.skipped_steps = step, self.guard.skipped
+            state.tokens_seen += tokens_per_step * self.info.world_size
+            if log_due:
+                dist.all_reduce(stats.loss_sum)
+                loss = stats.loss_sum.item() / (self.global_batch * cfg.training.seq_len)  # waits for the device
+                self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
+                                      tokens_per_step=tokens_per_step, elapsed_s=time.perf_counter() - start,
+                                      memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
+                data_wait_s = 0.0
+                if step == 1 and self.check_step1:
+                    self._check_step1(loss)
             freq = cfg.debug.histogram_freq
             if self.tensorboard and freq > 0 and step % freq == 0:
                 log_weight_histograms(self.metrics.writer, self.model, step)
-            state.step, state.skipped_steps = step, self.guard.skipped
-            state.tokens_seen += tokens_per_step * self.info.world_size
-            self.metrics.log_step(step, loss=stats.loss, grad_norm=stats.grad_norm, lr=stats.lr,
-                                  tokens=tokens_per_step, elapsed_s=time.perf_counter() - start,
-                                  memory_bytes=peak_memory_bytes(self.info.device))
             if self.moe_layers:
                 counts = collect_expert_load(self.model)
                 update_expert_bias(self.model, counts)
-                self.metrics.log_expert_load(step, counts, print_line=step % cfg.validation.freq == 0
-                                             or step == cfg.training.steps)
+                print_load = step % cfg.validation.freq == 0 or step == cfg.training.steps
+                if log_due or print_load:
+                    self.metrics.log_expert_load(step, counts, print_line=print_load)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
-            if stop.agreed(self.info.device):
+            if stop.agreed(self.info.cpu_group):
                 saved = self._save(force=True)
                 self.metrics.log_text([f"stopped by a signal after step {step}; " + (
                     f"checkpoint saved: {saved}" if saved else "checkpoint.enable = false: nothing saved")])
                 break
-            if step % cfg.checkpoint.interval == 0 or step == cfg.training.steps:
+            if save_due:
                 self._save(force=False)
         self.profiler.close()
         if self.profiler.written:
@@ -341,9 +369,14 @@ class Trainer:
         self.metrics.close()
 
     def _save(self, force: bool) -> str | None:
-        """Save a checkpoint if ``checkpoint.enable``; ``force`` waits for it. Its path, or ``None``."""
+        """Save a checkpoint if ``checkpoint.enable``; ``force`` waits for it. Its path, or ``None``.
+
+        Raises:
+            NonFiniteError: a rank recorded a non-finite step since the last check: nothing is saved.
+        """
         if not self.config.checkpoint.enable:
             return None
+        self.guard.check(self.train_state.step)
         path = self.checkpointer.save(self.train_state)
         return (self.checkpointer.finish() or path) if force else path
 

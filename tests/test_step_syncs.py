@@ -1,0 +1,52 @@
+"""The training step reads nothing from the device between log steps (issue 8: no hidden host-device syncs).
+
+Counted on CPU with :class:`sync_helpers.HostReads` around the same calls ``Trainer.train`` makes on a step
+that is neither a log nor a checkpoint step: ``train_step(sync=False)`` and, for MoE models, the per-step
+expert-load all-reduce and bias update. Left out, because they read host tensors only: the data loader
+(batches are built on the host, then copied to the device) and the stop-signal agreement (a CPU tensor
+over a gloo group).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from ckpt_helpers import TINY_RUN, text_file
+from sync_helpers import HostReads
+
+from models.common.expert_bias import update_expert_bias
+from models.common.moe import collect_expert_load
+from torchtitan_lite.config import parse_args
+from torchtitan_lite.train import Trainer
+
+RUN = [a for a in TINY_RUN if not a.startswith(("--metrics.log_freq", "--checkpoint.enable"))] + [
+    "--metrics.log_freq=10", "--checkpoint.enable=false", "--training.steps=20"]
+
+
+@pytest.mark.parametrize("config", ["qwen3_debug", "gpt_oss_debug", "deepseek_v3_debug", "qwen3_moe_debug"])
+def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, config):
+    text_file(tmp_path, n_plays=1)
+    trainer = Trainer(parse_args([
+        "--job.config_file", f"train_configs/{config}.toml", *RUN, "--model.overrides.n_layers=2",
+        f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={tmp_path / 'out'}"]))
+    try:
+        batches = iter(trainer.train_loader)
+        trainer.train_step(batches, 1, sync=True)
+        trainer.metrics.log_step(1, loss=0.0, grad_norm=0.0, lr=0.0, tokens_per_step=1, elapsed_s=1.0,
+                                 memory_bytes=None, data_wait_s=0.0)
+        host_batches = iter([next(batches) for _ in range(4 * trainer.accum)])  # the loader's reads are host-only
+        with HostReads() as quiet:
+            for step in (2, 3, 4):
+                assert not trainer.metrics.due(step)
+                trainer.train_step(host_batches, step, sync=False)
+                if trainer.moe_layers:
+                    update_expert_bias(trainer.model, collect_expert_load(trainer.model))
+        with HostReads() as synced:
+            trainer.train_step(host_batches, 5, sync=True)
+        assert quiet.count == 0
+        assert synced.count == 1  # the non-finite guard's agreement: the counter does see reads
+        assert bool(trainer.moe_layers) == (config != "qwen3_debug")
+    finally:
+        trainer.metrics.close()
+        dist.destroy_process_group()
