@@ -44,6 +44,8 @@ BAD_INPUTS = {
                                        "expected int, got 'many'"),
     "bad choice": ("", ["--lr_scheduler.decay_type", "exp"], "lr_scheduler.decay_type", "command line",
                    'must be one of "linear", "cosine", "sqrt"'),
+    "moved key": ("[parallelism]\nactivation_checkpoint = \"full\"\n", [], "parallelism.activation_checkpoint",
+                  "job.toml line 4", "unknown key (moved: use activation_checkpoint.mode)"),
 }
 
 

@@ -222,6 +222,13 @@ def flatten_toml(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]
     return pairs
 
 
+MOVED_KEYS = {
+    "parallelism.activation_checkpoint": "activation_checkpoint.mode",
+    "parallelism.compile": "compile.enable",
+}
+"""Keys that moved to another section: named in the error instead of a "did you mean" guess."""
+
+
 def set_value(config: Any, key: str, value: Any, where: str) -> None:
     """Set ``key`` (``section.field``, or ``section.field.name`` for a table field) on ``config``.
 
@@ -245,8 +252,9 @@ def set_value(config: Any, key: str, value: Any, where: str) -> None:
     fields = {f.name: f for f in dataclasses.fields(section)}
     known = [f"{parts[0]}.{name}" for name in fields]
     if parts[1] not in fields:
-        raise ConfigError(f"{key} ({where}): unknown key{suggestion('.'.join(parts[:2]), known)}; "
-                          f"keys of [{parts[0]}]: {', '.join(fields)}")
+        moved = MOVED_KEYS.get(".".join(parts[:2]))
+        hint = f" (moved: use {moved})" if moved else suggestion(".".join(parts[:2]), known)
+        raise ConfigError(f"{key} ({where}): unknown key{hint}; keys of [{parts[0]}]: {', '.join(fields)}")
     f = fields[parts[1]]
     tp = typing.get_type_hints(type(section))[f.name]
     if where == COMMAND_LINE and value is True and not is_bool(tp):
