@@ -5,7 +5,7 @@ For a config (default ``train_configs/qwen3_debug.toml``), in ONE process, each 
 ``inductor``, or eager after the one warning line when inductor cannot run here) builds its model with
 the trainer's :func:`~torchtitan_lite.train.build_model` (FSDP2 on a 1-rank mesh) and
 :func:`~torchtitan_lite.train.build_loss_fn`, initializes it from the init plan, and runs the
-trainer's batches: forward, loss, backward per micro-batch, then AdamW.
+trainer's batches: forward, loss, backward per micro-batch, then the trainer's AdamW (``build_optimizer``).
 
 Reported per variant:
   * tokens/s: median step time over ``--steps`` steps after ``--warmup`` steps (compile happens there);
@@ -35,6 +35,7 @@ import torch
 from torchtitan_lite.activation_memory import ActivationMemory
 from torchtitan_lite.config import parse_args
 from torchtitan_lite.init import init_weights
+from torchtitan_lite.optim import build_optimizer
 from torchtitan_lite.parallelize import compile_available
 from torchtitan_lite.train import Trainer, build_loss_fn, build_model
 
@@ -82,7 +83,11 @@ def main() -> None:
                 model, spec, args = build_model(config, info, lambda vocab_size: None)
                 init_weights(model, spec.init_plan(args), base.training.seed, buffer_device=info.device)
                 loss_fn = build_loss_fn(config, info.device)
-                optimizer = torch.optim.AdamW(model.parameters(), lr=base.optimizer.lr, foreach=True)
+                opt = base.optimizer
+                optimizer = build_optimizer(model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                                            weight_decay=opt.weight_decay, decay_embeddings=opt.decay_embeddings,
+                                            decay_norms_and_biases=opt.decay_norms_and_biases,
+                                            implementation=opt.implementation)
                 micro = [next(batches) for _ in range(trainer.accum)]
 
                 def forward(inputs, labels):
