@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print(f"command: python benchmarks/bench_init.py --reps {args.reps} --threads {args.threads}")
     x = torch.empty(2**24)
     gen = torch.Generator().manual_seed(0)
     base = lambda: x.normal_(generator=gen)  # noqa: E731

@@ -119,7 +119,7 @@ def main() -> None:
                 rows.append((name, "on" if is_compiled else "off", tokens / statistics.median(times), kept, peak))
                 del model, optimizer, loss_fn
         ref_speed, ref_kept, ref_peak = rows[0][2], rows[0][3], rows[0][4]
-        print(f"$ python {' '.join(sys.argv)}")
+        print(f"command: python {' '.join(sys.argv)}")
         print(f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} micro-batches), "
               f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} warmup; "
               f"compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks (compiled)")

@@ -32,6 +32,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +64,9 @@ def run(ranks: int, threads: int, steps: int, seq_len: int, overrides: list[str]
             "--checkpoint.enable=false", *overrides]
     env = {**os.environ, "NGPU": str(ranks), "OMP_NUM_THREADS": str(threads)}
     command = ["./run_train.sh", *args]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as dump:  # the run folders go away with it
+        done = subprocess.run([*command, f"--job.dump_folder={dump}"], cwd=REPO, env=env, capture_output=True,
+                              text=True)
     if done.returncode:
         raise RuntimeError(f"NGPU={ranks} {' '.join(command)} failed ({done.returncode}):\n"
                            f"{(done.stdout + done.stderr)[-3000:]}")

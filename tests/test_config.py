@@ -151,12 +151,19 @@ def test_print_config_prints_the_resolved_config_as_toml_and_exits_0(tmp_path, c
     assert not (tmp_path / "outputs").exists()
 
 
-def test_cross_field_rules():
+def test_cross_field_rules(tmp_path):
     with pytest.raises(cfg.ConfigError, match=r"^training.global_batch_size \(command line\): 12 is not a positive "
                                               r"multiple of training.local_batch_size 8"):
         cfg.parse_args(["--training.global_batch_size=12"])
-    with pytest.raises(cfg.ConfigError, match=r"^lr_scheduler.warmup_steps \(default\): 20 exceeds training.steps 10"):
+    with pytest.raises(cfg.ConfigError, match=r"^lr_scheduler.warmup_steps \(default\): 20 warmup steps \+ 2 decay "
+                                              r"steps .* exceed training.steps 10; for this run add "
+                                              r"--lr_scheduler.warmup_steps=8,"):
         cfg.parse_args(["--training.steps=10"])
+    toml = "[training]\nsteps = 25\n[lr_scheduler]\nwarmup_steps = 20\ndecay_ratio = 0.3\n"
+    (tmp_path / "sched.toml").write_text(toml)
+    # 20 + round(7.5) = 28 > 25: refused here, before torchrun starts, not later inside the trainer
+    with pytest.raises(cfg.ConfigError, match=r"20 warmup steps \+ 8 decay steps .* add --lr_scheduler.warmup_steps=17"):
+        cfg.parse_args(["--job.config_file", str(tmp_path / "sched.toml")])
     with pytest.raises(cfg.ConfigError, match=r"^training.hf_dataset_name \(default\): dataset = \"hf\" needs"):
         cfg.parse_args(["--training.dataset=hf"])
     assert cfg.parse_args(["--training.global_batch_size=32"]).training.global_batch_size == 32

@@ -148,7 +148,8 @@ class LRScheduler:
     """``[lr_scheduler]``: warmup-stable-decay (WSD) learning rate schedule."""
 
     warmup_steps: int = bounded(20, ge=0)
-    """Steps of linear warmup from ~0 to ``optimizer.lr``; at most ``training.steps``."""
+    """Steps of linear warmup from ~0 to ``optimizer.lr``; warmup plus decay steps must fit in
+    ``training.steps`` (a short trial run: lower it, e.g. ``--lr_scheduler.warmup_steps=2``)."""
     decay_ratio: float = bounded(0.2, ge=0, le=1)
     """Fraction of ``training.steps`` spent in the final decay (warmup-stable-decay schedule)."""
     decay_type: Literal["linear", "cosine", "sqrt"] = "cosine"
@@ -372,9 +373,14 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     if gbs != -1 and (gbs < 1 or gbs % lbs):
         raise ConfigError(f"{_where(sources, 'training.global_batch_size')}: {gbs} is not a positive multiple of "
                           f"training.local_batch_size {lbs}; use a multiple, or -1 for local_batch_size * world size")
-    if config.lr_scheduler.warmup_steps > training.steps:
-        raise ConfigError(f"{_where(sources, 'lr_scheduler.warmup_steps')}: {config.lr_scheduler.warmup_steps} "
-                          f"exceeds training.steps {training.steps}; lower it or train longer")
+    sched = config.lr_scheduler
+    decay_steps = round(sched.decay_ratio * training.steps)
+    if sched.warmup_steps + decay_steps > training.steps:
+        fit = max(training.steps - decay_steps, 0)
+        raise ConfigError(f"{_where(sources, 'lr_scheduler.warmup_steps')}: {sched.warmup_steps} warmup steps + "
+                          f"{decay_steps} decay steps (round(lr_scheduler.decay_ratio {sched.decay_ratio} * "
+                          f"training.steps {training.steps})) exceed training.steps {training.steps}; for this "
+                          f"run add --lr_scheduler.warmup_steps={fit}, or lower decay_ratio, or train longer")
     debug = config.debug
     if debug.profile and debug.profile_start_step > training.steps:
         raise ConfigError(f"{_where(sources, 'debug.profile_start_step')}: {debug.profile_start_step} is after the "

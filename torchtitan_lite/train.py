@@ -237,6 +237,7 @@ class Trainer:
             f"{str(dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
             f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
             f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per rank",
+            self._memory_and_compile_line(),
             f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
             f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
             self.expected.describe(),
@@ -251,6 +252,17 @@ class Trainer:
                 paths = write_init_report(self.report, self.run_folder)
             self.metrics.log_text([init_report_summary(self.report)] + (
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
+
+    def _memory_and_compile_line(self) -> str:
+        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``: what shapes speed and memory."""
+        cfg = self.config
+        ac = cfg.activation_checkpoint
+        ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
+        compiled = [c for c in cfg.compile.components if _compiles(cfg, self.info.device, c)]
+        compile_text = (f"{cfg.compile.backend} ({', '.join(compiled)})" if compiled else
+                        "off (eager fallback, see the warning above)" if cfg.compile.enable else "off")
+        adamw = "fused" if self.optimizer.defaults["fused"] else "foreach"
+        return f"activation checkpointing {ac_text}, compile {compile_text}, AdamW {adamw}"
 
     def _check_step1(self, loss: float) -> None:
         """Compare step 1's loss with the init plan's expectation: a warning line, or (``debug.strict_init``)
