@@ -83,7 +83,8 @@ def main() -> None:
                 if i >= cli.warmup:
                     times[name].append(time.perf_counter() - start)
         medians = {name: statistics.median(ts) for name, ts in times.items()}
-        print(f"command: python benchmarks/bench_train.py --steps {cli.steps} --warmup {cli.warmup} --log-freq {cli.log_freq}"
+        print(f"command: python benchmarks/bench_train.py --steps {cli.steps} --warmup {cli.warmup} "
+              f"--log-freq {cli.log_freq}"
               + (f" -- {' '.join(cli.overrides)}" if cli.overrides else ""))
         print(f"config {argv[1]}: {tokens:,} tokens/step, {torch.get_num_threads()} threads, AdamW "
               f"{'fused' if fused else 'foreach'}, {cli.steps} timed steps of each kind interleaved (median)")

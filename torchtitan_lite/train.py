@@ -254,7 +254,8 @@ class Trainer:
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
 
     def _memory_and_compile_line(self) -> str:
-        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``: what shapes speed and memory."""
+        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``: what shapes speed and
+        memory."""
         cfg = self.config
         ac = cfg.activation_checkpoint
         ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")

@@ -150,9 +150,10 @@ class GroupedExperts(nn.Module):
             ``(T, dim)`` in the dtype of ``x``.
         """
         plan = dispatch(indices, self.num_experts)
-        h = grouped_linear(scatter_rows(x, plan), self.mlp1_weight, plan) + self.mlp1_bias[plan.group_expert]
-        h = self.activation(h)  # (num_rows, hidden_dim)
-        out = grouped_linear(h, self.mlp2_weight, plan) + self.mlp2_bias[plan.group_expert]  # (num_rows, dim)
+        h = grouped_linear(scatter_rows(x, plan), self.mlp1_weight, plan)  # (num_rows, 2 * hidden_dim)
+        h = self.activation(h + self.mlp1_bias.index_select(0, plan.group_expert))  # (num_rows, hidden_dim)
+        out = grouped_linear(h, self.mlp2_weight, plan)  # (num_rows, dim)
+        out = out + self.mlp2_bias.index_select(0, plan.group_expert)
         return combine(out, weights, plan, indices.shape[0])
 
 

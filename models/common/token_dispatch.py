@@ -8,6 +8,8 @@ torchtitan pads to 8/16/32 rows for bf16/fp8/mxfp8) and the last expert's group 
 buffer, so no row is outside a group. Group ends go to ``torch.nn.functional.grouped_mm`` as an int32
 device tensor (``offs``). Padding rows hold zeros in, finite values out, and are never read back, so
 they add no gradient. The buffer has ``T * k + E * ALIGN`` rows: at most ``E * ALIGN`` rows of extra work.
+Rows are gathered with ``index_select`` (backward: ``index_add``), not ``tensor[index]`` (backward: an
+accumulating ``index_put``, measured 3.6 ms per call here, which made the layer 27% slower than the loop).
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ def dispatch(indices: torch.Tensor, num_experts: int) -> Dispatch:
 
 
 def scatter_rows(x: torch.Tensor, plan: Dispatch) -> torch.Tensor:
-    """The buffer ``(num_rows, dim)``: token ``token_idx[i]`` of ``x`` ``(T, dim)`` at row ``rows[i]``, zeros elsewhere."""
-    return x.new_zeros(plan.num_rows, x.shape[-1]).index_copy(0, plan.rows, x[plan.token_idx])
+    """The buffer ``(num_rows, dim)``: token ``token_idx[i]`` of ``x`` ``(T, dim)`` at row ``rows[i]``, zeros
+    elsewhere."""
+    return x.new_zeros(plan.num_rows, x.shape[-1]).index_copy(0, plan.rows, x.index_select(0, plan.token_idx))
 
 
 def grouped_mm_fits(weight: torch.Tensor) -> bool:
@@ -93,5 +96,5 @@ def grouped_linear(buffer: torch.Tensor, weight: torch.Tensor, plan: Dispatch) -
 def combine(buffer: torch.Tensor, weights: torch.Tensor, plan: Dispatch, num_tokens: int) -> torch.Tensor:
     """``out[t] = sum_j weights[t, j] * buffer[row of (t, j)]``: ``buffer`` ``(num_rows, dim)``, ``weights``
     ``(T, k)`` -> ``(T, dim)`` in ``buffer.dtype``."""
-    y = buffer[plan.rows] * weights.reshape(-1)[plan.order, None]  # (T * k, dim)
+    y = buffer.index_select(0, plan.rows) * weights.reshape(-1)[plan.order, None]  # (T * k, dim)
     return buffer.new_zeros(num_tokens, buffer.shape[-1]).index_add(0, plan.token_idx, y.to(buffer.dtype))
