@@ -22,6 +22,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from dist_exit import leave_together
 
 from torchtitan_lite import checkpoint
 from torchtitan_lite.config import load_config_or_exit
@@ -86,8 +87,7 @@ def main() -> None:
             print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
                 checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder))}), flush=True)
     stop.restore()
-    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
+from dist_exit import leave_together
 
 from models.common.norm import RMSNorm
 from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
@@ -138,8 +139,7 @@ def main() -> None:
     results = [run(mode, rank, world, mesh) for mode in ("none", "full")]
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
-    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from dist_exit import leave_together
 
 from torchtitan_lite import sampling
 from torchtitan_lite.init import init_weights, materialize, tensor_groups
@@ -101,8 +102,7 @@ def main() -> None:
             "flags": {r.name: r.flags for r in report.rows},
             "initialized_elements": result.initialized_elements,
         }, out_path)
-    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

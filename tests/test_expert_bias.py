@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from dist_exit import leave_together
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
 from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu, collect_expert_load
@@ -205,8 +206,7 @@ def _two_rank_worker() -> None:
         "expert_rows": rows.tolist(),
         "grad_diff": max((params[n].grad.full_tensor() - g).abs().max().item() for n, g in ref_grads.items()),
     }), flush=True)
-    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dist_exit import leave_together
 from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
                            config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, rotate_half,
                            softmax_attention)
@@ -372,8 +373,7 @@ def _fsdp_worker() -> None:
         })
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
-    dist.barrier()  # leave together: see the note in torchtitan_lite.distributed.shutdown_distributed
-    dist.destroy_process_group()
+    leave_together()
 
 
 if __name__ == "__main__":

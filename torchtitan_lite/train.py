@@ -19,6 +19,7 @@ over all tokens of the global batch, exactly as one process would compute it.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -417,5 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_after(code: int) -> None:
+    """Leave the worker with ``code``. After a success (0: every rank passed the final barrier and destroyed the
+    group, checkpoints and TensorBoard are closed) skip the interpreter's teardown with ``os._exit``: torch 2.13
+    on gloo can abort there ("terminate called without an active exception", SIGABRT, seen once in CI in a test
+    worker that shuts down the same way), which would turn a finished run into a failed one. Inductor's compile
+    workers exit on their own when their parent is gone. Errors exit normally."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code == 0:
+        os._exit(0)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after(main())
