@@ -44,6 +44,10 @@ BAD_INPUTS = {
                                        "expected int, got 'many'"),
     "bad choice": ("", ["--lr_scheduler.decay_type", "exp"], "lr_scheduler.decay_type", "command line",
                    'must be one of "linear", "cosine", "sqrt"'),
+    "selective k beyond the layers": ("", ["--activation_checkpoint.mode=selective",
+                                           "--activation_checkpoint.selective_ac_option=9"],
+                                      "activation_checkpoint.selective_ac_option", "command line",
+                                      "'9' checkpoints no block of the 4-layer model; use a value <= 4"),
     "moved key": ("[parallelism]\nactivation_checkpoint = \"full\"\n", [], "parallelism.activation_checkpoint",
                   "job.toml line 4", "unknown key (moved: use activation_checkpoint.mode)"),
 }

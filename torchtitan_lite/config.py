@@ -336,6 +336,7 @@ def parse_args(argv: list[str]) -> JobConfig:
     _check_cross_fields(config, sources)
     _check_activation_checkpoint_and_compile(config, sources)
     _check_model(config, sources)
+    _check_selective_blocks(config, sources)
     return config
 
 
@@ -455,6 +456,18 @@ def _check_model(config: JobConfig, sources: dict[str, str]) -> None:
     except (ValueError, TypeError) as err:
         keys = ", ".join(f"model.overrides.{name}" for name in model.overrides) or "model.tie_embeddings"
         raise ConfigError(f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}") from None
+
+
+def _check_selective_blocks(config: JobConfig, sources: dict[str, str]) -> None:
+    """``selective_ac_option = "k"`` must leave a block to checkpoint: ``k <= n_layers`` of the model."""
+    from torchtitan_lite.parallelize import selective_every
+
+    ac = config.activation_checkpoint
+    every = selective_every(ac.selective_ac_option) if ac.mode == "selective" else None
+    n_layers = build_model_args(config).n_layers
+    if every is not None and every > n_layers:
+        raise ConfigError(f"{_where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
+                          f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}")
 
 
 def build_model_args(config: JobConfig) -> Any:
