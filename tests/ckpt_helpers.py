@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from dist_helpers import rank_results, torchrun_script
 
 from torchtitan_lite.corpus import shakespeare_plays
 
@@ -39,15 +40,12 @@ def env() -> dict[str, str]:
 
 def torchrun(nproc: int, args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node=nproc tests/ckpt_worker.py args`` from the repo root."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", WORKER, *args]
-    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
+    return torchrun_script(WORKER, nproc, args, timeout=timeout)
 
 
 def result(proc: subprocess.CompletedProcess) -> dict:
     """The ``RESULT {...}`` line printed by rank 0 of the worker."""
-    lines = [line for line in proc.stdout.splitlines() if "RESULT " in line]
-    assert proc.returncode == 0 and lines, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1].split("RESULT ", 1)[1])
+    return rank_results(proc)[-1]
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

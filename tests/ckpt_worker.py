@@ -20,9 +20,8 @@ import signal
 import sys
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
-from dist_exit import leave_together
+from dist_helpers import leave_together
 
 from torchtitan_lite import checkpoint
 from torchtitan_lite.config import load_config_or_exit

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
-from dist_exit import leave_together
+from dist_helpers import leave_together
 
 from models.common.norm import RMSNorm
 from torchtitan_lite.optim import build_optimizer, clip_grad_norm_

@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from dist_exit import leave_together
+from dist_helpers import leave_together
 
 from torchtitan_lite import sampling
 from torchtitan_lite.init import init_weights, materialize, tensor_groups

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from dist_exit import leave_together
+from dist_helpers import leave_together, rank_results, torchrun_script
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
 from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu, collect_expert_load
@@ -141,14 +137,7 @@ def test_evaluation_forwards_do_not_count():
 
 @pytest.mark.multiprocess
 def test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update():
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--tee", "3", __file__],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # --tee 3 makes torchrun write each rank's lines whole, prefixed "[default<rank>]:" (no interleaving)
-    results = [json.loads(l.split("RESULT ", 1)[1]) for l in proc.stdout.splitlines() if "RESULT " in l]
+    results = rank_results(torchrun_script(__file__, 2, tee=True, timeout=120))  # one RESULT line per rank
     assert len(results) == 2
     for r in results:
         assert r["counts_equal_reference"]

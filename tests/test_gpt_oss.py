@@ -10,16 +10,13 @@ import dataclasses
 import functools
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from dist_exit import leave_together
+from dist_helpers import leave_together, rank_results, torchrun_script
 from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
                            config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, rotate_half,
                            softmax_attention)
@@ -293,14 +290,7 @@ def test_init_is_a_function_of_the_seed_only():
 
 @pytest.mark.multiprocess
 def test_fsdp_two_ranks_with_uneven_experts_matches_single_process():
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-    results = json.loads(line[len("RESULT "):])
+    results = rank_results(torchrun_script(__file__, 2, timeout=120))[0]  # rank 0's list, one entry per mode
     assert [r["ac_mode"] for r in results] == ["none", "full"]
     for r in results:
         assert r["expert_rows"] == [2, 1]  # 3 experts on 2 ranks: Shard(0) gives 2 + 1

@@ -1,13 +1,11 @@
 """Sharded init on 2 and 3 gloo ranks (FSDP2, uneven shards, tied pair) equals the 1-process init bitwise."""
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from dist_helpers import torchrun_script
 
 from torchtitan_lite import sampling
 from torchtitan_lite.init import init_weights, materialize
@@ -41,10 +39,7 @@ def _single_process(monkeypatch):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path, monkeypatch):
     out = tmp_path / "result.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
-           str(WORKER), str(out), str(BLOCK)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = torchrun_script(WORKER, world_size, [str(out), str(BLOCK)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = torch.load(out)
     weights, fingerprint = _single_process(monkeypatch)

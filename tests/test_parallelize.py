@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from dist_helpers import rank_results, torchrun_script
 from torch import nn
 
 from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile
@@ -31,15 +29,7 @@ def _seeded_toy() -> ToyLM:
 
 @pytest.mark.multiprocess
 def test_fsdp_two_ranks_gloo_matches_single_process_gradients_and_adamw_steps():
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(REPO / "tests" / "dist_fsdp_worker.py")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-    results = json.loads(line[len("RESULT "):])
+    results = rank_results(torchrun_script(REPO / "tests" / "dist_fsdp_worker.py", 2, timeout=120))[0]  # rank 0
     assert [r["ac_mode"] for r in results] == ["none", "full"]
     for r in results:
         assert r["params_are_dtensor"]

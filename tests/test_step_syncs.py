@@ -10,7 +10,6 @@ over a gloo group).
 from __future__ import annotations
 
 import pytest
-import torch
 import torch.distributed as dist
 from ckpt_helpers import TINY_RUN, text_file
 from sync_helpers import HostReads

@@ -26,7 +26,6 @@ from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows

@@ -1,0 +1,49 @@
+"""Multi-rank tests: launch a worker script under torchrun, read its RESULT lines, end a worker cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def torchrun_script(script: str | Path, nproc: int, args: list[str] = (), *, tee: bool = False,
+                    timeout: float = 240) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=nproc script args`` from the repo root, one thread per rank.
+
+    ``tee``: torchrun's ``--tee 3``, which writes each rank's lines whole, prefixed ``[default<rank>]:``, so
+    lines of several ranks never interleave.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           *(["--tee", "3"] if tee else []), str(script), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def rank_results(proc: subprocess.CompletedProcess) -> list[dict]:
+    """The JSON of every ``RESULT {...}`` line of a finished launch, in output order; asserts it succeeded."""
+    lines = [line for line in proc.stdout.splitlines() if "RESULT " in line]
+    assert proc.returncode == 0 and lines, (f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                                           f"{proc.stderr[-3000:]}")
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in lines]
+
+
+def leave_together() -> None:
+    """Barrier, destroy the process group, flush, then ``os._exit(0)``.
+
+    The barrier is the trainer's own fix (see "Note: on exiting together" in ``torchtitan_lite.distributed``).
+    ``os._exit`` skips the interpreter's teardown, where torch 2.13 on gloo still aborted once in a CI run
+    ("terminate called without an active exception", SIGABRT) after a worker had printed all its results:
+    a crash of torch's thread cleanup at exit, which says nothing about what the test checks.
+    """
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
