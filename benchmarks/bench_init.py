@@ -17,9 +17,9 @@ import time
 import torch
 from torch import nn
 
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.init_spec import InitPlan, ones, trunc_normal
-from torchtitan_lite.sampling import InitKey, trunc_normal_
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.sampling import InitKey, trunc_normal_
+from torchtitan_lite.init.spec import InitPlan, ones, trunc_normal
 
 REGIMES = [  # (label, mean, std, a, b)
     ("+-100 sigma", 0.0, 1.0, -100.0, 100.0),

@@ -1,7 +1,7 @@
 """Benchmark (not a test): init time per rank of every published flavor, meta -> FSDP2 -> materialize -> init.
 
 For each flavor the model is built on meta and sharded as the trainer does
-(:func:`torchtitan_lite.parallelize.apply_fsdp` on a 1-D mesh of ``N`` ranks), then this process plays rank
+(:func:`torchtitan_lite.distributed.fsdp.apply_fsdp` on a 1-D mesh of ``N`` ranks), then this process plays rank
 ``r`` of ``N`` through a fake process group (``torch.testing._internal.distributed.fake_pg``: collectives
 return at once and move nothing), so only rank ``r``'s shard is allocated: ``materialize`` (``to_empty``)
 and ``init_weights`` with the family's real init plan (keyed sampling: the values are those of a real
@@ -41,8 +41,8 @@ from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from models import get_model_spec
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.parallelize import apply_fsdp
+from torchtitan_lite.distributed.fsdp import apply_fsdp
+from torchtitan_lite.init.apply import init_weights, materialize
 
 FLAVORS = ("qwen3:0.6b", "qwen3:1.7b", "qwen3:4b", "qwen3:8b", "qwen3:14b", "qwen3:32b", "qwen3_moe:30b-a3b",
            "gpt_oss:20b", "gpt_oss:120b", "deepseek_v3:16b", "deepseek_v3:671b")

@@ -32,11 +32,11 @@ import weakref
 
 import torch
 
-from torchtitan_lite.activation_memory import ActivationMemory
-from torchtitan_lite.config import parse_args
-from torchtitan_lite.init import init_weights
-from torchtitan_lite.optim import build_optimizer
-from torchtitan_lite.parallelize import compile_available
+from torchtitan_lite.components.activation_memory import ActivationMemory
+from torchtitan_lite.components.optimizer import build_optimizer
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.distributed.compile import compile_available
+from torchtitan_lite.init.apply import init_weights
 from torchtitan_lite.train import Trainer, build_loss_fn, build_model
 
 AC_VARIANTS = [("none", "op"), ("full", "op"), ("selective", "2"), ("selective", "op")]

@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from torchtitan_lite.config import parse_args
-from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.train import Trainer, cross_entropy_sum
 
 

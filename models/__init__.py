@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from torch import nn
 
-from torchtitan_lite.init_spec import InitPlan
+from torchtitan_lite.init.spec import InitPlan
 
 
 @dataclass(frozen=True)

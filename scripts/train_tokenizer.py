@@ -1,6 +1,6 @@
 """Train the bundled tokenizer: a byte-level BPE with 2048 ids on the Shakespeare training split.
 
-Run from the repository root (writes ``torchtitan_lite/assets/tokenizer.json``)::
+Run from the repository root (writes ``torchtitan_lite/data/assets/tokenizer.json``)::
 
     python -m scripts.train_tokenizer [--output PATH] [--vocab_size 2048]
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from torchtitan_lite.corpus import shakespeare_plays
+from torchtitan_lite.data.corpus import shakespeare_plays
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "torchtitan_lite" / "assets" / "tokenizer.json"
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "torchtitan_lite" / "data" / "assets" / "tokenizer.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
 
 

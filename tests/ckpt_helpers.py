@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dist_helpers import rank_results, torchrun_script
 
-from torchtitan_lite.corpus import shakespeare_plays
+from torchtitan_lite.data.corpus import shakespeare_plays
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = str(REPO / "tests" / "ckpt_worker.py")

@@ -20,12 +20,12 @@ import signal
 import sys
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from dist_helpers import leave_together
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
-from torchtitan_lite import checkpoint
-from torchtitan_lite.config import load_config_or_exit
-from torchtitan_lite.faults import StopRequest
+from torchtitan_lite.components import checkpoint
+from torchtitan_lite.components.faults import StopRequest
+from torchtitan_lite.config.preflight import load_config_or_exit
 from torchtitan_lite.train import Trainer
 
 

@@ -15,14 +15,15 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from dist_helpers import leave_together
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
-from dist_helpers import leave_together
 
 from models.common.norm import RMSNorm
-from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
-from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_fsdp
+from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.distributed.fsdp import apply_fsdp
 
 VOCAB, DIM, HIDDEN, N_LAYERS = 33, 16, 24, 2  # 33 rows: uneven Shard(0) over 2 ranks
 BATCH, SEQ = 4, 8

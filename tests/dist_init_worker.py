@@ -8,16 +8,17 @@ import sys
 
 import torch
 import torch.distributed as dist
+from dist_helpers import leave_together
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from dist_helpers import leave_together
 
-from torchtitan_lite import sampling
-from torchtitan_lite.init import init_weights, materialize, tensor_groups
-from torchtitan_lite.init_report import init_report, model_fingerprint
-from torchtitan_lite.init_spec import InitPlan, normal, ones, trunc_normal
+from torchtitan_lite.init import sampling
+from torchtitan_lite.init.apply import init_weights, materialize, tensor_groups
+from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.init.report import init_report
+from torchtitan_lite.init.spec import InitPlan, normal, ones, trunc_normal
 
 
 class Block(nn.Module):

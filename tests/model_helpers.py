@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchtitan_lite.config import build_model_args, parse_args
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.init_spec import InitPlan
+from torchtitan_lite.config.preflight import build_model_args, parse_args
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.spec import InitPlan
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Activation checkpointing modes none / full / selective k / selective op (torchtitan_lite.parallelize).
+"""Activation checkpointing modes none / full / selective k / selective op (torchtitan_lite.distributed).
 
 Equality with no checkpointing is asserted BITWISE: a recompute runs the same CPU kernels on the same
 inputs in the same order, and a selective policy only decides which outputs are kept, so every value
@@ -18,10 +18,11 @@ import torch
 
 from models import get_model_spec
 from models.common.moe import collect_expert_load
-from torchtitan_lite.activation_memory import ActivationMemory
-from torchtitan_lite.config import ConfigError, parse_args
-from torchtitan_lite.init_report import model_fingerprint
-from torchtitan_lite.parallelize import apply_activation_checkpointing
+from torchtitan_lite.components.activation_memory import ActivationMemory
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.init.fingerprint import model_fingerprint
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_deepseek_v3  # noqa: E402

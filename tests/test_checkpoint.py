@@ -14,9 +14,9 @@ import torch.distributed as dist
 from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, WORKER, env, result, text_file, tree_digest
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from torchtitan_lite import checkpoint
-from torchtitan_lite.config import parse_args
-from torchtitan_lite.faults import StopRequest
+from torchtitan_lite.components import checkpoint
+from torchtitan_lite.components.faults import StopRequest
+from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.train import Trainer
 
 

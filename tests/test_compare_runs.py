@@ -3,7 +3,7 @@
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from torchtitan_lite.compare_runs import compare, load_scalars, main
+from torchtitan_lite.tools.compare_runs import compare, load_scalars, main
 
 LOSSES = [7.71, 7.02, 6.55, 6.13, 5.90]
 

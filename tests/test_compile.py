@@ -1,4 +1,4 @@
-"""torch.compile of the blocks and the loss, and the fallback to eager (torchtitan_lite.parallelize, train).
+"""torch.compile of the blocks and the loss, and the fallback to eager (torchtitan_lite.distributed.compile, train).
 
 No inductor compile here: on this 2-core CPU one inductor compile of the tiny qwen3 model took 11.7 s
 with a warm cache (more when cold), too slow for the default suite. ``eager``/``aot_eager`` run the same
@@ -17,11 +17,13 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from models import get_model_spec
-from torchtitan_lite import parallelize
-from torchtitan_lite.config import ConfigError, parse_args
-from torchtitan_lite.distributed import DistInfo
-from torchtitan_lite.init import init_weights
-from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile, compile_available
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.distributed import compile as compile_module
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.distributed.compile import apply_compile, compile_available
+from torchtitan_lite.distributed.process_group import DistInfo
+from torchtitan_lite.init.apply import init_weights
 from torchtitan_lite.train import build_loss_fn, build_model, cross_entropy_sum
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -70,7 +72,7 @@ def test_loss_is_not_compiled_when_disabled_or_not_listed():
 
 
 def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_loss(monkeypatch, capsys):
-    monkeypatch.setattr(parallelize.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
     config = parse_args(["--compile.enable", "--compile.backend=inductor", "--training.seq_len=16",
                          "--model.overrides.n_layers=2", "--model.overrides.dim=32", "--model.overrides.n_heads=4",
                          "--model.overrides.n_kv_heads=2", "--model.overrides.head_dim=8",

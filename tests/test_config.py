@@ -15,8 +15,9 @@ import pytest
 import tomli
 import torch
 
-from torchtitan_lite import config as cfg
-from torchtitan_lite.config_cli import BadValue, coerce, field_docs, toml_line
+from torchtitan_lite.config import preflight as cfg
+from torchtitan_lite.config import schema
+from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -126,11 +127,11 @@ def test_debug_and_0_6b_configs_load_with_their_values():
 
 def test_help_lists_every_key_with_type_default_and_doc(capsys):
     with pytest.raises(SystemExit) as stop:
-        cfg.main(["--help"])
+        cfg.load_config_or_exit(["--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    defaults = cfg.JobConfig()
-    for section in dataclasses.fields(cfg.JobConfig):
+    defaults = schema.JobConfig()
+    for section in dataclasses.fields(schema.JobConfig):
         docs = field_docs(type(getattr(defaults, section.name)))
         for name, doc in docs.items():
             assert doc, f"{section.name}.{name} has no documentation string under it"
@@ -143,14 +144,14 @@ def test_help_lists_every_key_with_type_default_and_doc(capsys):
 
 def test_print_config_prints_the_resolved_config_as_toml_and_exits_0(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        cfg.main(["--job.print_config", "--training.steps=12", "--lr_scheduler.warmup_steps=3",
+        cfg.load_config_or_exit(["--job.print_config", "--training.steps=12", "--lr_scheduler.warmup_steps=3",
                   f"--job.dump_folder={tmp_path / 'outputs'}", "--model.overrides.max_seq_len=512"])
     assert stop.value.code == 0
     printed = tomli.loads(capsys.readouterr().out)
     assert printed["training"]["steps"] == 12
     assert printed["lr_scheduler"]["warmup_steps"] == 3
     assert printed["model"]["overrides"] == {"max_seq_len": 512}
-    assert printed["optimizer"] == dataclasses.asdict(cfg.Optimizer())
+    assert printed["optimizer"] == dataclasses.asdict(schema.Optimizer())
     assert "tokenizer_path" not in printed["model"]  # unset keys are comments
     assert not (tmp_path / "outputs").exists()
 
@@ -240,8 +241,8 @@ import sys
 
 import torch
 
-from torchtitan_lite.config import load_config_or_exit
-from torchtitan_lite.distributed import init_distributed
+from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_config_or_exit(sys.argv[1:])
 info = init_distributed(config)
@@ -279,7 +280,7 @@ def test_readme_config_reference_is_the_help_text():
     """README's configuration reference is ``--help`` verbatim: a new or changed key must be documented there."""
     from pathlib import Path
 
-    from torchtitan_lite.config import help_text
+    from torchtitan_lite.config.preflight import help_text
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "```\n" + help_text() + "\n```" in readme

@@ -12,8 +12,8 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from torchtitan_lite.corpus import VALIDATION_PLAY, markdown_to_text, shakespeare_plays
-from torchtitan_lite.data import (
+from torchtitan_lite.data.corpus import VALIDATION_PLAY, markdown_to_text, shakespeare_plays
+from torchtitan_lite.data.loader import (
     GlobalWindowStream,
     PackedWindows,
     StreamingWindows,
@@ -21,7 +21,7 @@ from torchtitan_lite.data import (
     check_vocab,
     tokenize_documents,
 )
-from torchtitan_lite.tokenizer import Tokenizer, build_tokenizer
+from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 
 torch.set_num_threads(1)
 

@@ -9,14 +9,24 @@ import math
 
 import pytest
 import torch
+from model_helpers import (
+    assert_matches_float64_reference,
+    assert_plan_covers_exactly,
+    build_planned,
+    build_random,
+    config_model_args,
+    logit_change,
+    poisoned_init,
+    random_token_loss,
+    rms_norm,
+    swiglu,
+)
+from test_mla import reference_mla
 
-from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
-                           config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, swiglu)
 from models.common.moe import MoE, collect_expert_load
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
 from models.deepseek_v3.model import num_active_params, num_flops_per_token
 from models.deepseek_v3.moe import DeepSeekV3Router, sequence_balance_loss
-from test_mla import reference_mla
 
 torch.set_num_threads(1)
 

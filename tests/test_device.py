@@ -14,8 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from torchtitan_lite import distributed as D
-from torchtitan_lite.config import parse_args
+from torchtitan_lite.components import peak_flops as flops_table
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.distributed import devices as D
+from torchtitan_lite.distributed import process_group as PG
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -46,8 +48,8 @@ def test_npu_is_chosen_with_hccl_when_torch_npu_reports_a_device(fake_npu):
     assert D.backend_for(D.device_type()) == "hccl"
     assert D.device_module("npu") is fake_npu
     npu0 = types.SimpleNamespace(type="npu", index=0)  # torch.device("npu") needs the real torch_npu
-    assert D.peak_flops(npu0, torch.bfloat16) == 376e12
-    assert D.peak_flops(npu0, torch.float32) is None
+    assert flops_table.peak_flops(npu0, torch.bfloat16) == 376e12
+    assert flops_table.peak_flops(npu0, torch.float32) is None
 
 
 def test_cpu_is_chosen_without_accelerators(monkeypatch, no_gpu):
@@ -83,10 +85,10 @@ def test_backends():
 def test_peak_flops_table(monkeypatch, name, bf16, fp32):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     cuda0 = torch.device("cuda", 0)
-    assert (D.peak_flops(cuda0, torch.bfloat16), D.peak_flops(cuda0, torch.float32)) == (bf16, fp32)
-    assert D.peak_flops(cuda0, torch.float16) == bf16
-    assert D.peak_flops(cuda0, torch.float64) is None
-    assert D.peak_flops(cuda0, torch.float8_e4m3fn) is None
+    assert (flops_table.peak_flops(cuda0, torch.bfloat16), flops_table.peak_flops(cuda0, torch.float32)) == (bf16, fp32)
+    assert flops_table.peak_flops(cuda0, torch.float16) == bf16
+    assert flops_table.peak_flops(cuda0, torch.float64) is None
+    assert flops_table.peak_flops(cuda0, torch.float8_e4m3fn) is None
 
 
 @pytest.mark.parametrize("name, bf16", [("Ascend910B2", 376e12), ("Ascend910B2C", 376e12), ("Ascend910B4", None),
@@ -94,12 +96,12 @@ def test_peak_flops_table(monkeypatch, name, bf16, fp32):
 def test_peak_flops_of_ascend_npus(fake_npu, name, bf16):
     fake_npu.get_device_name = lambda device=None: name
     npu0 = types.SimpleNamespace(type="npu", index=0)  # torch.device("npu") needs the real torch_npu
-    assert (D.peak_flops(npu0, torch.bfloat16), D.peak_flops(npu0, torch.float16)) == (bf16, bf16)
-    assert D.peak_flops(npu0, torch.float32) is None
+    assert (flops_table.peak_flops(npu0, torch.bfloat16), flops_table.peak_flops(npu0, torch.float16)) == (bf16, bf16)
+    assert flops_table.peak_flops(npu0, torch.float32) is None
 
 
 def test_every_peak_flops_row_has_a_source():
-    assert all(source and half > 0 for _, half, _, source in D._PEAK_FLOPS)
+    assert all(source and half > 0 for _, half, _, source in flops_table._PEAK_FLOPS)
 
 
 def test_cpu_device_module_and_peak_memory():
@@ -112,17 +114,17 @@ def test_cpu_device_module_and_peak_memory():
     peak = D.peak_memory_bytes(torch.device("cpu"))
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     assert before <= peak <= after and peak > 10 * 2**20
-    assert D.peak_flops(torch.device("cpu"), torch.float32) is None
+    assert flops_table.peak_flops(torch.device("cpu"), torch.float32) is None
 
 
 def test_init_distributed_without_torchrun_gives_a_one_rank_gloo_group(monkeypatch, no_gpu):
     for name in TORCHRUN_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    info = D.init_distributed(parse_args(["--training.device=cpu"]))
+    info = PG.init_distributed(parse_args(["--training.device=cpu"]))
     try:
         assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (0, 1, 0, 2)
-        assert (info.device, info.backend, D.uses_gloo(info)) == (torch.device("cpu"), "gloo", True)
+        assert (info.device, info.backend, PG.uses_gloo(info)) == (torch.device("cpu"), "gloo", True)
         assert tuple(info.mesh.shape) == (1,) and info.mesh.mesh_dim_names == ("dp_shard",)
         assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
         summed = torch.tensor([1.5, 2.0])
@@ -138,7 +140,7 @@ def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_sta
         monkeypatch.delenv(name, raising=False)
     config = parse_args(["--parallelism.data_parallel_shard_degree=2", "--training.num_threads=1"])
     with pytest.raises(RuntimeError, match=r"data_parallel_shard_degree = 2 but the world size is 1; .* -1"):
-        D.init_distributed(config)
+        PG.init_distributed(config)
     assert not dist.is_initialized()
 
 
@@ -154,7 +156,7 @@ def test_only_the_device_module_calls_torch_cuda_directly():
     offenders = {}
     for root in ("torchtitan_lite", "models"):
         for path in sorted((REPO / root).rglob("*.py")):
-            if path.name != "distributed.py" and _accelerator_uses(path):
+            if path.relative_to(REPO) != Path("torchtitan_lite/distributed/devices.py") and _accelerator_uses(path):
                 offenders[str(path.relative_to(REPO))] = _accelerator_uses(path)
-    assert offenders == {}, f"use torchtitan_lite.distributed instead of torch.cuda/npu/xpu in {offenders}"
-    assert _accelerator_uses(REPO / "torchtitan_lite" / "distributed.py")  # the scanner sees real uses
+    assert offenders == {}, f"use torchtitan_lite.distributed.devices instead of torch.cuda/npu/xpu in {offenders}"
+    assert _accelerator_uses(REPO / "torchtitan_lite" / "distributed" / "devices.py")  # the scanner sees real uses

@@ -11,21 +11,14 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, SCALARS, EventAccumulator
 
 from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
-from torchtitan_lite.diagnostics import (
-    InitCheckError,
-    check_step1_loss,
-    enable_deterministic,
-    expected_step1_loss,
-    init_report_summary,
-    mean_log_partition,
-    write_init_report,
-)
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.init_report import init_report
-from torchtitan_lite.init_spec import InitPlan, trunc_normal
-from torchtitan_lite.metrics import MetricsLogger
-from torchtitan_lite.profiling import StepProfiler
-from torchtitan_lite.tb_extras import layer_grad_norms, log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.components.determinism import enable_deterministic
+from torchtitan_lite.components.metrics import MetricsLogger
+from torchtitan_lite.components.profiling import StepProfiler
+from torchtitan_lite.components.tb_extras import layer_grad_norms, log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
+from torchtitan_lite.init.spec import InitPlan, trunc_normal
+from torchtitan_lite.init.step1 import InitCheckError, check_step1_loss, expected_step1_loss, mean_log_partition
 
 torch.set_num_threads(1)
 

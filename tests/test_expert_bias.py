@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from dist_helpers import leave_together, rank_results, torchrun_script
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
-from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu, collect_expert_load
+from models.common.moe import GroupedExperts, MoE, TopKRouter, clamped_swiglu, collect_expert_load
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
-from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.init.apply import init_weights, materialize
 
 REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
@@ -153,7 +153,8 @@ def _two_rank_worker() -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_fsdp
+    from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+    from torchtitan_lite.distributed.fsdp import apply_fsdp
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
 
 import torchtitan_lite.train as train_module
-from torchtitan_lite import checkpoint
-from torchtitan_lite.config import parse_args
-from torchtitan_lite.faults import NonFiniteError, NonFiniteGuard, StopRequest
+from torchtitan_lite.components import checkpoint
+from torchtitan_lite.components.faults import NonFiniteError, NonFiniteGuard, StopRequest
+from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.train import Trainer
 
 

@@ -28,10 +28,10 @@ from dataclasses import replace
 
 import pytest
 import torch
+from model_helpers import build_random
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from model_helpers import build_random
 from models.common.token_dispatch import ALIGN
 from models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
 from models.deepseek_v3.model import num_active_params as deepseek_v3_active

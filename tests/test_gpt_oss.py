@@ -15,16 +15,26 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from dist_helpers import leave_together, rank_results, torchrun_script
-from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_planned, build_random,
-                           config_model_args, logit_change, poisoned_init, random_token_loss, rms_norm, rotate_half,
-                           softmax_attention)
+from model_helpers import (
+    assert_matches_float64_reference,
+    assert_plan_covers_exactly,
+    build_planned,
+    build_random,
+    config_model_args,
+    logit_change,
+    poisoned_init,
+    random_token_loss,
+    rms_norm,
+    rotate_half,
+    softmax_attention,
+)
+
 from models.common.moe import MoE, collect_expert_load
 from models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_freq
 from models.gpt_oss import GptOssModel, GptOssModelArgs, gpt_oss_flavors, gpt_oss_init_plan
 from models.gpt_oss.model import num_active_params, num_flops_per_token
-from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.init.apply import init_weights, materialize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -304,7 +314,8 @@ def _fsdp_worker() -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_fsdp
+    from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+    from torchtitan_lite.distributed.fsdp import apply_fsdp
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

@@ -12,11 +12,12 @@ import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 from safetensors.torch import load_file, save_file
 
-import torchtitan_lite.init as init_module
-from torchtitan_lite.config import ConfigError, check_paths, parse_args
-from torchtitan_lite.faults import StopRequest
-from torchtitan_lite.hf_io import HFError, export_hf, state_dict_adapter
-from torchtitan_lite.init import named_state_tensors
+import torchtitan_lite.init.apply as init_module
+from torchtitan_lite.components.faults import StopRequest
+from torchtitan_lite.components.hf_io import HFError, export_hf, state_dict_adapter
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.preflight import check_paths, parse_args
+from torchtitan_lite.init.apply import named_state_tensors
 from torchtitan_lite.train import Trainer
 
 transformers = pytest.importorskip("transformers")

@@ -7,9 +7,9 @@ import pytest
 import torch
 from dist_helpers import torchrun_script
 
-from torchtitan_lite import sampling
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.init_report import model_fingerprint
+from torchtitan_lite.init import sampling
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.fingerprint import model_fingerprint
 
 torch.set_num_threads(1)
 

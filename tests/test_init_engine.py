@@ -7,11 +7,12 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-import torchtitan_lite.init as init_module
-from torchtitan_lite import sampling
-from torchtitan_lite.init import canonical_name, init_weights, materialize
-from torchtitan_lite.init_report import init_report, model_fingerprint
-from torchtitan_lite.init_spec import InitPlan, normal, ones, trunc_normal, zeros
+import torchtitan_lite.init.apply as init_module
+from torchtitan_lite.init import sampling
+from torchtitan_lite.init.apply import canonical_name, init_weights, materialize
+from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.init.report import init_report
+from torchtitan_lite.init.spec import InitPlan, normal, ones, trunc_normal, zeros
 
 torch.set_num_threads(1)
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 import torch
-
 from model_helpers import REPO, build_planned
+
 from models import get_model_spec
 
 sys.path.insert(0, str(REPO / "benchmarks"))

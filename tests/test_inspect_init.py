@@ -8,8 +8,8 @@ import torch
 
 from models import get_model_spec
 from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.inspect_init import GIB, choose_layers, main
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
 torch.set_num_threads(1)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from torchtitan_lite.metrics import (
+from torchtitan_lite.components.metrics import (
     MetricsLogger,
     format_duration,
     format_step_line,

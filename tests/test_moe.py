@@ -12,8 +12,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.utils.checkpoint import checkpoint
 
 from models.common.moe import (
-    MoE,
     GroupedExperts,
+    MoE,
     TopKRouter,
     clamped_swiglu,
     collect_expert_load,

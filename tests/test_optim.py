@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from models.common.norm import RMSNorm
-from torchtitan_lite.lr_schedule import build_lr_scheduler, wsd_lr_factor
-from torchtitan_lite.optim import build_optimizer, clip_grad_norm_, split_decay_params
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler, wsd_lr_factor
+from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, split_decay_params
 
 
 class TinyTied(nn.Module):
@@ -83,7 +83,7 @@ def test_fused_and_foreach_adamw_agree():
 
 
 def test_fused_on_a_device_without_fused_kernels_is_refused(monkeypatch):
-    import torchtitan_lite.optim as optim
+    import torchtitan_lite.components.optimizer as optim
     monkeypatch.setattr(optim, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
     with pytest.raises(ValueError, match="no fused AdamW for cpu parameters; use 'foreach' or 'auto'"):
         build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,

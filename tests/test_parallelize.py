@@ -1,4 +1,4 @@
-"""FSDP2 sharding, activation checkpointing and per-block compile (torchtitan_lite.parallelize)."""
+"""FSDP2 sharding, activation checkpointing and per-block compile (torchtitan_lite.distributed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import torch
 from dist_helpers import rank_results, torchrun_script
 from torch import nn
 
-from torchtitan_lite.parallelize import apply_activation_checkpointing, apply_compile
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.distributed.compile import apply_compile
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))

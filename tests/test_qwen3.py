@@ -7,15 +7,22 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import (
+    assert_plan_covers_exactly,
+    build_random,
+    random_token_loss,
+    rms_norm,
+    rotate_half,
+    softmax_attention,
+    swiglu,
+)
 
-from model_helpers import (assert_plan_covers_exactly, build_random, random_token_loss, rms_norm, rotate_half,
-                           softmax_attention, swiglu)
 from models import get_model_spec
 from models.common.attention import causal_attention
 from models.common.rope import rope_cos_sin
 from models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_plan
 from models.qwen3.flops import num_flops_per_token, qwen3_num_params
-from torchtitan_lite.init import init_weights, materialize
+from torchtitan_lite.init.apply import init_weights, materialize
 
 torch.set_num_threads(1)
 

@@ -7,10 +7,19 @@ import functools
 import math
 
 import torch
+from model_helpers import (
+    assert_matches_float64_reference,
+    assert_plan_covers_exactly,
+    build_random,
+    config_model_args,
+    poisoned_init,
+    random_token_loss,
+    rms_norm,
+    rotate_half,
+    softmax_attention,
+    swiglu,
+)
 
-from model_helpers import (assert_matches_float64_reference, assert_plan_covers_exactly, build_random,
-                           config_model_args, poisoned_init, random_token_loss, rms_norm, rotate_half,
-                           softmax_attention, swiglu)
 from models.common.moe import collect_expert_load
 from models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
 from models.qwen3_moe.model import num_active_params, num_flops_per_token

@@ -16,7 +16,7 @@ from sync_helpers import HostReads
 
 from models.common.expert_bias import update_expert_bias
 from models.common.moe import collect_expert_load
-from torchtitan_lite.config import parse_args
+from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.train import Trainer
 
 RUN = [a for a in TINY_RUN if not a.startswith(("--metrics.log_freq", "--checkpoint.enable"))] + [

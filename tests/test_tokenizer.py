@@ -10,8 +10,8 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from torchtitan_lite.corpus import shakespeare_plays
-from torchtitan_lite.tokenizer import BUNDLED_TOKENIZER, Tokenizer, build_tokenizer
+from torchtitan_lite.data.corpus import shakespeare_plays
+from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer, build_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 

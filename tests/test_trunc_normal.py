@@ -8,9 +8,9 @@ import torch
 from scipy import stats
 from torch import nn
 
-from torchtitan_lite import sampling
-from torchtitan_lite.init_report import truncated_normal_moments
-from torchtitan_lite.sampling import InitKey, mt_state_from_words, trunc_normal_
+from torchtitan_lite.init import sampling
+from torchtitan_lite.init.report import truncated_normal_moments
+from torchtitan_lite.init.sampling import InitKey, mt_state_from_words, trunc_normal_
 
 torch.set_num_threads(1)
 

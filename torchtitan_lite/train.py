@@ -33,25 +33,29 @@ from torch import nn
 from models import get_model_spec
 from models.common.expert_bias import update_expert_bias
 from models.common.moe import MoE, collect_expert_load
-from torchtitan_lite.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
-from torchtitan_lite.config import JobConfig, build_model_args, load_config_or_exit
-from torchtitan_lite.data import build_dataloader, check_vocab
-from torchtitan_lite.diagnostics import (check_step1_loss, enable_deterministic, expected_step1_loss,
-                                         init_report_summary, write_init_report)
-from torchtitan_lite.distributed import (DistInfo, init_distributed, peak_flops, peak_memory_bytes,
-                                         shutdown_distributed)
-from torchtitan_lite.faults import NonFiniteGuard, StopRequest
-from torchtitan_lite.hf_io import export_hf, state_dict_adapter
-from torchtitan_lite.init import init_weights, materialize
-from torchtitan_lite.init_report import init_report, model_fingerprint
-from torchtitan_lite.lr_schedule import build_lr_scheduler
-from torchtitan_lite.metrics import MetricsLogger, format_duration, make_run_folder
-from torchtitan_lite.optim import build_optimizer, clip_grad_norm_
-from torchtitan_lite.parallelize import (apply_activation_checkpointing, apply_compile, apply_fsdp,
-                                         compile_available)
-from torchtitan_lite.profiling import StepProfiler
-from torchtitan_lite.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.tokenizer import build_tokenizer
+from torchtitan_lite.components.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
+from torchtitan_lite.components.determinism import enable_deterministic
+from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
+from torchtitan_lite.components.hf_io import export_hf, state_dict_adapter
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler
+from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
+from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
+from torchtitan_lite.components.peak_flops import peak_flops
+from torchtitan_lite.components.profiling import StepProfiler
+from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.data.loader import build_dataloader, check_vocab
+from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.distributed.compile import apply_compile, compile_available
+from torchtitan_lite.distributed.devices import peak_memory_bytes
+from torchtitan_lite.distributed.fsdp import apply_fsdp
+from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
+from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
 
 
 class TrainingError(RuntimeError):
@@ -105,7 +109,7 @@ def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Modu
 
     Activation checkpointing follows ``[activation_checkpoint]``; each block is compiled when
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning
-    line and eager, see :func:`~torchtitan_lite.parallelize.compile_available`).
+    line and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`).
 
     Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
 
@@ -268,7 +272,7 @@ class Trainer:
 
     def _check_step1(self, loss: float) -> None:
         """Compare step 1's loss with the init plan's expectation: a warning line, or (``debug.strict_init``)
-        :class:`~torchtitan_lite.diagnostics.InitCheckError` naming the parameter."""
+        :class:`~torchtitan_lite.init.step1.InitCheckError` naming the parameter."""
         debug = self.config.debug
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)

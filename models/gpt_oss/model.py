@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from models.common.decoder import Decoder
-from models.common.moe import MoE, GroupedExperts, TopKRouter, clamped_swiglu
+from models.common.moe import GroupedExperts, MoE, TopKRouter, clamped_swiglu
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope
 from models.common.sink_attention import sink_attention

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 
 from models.qwen3.args import Qwen3ModelArgs
-from torchtitan_lite.init_spec import InitPlan, ones, trunc_normal
+from torchtitan_lite.init.spec import InitPlan, ones, trunc_normal
+
 
 def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:
     """The init plan of a Qwen3 model with ``args``: every parameter's distribution and its source.

@@ -72,7 +72,7 @@ def build_optimizer(
     qwen3 debug model's shapes). ``auto`` picks fused when torch lists the device type among those with
     fused kernels (``torch.utils._foreach_utils._get_fused_kernels_supported_devices``: cpu, cuda, xpu,
     ... and the PrivateUse1 backend, e.g. npu), else foreach. Call it after
-    :func:`torchtitan_lite.parallelize.apply_fsdp` so it holds the sharded parameters.
+    :func:`torchtitan_lite.distributed.fsdp.apply_fsdp` so it holds the sharded parameters.
 
     Args:
         lr: peak learning rate (the LR schedule multiplies it).

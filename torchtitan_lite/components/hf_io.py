@@ -31,7 +31,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from torchtitan_lite.init import named_state_tensors
+from torchtitan_lite.init.apply import named_state_tensors
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Values of ``checkpoint.export_hf_dtype``."""

@@ -1,4 +1,4 @@
-"""Init and loss diagnostics of a run: the expected step-1 loss, the step-1 check, the init report files.
+"""The expected step-1 loss of a freshly initialized model and the step-1 check.
 
 Note: on the expected step-1 loss. At init the next token ``y`` is independent of the logits, so the
 expected cross-entropy is ``E[ln sum_v exp z_v] - E[z_y]`` with ``E[z_y] = 0``. The logits are
@@ -34,19 +34,15 @@ loss is that of the first optimizer step's batch on a freshly initialized model 
 
 from __future__ import annotations
 
-import csv
 import math
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 
-import torch
 from torch import nn
 
-from torchtitan_lite.init import tensor_groups
-from torchtitan_lite.init_report import InitReport, truncated_normal_moments
-from torchtitan_lite.init_spec import InitPlan, InitSpec
+from torchtitan_lite.init.apply import tensor_groups
+from torchtitan_lite.init.report import InitReport, truncated_normal_moments
+from torchtitan_lite.init.spec import InitPlan, InitSpec
 
 MAX_EXCESS_NATS = 1.0
 """A plan whose expected step-1 loss (low end) exceeds ln V by more than this is flagged on its own: the
@@ -200,46 +196,3 @@ def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: flo
     if problems and strict:
         raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
     return problems
-
-
-def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Path]:
-    """Write ``init_report.json`` and ``init_report.csv`` into ``folder``; returns both paths.
-
-    CSV columns are the :class:`~torchtitan_lite.init_report.InitReportRow` fields; ``names`` are joined
-    with `` = ``, ``shape`` with ``x``, ``flags`` with ``;``.
-    """
-    folder = Path(folder)
-    json_path, csv_path = folder / "init_report.json", folder / "init_report.csv"
-    report.write_json(str(json_path))
-    rows = [asdict(r) for r in report.rows]
-    joins = {"names": " = ", "shape": "x", "flags": ";"}
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: joins[k].join(map(str, v)) if k in joins else v for k, v in row.items()})
-    return json_path, csv_path
-
-
-def init_report_summary(report: InitReport) -> str:
-    """``init report: 46 tensors, none flagged`` or ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
-    flagged = [f"{r.name} ({', '.join(r.flags)})" for r in report.rows if r.flags]
-    return f"init report: {len(report.rows)} tensors, " + (f"{len(flagged)} flagged: {'; '.join(flagged)}"
-                                                           if flagged else "none flagged")
-
-
-def enable_deterministic() -> str:
-    """Turn on deterministic algorithms for the rest of the process; returns a line saying what was set.
-
-    ``torch.use_deterministic_algorithms(True)`` (ops without a deterministic kernel raise), cuDNN
-    autotuning off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (required by cuBLAS for deterministic
-    matmuls, PyTorch "Reproducibility" notes). On CPU two runs with the same seed, world size and
-    ``training.num_threads`` are then bitwise equal; a different thread count may change reduction
-    order. Call before any device work.
-    """
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    return (f"deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
-            f"{torch.get_num_threads()} CPU threads)")

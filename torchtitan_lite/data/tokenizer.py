@@ -72,7 +72,7 @@ class Tokenizer:
 
 
 def build_tokenizer(path: str | None = None, eos_token: str | None = None) -> Tokenizer:
-    """The tokenizer at ``path``, or the bundled one (``torchtitan_lite/assets/tokenizer.json``) when ``None``.
+    """The tokenizer at ``path``, or the bundled one (``torchtitan_lite/data/assets/tokenizer.json``) when ``None``.
 
     Raises:
         FileNotFoundError, ValueError: see :class:`Tokenizer`.

@@ -13,18 +13,19 @@ every rank (they are collective: call them on all ranks).
 
 from __future__ import annotations
 
-import hashlib
+import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init import InitResult, tensor_groups
-from torchtitan_lite.init_spec import InitPlan
-from torchtitan_lite.sampling import normal_mass
+from torchtitan_lite.init.apply import InitResult, tensor_groups
+from torchtitan_lite.init.sampling import normal_mass
+from torchtitan_lite.init.spec import InitPlan
 
 _STD_TOLERANCE = 0.05
 _MIN_NUMEL_STD_CHECK = 10_000
@@ -184,15 +185,28 @@ def init_report(model: nn.Module, plan: InitPlan, result: InitResult) -> InitRep
     return InitReport(rows)
 
 
-def model_fingerprint(model: nn.Module) -> str:
-    """First 16 hex digits of the sha256 of every parameter and persistent buffer, full tensors.
+def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Path]:
+    """Write ``init_report.json`` and ``init_report.csv`` into ``folder``; returns both paths.
 
-    Tensors are hashed in canonical-name order (wrappers stripped, each tied tensor once, under all
-    its names), with dtype and shape: equal on every rank and for every world size and wrapping.
+    CSV columns are the :class:`~torchtitan_lite.init.report.InitReportRow` fields; ``names`` are joined
+    with `` = ``, ``shape`` with ``x``, ``flags`` with ``;``.
     """
-    digest = hashlib.sha256()
-    for names, tensor in sorted(tensor_groups(model), key=lambda group: group[0]):
-        full = _full_cpu(tensor)
-        digest.update(f"{','.join(names)}|{full.dtype}|{tuple(full.shape)}\n".encode())
-        digest.update(full.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+    folder = Path(folder)
+    json_path, csv_path = folder / "init_report.json", folder / "init_report.csv"
+    report.write_json(str(json_path))
+    rows = [asdict(r) for r in report.rows]
+    joins = {"names": " = ", "shape": "x", "flags": ";"}
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: joins[k].join(map(str, v)) if k in joins else v for k, v in row.items()})
+    return json_path, csv_path
+
+
+def init_report_summary(report: InitReport) -> str:
+    """``init report: 46 tensors, none flagged`` or ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
+    flagged = [f"{r.name} ({', '.join(r.flags)})" for r in report.rows if r.flags]
+    return f"init report: {len(report.rows)} tensors, " + (f"{len(flagged)} flagged: {'; '.join(flagged)}"
+                                                           if flagged else "none flagged")
+

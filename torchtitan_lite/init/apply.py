@@ -1,7 +1,7 @@
 """Apply a model family's :class:`~torchtitan_lite.init_spec.InitPlan`: :func:`init_weights`, :func:`materialize`.
 
 The samplers live in :mod:`torchtitan_lite.sampling` (:func:`trunc_normal_`, :class:`InitKey`), the
-report and fingerprint in :mod:`torchtitan_lite.init_report`.
+report and fingerprint in :mod:`torchtitan_lite.init.report`.
 
 Note: on canonical names. Tensors are named over ``named_parameters(remove_duplicate=False)`` plus the
 persistent buffers, with wrapper components (``_orig_mod`` of ``torch.compile``,
@@ -34,8 +34,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init_spec import InitPlan, InitSpec
-from torchtitan_lite.sampling import InitKey, name_digest, trunc_normal_
+from torchtitan_lite.init.sampling import InitKey, name_digest, trunc_normal_
+from torchtitan_lite.init.spec import InitPlan, InitSpec
 
 WRAPPER_NAMES = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")
 """Name components added by torch.compile, activation checkpointing and FSDP1 wrappers."""

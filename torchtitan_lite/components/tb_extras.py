@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 from torch.utils.tensorboard import SummaryWriter
 
-from torchtitan_lite.init import tensor_groups
+from torchtitan_lite.init.apply import tensor_groups
 
 
 def log_weight_histograms(writer: SummaryWriter | None, model: nn.Module, step: int) -> None:

@@ -1,4 +1,4 @@
-"""Inspect a model's initialization without training: ``python -m torchtitan_lite.inspect_init --job.config_file X``.
+"""Inspect a model's initialization without training: ``python -m torchtitan_lite.tools.inspect_init --job.config_file X``.
 
 Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
 no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 
 from models import get_model_spec
-from torchtitan_lite.config import build_model_args, load_config_or_exit
-from torchtitan_lite.diagnostics import expected_step1_loss, init_report_summary, write_init_report
-from torchtitan_lite.init import init_weights, materialize, resolve_plan
-from torchtitan_lite.init_report import init_report, model_fingerprint, truncated_normal_moments
+from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
+from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.init.report import init_report, init_report_summary, truncated_normal_moments, write_init_report
+from torchtitan_lite.init.step1 import expected_step1_loss
 
 GIB = 2**30
 _REPORT_BYTES_PER_ELEMENT = 40
@@ -97,7 +98,7 @@ def plan_table(model: torch.nn.Module, plan) -> str:
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.inspect_init", add_help=False)
+    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.tools.inspect_init", add_help=False)
     parser.add_argument("--layers", type=int)
     parser.add_argument("--meta", action="store_true")
     parser.add_argument("--max-gib", type=float, default=8.0)

@@ -69,9 +69,9 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchtitan_lite.corpus import shakespeare_plays
-from torchtitan_lite.progress import progress
-from torchtitan_lite.tokenizer import Tokenizer
+from torchtitan_lite.data.corpus import shakespeare_plays
+from torchtitan_lite.data.progress import progress
+from torchtitan_lite.data.tokenizer import Tokenizer
 
 DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")

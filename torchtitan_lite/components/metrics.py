@@ -172,7 +172,7 @@ class MetricsLogger:
             tokens_per_step: tokens THIS rank processes per step (all micro-batches).
             elapsed_s: wall seconds since this run's training loop started, read after the device
                 finished the step (the loss read is such a point).
-            memory_bytes: peak memory in bytes (``torchtitan_lite.distributed.peak_memory_bytes``:
+            memory_bytes: peak memory in bytes (``torchtitan_lite.distributed.devices.peak_memory_bytes``:
                 the device allocator's peak, or peak RSS on CPU), or ``None``.
             data_wait_s: seconds this rank waited for batches since the previous line (all its steps).
 

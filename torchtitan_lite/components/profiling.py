@@ -8,7 +8,7 @@ are recorded. Files, in the run folder:
   ``memory/rank<r>_steps<a>-<b>.pickle`` allocator snapshot with the stack of every allocation of the
                                         window (drop it on https://pytorch.org/memory_viz); CUDA-like
                                         devices only (their ``memory._record_memory_history``, reached
-                                        through :func:`torchtitan_lite.distributed.device_module`).
+                                        through :func:`torchtitan_lite.distributed.devices.device_module`).
 
 On CPU there is no allocator history: :attr:`StepProfiler.memory_note` says so and no snapshot is written.
 """
@@ -22,7 +22,7 @@ from typing import Iterator
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchtitan_lite.distributed import device_module
+from torchtitan_lite.distributed.devices import device_module
 
 _MAX_MEMORY_EVENTS = 100_000
 """Allocation events kept by the memory history (the PyTorch memory-viz docs' example value)."""

