@@ -246,7 +246,7 @@ from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_config_or_exit(sys.argv[1:])
 info = init_distributed(config)
-print(f"rank {info.rank} of {info.world_size} mesh {tuple(info.mesh.shape)} threads {torch.get_num_threads()}",
+print(f"rank {info.rank} of {info.world_size} mesh {tuple(info.dims.mesh.shape)} threads {torch.get_num_threads()}",
       flush=True)
 if config.job.description == "fail":
     print(f"error: failed on rank {info.rank}", flush=True)

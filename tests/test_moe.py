@@ -53,7 +53,7 @@ def reference_experts(experts: GroupedExperts, x, indices, weights):
 
 
 def test_clamped_swiglu_values_at_large_positive_and_negative_inputs():
-    alpha, limit = 1.702, 7.0
+    alpha = 1.702
     # interleaved: (gate, up) pairs
     x = torch.tensor([[10.0, 10.0, -10.0, -10.0, 1.0, 0.5, 10.0, -3.0]])
     out = clamped_swiglu(x)

@@ -129,7 +129,7 @@ def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Modu
     apply_activation_checkpointing(model, ac.mode, ac.selective_ac_option)
     if _compiles(config, info.device, "model"):
         apply_compile(model, backend=config.compile.backend)
-    apply_fsdp(model, info.mesh, param_dtype=compute_dtype(config, info.device), reduce_dtype=torch.float32,
+    apply_fsdp(model, info.dims.fsdp_mesh, param_dtype=compute_dtype(config, info.device), reduce_dtype=torch.float32,
                reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
     materialize(model, info.device)
     return model, spec, args
@@ -164,12 +164,12 @@ class Trainer:
         self.deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
         tokenizer = build_tokenizer(config.model.tokenizer_path)
-        self.global_batch, self.accum = micro_batches(config, info.world_size)
+        self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
         self.loss_fn = build_loss_fn(config, info.device)
         self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
         for moe in self.moe_layers:
-            moe.aux_loss_scale = 1.0 / (info.world_size * self.accum)
+            moe.aux_loss_scale = 1.0 / (info.dims.dp_degree * self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
@@ -184,7 +184,7 @@ class Trainer:
             hf_dataset_name=config.training.hf_dataset_name, hf_dataset_config=config.training.hf_dataset_config,
             streaming=config.training.streaming, text_column=config.training.text_column, tokenizer=tokenizer,
             seq_len=config.training.seq_len, local_batch_size=config.training.local_batch_size,
-            dp_rank=info.rank, dp_world_size=info.world_size, seed=config.training.seed,
+            dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree, seed=config.training.seed,
             pin_memory=info.device.type != "cpu")
         self.train_loader = build_dataloader(split="train", **data_kwargs)
         self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
@@ -210,7 +210,7 @@ class Trainer:
         self.metrics = MetricsLogger(
             self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
             tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
-            total_steps=config.training.steps, world_size=info.world_size,
+            total_steps=config.training.steps, world_size=info.dims.dp_degree,
             num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
             peak_flops=peak_flops(info.device, dtype))
         self._log_header(tokenizer, dtype)
@@ -304,7 +304,7 @@ class Trainer:
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
         lr = self.scheduler.get_last_lr()[0]
-        self.guard.record(step, loss_sum * self.info.world_size / tokens_global, grad_norm)
+        self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
             self.optimizer.step()
         self.scheduler.step()
@@ -324,7 +324,7 @@ class Trainer:
             totals[0] += cross_entropy_sum(logits, labels.to(self.info.device))
             totals[1] += labels.numel()
         self.model.train()
-        dist.all_reduce(totals)
+        dist.all_reduce(totals, group=self.info.dims.dp_group)
         return (totals[0] / totals[1]).item()
 
     def train(self, stop: StopRequest) -> None:
@@ -332,7 +332,7 @@ class Trainer:
         the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
         cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
-        tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.world_size
+        tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.dims.dp_degree
         start = time.perf_counter()
         self.model.train()
         if state.step >= cfg.training.steps:
@@ -346,9 +346,9 @@ class Trainer:
                 stats = self.train_step(batches, step, sync=log_due or save_due)
             data_wait_s += stats.data_wait_s
             state.step, state.skipped_steps = step, self.guard.skipped
-            state.tokens_seen += tokens_per_step * self.info.world_size
+            state.tokens_seen += tokens_per_step * self.info.dims.dp_degree
             if log_due:
-                dist.all_reduce(stats.loss_sum)
+                dist.all_reduce(stats.loss_sum, group=self.info.dims.dp_group)
                 loss = stats.loss_sum.item() / (self.global_batch * cfg.training.seq_len)  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
                                       tokens_per_step=tokens_per_step, elapsed_s=time.perf_counter() - start,
@@ -360,7 +360,7 @@ class Trainer:
             if self.tensorboard and freq > 0 and step % freq == 0:
                 log_weight_histograms(self.metrics.writer, self.model, step)
             if self.moe_layers:
-                counts = collect_expert_load(self.model)
+                counts = collect_expert_load(self.model, self.info.dims.dp_group)
                 update_expert_bias(self.model, counts)
                 print_load = step % cfg.validation.freq == 0 or step == cfg.training.steps
                 if log_due or print_load:

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from torchtitan_lite.distributed.devices import backend_for, device_module, device_type
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class DistInfo:
         local_world_size: processes on this node.
         device: this process's device, e.g. ``cuda:3`` or ``cpu``.
         backend: the process group backend (``nccl``, ``hccl``, ``xccl``, ``gloo``).
-        mesh: 1-D :class:`DeviceMesh` of all ranks, dimension name ``dp_shard`` (FSDP2 sharding).
+        dims: the parallel layout and its device mesh (:class:`ParallelDims`, mesh built).
         cpu_group: a gloo group of all ranks for small host-side agreements (stop signals) that must not
             wait for the device; ``None`` when the default group is gloo already.
     """
@@ -45,7 +45,7 @@ class DistInfo:
     local_world_size: int
     device: torch.device
     backend: str
-    mesh: DeviceMesh
+    dims: ParallelDims
     cpu_group: dist.ProcessGroup | None = None
 
 
@@ -64,7 +64,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def init_distributed(config: Any) -> DistInfo:
-    """Pick the device, set CPU threads, start the process group and build the ``dp_shard`` mesh.
+    """Pick the device, set CPU threads, start the process group and build the device mesh (:class:`ParallelDims`).
 
     Under torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` set) the
     group starts from the environment; without it, a 1-rank group on an in-memory store, so FSDP2 code
@@ -84,11 +84,10 @@ def init_distributed(config: Any) -> DistInfo:
     launched = "RANK" in os.environ
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     local_rank, local_world_size = _env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1)
-    dp = config.parallelism.data_parallel_shard_degree
-    dp = world_size if dp == -1 else dp
-    if dp != world_size:
-        raise RuntimeError(f"parallelism.data_parallel_shard_degree = {dp} but the world size is {world_size}; "
-                           "FSDP over all ranks is the only layout: set it to -1")
+    try:
+        dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
+    except ValueError as err:
+        raise RuntimeError(str(err)) from None
     if kind == "cpu":
         device = torch.device("cpu")
     else:
@@ -106,9 +105,9 @@ def init_distributed(config: Any) -> DistInfo:
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
                                 device_id=device_id)
-    mesh = init_device_mesh(kind, (dp,), mesh_dim_names=("dp_shard",))
+    dims.build_mesh(kind)
     cpu_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
-    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend, mesh, cpu_group)
+    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend, dims, cpu_group)
 
 
 def uses_gloo(info: DistInfo) -> bool:
