@@ -34,9 +34,9 @@ from model_helpers import build_planned, build_random  # noqa: E402
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
 TINY = {  # the families' test args, with the MoE auxiliary losses on so their recompute path runs too
     "qwen3": test_qwen3.TINY,
-    "qwen3_moe": dataclasses.replace(test_qwen3_moe.TINY, load_balance_coeff=0.01),
-    "gpt_oss": dataclasses.replace(test_gpt_oss.TINY, load_balance_coeff=0.01),
-    "deepseek_v3": dataclasses.replace(test_deepseek_v3.TINY, seq_aux_loss_coeff=0.01),
+    "qwen3_moe": dataclasses.replace(test_qwen3_moe.TINY, aux_loss_coeff=0.01),
+    "gpt_oss": dataclasses.replace(test_gpt_oss.TINY, aux_loss_coeff=0.01),
+    "deepseek_v3": dataclasses.replace(test_deepseek_v3.TINY, aux_loss_coeff=0.01),
 }
 
 

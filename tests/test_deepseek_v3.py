@@ -23,18 +23,19 @@ from model_helpers import (
 )
 from test_mla import reference_mla
 
+from models.common.balance_loss import sequence_balance_loss
 from models.common.moe import MoE, collect_expert_load
+from models.common.routers import TokenChoiceTopKRouter
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
-from models.deepseek_v3.model import num_active_params, num_flops_per_token
-from models.deepseek_v3.moe import DeepSeekV3Router, sequence_balance_loss
+from models.deepseek_v3.flops import num_active_params, num_flops_per_token
 
 torch.set_num_threads(1)
 
 TINY = DeepSeekV3ModelArgs(
-    dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, inter_dim=24, moe_inter_dim=8,
-    n_routed_experts=6, n_shared_experts=2, n_activated_experts=3, n_expert_groups=3, n_limited_groups=2,
+    dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, hidden_dim=24, moe_inter_dim=8,
+    num_experts=6, num_shared_experts=2, top_k=3, num_expert_groups=3, num_limited_groups=2,
     route_scale=2.5, q_lora_rank=6, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
-    max_seq_len=8, rope_original_max_seq_len=8, seq_aux_loss_coeff=0.0,
+    max_seq_len=8, rope_original_max_seq_len=8, aux_loss_coeff=0.0,
 )
 
 # Published config.json values (deepseek-ai/DeepSeek-V3; moonshotai/Moonlight-16B-A3B), HF key names.
@@ -88,14 +89,14 @@ build_from_plan = functools.partial(build_planned, DeepSeekV3Model, deepseek_v3_
 
 def reference_route(s: torch.Tensor, bias: torch.Tensor, a: DeepSeekV3ModelArgs):
     """Token by token: groups by the sum of their 2 best biased scores, top-k within the kept groups."""
-    per_group = a.n_routed_experts // a.n_expert_groups
+    per_group = a.num_experts // a.num_expert_groups
     all_idx, all_w = [], []
     for t in range(s.shape[0]):
         biased = (s[t] + bias).tolist()
-        group_score = [sum(sorted(biased[g * per_group:(g + 1) * per_group])[-2:]) for g in range(a.n_expert_groups)]
-        kept = sorted(range(a.n_expert_groups), key=lambda g: -group_score[g])[: a.n_limited_groups]
-        allowed = [e for e in range(a.n_routed_experts) if e // per_group in kept]
-        idx = sorted(allowed, key=lambda e: -biased[e])[: a.n_activated_experts]
+        group_score = [sum(sorted(biased[g * per_group:(g + 1) * per_group])[-2:]) for g in range(a.num_expert_groups)]
+        kept = sorted(range(a.num_expert_groups), key=lambda g: -group_score[g])[: a.num_limited_groups]
+        allowed = [e for e in range(a.num_experts) if e // per_group in kept]
+        idx = sorted(allowed, key=lambda e: -biased[e])[: a.top_k]
         w = s[t, idx]
         all_idx.append(idx)
         all_w.append(w / w.sum() * a.route_scale)
@@ -121,7 +122,7 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: DeepS
             out = swiglu(x, *(p[f"{pre}moe.shared_experts.{n}.weight"] for n in ("w1", "w2", "w3")))
             routed = torch.zeros_like(x)
             for t in range(x.shape[0]):
-                for j in range(a.n_activated_experts):
+                for j in range(a.top_k):
                     e = idx[t, j]
                     w1, w2, w3 = (p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3"))
                     routed[t] = routed[t] + w[t, j] * swiglu(x[t], w1, w2, w3)
@@ -136,12 +137,12 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: DeepS
 def test_flavors_carry_the_published_config_values():
     for flavor, c in (("671b", V3_CONFIG), ("16b", MOONLIGHT_CONFIG)):
         a = deepseek_v3_flavors[flavor]
-        assert (a.vocab_size, a.dim, a.inter_dim, a.moe_inter_dim, a.n_layers, a.n_heads) == (
+        assert (a.vocab_size, a.dim, a.hidden_dim, a.moe_inter_dim, a.n_layers, a.n_heads) == (
             c["vocab_size"], c["hidden_size"], c["intermediate_size"], c["moe_intermediate_size"],
             c["num_hidden_layers"], c["num_attention_heads"])
         assert (a.q_lora_rank, a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim) == (
             c["q_lora_rank"] or 0, c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"])
-        assert (a.n_routed_experts, a.n_shared_experts, a.n_activated_experts, a.n_expert_groups, a.n_limited_groups,
+        assert (a.num_experts, a.num_shared_experts, a.top_k, a.num_expert_groups, a.num_limited_groups,
                 a.n_dense_layers) == (c["n_routed_experts"], c["n_shared_experts"], c["num_experts_per_tok"],
                                       c["n_group"], c["topk_group"], c["first_k_dense_replace"])
         assert (a.route_scale, a.score_func, a.route_norm, a.rope_theta, a.max_seq_len, a.norm_eps) == (
@@ -169,8 +170,8 @@ def test_parameter_counts_on_meta_equal_the_counts_derived_from_config_json():
 # ---------------------------------------------------------------- router
 
 
-def make_router(n_groups=4, n_limited=2, top_k=3, score_func="sigmoid", route_norm=True, scale=2.5) -> DeepSeekV3Router:
-    router = DeepSeekV3Router(8, 16, top_k, n_groups, n_limited, score_func, route_norm, scale, 1e-3)
+def make_router(n_groups=4, n_limited=2, top_k=3, score_func="sigmoid", route_norm=True, scale=2.5) -> TokenChoiceTopKRouter:
+    router = TokenChoiceTopKRouter(8, 16, top_k, n_groups, n_limited, score_func, route_norm, scale, 1e-3)
     with torch.no_grad():
         router.gate.weight.copy_(torch.randn(16, 8, generator=torch.Generator().manual_seed(0)))
         router.expert_bias.copy_(torch.randn(16, generator=torch.Generator().manual_seed(1)) * 0.3)
@@ -184,11 +185,11 @@ def test_router_picks_distinct_experts_within_the_limited_groups():
     assert indices.shape == (512, 3) and weights.shape == (512, 3)
     assert all(len(set(row)) == 3 for row in indices.tolist())  # distinct top-k experts per token
     groups = indices // 4
-    assert all(len(set(row)) <= 2 for row in groups.tolist())  # at most n_limited_groups groups per token
+    assert all(len(set(row)) <= 2 for row in groups.tolist())  # at most num_limited_groups groups per token
     assert len(set(groups.flatten().tolist())) == 4
     torch.testing.assert_close(weights.sum(-1), torch.full((512,), 2.5))  # normalized, times route_scale
     torch.testing.assert_close(scores, torch.sigmoid(x @ router.gate.weight.T))
-    same = dataclasses.replace(TINY, n_routed_experts=16, n_expert_groups=4, n_limited_groups=2, n_activated_experts=3)
+    same = dataclasses.replace(TINY, num_experts=16, num_expert_groups=4, num_limited_groups=2, top_k=3)
     ref_idx, _ = reference_route(scores.double(), router.expert_bias.double(), same)
     assert torch.equal(indices.sort(-1).values, ref_idx.sort(-1).values)
 
@@ -234,7 +235,7 @@ def test_sequence_balance_loss_values():
 
 def test_sequence_aux_loss_changes_router_gradients_but_not_logits():
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(5))
-    plain, aux = build(TINY), build(dataclasses.replace(TINY, seq_aux_loss_coeff=0.1))
+    plain, aux = build(TINY), build(dataclasses.replace(TINY, aux_loss_coeff=0.1))
     out_plain, out_aux = plain(tokens), aux(tokens)
     assert torch.equal(out_plain, out_aux)
     out_plain.sum().backward()
@@ -243,7 +244,7 @@ def test_sequence_aux_loss_changes_router_gradients_but_not_logits():
     grads = dict(plain.named_parameters())[gate].grad, dict(aux.named_parameters())[gate].grad
     assert (grads[0] - grads[1]).abs().max() > 1e-4
     losses = [m.aux_loss.item() for m in aux.modules() if isinstance(m, MoE)]
-    worst = TINY.n_routed_experts / TINY.n_activated_experts  # all tokens on the same k experts
+    worst = TINY.num_experts / TINY.top_k  # all tokens on the same k experts
     assert len(losses) == 2 and all(0.1 * 0.9 < v < 0.1 * worst for v in losses)
 
 

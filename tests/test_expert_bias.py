@@ -16,7 +16,9 @@ from dist_helpers import leave_together, rank_results, torchrun_script
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
-from models.common.moe import GroupedExperts, MoE, TopKRouter, clamped_swiglu, collect_expert_load
+from models.common.experts import GroupedExperts, clamped_swiglu
+from models.common.moe import MoE, collect_expert_load
+from models.common.routers import TopKRouter
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
 from torchtitan_lite.init.apply import init_weights, materialize
 
@@ -24,10 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 
 TINY = DeepSeekV3ModelArgs(
-    dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, inter_dim=24, moe_inter_dim=8,
-    n_routed_experts=4, n_shared_experts=1, n_activated_experts=2, n_expert_groups=2, n_limited_groups=1,
+    dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, hidden_dim=24, moe_inter_dim=8,
+    num_experts=4, num_shared_experts=1, top_k=2, num_expert_groups=2, num_limited_groups=1,
     q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, max_seq_len=8,
-    rope_original_max_seq_len=8, bias_update_speed=2**-10, seq_aux_loss_coeff=0.0,
+    rope_original_max_seq_len=8, bias_update_speed=2**-10, aux_loss_coeff=0.0,
 )
 STEP = 2**-10
 
@@ -84,7 +86,7 @@ def test_bad_counts_are_rejected_and_layers_without_bias_are_skipped():
         update_expert_bias(model, {"layers.0.moe": torch.ones(4)})
     with pytest.raises(ValueError, match="counts of layers.1.moe have shape \\(3,\\), expected \\(4,\\)"):
         update_expert_bias(model, {"layers.1.moe": torch.ones(3)})
-    plain = torch.nn.ModuleDict({"moe": MoE(TopKRouter(4, 3, 1), GroupedExperts(3, 4, 2, clamped_swiglu), 0.0)})
+    plain = torch.nn.ModuleDict({"moe": MoE(TopKRouter(4, 3, 1), GroupedExperts(3, 4, 2, clamped_swiglu))})
     assert update_expert_bias(plain, {"moe": torch.ones(3)}) == 0  # GPT-OSS-style router: nothing to move
 
 

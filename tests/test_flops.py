@@ -34,17 +34,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from models.common.token_dispatch import ALIGN
 from models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
-from models.deepseek_v3.model import num_active_params as deepseek_v3_active
-from models.deepseek_v3.model import num_flops_per_token as deepseek_v3_flops
+from models.deepseek_v3.flops import num_active_params as deepseek_v3_active
+from models.deepseek_v3.flops import num_flops_per_token as deepseek_v3_flops
 from models.gpt_oss import GptOssModel, gpt_oss_flavors
-from models.gpt_oss.model import num_active_params as gpt_oss_active
-from models.gpt_oss.model import num_flops_per_token as gpt_oss_flops
+from models.gpt_oss.flops import num_active_params as gpt_oss_active
+from models.gpt_oss.flops import num_flops_per_token as gpt_oss_flops
 from models.qwen3 import Qwen3Model, Qwen3ModelArgs
 from models.qwen3.flops import num_flops_per_token as qwen3_flops
 from models.qwen3.flops import qwen3_num_params
 from models.qwen3_moe import Qwen3MoeModel, qwen3_moe_flavors
-from models.qwen3_moe.model import num_active_params as qwen3_moe_active
-from models.qwen3_moe.model import num_flops_per_token as qwen3_moe_flops
+from models.qwen3_moe.flops import num_active_params as qwen3_moe_active
+from models.qwen3_moe.flops import num_flops_per_token as qwen3_moe_flops
 
 torch.set_num_threads(1)
 BS, T = 2, 8
@@ -66,7 +66,7 @@ QWEN3_ELEMENTWISE = 2 * (
 QWEN3_ATTENTION = 2 * 12 * 4 * 8 * T  # n_layers * 12 * n_heads * head_dim * seq_len
 
 QWEN3_MOE = replace(qwen3_moe_flavors["debug"], dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
-                    moe_inter_dim=12, num_experts=4, experts_per_token=2, vocab_size=64, max_seq_len=16)
+                    moe_inter_dim=12, num_experts=4, top_k=2, vocab_size=64, max_seq_len=16)
 QWEN3_MOE_MATMUL = 2 * (
     16 * 32 + 16 * 16 + 16 * 16 + 32 * 16  # wq, wk, wv, wo as in QWEN3
     + 16 * 4  # router gate: dim -> num_experts (every expert is scored)
@@ -75,12 +75,12 @@ QWEN3_MOE_MATMUL = 2 * (
 QWEN3_MOE_ELEMENTWISE = 2 * (16 + 16 + 8 + 8) + 16  # as QWEN3
 QWEN3_MOE_ATTENTION = 2 * 12 * 4 * 8 * T
 
-GPT_OSS = replace(gpt_oss_flavors["debug"], dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=12,
-                  num_experts=4, experts_per_token=2, vocab_size=64, sliding_window=4, max_seq_len=16)
+GPT_OSS = replace(gpt_oss_flavors["debug"], dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, moe_inter_dim=12,
+                  num_experts=4, top_k=2, vocab_size=64, sliding_window=4, max_seq_len=16)
 GPT_OSS_MATMUL = 2 * (
     16 * 32 + 16 * 16 + 16 * 16 + 32 * 16  # wq, wk, wv, wo
     + 16 * 4  # router gate
-    + 2 * (16 * 2 * 12 + 12 * 16)  # top-2 experts: mlp1 dim -> 2 * hidden_dim (fused gate/up), mlp2 back
+    + 2 * (16 * 2 * 12 + 12 * 16)  # top-2 experts: mlp1 dim -> 2 * moe_inter_dim (fused gate/up), mlp2 back
 ) + 64 * 16  # output
 GPT_OSS_ELEMENTWISE = 2 * (
     32 + 16 + 16 + 16  # biases of wq, wk, wv, wo
@@ -92,8 +92,8 @@ GPT_OSS_ELEMENTWISE = 2 * (
 GPT_OSS_ATTENTION = 12 * 4 * 8 * (4 + T)  # layer 0 sliding: min(window 4, T); layer 1 full: T
 
 DEEPSEEK_V3 = replace(deepseek_v3_flavors["debug"], dim=16, n_layers=2, n_dense_layers=1, n_heads=4, vocab_size=64,
-                      inter_dim=24, moe_inter_dim=12, n_routed_experts=4, n_shared_experts=1, n_activated_experts=2,
-                      n_expert_groups=2, n_limited_groups=1, q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=8,
+                      hidden_dim=24, moe_inter_dim=12, num_experts=4, num_shared_experts=1, top_k=2,
+                      num_expert_groups=2, num_limited_groups=1, q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=8,
                       qk_rope_head_dim=4, v_head_dim=8, max_seq_len=16, rope_original_max_seq_len=16)
 DEEPSEEK_V3_MATMUL = 2 * (
     16 * 8  # wq_a: dim -> q_lora_rank
@@ -102,7 +102,7 @@ DEEPSEEK_V3_MATMUL = 2 * (
     + 8 * 4 * (8 + 8)  # wkv_b: kv_lora_rank -> n_heads * (qk_nope_head_dim + v_head_dim)
     + 4 * 8 * 16  # wo: n_heads * v_head_dim -> dim
 ) + (
-    3 * 16 * 24  # layer 0 (dense): w1, w3: dim -> inter_dim, w2 back
+    3 * 16 * 24  # layer 0 (dense): w1, w3: dim -> hidden_dim, w2 back
 ) + (
     16 * 4  # layer 1 (MoE): router gate
     + 2 * 3 * 16 * 12  # top-2 routed experts
@@ -204,7 +204,7 @@ def test_flop_counter_measures_six_matmul_params_per_token_plus_attention(name):
 def test_experts_run_top_k_rows_plus_the_padding_rows_only(name):
     counts = measured_flops(name)
     n_moe_layers = 1 if name == "deepseek_v3" else 2
-    top_k_rows = TOKENS * 2  # experts_per_token 2
+    top_k_rows = TOKENS * 2  # top_k 2
     # 576 matmul weights per expert in all three configs (see EXPERT_PADDING)
     assert counts["aten._grouped_mm"] == 6 * (top_k_rows + PADDING_ROWS) * 576 * n_moe_layers
 

@@ -33,14 +33,14 @@ from model_helpers import (
 from models.common.moe import MoE, collect_expert_load
 from models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_freq
 from models.gpt_oss import GptOssModel, GptOssModelArgs, gpt_oss_flavors, gpt_oss_init_plan
-from models.gpt_oss.model import num_active_params, num_flops_per_token
+from models.gpt_oss.flops import num_active_params, num_flops_per_token
 from torchtitan_lite.init.apply import init_weights, materialize
 
 REPO = Path(__file__).resolve().parents[1]
 
 TINY = GptOssModelArgs(
-    dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=12, num_experts=4,
-    experts_per_token=2, vocab_size=32, sliding_window=3, max_seq_len=8, load_balance_coeff=0.0,
+    dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, moe_inter_dim=12, num_experts=4,
+    top_k=2, vocab_size=32, sliding_window=3, max_seq_len=8, aux_loss_coeff=0.0,
 )
 
 
@@ -92,11 +92,11 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: GptOs
 
         x = rms_norm(h, p[pre + "ffn_norm.weight"], a.norm_eps).reshape(-1, a.dim)
         logits = lin(x, pre + "moe.router.gate")
-        top, idx = logits.topk(a.experts_per_token, -1)
+        top, idx = logits.topk(a.top_k, -1)
         w = torch.softmax(top, -1)
         out = torch.zeros_like(x)
         for t in range(x.shape[0]):
-            for kk in range(a.experts_per_token):
+            for kk in range(a.top_k):
                 e = idx[t, kk]
                 u = p[pre + "moe.experts.mlp1_weight"][e] @ x[t] + p[pre + "moe.experts.mlp1_bias"][e]
                 gate, up = u[::2].clamp(max=a.swiglu_limit), u[1::2].clamp(-a.swiglu_limit, a.swiglu_limit)
@@ -118,7 +118,7 @@ def test_published_flavors_have_the_model_card_parameter_totals():
             model = GptOssModel(a)
         totals[flavor] = sum(p.numel() for p in model.parameters())
         experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
-        unchosen = experts * (a.num_experts - a.experts_per_token) // a.num_experts
+        unchosen = experts * (a.num_experts - a.top_k) // a.num_experts
         active[flavor] = totals[flavor] - model.tok_embeddings.weight.numel() - unchosen
         assert num_active_params(a) == active[flavor]
     assert totals == {"20b": 20_914_757_184, "120b": 116_829_156_672}  # model card: 20.91B, 116.83B
@@ -127,8 +127,8 @@ def test_published_flavors_have_the_model_card_parameter_totals():
 
 def test_published_flavors_carry_the_config_json_values():
     a = gpt_oss_flavors["20b"]
-    assert (a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden_dim) == (2880, 24, 64, 8, 64, 2880)
-    assert (a.num_experts, a.experts_per_token, a.vocab_size, a.sliding_window) == (32, 4, 201088, 128)
+    assert (a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.moe_inter_dim) == (2880, 24, 64, 8, 64, 2880)
+    assert (a.num_experts, a.top_k, a.vocab_size, a.sliding_window) == (32, 4, 201088, 128)
     assert (a.rope_theta, a.rope_factor, a.rope_original_max_seq_len) == (150000.0, 32.0, 4096)
     assert (a.rope_beta_fast, a.rope_beta_slow, a.swiglu_limit, a.norm_eps) == (32.0, 1.0, 7.0, 1e-5)
     assert not a.tie_embeddings and a.max_seq_len == 131072
@@ -143,8 +143,8 @@ def test_debug_flavor_is_longer_than_its_window():
 
 
 def test_bad_args_raise_naming_the_field():
-    with pytest.raises(ValueError, match="experts_per_token \\(5\\) must be <= num_experts \\(4\\)"):
-        dataclasses.replace(TINY, experts_per_token=5)
+    with pytest.raises(ValueError, match="top_k \\(5\\) must be <= num_experts \\(4\\)"):
+        dataclasses.replace(TINY, top_k=5)
     with pytest.raises(ValueError, match="swiglu_limit must be > 0"):
         dataclasses.replace(TINY, swiglu_limit=0.0)
     with pytest.raises(ValueError, match="num_experts must be a positive integer"):
@@ -221,7 +221,7 @@ def test_too_long_input_is_rejected():
 def test_aux_loss_changes_gradients_but_not_logits():
     torch.set_num_threads(1)
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(5))
-    plain, aux = build(TINY), build(dataclasses.replace(TINY, load_balance_coeff=0.1))
+    plain, aux = build(TINY), build(dataclasses.replace(TINY, aux_loss_coeff=0.1))
     out_plain, out_aux = plain(tokens), aux(tokens)
     assert torch.equal(out_plain, out_aux)
     out_plain.sum().backward()
@@ -321,7 +321,7 @@ def _fsdp_worker() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
-    args = dataclasses.replace(TINY, num_experts=3, load_balance_coeff=0.05)
+    args = dataclasses.replace(TINY, num_experts=3, aux_loss_coeff=0.05)
     tokens = torch.randint(0, args.vocab_size, (2 * world, 9), generator=torch.Generator().manual_seed(9))
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     count = targets.numel()

@@ -63,7 +63,7 @@ def test_world_size_is_the_smallest_power_of_two_whose_rank_0_fits():
 
 def test_when_one_expert_is_over_budget_a_rank_without_experts_is_chosen():
     model, args = build_meta("gpt_oss", "debug")  # 8 experts: rank 0 keeps >= 1 expert of each MoE tensor
-    one_expert_per_layer = args.n_layers * (args.dim * 2 * args.hidden_dim + args.hidden_dim * args.dim)
+    one_expert_per_layer = args.n_layers * (args.dim * 2 * args.moe_inter_dim + args.moe_inter_dim * args.dim)
     n, rank, rank0 = choose_rank(model, one_expert_per_layer)
     counts = shard_numels(model, n)
     assert rank0 > one_expert_per_layer >= counts[rank] and rank >= args.num_experts

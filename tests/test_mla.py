@@ -17,8 +17,8 @@ from models.deepseek_v3.model import MLA, softmax_scale
 torch.set_num_threads(1)
 
 BASE = DeepSeekV3ModelArgs(
-    dim=24, n_layers=1, n_dense_layers=1, n_heads=3, vocab_size=16, inter_dim=8, moe_inter_dim=8, n_routed_experts=4,
-    n_activated_experts=2, n_expert_groups=1, n_limited_groups=1, q_lora_rank=10, kv_lora_rank=12,
+    dim=24, n_layers=1, n_dense_layers=1, n_heads=3, vocab_size=16, hidden_dim=8, moe_inter_dim=8, num_experts=4,
+    top_k=2, num_expert_groups=1, num_limited_groups=1, q_lora_rank=10, kv_lora_rank=12,
     qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, max_seq_len=16, rope_original_max_seq_len=16,
 )
 
@@ -117,14 +117,14 @@ def test_published_softmax_scale_includes_the_yarn_mscale_squared():
 def test_config_validation_rejects_odd_rope_dim_and_inconsistent_sizes():
     with pytest.raises(ValueError, match="qk_rope_head_dim must be even .* got 5"):
         dataclasses.replace(BASE, qk_rope_head_dim=5)
-    with pytest.raises(ValueError, match="kv_lora_rank must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="kv_lora_rank must be a positive integer, got 0"):
         dataclasses.replace(BASE, kv_lora_rank=0)
     with pytest.raises(ValueError, match="n_dense_layers \\(2\\) must be <= n_layers \\(1\\)"):
         dataclasses.replace(BASE, n_dense_layers=2)
-    with pytest.raises(ValueError, match="n_routed_experts \\(4\\) must split into n_expert_groups \\(3\\)"):
-        dataclasses.replace(BASE, n_expert_groups=3)
-    with pytest.raises(ValueError, match="groups of 2 experts hold fewer than n_activated_experts \\(3\\)"):
-        dataclasses.replace(BASE, n_expert_groups=2, n_activated_experts=3)
+    with pytest.raises(ValueError, match="num_experts \\(4\\) must split into num_expert_groups \\(3\\)"):
+        dataclasses.replace(BASE, num_expert_groups=3)
+    with pytest.raises(ValueError, match="groups of 2 experts hold fewer than top_k \\(3\\)"):
+        dataclasses.replace(BASE, num_expert_groups=2, top_k=3)
     with pytest.raises(ValueError, match="score_func must be 'sigmoid' or 'softmax', got 'relu'"):
         dataclasses.replace(BASE, score_func="relu")
     assert dataclasses.replace(BASE, q_lora_rank=0).q_lora_rank == 0  # 0 = direct query projection

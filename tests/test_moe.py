@@ -1,4 +1,4 @@
-"""MoE pieces (models/common/moe.py): clamped SwiGLU, router, grouped experts, aux loss, load counters."""
+"""MoE pieces (models/common/): clamped SwiGLU, router, grouped experts, aux loss, load counters."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import checkpoint
 
-from models.common.moe import (
-    GroupedExperts,
-    MoE,
-    TopKRouter,
-    clamped_swiglu,
-    collect_expert_load,
-    load_balance_loss,
-)
+from models.common.balance_loss import load_balance_loss, switch_aux_loss
+from models.common.experts import GroupedExperts, clamped_swiglu
+from models.common.moe import MoE, collect_expert_load
+from models.common.routers import TopKRouter
 
 torch.set_num_threads(1)
 
@@ -30,7 +26,8 @@ def make_moe(coeff: float = 0.0, seed: int = 0, limit: float = 7.0) -> MoE:
     moe = MoE(
         TopKRouter(DIM, EXPERTS, TOP_K),
         GroupedExperts(EXPERTS, DIM, HIDDEN, functools.partial(clamped_swiglu, limit=limit)),
-        load_balance_coeff=coeff,
+        aux_loss=switch_aux_loss,
+        aux_loss_coeff=coeff,
     )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -180,7 +177,7 @@ def test_aux_loss_scale_scales_only_the_aux_gradient():
 
 
 def test_negative_coefficient_is_rejected():
-    with pytest.raises(ValueError, match="load_balance_coeff must be >= 0"):
+    with pytest.raises(ValueError, match="aux_loss_coeff must be >= 0"):
         make_moe(coeff=-0.1)
 
 

@@ -22,13 +22,13 @@ from model_helpers import (
 
 from models.common.moe import collect_expert_load
 from models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
-from models.qwen3_moe.model import num_active_params, num_flops_per_token
+from models.qwen3_moe.flops import num_active_params, num_flops_per_token
 
 torch.set_num_threads(1)
 
 TINY = Qwen3MoeModelArgs(
-    dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=6, moe_inter_dim=8, num_experts=5, experts_per_token=2,
-    vocab_size=32, max_seq_len=8, load_balance_coeff=0.0,
+    dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=6, moe_inter_dim=8, num_experts=5, top_k=2,
+    vocab_size=32, max_seq_len=8, aux_loss_coeff=0.0,
 )
 
 # Qwen/Qwen3-30B-A3B config.json (HF key names).
@@ -61,11 +61,11 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3
         h = h + softmax_attention(q, k, v, mask) @ p[pre + "attention.wo.weight"].T
         x = rms_norm(h, p[pre + "ffn_norm.weight"], a.norm_eps).reshape(-1, a.dim)
         probs = torch.softmax(x @ p[pre + "moe.router.gate.weight"].T, -1)
-        top, idx = probs.topk(a.experts_per_token, -1)
+        top, idx = probs.topk(a.top_k, -1)
         w = top / top.sum(-1, keepdim=True)
         out = torch.zeros_like(x)
         for t in range(x.shape[0]):
-            for j in range(a.experts_per_token):
+            for j in range(a.top_k):
                 e = idx[t, j]
                 out[t] = out[t] + w[t, j] * swiglu(x[t], *(p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3")))
         h = h + out.view(bs, T, a.dim)
@@ -78,10 +78,10 @@ def test_30b_a3b_carries_the_config_json_values_and_its_published_parameter_coun
     assert (a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.moe_inter_dim) == (
         c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
         c["moe_intermediate_size"])
-    assert (a.num_experts, a.experts_per_token, a.route_norm, a.vocab_size, a.norm_eps, a.rope_theta) == (
+    assert (a.num_experts, a.top_k, a.route_norm, a.vocab_size, a.norm_eps, a.rope_theta) == (
         c["num_experts"], c["num_experts_per_tok"], c["norm_topk_prob"], c["vocab_size"], c["rms_norm_eps"],
         c["rope_theta"])
-    assert (a.max_seq_len, a.tie_embeddings, a.load_balance_coeff) == (
+    assert (a.max_seq_len, a.tie_embeddings, a.aux_loss_coeff) == (
         c["max_position_embeddings"], c["tie_word_embeddings"], c["router_aux_loss_coef"])
     d, hd, L, E = c["hidden_size"], c["head_dim"], c["num_hidden_layers"], c["num_experts"]
     # q_proj + o_proj, k_proj + v_proj, q_norm + k_norm
@@ -119,5 +119,5 @@ def test_init_plan_coverage_nan_poison_and_step_one_loss_near_ln_v():
 
 
 def test_debug_config_reaches_the_model():
-    args = config_model_args("qwen3_moe_debug", "--model.overrides.experts_per_token=3")
-    assert args == dataclasses.replace(qwen3_moe_flavors["debug"], experts_per_token=3)
+    args = config_model_args("qwen3_moe_debug", "--model.overrides.top_k=3")
+    assert args == dataclasses.replace(qwen3_moe_flavors["debug"], top_k=3)

@@ -8,9 +8,8 @@ import torch
 from sync_helpers import HostReads
 from test_moe import reference_experts
 
-from models.common.moe import GroupedExperts, clamped_swiglu
+from models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
 from models.common.token_dispatch import ALIGN, dispatch, grouped_mm_fits
-from models.deepseek_v3.moe import GroupedSwiGLUExperts
 
 torch.set_num_threads(1)
 

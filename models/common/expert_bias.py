@@ -6,9 +6,10 @@ underloaded" (Wang et al. 2024, arXiv 2408.15664, Algorithm 1: ``b += gamma * si
 The delta is mean-centred as in torchtitan's ``MoE`` (so the biases keep summing to their initial 0;
 a uniform shift would change no top-k choice).
 
-Note: on when to call. The trainer calls :func:`update_expert_bias` ONCE per optimizer step, after
-``optimizer.step()``, with the counts :func:`models.common.moe.collect_expert_load` returns (summed
-over the data-parallel ranks, covering every micro-batch of the step, never a checkpoint recompute).
+Note: on when to call. :class:`models.common.moe_hooks.MoETrainingHooks` calls :func:`update_expert_bias` ONCE
+per optimizer step, after ``optimizer.step()``, with the counts :func:`models.common.moe.collect_expert_load`
+returns (summed over the data-parallel ranks, covering every micro-batch of the step, never a checkpoint
+recompute).
 Every rank then applies the same delta to its replicated fp32 buffer, so the ranks stay identical.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.common.moe import MoE, _canonical
+from models.common.moe import moe_layers
 
 
 def expert_bias_delta(counts: torch.Tensor, step_size: float) -> torch.Tensor:
@@ -55,7 +56,7 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
         ValueError: a name in ``counts_by_layer`` is not an MoE layer of ``model``, or counts of the wrong
             shape.
     """
-    layers = {_canonical(name): m for name, m in model.named_modules() if isinstance(m, MoE)}
+    layers = moe_layers(model)
     unknown = sorted(set(counts_by_layer) - set(layers))
     if unknown:
         raise ValueError(f"update_expert_bias: {unknown} are not MoE layers of the model (known: {sorted(layers)}); "

@@ -8,8 +8,8 @@ torchtitan pads to 8/16/32 rows for bf16/fp8/mxfp8) and the last expert's group 
 buffer, so no row is outside a group. Group ends go to ``torch.nn.functional.grouped_mm`` as an int32
 device tensor (``offs``). Padding rows hold zeros in, finite values out, and are never read back, so
 they add no gradient. The buffer has ``T * k + E * ALIGN`` rows: at most ``E * ALIGN`` rows of extra work.
-Rows are gathered with ``index_select`` (backward: ``index_add``), not ``tensor[index]`` (backward: an
-accumulating ``index_put``, measured 3.6 ms per call here, which made the layer 27% slower than the loop).
+Rows are gathered with ``index_select`` (backward: ``index_add``), not ``tensor[index]``, whose backward is an
+accumulating ``index_put``, much slower on CPU (``docs/models.md``).
 """
 
 from __future__ import annotations

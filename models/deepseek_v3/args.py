@@ -1,12 +1,15 @@
 """DeepSeek-V3 model arguments and flavors (DeepSeek-V3 technical report, arXiv 2412.19437).
 
-Field names follow the reference ``inference/model.py`` ``ModelArgs`` of deepseek-ai/DeepSeek-V3; the
-Hugging Face ``config.json`` key of each is given in brackets.
+Field names are those shared by the families here (torchtitan's ``MoEArgs`` names for the MoE fields,
+the reference ``inference/model.py`` ``ModelArgs`` of deepseek-ai/DeepSeek-V3 for MLA); the Hugging Face
+``config.json`` key of each is given in brackets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+
+from models.common import arg_checks as check
 
 
 @dataclass(frozen=True)
@@ -18,11 +21,11 @@ class DeepSeekV3ModelArgs:
 
     Raises:
         ValueError: a size that is not a positive integer (``q_lora_rank``, ``n_dense_layers`` and
-            ``n_shared_experts`` may be 0), an odd ``qk_rope_head_dim``, ``n_dense_layers > n_layers``,
-            ``n_activated_experts > n_routed_experts``, experts not divisible into ``n_expert_groups``
-            of at least 2, ``n_limited_groups > n_expert_groups``, fewer than ``n_activated_experts``
-            experts in the limited groups, an unknown ``score_func``, or a float out of its range
-            (each message names the field and the value).
+            ``num_shared_experts`` may be 0), an odd ``qk_rope_head_dim``, ``n_dense_layers > n_layers``,
+            ``top_k > num_experts``, experts not divisible into ``num_expert_groups`` of at least 2,
+            ``num_limited_groups > num_expert_groups``, fewer than ``top_k`` experts in the limited
+            groups, an unknown ``score_func``, a non-bool flag, or a float out of its range (each
+            message names the field and the value).
     """
 
     dim: int = 7168
@@ -35,21 +38,21 @@ class DeepSeekV3ModelArgs:
     """Attention heads (MLA: keys and values per head, no GQA) [num_attention_heads]."""
     vocab_size: int = 129280
     """Vocabulary size [vocab_size]."""
-    inter_dim: int = 18432
+    hidden_dim: int = 18432
     """Inner width of the dense SwiGLU FFN [intermediate_size]."""
     moe_inter_dim: int = 2048
     """Inner width of each routed and shared expert [moe_intermediate_size]."""
-    n_routed_experts: int = 256
-    """Routed experts per MoE layer [n_routed_experts]."""
-    n_shared_experts: int = 1
-    """Shared experts, run on every token as one SwiGLU of width ``n_shared_experts * moe_inter_dim``
+    num_experts: int = 256
+    """Routed experts per MoE layer, ``N_r`` of the report [n_routed_experts]."""
+    num_shared_experts: int = 1
+    """Shared experts, run on every token as one SwiGLU of width ``num_shared_experts * moe_inter_dim``
     (reference ``MoE.shared_experts``); 0 = none [n_shared_experts]."""
-    n_activated_experts: int = 8
+    top_k: int = 8
     """Routed experts per token, ``K_r`` of the report [num_experts_per_tok]."""
-    n_expert_groups: int = 8
+    num_expert_groups: int = 8
     """Groups the routed experts are split into, ``M`` nodes in the report (sec. 2.1.2); 1 = no
     group-limited routing [n_group]."""
-    n_limited_groups: int = 4
+    num_limited_groups: int = 4
     """Groups each token may be routed to (node-limited routing, report sec. 2.1.2) [topk_group]."""
     score_func: str = "sigmoid"
     """Affinity scores: ``"sigmoid"`` (V3, report eq. 15) or ``"softmax"`` (V2) [scoring_func]."""
@@ -58,10 +61,10 @@ class DeepSeekV3ModelArgs:
     route_scale: float = 2.5
     """Multiplier of the gating weights [routed_scaling_factor]."""
     bias_update_speed: float = 0.001
-    """``gamma`` of the auxiliary-loss-free balancing: the step of each expert bias per optimizer step
-    (report sec. 2.1.2: 0.001 for the first 14.3T tokens, then 0); 0 turns the update off. Not in
-    config.json."""
-    seq_aux_loss_coeff: float = 0.0001
+    """``gamma``, the "bias update speed" of the auxiliary-loss-free balancing: the step of each expert
+    bias per optimizer step (report sec. 2.1.2: 0.001 for the first 14.3T tokens, then 0); 0 turns the
+    update off. Not in config.json (torchtitan: ``load_balance_coeff``)."""
+    aux_loss_coeff: float = 0.0001
     """``alpha`` of the sequence-wise balance loss (report eq. 17; 0.0001 in sec. 4.2); 0 = off.
     config.json's ``aux_loss_alpha`` 0.001 is the HF default, not the training value."""
     q_lora_rank: int = 1536
@@ -101,50 +104,25 @@ class DeepSeekV3ModelArgs:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        may_be_zero = ("q_lora_rank", "n_dense_layers", "n_shared_experts")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int":
-                low = 0 if f.name in may_be_zero else 1
-                if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                    raise ValueError(f"{name}.{f.name} must be an integer >= {low}, got {value!r}")
-        if self.qk_rope_head_dim % 2:
-            raise ValueError(f"{name}.qk_rope_head_dim must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}")
-        if self.n_dense_layers > self.n_layers:
-            raise ValueError(f"{name}: n_dense_layers ({self.n_dense_layers}) must be <= n_layers ({self.n_layers})")
-        if self.n_activated_experts > self.n_routed_experts:
-            raise ValueError(f"{name}: n_activated_experts ({self.n_activated_experts}) must be <= n_routed_experts "
-                             f"({self.n_routed_experts})")
-        if self.n_expert_groups > 1:
-            per_group = self.n_routed_experts // self.n_expert_groups
-            if self.n_routed_experts % self.n_expert_groups or per_group < 2:
-                raise ValueError(f"{name}: n_routed_experts ({self.n_routed_experts}) must split into n_expert_groups "
-                                 f"({self.n_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)")
-            if self.n_limited_groups > self.n_expert_groups:
-                raise ValueError(f"{name}: n_limited_groups ({self.n_limited_groups}) must be <= n_expert_groups "
-                                 f"({self.n_expert_groups})")
-            if self.n_limited_groups * per_group < self.n_activated_experts:
-                raise ValueError(f"{name}: n_limited_groups ({self.n_limited_groups}) groups of {per_group} experts "
-                                 f"hold fewer than n_activated_experts ({self.n_activated_experts}); "
-                                 "raise n_limited_groups")
+        check.ints(self, may_be_zero=("q_lora_rank", "n_dense_layers", "num_shared_experts"))
+        check.even(self, "qk_rope_head_dim")
+        check.at_most(self, "n_dense_layers", "n_layers")
+        check.at_most(self, "top_k", "num_experts")
+        if self.num_expert_groups > 1:
+            per_group = self.num_experts // self.num_expert_groups
+            if self.num_experts % self.num_expert_groups or per_group < 2:
+                raise ValueError(f"{name}: num_experts ({self.num_experts}) must split into num_expert_groups "
+                                 f"({self.num_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)")
+            check.at_most(self, "num_limited_groups", "num_expert_groups")
+            if self.num_limited_groups * per_group < self.top_k:
+                raise ValueError(f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} experts "
+                                 f"hold fewer than top_k ({self.top_k}); raise num_limited_groups")
         if self.score_func not in ("sigmoid", "softmax"):
             raise ValueError(f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}")
-        for flag in ("route_norm", "tie_embeddings"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{name}.{flag} must be true or false, got {getattr(self, flag)!r}")
-        for positive in ("route_scale", "norm_eps", "init_std", "rope_mscale"):
-            if not getattr(self, positive) > 0:
-                raise ValueError(f"{name}.{positive} must be > 0, got {getattr(self, positive)!r}")
-        for non_negative in ("bias_update_speed", "seq_aux_loss_coeff"):
-            if not getattr(self, non_negative) >= 0:
-                raise ValueError(f"{name}.{non_negative} must be >= 0 (0 = off), got {getattr(self, non_negative)!r}")
-        if not self.rope_theta > 1:
-            raise ValueError(f"{name}.rope_theta must be > 1, got {self.rope_theta!r}")
-        if not self.rope_factor >= 1:
-            raise ValueError(f"{name}.rope_factor must be >= 1 (1 = no extension), got {self.rope_factor!r}")
-        if not 0 < self.rope_beta_slow < self.rope_beta_fast:
-            raise ValueError(f"{name}: need 0 < rope_beta_slow < rope_beta_fast, got {self.rope_beta_slow!r} and "
-                             f"{self.rope_beta_fast!r}")
+        check.bools(self, "route_norm", "tie_embeddings")
+        check.positive(self, "route_scale", "norm_eps", "init_std", "rope_mscale")
+        check.non_negative(self, "bias_update_speed", "aux_loss_coeff")
+        check.rope(self, yarn=True)
 
     @property
     def qk_head_dim(self) -> int:
@@ -168,17 +146,17 @@ _671B = DeepSeekV3ModelArgs()
 # set to keep it off: original context = max_seq_len). 15,960,108,544 parameters (model card: 16B),
 # 2,579,230,208 activated without the input embedding, 2,914,774,528 with it (model card: 3B).
 _16B = replace(
-    _671B, dim=2048, n_layers=27, n_dense_layers=1, n_heads=16, vocab_size=163840, inter_dim=11264,
-    moe_inter_dim=1408, n_routed_experts=64, n_shared_experts=2, n_activated_experts=6, n_expert_groups=1,
-    n_limited_groups=1, route_scale=2.446, q_lora_rank=0, norm_eps=1e-5, rope_theta=50000.0, max_seq_len=8192,
+    _671B, dim=2048, n_layers=27, n_dense_layers=1, n_heads=16, vocab_size=163840, hidden_dim=11264,
+    moe_inter_dim=1408, num_experts=64, num_shared_experts=2, top_k=6, num_expert_groups=1,
+    num_limited_groups=1, route_scale=2.446, q_lora_rank=0, norm_eps=1e-5, rope_theta=50000.0, max_seq_len=8192,
     rope_original_max_seq_len=8192, rope_factor=1.0,
 )
 
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts in 2 groups of 4, each token
 # limited to 1 group and 2 experts, 1 shared expert; the V3 router (sigmoid, bias update 1e-3).
 _DEBUG = replace(
-    _671B, dim=256, n_layers=4, n_dense_layers=1, n_heads=4, vocab_size=2048, inter_dim=768, moe_inter_dim=256,
-    n_routed_experts=8, n_shared_experts=1, n_activated_experts=2, n_expert_groups=2, n_limited_groups=1,
+    _671B, dim=256, n_layers=4, n_dense_layers=1, n_heads=4, vocab_size=2048, hidden_dim=768, moe_inter_dim=256,
+    num_experts=8, num_shared_experts=1, top_k=2, num_expert_groups=2, num_limited_groups=1,
     q_lora_rank=0, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, max_seq_len=4096,
     rope_original_max_seq_len=4096, rope_factor=1.0,
 )

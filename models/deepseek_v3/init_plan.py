@@ -36,7 +36,7 @@ def deepseek_v3_init_plan(args: DeepSeekV3ModelArgs) -> InitPlan:
         router = normal(args.init_std, source=f"{_HF} {args.init_std} (router)")
         entries.append(("layers.*.moe.router.gate.weight", router))
         entries += [(f"layers.*.moe.experts.{w}", weight) for w in ("w1", "w2", "w3")]
-        if args.n_shared_experts:
+        if args.num_shared_experts:
             entries += [(f"layers.*.moe.shared_experts.{w}.weight", weight) for w in ("w1", "w2", "w3")]
         entries.append(("layers.*.moe.router.expert_bias",
                         zeros(source="state: aux-loss-free balancing bias starts at 0 (HF e_score_correction_bias)")))

@@ -3,8 +3,8 @@ deepseek-ai/DeepSeek-V3; HF ``modeling_deepseek_v3.py``).
 
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + ffn(ffn_norm(h))`` with
   * multi-head latent attention (:class:`MLA`, report sec. 2.1.1);
-  * a dense SwiGLU ``feed_forward`` in the first ``n_dense_layers`` blocks, a :class:`DeepSeekMoE`
-    ``moe`` in the others (report sec. 2.1.2, reference ``Block``);
+  * a dense SwiGLU ``feed_forward`` in the first ``n_dense_layers`` blocks, a DeepSeekMoE ``moe``
+    (:func:`build_moe`) in the others (report sec. 2.1.2, reference ``Block``);
   * RMSNorm everywhere; untied ``output`` after a final RMSNorm.
 
 Note: on the RoPE layout. The reference rotates adjacent pairs (``view_as_complex``); we use the
@@ -21,13 +21,16 @@ import torch
 from torch import nn
 
 from models.common.attention import causal_attention
+from models.common.balance_loss import sequence_aux_loss
 from models.common.decoder import Decoder
+from models.common.experts import GroupedSwiGLUExperts
 from models.common.ffn import FeedForward
+from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope, rope_cos_sin
+from models.common.routers import TokenChoiceTopKRouter
 from models.common.yarn import yarn_inv_freq
 from models.deepseek_v3.args import DeepSeekV3ModelArgs
-from models.deepseek_v3.moe import DeepSeekMoE, DeepSeekV3Router, GroupedSwiGLUExperts
 
 
 def softmax_scale(args: DeepSeekV3ModelArgs) -> float:
@@ -103,15 +106,17 @@ class MLA(nn.Module):
         return self.wo(out.reshape(bs, seqlen, self.n_heads * self.v_head_dim))
 
 
-def build_moe(args: DeepSeekV3ModelArgs) -> DeepSeekMoE:
-    """The MoE of one block: V3 router, ``n_routed_experts`` grouped experts, the shared experts."""
-    router = DeepSeekV3Router(
-        args.dim, args.n_routed_experts, args.n_activated_experts, args.n_expert_groups, args.n_limited_groups,
+def build_moe(args: DeepSeekV3ModelArgs) -> MoE:
+    """DeepSeekMoE (report sec. 2.1.2): the V3 router, ``num_experts`` routed SwiGLU experts, the shared experts
+    (one SwiGLU of width ``num_shared_experts * moe_inter_dim``, reference ``MoE.shared_experts``) and the
+    sequence-wise balance loss (report eq. 17-20)."""
+    router = TokenChoiceTopKRouter(
+        args.dim, args.num_experts, args.top_k, args.num_expert_groups, args.num_limited_groups,
         args.score_func, args.route_norm, args.route_scale, args.bias_update_speed,
     )
-    experts = GroupedSwiGLUExperts(args.n_routed_experts, args.dim, args.moe_inter_dim)
-    shared = FeedForward(args.dim, args.n_shared_experts * args.moe_inter_dim) if args.n_shared_experts else None
-    return DeepSeekMoE(router, experts, shared, args.seq_aux_loss_coeff)
+    experts = GroupedSwiGLUExperts(args.num_experts, args.dim, args.moe_inter_dim)
+    shared = FeedForward(args.dim, args.num_shared_experts * args.moe_inter_dim) if args.num_shared_experts else None
+    return MoE(router, experts, shared_experts=shared, aux_loss=sequence_aux_loss, aux_loss_coeff=args.aux_loss_coeff)
 
 
 class TransformerBlock(nn.Module):
@@ -124,7 +129,7 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.is_moe = layer_id >= args.n_dense_layers
         if not self.is_moe:
-            self.feed_forward = FeedForward(args.dim, args.inter_dim)
+            self.feed_forward = FeedForward(args.dim, args.hidden_dim)
         else:
             self.moe = build_moe(args)
 
@@ -157,43 +162,3 @@ class DeepSeekV3Model(Decoder):
             inv_freq = yarn_inv_freq(a.qk_rope_head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
                                      a.rope_beta_fast, a.rope_beta_slow, device=device)
         return rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta, inv_freq=inv_freq, device=device)
-
-
-def num_active_params(args: DeepSeekV3ModelArgs) -> int:
-    """Parameters used per token: all but the ``tok_embeddings`` lookup and the unchosen routed experts.
-
-    Gives 36,625,603,584 for 671b (report: 37B activated, which counts the input embedding too:
-    37,552,300,544) and 2,579,230,208 for 16b.
-    """
-    a = args
-    if a.q_lora_rank == 0:
-        q = a.dim * a.n_heads * a.qk_head_dim
-    else:
-        q = a.dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.n_heads * a.qk_head_dim
-    kv = a.dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
-    kv += a.kv_lora_rank * a.n_heads * (a.qk_nope_head_dim + a.v_head_dim)
-    block = q + kv + a.n_heads * a.v_head_dim * a.dim + 2 * a.dim
-    expert = 3 * a.dim * a.moe_inter_dim
-    moe = a.dim * a.n_routed_experts + (a.n_activated_experts + a.n_shared_experts) * expert
-    n_moe = a.n_layers - a.n_dense_layers
-    return a.n_layers * block + a.n_dense_layers * 3 * a.dim * a.inter_dim + n_moe * moe + a.dim + a.dim * a.vocab_size
-
-
-def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
-
-    ``6 * num_active_params + 6 * n_layers * n_heads * (qk_head_dim + v_head_dim) * seq_len``. ``6N`` for
-    the matmuls as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the active parameters
-    (:func:`num_active_params`: router, top-k routed and the shared experts; norms included as torchtitan
-    counts all parameters; the output, not the embedding lookup).
-    Attention adds ``6 * n_heads * (qk_head_dim + v_head_dim) * seq_len`` per layer (scores with
-    ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are ``q``).
-
-    Raises:
-        ValueError: ``seq_len`` is not positive.
-    """
-    if seq_len <= 0:
-        raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
-    a = args
-    attention = 6.0 * a.n_layers * a.n_heads * (a.qk_head_dim + a.v_head_dim) * seq_len
-    return 6.0 * num_active_params(a) + attention

@@ -6,8 +6,9 @@ parameter counts, init inspection and FSDP-only runs on enough devices. ``debug`
 
 from models import ModelSpec
 from models.gpt_oss.args import GptOssModelArgs, gpt_oss_flavors
+from models.gpt_oss.flops import num_flops_per_token
 from models.gpt_oss.init_plan import gpt_oss_init_plan
-from models.gpt_oss.model import GptOssModel, num_flops_per_token
+from models.gpt_oss.model import GptOssModel
 
 model_spec = ModelSpec(
     name="gpt_oss",

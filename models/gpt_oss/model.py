@@ -8,8 +8,9 @@ Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(
     (the reference's ``_apply_rotary_emb`` splits halves; ``models/common/yarn.py``); even layers see
     only the ``sliding_window`` most recent keys, odd layers are full causal (reference
     ``layer_idx % 2 == 0``; HF ``layer_types`` starts with ``sliding_attention``).
-  * Mixture of experts: top-k softmax router with bias, biased grouped experts with the clamped
-    SwiGLU (``models/common/moe.py``).
+  * Mixture of experts (``models/common/moe.py``): top-k softmax router with bias
+    (``models/common/routers.py``), biased grouped experts with the clamped SwiGLU
+    (``models/common/experts.py``), the Switch load-balancing loss.
   * Untied ``output`` projection without bias (HF ``lm_head``), after a final RMSNorm.
 """
 
@@ -20,10 +21,13 @@ import functools
 import torch
 from torch import nn
 
+from models.common.balance_loss import switch_aux_loss
 from models.common.decoder import Decoder
-from models.common.moe import GroupedExperts, MoE, TopKRouter, clamped_swiglu
+from models.common.experts import GroupedExperts, clamped_swiglu
+from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope
+from models.common.routers import TopKRouter
 from models.common.sink_attention import sink_attention
 from models.common.yarn import yarn_cos_sin
 from models.gpt_oss.args import GptOssModelArgs
@@ -71,9 +75,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         activation = functools.partial(clamped_swiglu, limit=args.swiglu_limit, alpha=args.swiglu_alpha)
         self.moe = MoE(
-            TopKRouter(args.dim, args.num_experts, args.experts_per_token),
-            GroupedExperts(args.num_experts, args.dim, args.hidden_dim, activation),
-            load_balance_coeff=args.load_balance_coeff,
+            TopKRouter(args.dim, args.num_experts, args.top_k),
+            GroupedExperts(args.num_experts, args.dim, args.moe_inter_dim, activation),
+            aux_loss=switch_aux_loss,
+            aux_loss_coeff=args.aux_loss_coeff,
         )
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -97,39 +102,3 @@ class GptOssModel(Decoder):
         a = self.args
         return yarn_cos_sin(a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
                             a.rope_beta_fast, a.rope_beta_slow, device=device)
-
-
-def num_active_params(args: GptOssModelArgs) -> int:
-    """Parameters used per token: all but the embedding table and the unchosen experts.
-
-    Each block counts its attention (weights, biases, sinks), norms, router and ``experts_per_token``
-    experts; ``output`` and the final norm are added, ``tok_embeddings`` is a lookup. Gives
-    3,608,307,264 for 20b and 5,132,849,472 for 120b (model card: 3.61B and 5.13B active).
-    """
-    a = args
-    qkv = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim
-    attention = a.dim * qkv + qkv + a.n_heads * a.head_dim * a.dim + a.dim + a.n_heads
-    expert = a.dim * 2 * a.hidden_dim + 2 * a.hidden_dim + a.hidden_dim * a.dim + a.dim
-    block = attention + 2 * a.dim + a.dim * a.num_experts + a.num_experts + a.experts_per_token * expert
-    return a.n_layers * block + a.dim + a.dim * a.vocab_size
-
-
-def num_flops_per_token(args: GptOssModelArgs, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
-
-    ``6 * num_active_params + 12 * n_heads * head_dim * sum(context)``: 6N for the matmuls of forward (2N)
-    and backward (4N) as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the MoE's active
-    parameters (:func:`num_active_params`: router and top-k experts, biases, sinks and norms included as
-    torchtitan counts all parameters, the output projection, not the embedding lookup). Attention scores
-    and weighted values add ``12 * n_heads * head_dim * context`` per layer (torchtitan's ``12 l h q t``),
-    ``context = seq_len`` on full layers and ``min(sliding_window, seq_len)`` on sliding (even) ones: the
-    keys a query can see, not the kernel's masked square (``tests/test_flops.py`` measures both).
-
-    Raises:
-        ValueError: ``seq_len`` is not positive.
-    """
-    if seq_len <= 0:
-        raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
-    a = args
-    contexts = [min(a.sliding_window, seq_len) if i % 2 == 0 else seq_len for i in range(a.n_layers)]
-    return 6.0 * num_active_params(a) + 12.0 * a.n_heads * a.head_dim * sum(contexts)

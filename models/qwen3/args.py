@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+
+from models.common import arg_checks as check
 
 
 @dataclass(frozen=True)
@@ -14,8 +16,8 @@ class Qwen3ModelArgs:
 
     Raises:
         ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of
-            ``n_kv_heads``, an odd ``head_dim`` (RoPE rotates pairs), ``norm_eps``/``rope_theta``
-            not positive, or a non-bool ``tie_embeddings``.
+            ``n_kv_heads``, an odd ``head_dim`` (RoPE rotates pairs), ``norm_eps``/``init_std``/
+            ``output_init_std`` not positive, ``rope_theta <= 1``, or a non-bool ``tie_embeddings``.
     """
 
     dim: int
@@ -40,35 +42,25 @@ class Qwen3ModelArgs:
     """Length of the RoPE tables: the longest sequence the model accepts [max_position_embeddings]."""
     tie_embeddings: bool = False
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
-    initializer_range: float = 0.02
+    init_std: float = 0.02
     """Std of the input projections and the embedding at init (``init_plan.py``) [initializer_range]."""
     output_init_std: float | None = None
-    """Std of ``output.weight`` at init; ``None`` = the plan's default (tied: ``initializer_range``,
+    """Std of ``output.weight`` at init; ``None`` = the plan's default (tied: ``init_std``,
     untied: ``dim ** -0.5``). A debugging knob: ``1.0`` on a tied model reproduces the broken
     "output left at the embedding's std-1 init" (step-1 loss in the hundreds)."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"Qwen3ModelArgs.{f.name} must be a positive integer, got {value!r}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"Qwen3ModelArgs: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
-            )
-        if self.head_dim % 2:
-            raise ValueError(f"Qwen3ModelArgs.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
-        if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(f"Qwen3ModelArgs.tie_embeddings must be true or false, got {self.tie_embeddings!r}")
-        if self.output_init_std is not None and not self.output_init_std > 0:
-            raise ValueError(f"Qwen3ModelArgs.output_init_std must be > 0 or None, got {self.output_init_std!r}")
-        for name in ("norm_eps", "rope_theta", "initializer_range"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"Qwen3ModelArgs.{name} must be > 0, got {getattr(self, name)!r}")
+        check.ints(self)
+        check.multiple(self, "n_heads", "n_kv_heads")
+        check.even(self, "head_dim")
+        check.bools(self, "tie_embeddings")
+        if self.output_init_std is not None:
+            check.positive(self, "output_init_std")
+        check.positive(self, "norm_eps", "init_std")
+        check.rope(self, yarn=False)
 
 
-# Debug: vocab 2048 = the bundled byte-level BPE tokenizer; one training step of 4096 tokens
-# (forward + backward + AdamW, fp32) takes about a second on 2 CPU cores.
+# Debug: vocab 2048 = the bundled byte-level BPE tokenizer; trains on a CPU.
 _DEBUG = Qwen3ModelArgs(
     dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, hidden_dim=768, vocab_size=2048,
     max_seq_len=4096, tie_embeddings=True,

@@ -1,10 +1,10 @@
 """How every Qwen3 parameter starts: the init plan as a table (applied by ``torchtitan_lite.init``).
 
 Choices and sources:
-  * Linears and the embedding: std 0.02, the ``initializer_range`` of every Qwen3 ``config.json``
-    (HF ``Qwen3PreTrainedModel._init_weights`` draws ``normal_(0, initializer_range)``). We truncate at
-    +-3 sigma like torchtitan's ``trunc_normal_`` inits: it removes only 0.27% of the mass (std
-    shrinks by 1.4%) and bounds the largest initial weight.
+  * Linears and the embedding: std ``init_std`` 0.02, the ``initializer_range`` of every Qwen3
+    ``config.json`` (HF ``Qwen3PreTrainedModel._init_weights`` draws ``normal_(0, initializer_range)``).
+    We truncate at +-3 sigma like torchtitan's ``trunc_normal_`` inits: it removes only 0.27% of the
+    mass (std shrinks by 1.4%) and bounds the largest initial weight.
   * Residual output projections ``wo`` and ``w2``: std ``0.02 / sqrt(2 * n_layers)``, so the sum of
     the ``2 * n_layers`` branch outputs added to the residual stream keeps a depth-independent
     scale (GPT-2 report, Radford et al. 2019, section 2.3; torchtitan ``TransformerBlock``
@@ -13,7 +13,7 @@ Choices and sources:
     weight kind so the table stays readable, and ``w3`` (an input projection) at 0.02.
   * RMSNorm weights (block norms, QK-norms, final norm): ones (HF ``Qwen3RMSNorm`` init).
   * ``output.weight``, LAST so that it wins for a tied pair (see the note on tied weights in
-    ``torchtitan_lite/init_spec.py``). Tied: std 0.02, the embedding's own std (step-1 loss about
+    ``torchtitan_lite/init/spec.py``). Tied: std 0.02, the embedding's own std (step-1 loss about
     ln V + 0.05). Untied: std ``dim ** -0.5``, cutoff 3 sigma (torchtitan ``final_out_std``): after
     the final RMSNorm (unit RMS features) the logits have std about 1 and step-1 loss about ln V + 0.5.
 """
@@ -33,7 +33,7 @@ def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:
         An :class:`InitPlan` covering each parameter of ``Qwen3Model(args)`` (RoPE tables are
         non-persistent buffers rebuilt by ``init_buffers``, not in the plan).
     """
-    std = args.initializer_range
+    std = args.init_std
     hf = "HF Qwen3 initializer_range 0.02, cut at 3 sigma"
     residual_std = std / math.sqrt(2 * args.n_layers)
     residual = trunc_normal(residual_std, source="0.02/sqrt(2*n_layers): GPT-2 sec. 2.3; torchtitan depth_init=False")

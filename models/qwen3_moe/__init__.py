@@ -5,8 +5,9 @@ The 30b-a3b flavor needs expert parallelism to train at scale; ``debug`` trains 
 
 from models import ModelSpec
 from models.qwen3_moe.args import Qwen3MoeModelArgs, qwen3_moe_flavors
+from models.qwen3_moe.flops import num_flops_per_token
 from models.qwen3_moe.init_plan import qwen3_moe_init_plan
-from models.qwen3_moe.model import Qwen3MoeModel, num_flops_per_token
+from models.qwen3_moe.model import Qwen3MoeModel
 
 model_spec = ModelSpec(
     name="qwen3_moe",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+
+from models.common import arg_checks as check
 
 
 @dataclass(frozen=True)
@@ -14,7 +16,8 @@ class Qwen3MoeModelArgs:
 
     Raises:
         ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of ``n_kv_heads``,
-            an odd ``head_dim``, ``experts_per_token > num_experts``, or a float out of its range.
+            an odd ``head_dim``, ``top_k > num_experts``, ``rope_theta <= 1``, a non-bool flag, or a
+            float out of its range.
     """
 
     dim: int = 2048
@@ -31,8 +34,8 @@ class Qwen3MoeModelArgs:
     """Inner width of each expert's SwiGLU [moe_intermediate_size]."""
     num_experts: int = 128
     """Experts per MoE layer [num_experts]."""
-    experts_per_token: int = 8
-    """Top-k experts per token [num_experts_per_tok]."""
+    top_k: int = 8
+    """Experts each token is routed to [num_experts_per_tok]."""
     route_norm: bool = True
     """Renormalize the top-k softmax probabilities to sum 1 [norm_topk_prob]."""
     vocab_size: int = 151936
@@ -47,31 +50,19 @@ class Qwen3MoeModelArgs:
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
     init_std: float = 0.02
     """Std of the random initial weights [initializer_range]."""
-    load_balance_coeff: float = 0.001
-    """Weight of each MoE layer's Switch load-balancing loss (``models/common/moe.py``); 0 = off. The
+    aux_loss_coeff: float = 0.001
+    """Weight of each MoE layer's Switch load-balancing loss (``models/common/balance_loss.py``); 0 = off. The
     release's ``router_aux_loss_coef`` 0.001 (HF applies it once to all layers' tokens together)."""
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"{name}.{f.name} must be a positive integer, got {value!r}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"{name}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.head_dim % 2:
-            raise ValueError(f"{name}.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
-        if self.experts_per_token > self.num_experts:
-            raise ValueError(f"{name}: experts_per_token ({self.experts_per_token}) must be <= num_experts "
-                             f"({self.num_experts})")
-        for flag in ("route_norm", "tie_embeddings"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{name}.{flag} must be true or false, got {getattr(self, flag)!r}")
-        for positive in ("norm_eps", "rope_theta", "init_std"):
-            if not getattr(self, positive) > 0:
-                raise ValueError(f"{name}.{positive} must be > 0, got {getattr(self, positive)!r}")
-        if not self.load_balance_coeff >= 0:
-            raise ValueError(f"{name}.load_balance_coeff must be >= 0 (0 = off), got {self.load_balance_coeff!r}")
+        check.ints(self)
+        check.multiple(self, "n_heads", "n_kv_heads")
+        check.even(self, "head_dim")
+        check.at_most(self, "top_k", "num_experts")
+        check.bools(self, "route_norm", "tie_embeddings")
+        check.positive(self, "norm_eps", "init_std")
+        check.rope(self, yarn=False)
+        check.non_negative(self, "aux_loss_coeff")
 
 
 # Published: Qwen/Qwen3-30B-A3B config.json. 30,532,122,624 parameters on meta (model card: 30.5B),
@@ -81,7 +72,7 @@ _30B_A3B = Qwen3MoeModelArgs()
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts, top-2.
 _DEBUG = replace(
     _30B_A3B, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, moe_inter_dim=256, num_experts=8,
-    experts_per_token=2, vocab_size=2048, max_seq_len=4096,
+    top_k=2, vocab_size=2048, max_seq_len=4096,
 )
 
 qwen3_moe_flavors: dict[str, Qwen3MoeModelArgs] = {"debug": _DEBUG, "30b-a3b": _30B_A3B}
