@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from torchtitan_lite.components.metrics import (
@@ -134,12 +133,12 @@ def test_run_folder_name_is_readable_and_unique(tmp_path):
 
 
 
-def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
+def test_scalars_and_lines_given_by_a_model_are_written_and_printed(tmp_path, capsys):
     logger = _logger(tmp_path)
-    line = logger.log_expert_load(3, {"layers.1.moe": torch.tensor([6.0, 2.0, 0.0, 0.0])}, print_line=True)
+    logger.log_scalars(3, {"moe/layers.1.moe/max_load": 3.0, "moe/layers.1.moe/min_load": 0.0})
+    logger.log_line("step   3  anything the model reports")
     logger.close()
-    assert line == "step   3  expert load min/max  layers.1.moe 0.00/3.00"
-    assert capsys.readouterr().out.strip() == line
+    assert capsys.readouterr().out.strip() == "step   3  anything the model reports"
     acc = EventAccumulator(str(tmp_path / "tb")).Reload()
-    assert [e.value for e in acc.Scalars("moe/layers.1.moe/max_load")] == [3.0]
-    assert [e.value for e in acc.Scalars("moe/layers.1.moe/min_load")] == [0.0]
+    assert [(e.step, e.value) for e in acc.Scalars("moe/layers.1.moe/max_load")] == [(3, 3.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("moe/layers.1.moe/min_load")] == [(3, 0.0)]

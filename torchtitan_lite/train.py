@@ -31,8 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import get_model_spec
-from models.common.expert_bias import update_expert_bias
-from models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.components.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
@@ -47,10 +45,9 @@ from torchtitan_lite.config.preflight import build_model_args, load_config_or_ex
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import build_dataloader, check_vocab
 from torchtitan_lite.data.tokenizer import build_tokenizer
-from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
-from torchtitan_lite.distributed.compile import apply_compile, compile_available
+from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
-from torchtitan_lite.distributed.fsdp import apply_fsdp
+from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -104,12 +101,20 @@ def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
     return global_bs, global_bs // (local * world_size)
 
 
-def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
-    """Model on meta -> activation checkpointing -> compile -> FSDP2 -> ``to_empty`` on the device.
+def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions:
+    """What ``spec.parallelize`` applies besides the mesh: ``[activation_checkpoint]``, compile of the blocks when
+    ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning line
+    and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision
+    (compute dtype, fp32 reduction) and ``parallelism.fsdp_reshard_after_forward``."""
+    ac = config.activation_checkpoint
+    return ParallelOptions(
+        ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
+        compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
+        reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
-    Activation checkpointing follows ``[activation_checkpoint]``; each block is compiled when
-    ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning
-    line and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`).
+
+def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
+    """Model on meta -> ``spec.parallelize`` (:func:`parallel_options`) -> ``to_empty`` on the device.
 
     Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
 
@@ -125,12 +130,7 @@ def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Modu
                             f"{args.max_seq_len}; lower seq_len or set --model.overrides.max_seq_len")
     with torch.device("meta"):
         model = spec.model_cls(args)
-    ac = config.activation_checkpoint
-    apply_activation_checkpointing(model, ac.mode, ac.selective_ac_option)
-    if _compiles(config, info.device, "model"):
-        apply_compile(model, backend=config.compile.backend)
-    apply_fsdp(model, info.dims.fsdp_mesh, param_dtype=compute_dtype(config, info.device), reduce_dtype=torch.float32,
-               reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
+    model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
     materialize(model, info.device)
     return model, spec, args
 
@@ -167,9 +167,7 @@ class Trainer:
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
         self.loss_fn = build_loss_fn(config, info.device)
-        self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
-        for moe in self.moe_layers:
-            moe.aux_loss_scale = 1.0 / (info.dims.dp_degree * self.accum)
+        self.hooks = self.spec.training_hooks(self.model, info.dims, self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
@@ -307,6 +305,7 @@ class Trainer:
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
             self.optimizer.step()
+        self.hooks.after_optimizer_step(step)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepStats(loss_sum=loss_sum, grad_norm=grad_norm, lr=lr, data_wait_s=data_wait_s)
@@ -359,12 +358,12 @@ class Trainer:
             freq = cfg.debug.histogram_freq
             if self.tensorboard and freq > 0 and step % freq == 0:
                 log_weight_histograms(self.metrics.writer, self.model, step)
-            if self.moe_layers:
-                counts = collect_expert_load(self.model, self.info.dims.dp_group)
-                update_expert_bias(self.model, counts)
-                print_load = step % cfg.validation.freq == 0 or step == cfg.training.steps
-                if log_due or print_load:
-                    self.metrics.log_expert_load(step, counts, print_line=print_load)
+            summary_due = step % cfg.validation.freq == 0 or step == cfg.training.steps
+            if log_due or summary_due:
+                report = self.hooks.report(step)
+                self.metrics.log_scalars(step, report.scalars)
+                if summary_due and report.summary is not None:
+                    self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
             if stop.agreed(self.info.cpu_group):

@@ -1,15 +1,17 @@
 """DeepSeek-V3 (arXiv 2412.19437): multi-head latent attention, DeepSeekMoE with shared experts and
-auxiliary-loss-free load balancing.
+auxiliary-loss-free load balancing (the expert biases move once per optimizer step, in the training hooks).
 
-The 16b (Moonlight-16B-A3B) and 671b flavors need expert/tensor parallelism to train at scale; until
-that lands they serve parameter counts, init inspection and FSDP-only runs on enough devices.
-``debug`` trains on CPU. """
+``debug`` trains on CPU; the 16b (Moonlight-16B-A3B) and 671b flavors give the published parameter counts
+and init plans.
+"""
 
 from models import ModelSpec
+from models.common.moe_hooks import MoETrainingHooks
 from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
 from models.deepseek_v3.flops import num_flops_per_token
 from models.deepseek_v3.init_plan import deepseek_v3_init_plan
 from models.deepseek_v3.model import DeepSeekV3Model
+from models.deepseek_v3.parallelize import parallelize_deepseek_v3
 
 model_spec = ModelSpec(
     name="deepseek_v3",
@@ -17,6 +19,8 @@ model_spec = ModelSpec(
     flavors=deepseek_v3_flavors,
     init_plan=deepseek_v3_init_plan,
     num_flops_per_token=num_flops_per_token,
+    parallelize=parallelize_deepseek_v3,
+    training_hooks=MoETrainingHooks,
 )
 
 __all__ = ["DeepSeekV3Model", "DeepSeekV3ModelArgs", "deepseek_v3_flavors", "deepseek_v3_init_plan", "model_spec"]

@@ -122,7 +122,3 @@ class Qwen3StateDictAdapter:
         kinds = {f.name: type(getattr(base, f.name)) for f in dataclasses.fields(base)}
         return {ours: kinds[ours](values[hf]) for hf, ours in _CONFIG_KEYS.items() if hf in values}
 
-
-def build_adapter(args: Qwen3ModelArgs) -> Qwen3StateDictAdapter:
-    """The adapter of this family (what :func:`torchtitan_lite.hf_io.state_dict_adapter` looks up)."""
-    return Qwen3StateDictAdapter(args)

@@ -1,13 +1,15 @@
 """Qwen3-MoE (Qwen3-30B-A3B): Qwen3 attention with QK-norm, 128 experts top-8, softmax router, no shared experts.
 
-The 30b-a3b flavor needs expert parallelism to train at scale; ``debug`` trains on CPU.
+``debug`` trains on CPU; the 30b-a3b flavor gives the published parameter counts and init plan.
 """
 
 from models import ModelSpec
+from models.common.moe_hooks import MoETrainingHooks
 from models.qwen3_moe.args import Qwen3MoeModelArgs, qwen3_moe_flavors
 from models.qwen3_moe.flops import num_flops_per_token
 from models.qwen3_moe.init_plan import qwen3_moe_init_plan
 from models.qwen3_moe.model import Qwen3MoeModel
+from models.qwen3_moe.parallelize import parallelize_qwen3_moe
 
 model_spec = ModelSpec(
     name="qwen3_moe",
@@ -15,6 +17,8 @@ model_spec = ModelSpec(
     flavors=qwen3_moe_flavors,
     init_plan=qwen3_moe_init_plan,
     num_flops_per_token=num_flops_per_token,
+    parallelize=parallelize_qwen3_moe,
+    training_hooks=MoETrainingHooks,
 )
 
 __all__ = ["Qwen3MoeModel", "Qwen3MoeModelArgs", "model_spec", "qwen3_moe_flavors", "qwen3_moe_init_plan"]

@@ -2,7 +2,7 @@
 
 An HF folder holds ``config.json`` and one or more ``*.safetensors`` files (a local folder; nothing is
 downloaded). Names and config keys go through the model family's state-dict adapter
-(``models/<name>/state_dict_adapter.py``, function ``build_adapter(args)``).
+(``ModelSpec.state_dict_adapter``, e.g. ``models/qwen3/state_dict_adapter.py``).
 
 Import (:func:`import_hf`): every rank reads the full tensors (memory-mapped by safetensors) and copies
 its own FSDP2 shard (``distribute_tensor`` with ``src_data_rank=None``: a local slice, no communication).
@@ -18,7 +18,6 @@ Export (:func:`export_hf`): the full state is gathered to rank 0 (``get_model_st
 from __future__ import annotations
 
 import glob
-import importlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from models import get_model_spec
 from torchtitan_lite.init.apply import named_state_tensors
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,17 +59,16 @@ class HFImport:
 
 
 def state_dict_adapter(model_name: str, args):
-    """The HF state-dict adapter of a model family: ``models.<model_name>.state_dict_adapter.build_adapter(args)``.
+    """The HF state-dict adapter of a model family: ``get_model_spec(model_name).state_dict_adapter(args)``.
 
     Raises:
         HFError: the family has no adapter.
     """
-    try:
-        module = importlib.import_module(f"models.{model_name}.state_dict_adapter")
-    except ModuleNotFoundError:
-        raise HFError(f"model {model_name} has no Hugging Face state-dict adapter (models/{model_name}/"
-                      "state_dict_adapter.py); HF import/export is not available for it") from None
-    return module.build_adapter(args)
+    build = get_model_spec(model_name).state_dict_adapter
+    if build is None:
+        raise HFError(f"model {model_name} has no Hugging Face state-dict adapter (ModelSpec.state_dict_adapter); "
+                      "HF import/export is not available for it")
+    return build(args)
 
 
 def safetensors_files(folder: str) -> list[str]:

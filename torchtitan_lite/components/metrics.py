@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-import torch
 from torch.utils.tensorboard import SummaryWriter
 
 GIB = 2**30
@@ -217,32 +216,15 @@ class MetricsLogger:
             self.writer.add_scalar("loss/validation", loss, step)
         return line
 
-    def log_expert_load(self, step: int, loads: dict[str, torch.Tensor], *, print_line: bool) -> str:
-        """Write each MoE layer's expert load of one step to TensorBoard as ``moe/<layer>/min_load`` and
-        ``moe/<layer>/max_load``: the least and most loaded expert's share of (token, expert) assignments
-        divided by the balanced share ``1 / num_experts`` (1.0 = perfectly balanced).
+    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        """Write ``scalars`` (TensorBoard tag -> value, e.g. from a model's training hooks) at ``step`` (rank 0)."""
+        if self.writer is not None:
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, step)
 
-        Args:
-            step: 1-based step.
-            loads: layer name -> fp32 ``(num_experts,)`` counts summed over ranks
-                (``models.common.moe.collect_expert_load``).
-            print_line: also print the summary line.
-
-        Returns:
-            ``step  12  expert load min/max  layers.1.moe 0.52/1.80  ...``.
-        """
-        parts = []
-        for layer, counts in loads.items():
-            relative = counts * counts.numel() / counts.sum().clamp_min(1)
-            low, high = relative.min().item(), relative.max().item()
-            parts.append(f"{layer} {low:.2f}/{high:.2f}")
-            if self.writer is not None:
-                self.writer.add_scalar(f"moe/{layer}/min_load", low, step)
-                self.writer.add_scalar(f"moe/{layer}/max_load", high, step)
-        line = f"step {step:>3}  expert load min/max  " + "  ".join(parts)
-        if print_line:
-            print(line, flush=True)
-        return line
+    def log_line(self, line: str) -> None:
+        """Print one line of the run's output (e.g. a model's summary of a step)."""
+        print(line, flush=True)
 
     def log_text(self, lines: Iterable[str]) -> None:
         """Print the run header lines (model, param count, device, world size, init fingerprint) and

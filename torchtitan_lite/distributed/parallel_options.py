@@ -1,0 +1,31 @@
+"""What a model family's ``parallelize`` is told to apply besides the mesh: activation checkpointing, compile and
+FSDP2 settings, resolved by the trainer from the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ParallelOptions:
+    """Options of ``ModelSpec.parallelize(model, parallel_dims, options)`` (``models/__init__.py``).
+
+    Attributes:
+        ac_mode: ``activation_checkpoint.mode`` (``none``/``full``/``selective``).
+        selective_ac_option: ``activation_checkpoint.selective_ac_option`` (``"op"`` or ``"k"``).
+        compile: compile each block (already decided: enabled, ``"model"`` listed, backend available here).
+        compile_backend: ``torch.compile`` backend.
+        param_dtype: FSDP2 all-gather and compute dtype (``MixedPrecisionPolicy.param_dtype``).
+        reduce_dtype: gradient reduce-scatter dtype (``MixedPrecisionPolicy.reduce_dtype``).
+        reshard_after_forward: FSDP2 ``reshard_after_forward`` of the blocks and the root.
+    """
+
+    ac_mode: str = "none"
+    selective_ac_option: str = "op"
+    compile: bool = False
+    compile_backend: str = "inductor"
+    param_dtype: torch.dtype = torch.float32
+    reduce_dtype: torch.dtype = torch.float32
+    reshard_after_forward: bool = True
