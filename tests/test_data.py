@@ -22,6 +22,7 @@ from torchtitan_lite.data.loader import (
     tokenize_documents,
 )
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
+from torchtitan_lite.errors import InputError
 
 torch.set_num_threads(1)
 
@@ -301,7 +302,7 @@ def test_streaming_validation_restarts_from_the_beginning(toy_tokenizer, tmp_pat
 
 
 def test_missing_path(toy_tokenizer, tmp_path):
-    with pytest.raises(FileNotFoundError, match="dataset_path not found: .*nowhere"):
+    with pytest.raises(InputError, match="dataset_path not found: .*nowhere"):
         _local_loader(toy_tokenizer, tmp_path / "nowhere")
 
 

@@ -6,9 +6,11 @@ data -> load (checkpoint or HF weights) -> init of what was not loaded -> loop (
 clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars -> checkpoints every
 ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``) -> HF export.
 
-Exit status of ``main``: 0 (done, or stopped by a signal after saving), 2 (bad input found while building
-the run: data, checkpoint, HF folder; printed as ``input error: ...``), 1 (a failure during training,
-printed as ``error: ...``). Nothing is written to disk before the inputs are checked.
+Exit status of ``main``: 0 (done, or stopped by a signal after saving); 2 for a
+:class:`~torchtitan_lite.errors.UserError` raised while building the run (data, checkpoint, HF folder, launch;
+one ``input error: ...`` line); 1 for one raised while training (non-finite loss, strict init check; one
+``error: ...`` line) and for any other exception, a bug, which propagates with its traceback. Nothing is
+written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
@@ -52,14 +54,15 @@ from torchtitan_lite.distributed.compile import apply_compile, compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
 
 
-class TrainingError(RuntimeError):
-    """A failure the user can act on; printed as one ``error: ...`` line."""
+class TrainingError(UserError, RuntimeError):
+    """A setting the trainer cannot run with (see :mod:`torchtitan_lite.errors`)."""
 
 
 @dataclass
@@ -400,20 +403,21 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of each worker: train and return 0, or print one error line and return 2 (bad input
-    while building the run: ``input error: ...``) or 1 (``error: ...``)."""
+    """Entry point of each worker: train and return 0, or print a :class:`~torchtitan_lite.errors.UserError` as
+    one line and return 2 (raised while building the run: ``input error: ...``) or 1 (while training:
+    ``error: ...``). Any other exception propagates with its traceback."""
     config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
     stop = StopRequest()
     finished = False
     try:
         try:
             trainer = Trainer(config)
-        except (ValueError, FileNotFoundError) as err:
+        except UserError as err:
             print(f"input error: {err}", file=sys.stderr, flush=True)
             return 2
         trainer.train(stop)
         finished = True
-    except (TrainingError, ValueError, FileNotFoundError, RuntimeError) as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:

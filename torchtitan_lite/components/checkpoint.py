@@ -45,6 +45,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_optimizer_state_dict
 
+from torchtitan_lite.errors import UserError
+
 META_FILE = "meta.json"
 """Per-checkpoint description, written last by rank 0."""
 FORMAT_VERSION = 2
@@ -55,7 +57,7 @@ EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 _STEP_RE = re.compile(r"^step-(\d+)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used: one line naming the file or key and what to do."""
 
 

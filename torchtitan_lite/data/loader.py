@@ -72,6 +72,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.errors import InputError
 
 DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")
@@ -111,18 +112,18 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
     """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"dataset_path not found: {path}; pass an existing file or folder")
+        raise InputError(f"dataset_path not found: {path}; pass an existing file or folder")
     known = ", ".join(LOCAL_FORMATS)
     if p.is_file():
         if p.suffix not in LOCAL_FORMATS:
-            raise ValueError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
+            raise InputError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
         return LOCAL_FORMATS[p.suffix], [str(p)]
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in LOCAL_FORMATS)
     if not files:
-        raise ValueError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
+        raise InputError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
     builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
     if len(builders) > 1:
-        raise ValueError(
+        raise InputError(
             f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder"
         )
     return builders[0], [str(f) for f in files]
@@ -134,7 +135,7 @@ def _load_local(
     """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files)."""
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
-        raise ValueError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
+        raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
     if builder == "text":
         return datasets.load_dataset("text", data_files=files, split="train", streaming=streaming,
                                      sample_by="document"), "text"
@@ -143,7 +144,7 @@ def _load_local(
 
 def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
     if text_column not in ds.column_names:
-        raise ValueError(
+        raise InputError(
             f"{where} has no text column '{text_column}' (columns: {', '.join(ds.column_names)}); set text_column"
         )
     return list(ds[text_column])
@@ -177,7 +178,7 @@ def load_documents(
         ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
         return list(ds["text"]), f"shakespeare ({split})"
     if not docs:
-        raise ValueError(f"{where} holds no documents; point the dataset at non-empty data")
+        raise InputError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
 
 
@@ -215,7 +216,7 @@ class PackedWindows:
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, name: str):
         if tokens.numel() < seq_len + 1:
-            raise ValueError(
+            raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
                 "use more data or a smaller seq_len"
             )
@@ -286,7 +287,7 @@ class GlobalWindowStream(IterableDataset):
         """
         diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
         if diff:
-            raise ValueError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
+            raise InputError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
                              "resume with the data, seq_len and seed of the saved run")
         self._start, self._consumed = state["windows_consumed"], 0
 
@@ -301,7 +302,7 @@ class OrderedWindows(IterableDataset):
     def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int):
         n_chunks = (len(windows) // local_batch_size) // dp_world_size * dp_world_size
         if n_chunks == 0:
-            raise ValueError(
+            raise InputError(
                 f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
                 f"local_batch_size * dp_world_size = {local_batch_size * dp_world_size}; "
                 "use more validation data, a smaller seq_len or a smaller local_batch_size"
@@ -352,7 +353,7 @@ class StreamingWindows(IterableDataset):
             for document in self._stream:
                 documents += 1
                 if self._text_column not in document:
-                    raise ValueError(f"{self.name} has no text column '{self._text_column}' "
+                    raise InputError(f"{self.name} has no text column '{self._text_column}' "
                                      f"(columns: {', '.join(document)}); set text_column")
                 self._buffer += self._tokenizer.encode(document[self._text_column]) + [self._tokenizer.eos_id]
                 self._stream_state = self._stream.state_dict()
@@ -361,7 +362,7 @@ class StreamingWindows(IterableDataset):
                     del self._buffer[: self._seq_len]
                     yield window[:-1], window[1:]
             if from_start and documents == 0:
-                raise ValueError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
+                raise InputError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
                                  "split between ranks by position); use more data or fewer ranks")
             self._epoch, self._stream_state = self._epoch + 1, None
 

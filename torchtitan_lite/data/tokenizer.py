@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from torchtitan_lite.errors import InputError
+
 BUNDLED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer.json"
 
 EOS_TOKEN_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
@@ -39,17 +41,17 @@ class Tokenizer:
     def __init__(self, path: str | Path, eos_token: str | None = None):
         self.path = str(path)
         if not Path(path).is_file():
-            raise FileNotFoundError(f"tokenizer file not found: {path}; pass the path of a tokenizer.json")
+            raise InputError(f"tokenizer file not found: {path}; pass the path of a tokenizer.json")
         try:
             self._tokenizer = HFTokenizer.from_file(self.path)
         except Exception as e:  # the Rust library raises its own exception type
-            raise ValueError(f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}") from e
+            raise InputError(f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}") from e
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         names = (eos_token,) if eos_token is not None else EOS_TOKEN_NAMES
         found = [name for name in names if name in vocab]
         if not found:
-            raise ValueError(
+            raise InputError(
                 f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; "
                 "name its end-of-text token with eos_token=..."
             )

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from torchtitan_lite.errors import LaunchError
+
 DEVICE_TYPES = ("cuda", "npu", "xpu", "cpu")
 """Device types in the order ``auto`` tries them."""
 
@@ -49,7 +51,7 @@ def device_type(requested: str = "auto") -> str:
 
     Raises:
         ValueError: ``requested`` is not ``auto`` or one of :data:`DEVICE_TYPES`.
-        RuntimeError: ``requested`` names a device type that is not available here.
+        LaunchError: ``requested`` names a device type that is not available here.
     """
     if requested == "auto":
         return next(kind for kind in DEVICE_TYPES if _available(kind))
@@ -57,7 +59,7 @@ def device_type(requested: str = "auto") -> str:
         raise ValueError(f"training.device: unknown device type {requested!r}; "
                          f"use auto or one of {', '.join(DEVICE_TYPES)}")
     if not _available(requested):
-        raise RuntimeError(f"training.device = {requested!r} but no {requested} device is available here; "
+        raise LaunchError(f"training.device = {requested!r} but no {requested} device is available here; "
                            "use training.device = \"auto\" (or \"cpu\")")
     return requested
 

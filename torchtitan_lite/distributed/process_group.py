@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from torchtitan_lite.distributed.devices import backend_for, device_module, device_type
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.errors import LaunchError
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise RuntimeError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
+        raise LaunchError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
 
 
 def init_distributed(config: Any) -> DistInfo:
@@ -76,7 +77,7 @@ def init_distributed(config: Any) -> DistInfo:
             ``parallelism.data_parallel_shard_degree`` and ``parallelism.comm_timeout_seconds``.
 
     Raises:
-        RuntimeError: more processes on a node than devices, the requested device is unavailable, or
+        LaunchError: more processes on a node than devices, the requested device is unavailable, or
             ``data_parallel_shard_degree`` is not -1 or the world size. Nothing is started then.
     """
     kind = device_type(config.training.device)
@@ -84,16 +85,13 @@ def init_distributed(config: Any) -> DistInfo:
     launched = "RANK" in os.environ
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     local_rank, local_world_size = _env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1)
-    try:
-        dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
-    except ValueError as err:
-        raise RuntimeError(str(err)) from None
+    dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
     if kind == "cpu":
         device = torch.device("cpu")
     else:
         count = device_module(kind).device_count()
         if local_rank >= count:
-            raise RuntimeError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
+            raise LaunchError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
                                f"start at most {count} processes per node (NGPU={count})")
         device = torch.device(kind, local_rank)
         device_module(kind).set_device(device)

@@ -40,6 +40,7 @@ from fnmatch import fnmatchcase
 
 from torch import nn
 
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import tensor_groups
 from torchtitan_lite.init.report import InitReport, truncated_normal_moments
 from torchtitan_lite.init.spec import InitPlan, InitSpec
@@ -49,7 +50,7 @@ MAX_EXCESS_NATS = 1.0
 usual inits start within 0.5 nats (untied ``dim^-0.5``: +0.49; tied 0.02: +0.05)."""
 
 
-class InitCheckError(RuntimeError):
+class InitCheckError(UserError, RuntimeError):
     """The step-1 check failed in strict mode (``debug.strict_init``); the message names the parameter."""
 
 
