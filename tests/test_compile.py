@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 from models import get_model_spec
 from torchtitan_lite.config.cli import ConfigError
@@ -22,6 +21,7 @@ from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed import compile as compile_module
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile, compile_available
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.process_group import DistInfo
 from torchtitan_lite.init.apply import init_weights
 from torchtitan_lite.train import build_loss_fn, build_model, cross_entropy_sum
@@ -79,9 +79,10 @@ def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_
                          "--model.overrides.hidden_dim=48"])
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo",
-                        mesh=init_device_mesh("cpu", (1,)))
-        model, spec, args = build_model(config, info, lambda vocab_size: None)
+        dims = ParallelDims(dp_shard=-1, world_size=1)
+        dims.build_mesh("cpu")
+        info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo", dims=dims)
+        model, spec, args = build_model(config, info)
         loss_fn = build_loss_fn(config, CPU)
         init_weights(model, spec.init_plan(args), seed=0, buffer_device=CPU)
         tokens = torch.randint(0, args.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))

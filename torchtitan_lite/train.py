@@ -35,10 +35,16 @@ from torch import nn
 from models import get_model_spec
 from models.common.expert_bias import update_expert_bias
 from models.common.moe import MoE, collect_expert_load
-from torchtitan_lite.components.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
+from torchtitan_lite.components.checkpoint import (
+    Checkpointer,
+    TrainState,
+    checkpoint_folder,
+    find_checkpoint,
+    model_args_json,
+)
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
-from torchtitan_lite.components.hf_io import export_hf, state_dict_adapter
+from torchtitan_lite.components.hf_io import export_hf, import_hf, state_dict_adapter
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler
 from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
@@ -47,7 +53,7 @@ from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.loader import build_dataloader, check_vocab
+from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile, compile_available
@@ -107,25 +113,18 @@ def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
     return global_bs, global_bs // (local * world_size)
 
 
-def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
+def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
     """Model on meta -> activation checkpointing -> compile -> FSDP2 -> ``to_empty`` on the device.
 
     Activation checkpointing follows ``[activation_checkpoint]``; each block is compiled when
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning
     line and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`).
 
-    Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
-
-    Raises:
-        TrainingError: ``training.seq_len`` exceeds the model's ``max_seq_len``.
-        ValueError: ``activation_checkpoint.selective_ac_option`` k exceeds the number of layers.
+    Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`init_weights`). The
+    config was checked against the model (vocab, ``seq_len``, selective k) by ``config.preflight``.
     """
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
-    vocab_check(args.vocab_size)
-    if config.training.seq_len > args.max_seq_len:
-        raise TrainingError(f"training.seq_len = {config.training.seq_len} exceeds the model's max_seq_len = "
-                            f"{args.max_seq_len}; lower seq_len or set --model.overrides.max_seq_len")
     with torch.device("meta"):
         model = spec.model_cls(args)
     ac = config.activation_checkpoint
@@ -168,7 +167,7 @@ class Trainer:
         torch.manual_seed(config.training.seed)
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
-        self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
+        self.model, self.spec, self.args = build_model(config, info)
         self.loss_fn = build_loss_fn(config, info.device)
         self.moe_layers = [m for m in self.model.modules() if isinstance(m, MoE)]
         for moe in self.moe_layers:
@@ -197,7 +196,7 @@ class Trainer:
             lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
-        self.train_state, loaded, self.load_lines = load_at_start(config, self.checkpointer, self.model, self.args)
+        self.train_state, loaded, self.load_lines = self._load_at_start()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
                                         buffer_device=info.device)
@@ -224,6 +223,34 @@ class Trainer:
                                      steps=debug.profile_steps, rank=info.rank, device=info.device)
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
+
+    def _load_at_start(self) -> tuple[TrainState, list[str], list[str]]:
+        """Resume from a checkpoint if there is one to resume, else import ``checkpoint.initial_load_hf`` if set.
+
+        Returns:
+            ``(train_state, loaded model names, log lines)``; a fresh start gives ``(TrainState(), [], [])``.
+
+        Raises:
+            CheckpointError, HFError: see :meth:`Checkpointer.load` and :func:`~torchtitan_lite.components.hf_io.import_hf`.
+        """
+        cfg, cp = self.config, self.config.checkpoint
+        folder = checkpoint_folder(cfg.job.dump_folder, cp.folder)
+        path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+        if path is not None:
+            result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
+            skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
+            return train_state, result.loaded_names, [
+                f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
+        if cp.initial_load_hf is None:
+            return TrainState(), [], []
+        adapter = state_dict_adapter(cfg.model.name, self.args)
+        imported = import_hf(self.model, cp.initial_load_hf, adapter,
+                             allow_unexpected=cp.initial_load_hf_allow_unexpected)
+        lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
+                 f"{', '.join(imported.missing) or 'none'}"]
+        if imported.unexpected:
+            lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
+        return TrainState(), imported.loaded, lines
 
     def _run_folder(self):
         """The run folder, named and created on rank 0 and broadcast to the others."""

@@ -349,39 +349,3 @@ class Checkpointer:
         train_state = TrainState(**state["train_state"]) if "train_state" in state else TrainState()
         result = LoadResult(path, int(meta["step"]), sorted(state["model"]), excluded)
         return result, train_state
-
-
-def load_at_start(config, checkpointer: Checkpointer, model, args) -> tuple[TrainState, list[str], list[str]]:
-    """Resume from a checkpoint if there is one to resume, else import ``checkpoint.initial_load_hf`` if set.
-
-    Args:
-        config: the :class:`~torchtitan_lite.config.JobConfig`.
-        checkpointer: this run's checkpointer.
-        model: the materialized (sharded) model.
-        args: its model args.
-
-    Returns:
-        ``(train_state, loaded model names, log lines)``; a fresh start gives ``(TrainState(), [], [])``.
-
-    Raises:
-        CheckpointError, HFError: see :meth:`Checkpointer.load` and :func:`~torchtitan_lite.hf_io.import_hf`.
-    """
-    from torchtitan_lite.components.hf_io import import_hf, state_dict_adapter
-
-    cp = config.checkpoint
-    folder = checkpoint_folder(config.job.dump_folder, cp.folder)
-    path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
-    if path is not None:
-        result, train_state = checkpointer.load(path, tuple(cp.exclude_from_loading))
-        skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
-        return train_state, result.loaded_names, [
-            f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
-    if cp.initial_load_hf is None:
-        return TrainState(), [], []
-    adapter = state_dict_adapter(config.model.name, args)
-    imported = import_hf(model, cp.initial_load_hf, adapter, allow_unexpected=cp.initial_load_hf_allow_unexpected)
-    lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
-             f"{', '.join(imported.missing) or 'none'}"]
-    if imported.unexpected:
-        lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
-    return TrainState(), imported.loaded, lines

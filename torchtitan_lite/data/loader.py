@@ -82,20 +82,6 @@ LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": 
 _ENCODE_CHUNK = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
 
 
-def check_vocab(tokenizer: Tokenizer, model_vocab_size: int) -> None:
-    """Check that every token id of ``tokenizer`` has a row in the model's embedding table.
-
-    Raises:
-        ValueError: ``tokenizer.vocab_size > model_vocab_size``.
-    """
-    if tokenizer.vocab_size > model_vocab_size:
-        raise ValueError(
-            f"tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} but the model has only "
-            f"{model_vocab_size} embedding rows; use a model flavor with vocab_size >= {tokenizer.vocab_size} "
-            "or a smaller tokenizer"
-        )
-
-
 def local_data_files(path: str | Path) -> tuple[str, list[str]]:
     """The ``datasets`` builder and the sorted files of a local dataset path.
 
@@ -107,8 +93,8 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
         ``(builder, files)``, e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
 
     Raises:
-        FileNotFoundError: nothing at ``path``.
-        ValueError: an unknown file extension, a folder with no data file, or with several formats.
+        InputError: nothing at ``path``, an unknown file extension, a folder with no data file, or with
+            several formats.
     """
     p = Path(path)
     if not p.exists():
@@ -164,8 +150,7 @@ def load_documents(
     For local files (``dataset_path`` set) these are all the documents: :func:`split_tokens` makes the splits.
 
     Raises:
-        FileNotFoundError: a missing ``dataset_path``.
-        ValueError: a missing text column, no documents, or see :func:`local_data_files`.
+        InputError: a missing text column, no documents, or see :func:`local_data_files`.
     """
     if dataset_path is not None:
         where = f"dataset_path {dataset_path}"
@@ -211,7 +196,7 @@ class PackedWindows:
         name: the source, for messages.
 
     Raises:
-        ValueError: fewer than ``seq_len + 1`` tokens (not one window).
+        InputError: fewer than ``seq_len + 1`` tokens (not one window).
     """
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, name: str):
@@ -283,7 +268,7 @@ class GlobalWindowStream(IterableDataset):
         """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
 
         Raises:
-            ValueError: ``state`` was saved with other data, seq_len or seed.
+            InputError: ``state`` was saved with other data, seq_len or seed.
         """
         diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
         if diff:
@@ -296,7 +281,7 @@ class OrderedWindows(IterableDataset):
     """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module docstring).
 
     Raises:
-        ValueError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
+        InputError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
     """
 
     def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int):
@@ -329,7 +314,7 @@ class StreamingWindows(IterableDataset):
     With ``restart=True`` (validation) every new iterator starts again from the beginning of the stream.
 
     Raises (while iterating):
-        ValueError: a document without ``text_column``.
+        InputError: a document without ``text_column``, or no document in this rank's share.
     """
 
     world_size_invariant = False
@@ -380,20 +365,13 @@ def collate_windows(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tor
     return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
 
 
-def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
-                dp_world_size, split, val_fraction) -> None:
-    """Raise ValueError naming the first bad argument of :func:`build_dataloader`, with its value."""
+def _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
+                val_fraction) -> None:
+    """Raise ValueError naming the first argument of :func:`build_dataloader` outside its contract, with its value."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; use one of {', '.join(SPLITS)}")
-    if dataset == "hf" and dataset_path is not None:
-        raise ValueError(f"dataset_path={dataset_path!r} with dataset='hf': use one of local files or a hub dataset")
-    if (dataset == "hf") != (hf_dataset_name is not None):
-        raise ValueError(f"hf_dataset_name={hf_dataset_name!r} with dataset='{dataset}': a hub name goes with "
-                         "dataset='hf' and dataset='hf' needs a name")
-    if streaming and dataset == "shakespeare" and dataset_path is None:
-        raise ValueError("streaming=True is for hub or local files; the shakespeare dataset is read in memory")
     if streaming and dataset_path is not None and split == "validation":
         raise ValueError("a streaming local dataset has no validation split; set streaming=False for validation")
     for name, value, low in (("seq_len", seq_len, 1), ("local_batch_size", local_batch_size, 1),
@@ -434,10 +412,12 @@ def build_dataloader(
 
     Args:
         dataset: ``"shakespeare"`` or ``"hf"``.
-        dataset_path: local file or folder; replaces ``"shakespeare"`` (not allowed with ``"hf"``).
-        hf_dataset_name: hub name (e.g. ``"HuggingFaceFW/fineweb"``), with ``dataset="hf"`` only.
+        dataset_path: local file or folder; wins over ``dataset``.
+        hf_dataset_name: hub name (e.g. ``"HuggingFaceFW/fineweb"``) for ``dataset="hf"``.
         hf_dataset_config: hub config name (e.g. ``"sample-10BT"``) or ``None``.
-        streaming: read hub or local data as a stream (no global batch invariance; see above).
+        streaming: read hub or local data as a stream (no global batch invariance; see above). Which
+            combinations of these four make sense for a run is the config's check
+            (:mod:`torchtitan_lite.config.preflight`).
         text_column: column holding the text (``.jsonl``/``.parquet``/hub); ``.txt`` ignores it.
         tokenizer: see :mod:`torchtitan_lite.tokenizer`.
         seq_len: tokens per sequence.
@@ -450,13 +430,13 @@ def build_dataloader(
             trainer's ``non_blocking`` copy to the device overlaps with compute.
 
     Raises:
-        FileNotFoundError: a missing ``dataset_path``.
-        ValueError: bad arguments (named with their value), an unknown file extension, a missing
-            text column, no documents, fewer tokens than one window, or too few validation windows
-            for one batch per rank.
+        ValueError: arguments outside the contract (named with their value), e.g. a validation split of a
+            streamed local dataset.
+        InputError: a missing ``dataset_path``, an unknown file extension, a missing text column, no
+            documents, fewer tokens than one window, or too few validation windows for one batch per rank.
     """
-    _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
-                dp_world_size, split, val_fraction)
+    _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
+                val_fraction)
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if streaming:
         if dataset_path is not None:

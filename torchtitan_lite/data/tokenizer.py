@@ -34,8 +34,7 @@ class Tokenizer:
         eos_id: id of the end-of-text token.
 
     Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a readable ``tokenizer.json``, or it has no EOS token.
+        InputError: no file at ``path``, not a readable ``tokenizer.json``, or no EOS token.
     """
 
     def __init__(self, path: str | Path, eos_token: str | None = None):
@@ -77,6 +76,6 @@ def build_tokenizer(path: str | None = None, eos_token: str | None = None) -> To
     """The tokenizer at ``path``, or the bundled one (``torchtitan_lite/data/assets/tokenizer.json``) when ``None``.
 
     Raises:
-        FileNotFoundError, ValueError: see :class:`Tokenizer`.
+        InputError: see :class:`Tokenizer`.
     """
     return Tokenizer(BUNDLED_TOKENIZER if path is None else path, eos_token=eos_token)

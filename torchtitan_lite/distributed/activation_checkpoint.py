@@ -98,8 +98,8 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         selective_ac_option: ``"op"`` or a positive integer as a string; used by ``"selective"`` only.
 
     Raises:
-        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`);
-            ``k`` larger than the number of blocks (no block would be checkpointed).
+        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`).
+            A ``k`` beyond the number of blocks checkpoints none (the config refuses it for a run).
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.
     """
     if mode not in AC_MODES:
@@ -108,9 +108,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         return model
     layers = _layers(model)
     every = selective_every(selective_ac_option) if mode == "selective" else 1
-    if every is not None and every > len(layers):
-        raise ValueError(f"selective_ac_option {selective_ac_option!r} checkpoints no block of a model with "
-                         f"{len(layers)} layers; use a value <= {len(layers)}, or mode \"none\"")
     for layer_id, (key, block) in enumerate(list(layers.items())):
         if every is None:
             layers[key] = checkpoint_wrapper(block, context_fn=_op_policy_context)
