@@ -15,7 +15,7 @@ written to disk before the inputs are checked.
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
-FSDP2 sums gradients over ranks (see ``parallelize.py``), so the gradient is that of the mean loss
+FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
 over all tokens of the global batch, exactly as one process would compute it.
 """
 
@@ -116,12 +116,9 @@ def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
 def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
     """Model on meta -> activation checkpointing -> compile -> FSDP2 -> ``to_empty`` on the device.
 
-    Activation checkpointing follows ``[activation_checkpoint]``; each block is compiled when
-    ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning
-    line and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`).
-
-    Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`init_weights`). The
-    config was checked against the model (vocab, ``seq_len``, selective k) by ``config.preflight``.
+    Blocks are compiled when ``compile.enable``, ``"model" in compile.components`` and the backend works here
+    (``compile_available``). Returns ``(model, spec, args)``, uninitialized. The config was checked against the
+    model (vocab, ``seq_len``, selective k) by ``config.preflight``.
     """
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
@@ -225,13 +222,11 @@ class Trainer:
             self.metrics.log_text([self.profiler.memory_note])
 
     def _load_at_start(self) -> tuple[TrainState, list[str], list[str]]:
-        """Resume from a checkpoint if there is one to resume, else import ``checkpoint.initial_load_hf`` if set.
-
-        Returns:
-            ``(train_state, loaded model names, log lines)``; a fresh start gives ``(TrainState(), [], [])``.
+        """``(train_state, loaded model names, log lines)``: resume from a checkpoint if there is one to resume,
+        else import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], [])``.
 
         Raises:
-            CheckpointError, HFError: see :meth:`Checkpointer.load` and :func:`~torchtitan_lite.components.hf_io.import_hf`.
+            CheckpointError, HFError: see :meth:`Checkpointer.load` and ``hf_io.import_hf``.
         """
         cfg, cp = self.config, self.config.checkpoint
         folder = checkpoint_folder(cfg.job.dump_folder, cp.folder)
@@ -289,8 +284,7 @@ class Trainer:
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
 
     def _memory_and_compile_line(self) -> str:
-        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``: what shapes speed and
-        memory."""
+        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
         cfg = self.config
         ac = cfg.activation_checkpoint
         ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
@@ -454,11 +448,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_after(code: int) -> None:
-    """Leave the worker with ``code``. After a success (0: every rank passed the final barrier and destroyed the
-    group, checkpoints and TensorBoard are closed) skip the interpreter's teardown with ``os._exit``: torch 2.13
-    on gloo can abort there ("terminate called without an active exception", SIGABRT, seen once in CI in a test
-    worker that shuts down the same way), which would turn a finished run into a failed one. Inductor's compile
-    workers exit on their own when their parent is gone. Errors exit normally."""
+    """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
+    with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
+    "Distributed: exiting together"); errors exit normally."""
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0:

@@ -229,9 +229,9 @@ def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
     Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer reads and
-    its vocab fits the model's (the only place this is checked); ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be
-    created; the checkpoint to resume (if any) is complete, intact and from the same model; else the
-    ``checkpoint.initial_load_hf`` folder matches the model.
+    its vocab fits the model's (checked here only); ``job.dump_folder``, the checkpoint folder and
+    ``checkpoint.export_hf`` can be created; the checkpoint to resume (if any) is complete, intact and from
+    the same model; else the ``checkpoint.initial_load_hf`` folder matches the model.
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.

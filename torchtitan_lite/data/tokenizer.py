@@ -1,9 +1,6 @@
-"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json``.
-
-Any ``tokenizer.json`` works: the bundled byte-level BPE (vocab 2048, trained by
-``scripts/train_tokenizer.py`` on the Shakespeare training split) or a real model's, e.g. Qwen3's
-(151,643 BPE ids + 26 added tokens). Text is encoded without the tokenizer's own special-token
-post-processing (no BOS/EOS added): the data pipeline places the EOS between documents itself.
+"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json`` (the bundled byte-level BPE,
+vocab 2048, from ``scripts/train_tokenizer.py``, or a real model's). Text is encoded without special tokens:
+the data pipeline places the EOS between documents itself.
 """
 
 from __future__ import annotations
@@ -24,13 +21,11 @@ class Tokenizer:
     """Encode text to token ids and back with a ``tokenizer.json``.
 
     Args:
-        path: path of a ``tokenizer.json`` file.
+        path: a ``tokenizer.json`` file.
         eos_token: the end-of-text token; ``None`` takes the first of :data:`EOS_TOKEN_NAMES` in the vocab.
 
     Attributes:
-        path: the file it was read from.
-        vocab_size: number of ids an embedding table must hold: the largest id (added tokens
-            included) + 1. 2048 for the bundled tokenizer.
+        vocab_size: ids an embedding table must hold: the largest id (added tokens included) + 1.
         eos_id: id of the end-of-text token.
 
     Raises:
