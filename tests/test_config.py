@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Literal
 import pytest
 import tomli
 import torch
+from dist_helpers import launcher_copy
 
 from torchtitan_lite.config import preflight as cfg
 from torchtitan_lite.config import schema
@@ -271,10 +271,7 @@ if config.job.description == "fail":
 
 @pytest.mark.multiprocess
 def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
-    work = tmp_path / "repo"
-    for name in ("torchtitan_lite", "models", "train_configs"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
+    work = launcher_copy(tmp_path)
     (work / "torchtitan_lite" / "train.py").write_text(STUB_TRAINER)
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "NGPU": "2"}
     common = ["./run_train.sh", "--training.num_threads=1", f"--job.dump_folder={tmp_path / 'outputs'}"]

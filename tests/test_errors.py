@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 import torch.distributed as dist
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
+from ckpt_helpers import TINY_MODEL, TINY_RUN, env, text_file
+from dist_helpers import launcher_copy
 
 from models import get_model_spec
 from torchtitan_lite import train
@@ -66,10 +66,7 @@ def test_a_failed_strict_init_check_is_one_error_line_and_exit_1(tmp_path, capsy
 
 @pytest.mark.multiprocess
 def test_run_train_sh_shows_a_bugs_traceback_and_exits_1(tmp_path):
-    work = tmp_path / "repo"
-    for name in ("torchtitan_lite", "models", "train_configs"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
+    work = launcher_copy(tmp_path)
     with open(work / "models" / "__init__.py", "a") as handle:
         handle.write(BUG)
     text_file(tmp_path, n_plays=1)
