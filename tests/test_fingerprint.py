@@ -2,12 +2,14 @@
 
 import hashlib
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 from torch.distributed.tensor.debug import CommDebugMode
 
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -100,3 +102,18 @@ def test_a_sharded_model_is_fingerprinted_with_one_all_reduce_and_no_gather(monk
         dist.destroy_process_group()
     assert {str(op): n for op, n in comms.get_comm_counts().items()} == {"c10d.allreduce_": 1}
     assert fingerprint == reference
+
+
+def test_a_meta_tensor_or_a_partial_placement_is_refused_naming_it():
+    meta = Small().to("meta")
+    with pytest.raises(ValueError, match=r"^model_fingerprint: scale is on meta; materialize and initialize first$"):
+        model_fingerprint(meta)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        partial = nn.Module()
+        partial.w = nn.Parameter(DTensor.from_local(torch.ones(3), mesh, [Partial()]))
+        with pytest.raises(ValueError, match=r"placement P\(sum\) is not supported"):
+            model_fingerprint(partial)
+    finally:
+        dist.destroy_process_group()

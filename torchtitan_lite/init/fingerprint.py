@@ -121,20 +121,20 @@ def model_fingerprint(model: nn.Module) -> str:
     Raises:
         ValueError: a tensor on meta, or a placement it cannot index (see :func:`_global_indices`).
     """
-    device = None
     total = None
     for names, tensor in tensor_groups(model):
         if tensor.device.type == "meta":
             raise ValueError(f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first")
-        device = tensor.device
-        total = torch.zeros((), dtype=torch.int64, device=device) if total is None else total
+        if total is None:  # on the first tensor's device, which the default group's backend reduces
+            total = torch.zeros((), dtype=torch.int64, device=tensor.device)
         indices = _global_indices(tensor)
         if indices is None:
             continue
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        total += _local_sum(tensor_key(names, tensor.dtype, tuple(tensor.shape)), local, indices, tuple(tensor.shape))
+        key = tensor_key(names, tensor.dtype, tuple(tensor.shape))
+        total += _local_sum(key, local, indices, tuple(tensor.shape)).to(total.device)
     if total is None:
-        total = torch.zeros((), dtype=torch.int64, device=device)
+        total = torch.zeros((), dtype=torch.int64)
     if dist.is_initialized():
         dist.all_reduce(total)
     return f"{int(total.item()) % 2**64:016x}"
