@@ -19,10 +19,11 @@
 #
 # Exit status: 2 and one "config error: ..." line on bad configuration (before torchrun starts: torchrun
 # would turn a worker's 2 into 1 and add a long traceback), or one "input error: ..." line when a worker
-# found bad input (data, checkpoint) before training; 1 on a failure during training, with the worker's
-# own "error: ..." line as the last line of output; 0 on success, and on SIGTERM/SIGINT once the workers
-# saved a checkpoint and stopped (torchrun itself then reports 1: the workers' "stopped by a signal" line
-# decides).
+# found bad input (data, tokenizer, checkpoint, HF folder, launch) before training; 1 on a failure during
+# training (non-finite loss, strict init check), with the worker's own "error: ..." line as the last line of
+# output, and on a bug (any other exception: the worker's traceback is above the final "error: training
+# failed" line); 0 on success, and on SIGTERM/SIGINT once the workers saved a checkpoint and stopped
+# (torchrun itself then reports 1: the workers' "stopped by a signal" line decides).
 set -euo pipefail
 
 NGPU=${NGPU:-1}

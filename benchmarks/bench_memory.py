@@ -80,7 +80,7 @@ def main() -> None:
                     base, activation_checkpoint=dataclasses.replace(base.activation_checkpoint, mode=mode,
                                                                     selective_ac_option=option),
                     compile=dataclasses.replace(base.compile, enable=compiled, backend=cli.backend))
-                model, spec, args = build_model(config, info, lambda vocab_size: None)
+                model, spec, args = build_model(config, info)
                 init_weights(model, spec.init_plan(args), base.training.seed, buffer_device=info.device)
                 loss_fn = build_loss_fn(config, info.device)
                 opt = base.optimizer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,16 @@ def torchrun_script(script: str | Path, nproc: int, args: list[str] = (), *, tee
            *(["--tee", "3"] if tee else []), str(script), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def launcher_copy(folder: Path) -> Path:
+    """A copy of the launcher and the packages under ``folder / "repo"`` (``run_train.sh`` run there imports the
+    copy first), for tests that change the trainer or a model before launching; returns its path."""
+    work = folder / "repo"
+    for name in ("torchtitan_lite", "models", "train_configs"):
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
+    return work
 
 
 def rank_results(proc: subprocess.CompletedProcess) -> list[dict]:

@@ -12,7 +12,8 @@ from dist_helpers import leave_together
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.debug import CommDebugMode
 
 from torchtitan_lite.init import sampling
 from torchtitan_lite.init.apply import init_weights, materialize, tensor_groups
@@ -59,6 +60,48 @@ def full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _spied_fingerprint(model: nn.Module) -> tuple[str, dict[str, int], int]:
+    """``(fingerprint, collectives it ran by name, full_tensor() calls)``."""
+    calls, real = [], DTensor.full_tensor
+
+    def spy(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    DTensor.full_tensor = spy
+    try:
+        with CommDebugMode() as comms:
+            fingerprint = model_fingerprint(model)
+    finally:
+        DTensor.full_tensor = real
+    return fingerprint, {str(op): n for op, n in comms.get_comm_counts().items()}, len(calls)
+
+
+class Pair(nn.Module):
+    """Two parameters to place on meshes (uneven for 2 and 3 ranks)."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+        super().__init__()
+        self.a, self.b = nn.Parameter(a), nn.Parameter(b)
+
+
+def _layout_fingerprints(world: int) -> dict[str, list[str]]:
+    """Fingerprints of one pair of tensors, plain and as DTensors on 1-D and 2-D meshes, on this rank."""
+    gen = torch.Generator().manual_seed(SEED)
+    a, b = torch.randn(7, 2 * world + 1, generator=gen), torch.randn(5, generator=gen).bfloat16()
+    mesh_1d, mesh_2d = init_device_mesh("cpu", (world,)), init_device_mesh("cpu", (world, 1))
+    layouts = {"plain": (None, [], []), "R": (mesh_1d, [Replicate()], [Replicate()]),
+               "S(1),S(0)": (mesh_1d, [Shard(1)], [Shard(0)]),
+               "2-D R,S(0)": (mesh_2d, [Replicate(), Shard(0)], [Replicate(), Shard(0)]),
+               "2-D S(1),S(0)": (mesh_2d, [Shard(1), Shard(0)], [Shard(0), Replicate()])}
+    out = {}
+    for name, (mesh, place_a, place_b) in layouts.items():
+        pair = Pair(a.clone(), b.clone()) if mesh is None else Pair(distribute_tensor(a, mesh, place_a),
+                                                                    distribute_tensor(b, mesh, place_b))
+        out[name] = [model_fingerprint(pair), _spied_fingerprint(pair)[2]]
+    return out
+
+
 def main() -> None:
     out_path, block = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(1)
@@ -87,9 +130,10 @@ def main() -> None:
     locals_ = [None] * world
     dist.all_gather_object(locals_, {n: t.to_local().clone() for n, t in
                                      [(names[0], t) for names, t in tensor_groups(model)]})
-    fingerprint = model_fingerprint(model)
+    fingerprint, comms, gathers = _spied_fingerprint(model)
     fingerprints = [None] * world
-    dist.all_gather_object(fingerprints, fingerprint)
+    dist.all_gather_object(fingerprints, (fingerprint, comms, gathers))
+    layouts = _layout_fingerprints(world)
     weights = full_weights(model)
     report = init_report(model, PLAN, result)
     if rank == 0:
@@ -97,6 +141,7 @@ def main() -> None:
             "weights": weights,
             "locals": locals_,
             "fingerprints": fingerprints,
+            "layouts": layouts,
             "tied": model.output.weight is model.tok_embeddings.weight,
             "unkeyed_dtensor_raises": unkeyed_dtensor_raises,
             "placements_match": placements_match,

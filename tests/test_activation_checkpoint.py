@@ -119,7 +119,6 @@ def test_parameter_names_and_init_fingerprint_are_the_same_in_every_mode():
 @pytest.mark.parametrize("option,message", [
     ("0", "positive integer k as a string"),
     ("abc", "got 'abc'"),
-    ("3", "checkpoints no block of a model with 2 layers; use a value <= 2"),
 ])
 def test_bad_selective_option_names_the_value(option, message):
     model = build_random(get_model_spec("qwen3").model_cls, test_qwen3.TINY)
@@ -133,6 +132,13 @@ def test_config_rejects_a_bad_selective_option_in_one_line(value):
         parse_args([f"--activation_checkpoint.selective_ac_option={value}"])
     assert str(err.value).startswith("activation_checkpoint.selective_ac_option (command line): ")
     assert "\n" not in str(err.value)
+
+
+def test_config_rejects_a_selective_k_beyond_the_layers():
+    with pytest.raises(ConfigError, match=r"^activation_checkpoint.selective_ac_option \(command line\): '3' "
+                                          r"checkpoints no block of the 2-layer model; use a value <= 2$"):
+        parse_args(["--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=3",
+                    "--model.overrides.n_layers=2"])
 
 
 def test_config_reads_the_section_and_rejects_the_old_key():

@@ -79,10 +79,10 @@ def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_
                          "--model.overrides.hidden_dim=48"])
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        dims = ParallelDims(dp_shard=1, world_size=1)
+        dims = ParallelDims(dp_shard=-1, world_size=1)
         dims.build_mesh("cpu")
         info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo", dims=dims)
-        model, spec, args = build_model(config, info, lambda vocab_size: None)
+        model, spec, args = build_model(config, info)
         loss_fn = build_loss_fn(config, CPU)
         init_weights(model, spec.init_plan(args), seed=0, buffer_device=CPU)
         tokens = torch.randint(0, args.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))

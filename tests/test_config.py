@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Literal
 import pytest
 import tomli
 import torch
+from dist_helpers import launcher_copy
 
 from torchtitan_lite.config import preflight as cfg
 from torchtitan_lite.config import schema
@@ -171,6 +171,21 @@ def test_cross_field_rules(tmp_path):
         cfg.parse_args(["--job.config_file", str(tmp_path / "sched.toml")])
     with pytest.raises(cfg.ConfigError, match=r"^training.hf_dataset_name \(default\): dataset = \"hf\" needs"):
         cfg.parse_args(["--training.dataset=hf"])
+    with pytest.raises(cfg.ConfigError, match=r"^training.hf_dataset_name \(command line\): is set but "
+                                              r"training.dataset is 'shakespeare'"):
+        cfg.parse_args(["--training.hf_dataset_name=allenai/c4"])
+    with pytest.raises(cfg.ConfigError, match=r"^training.dataset_path \(command line\): local files and dataset = "
+                                              r"\"hf\" exclude each other"):
+        cfg.parse_args(["--training.dataset=hf", "--training.hf_dataset_name=allenai/c4", "--training.dataset_path=x"])
+    with pytest.raises(cfg.ConfigError, match=r"^training.streaming \(command line\): the shakespeare plays are read "
+                                              r"in memory"):
+        cfg.parse_args(["--training.streaming"])
+    with pytest.raises(cfg.ConfigError, match=r"^validation.enable \(default\): a streamed local dataset .* has no "
+                                              r"validation split; set --validation.enable=false"):
+        cfg.parse_args(["--training.streaming", "--training.dataset_path=x.jsonl"])
+    with pytest.raises(cfg.ConfigError, match=r"^training.seq_len \(command line\): 300 exceeds the model's "
+                                              r"max_seq_len 256; lower it or set --model.overrides.max_seq_len=300$"):
+        cfg.parse_args(["--training.seq_len=300", "--model.overrides.max_seq_len=256"])
     assert cfg.parse_args(["--training.global_batch_size=32"]).training.global_batch_size == 32
 
 
@@ -256,10 +271,7 @@ if config.job.description == "fail":
 
 @pytest.mark.multiprocess
 def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
-    work = tmp_path / "repo"
-    for name in ("torchtitan_lite", "models", "train_configs"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
+    work = launcher_copy(tmp_path)
     (work / "torchtitan_lite" / "train.py").write_text(STUB_TRAINER)
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "NGPU": "2"}
     common = ["./run_train.sh", "--training.num_threads=1", f"--job.dump_folder={tmp_path / 'outputs'}"]
@@ -274,6 +286,17 @@ def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
     assert failed.returncode == 1
     assert "[rank1]:rank 1 of 2" in failed.stdout and "[rank0]" not in failed.stdout
     assert failed.stderr.strip().splitlines()[-1] == "error: failed on rank 1"
+
+
+def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_path):
+    dump = f"--job.dump_folder={tmp_path / 'out'}"
+    cfg.check_paths(cfg.parse_args([dump, "--model.overrides.vocab_size=2048"]))  # the bundled tokenizer: 2048 ids
+    with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: tokenizer .* has vocab_size 2048 but the "
+                                              r"model has 2047 embedding rows"):
+        cfg.check_paths(cfg.parse_args([dump, "--model.overrides.vocab_size=2047"]))
+    (tmp_path / "bad.json").write_text("not json")
+    with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: cannot read tokenizer file .*bad.json"):
+        cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
 
 def test_readme_config_reference_is_the_help_text():

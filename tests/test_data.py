@@ -18,10 +18,10 @@ from torchtitan_lite.data.loader import (
     PackedWindows,
     StreamingWindows,
     build_dataloader,
-    check_vocab,
     tokenize_documents,
 )
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
+from torchtitan_lite.errors import InputError
 
 torch.set_num_threads(1)
 
@@ -301,7 +301,7 @@ def test_streaming_validation_restarts_from_the_beginning(toy_tokenizer, tmp_pat
 
 
 def test_missing_path(toy_tokenizer, tmp_path):
-    with pytest.raises(FileNotFoundError, match="dataset_path not found: .*nowhere"):
+    with pytest.raises(InputError, match="dataset_path not found: .*nowhere"):
         _local_loader(toy_tokenizer, tmp_path / "nowhere")
 
 
@@ -340,15 +340,7 @@ def test_bad_arguments_are_named():
     common = dict(tokenizer=tok, seq_len=8, local_batch_size=1)
     with pytest.raises(ValueError, match="unknown dataset 'c4'; use one of shakespeare, hf"):
         build_dataloader(dataset="c4", **common)
-    with pytest.raises(ValueError, match="dataset_path='x.txt' with dataset='hf': use one of"):
-        build_dataloader(dataset="hf", hf_dataset_name="allenai/c4", dataset_path="x.txt", **common)
-    with pytest.raises(ValueError, match="hf_dataset_name=None with dataset='hf'"):
-        build_dataloader(dataset="hf", **common)
+    with pytest.raises(ValueError, match="a streaming local dataset has no validation split"):
+        build_dataloader(dataset_path="x.txt", streaming=True, split="validation", **common)
     with pytest.raises(ValueError, match=r"dp_rank must be in \[0, dp_world_size=2\), got 2"):
         build_dataloader(dp_rank=2, dp_world_size=2, **common)
-
-
-def test_check_vocab(toy_tokenizer):
-    check_vocab(toy_tokenizer, 10_000)
-    with pytest.raises(ValueError, match="vocab_size 10000 but the model has only 9999 embedding rows"):
-        check_vocab(toy_tokenizer, 9999)

@@ -12,6 +12,7 @@ from tokenizers import models, pre_tokenizers
 
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer, build_tokenizer
+from torchtitan_lite.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,7 +82,7 @@ def test_eos_token_parameter_and_known_names(tmp_path):
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.json"):
+    with pytest.raises(InputError, match="tokenizer file not found: .*nope.json"):
         build_tokenizer(str(tmp_path / "nope.json"))
 
 

@@ -6,14 +6,16 @@ data -> load (checkpoint or HF weights) -> init of what was not loaded -> loop (
 clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars -> checkpoints every
 ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``) -> HF export.
 
-Exit status of ``main``: 0 (done, or stopped by a signal after saving), 2 (bad input found while building
-the run: data, checkpoint, HF folder; printed as ``input error: ...``), 1 (a failure during training,
-printed as ``error: ...``). Nothing is written to disk before the inputs are checked.
+Exit status of ``main``: 0 (done, or stopped by a signal after saving); 2 for a
+:class:`~torchtitan_lite.errors.UserError` raised while building the run (data, checkpoint, HF folder, launch;
+one ``input error: ...`` line); 1 for one raised while training (non-finite loss, strict init check; one
+``error: ...`` line) and for any other exception, a bug, which propagates with its traceback. Nothing is
+written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
-FSDP2 sums gradients over ranks (see ``parallelize.py``), so the gradient is that of the mean loss
+FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
 over all tokens of the global batch, exactly as one process would compute it.
 """
 
@@ -31,10 +33,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import get_model_spec
-from torchtitan_lite.components.checkpoint import Checkpointer, checkpoint_folder, load_at_start, model_args_json
+from torchtitan_lite.components.checkpoint import (
+    Checkpointer,
+    TrainState,
+    checkpoint_folder,
+    find_checkpoint,
+    model_args_json,
+)
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
-from torchtitan_lite.components.hf_io import export_hf, state_dict_adapter
+from torchtitan_lite.components.hf_io import export_hf, import_hf, state_dict_adapter
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler
 from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
@@ -43,20 +51,21 @@ from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.loader import build_dataloader, check_vocab
+from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
 
 
-class TrainingError(RuntimeError):
-    """A failure the user can act on; printed as one ``error: ...`` line."""
+class TrainingError(UserError, RuntimeError):
+    """A setting the trainer cannot run with (see :mod:`torchtitan_lite.errors`)."""
 
 
 @dataclass
@@ -113,21 +122,14 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
 
-def build_model(config: JobConfig, info: DistInfo, vocab_check) -> tuple[nn.Module, object, object]:
+def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
     """Model on meta -> ``spec.parallelize`` (:func:`parallel_options`) -> ``to_empty`` on the device.
 
-    Returns ``(model, spec, args)``; the model's values are uninitialized (see :func:`initialize`).
-
-    Raises:
-        TrainingError: ``training.seq_len`` exceeds the model's ``max_seq_len``.
-        ValueError: ``activation_checkpoint.selective_ac_option`` k exceeds the number of layers.
+    Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
+    ``seq_len``, selective k) by ``config.preflight``.
     """
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
-    vocab_check(args.vocab_size)
-    if config.training.seq_len > args.max_seq_len:
-        raise TrainingError(f"training.seq_len = {config.training.seq_len} exceeds the model's max_seq_len = "
-                            f"{args.max_seq_len}; lower seq_len or set --model.overrides.max_seq_len")
     with torch.device("meta"):
         model = spec.model_cls(args)
     model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
@@ -165,7 +167,7 @@ class Trainer:
         torch.manual_seed(config.training.seed)
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
-        self.model, self.spec, self.args = build_model(config, info, lambda v: check_vocab(tokenizer, v))
+        self.model, self.spec, self.args = build_model(config, info)
         self.loss_fn = build_loss_fn(config, info.device)
         self.hooks = self.spec.training_hooks(self.model, info.dims, self.accum)
         opt = config.optimizer
@@ -192,7 +194,7 @@ class Trainer:
             lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
-        self.train_state, loaded, self.load_lines = load_at_start(config, self.checkpointer, self.model, self.args)
+        self.train_state, loaded, self.load_lines = self._load_at_start()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
                                         buffer_device=info.device)
@@ -219,6 +221,32 @@ class Trainer:
                                      steps=debug.profile_steps, rank=info.rank, device=info.device)
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
+
+    def _load_at_start(self) -> tuple[TrainState, list[str], list[str]]:
+        """``(train_state, loaded model names, log lines)``: resume from a checkpoint if there is one to resume,
+        else import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], [])``.
+
+        Raises:
+            CheckpointError, HFError: see :meth:`Checkpointer.load` and ``hf_io.import_hf``.
+        """
+        cfg, cp = self.config, self.config.checkpoint
+        folder = checkpoint_folder(cfg.job.dump_folder, cp.folder)
+        path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+        if path is not None:
+            result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
+            skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
+            return train_state, result.loaded_names, [
+                f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
+        if cp.initial_load_hf is None:
+            return TrainState(), [], []
+        adapter = state_dict_adapter(cfg.model.name, self.args)
+        imported = import_hf(self.model, cp.initial_load_hf, adapter,
+                             allow_unexpected=cp.initial_load_hf_allow_unexpected)
+        lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
+                 f"{', '.join(imported.missing) or 'none'}"]
+        if imported.unexpected:
+            lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
+        return TrainState(), imported.loaded, lines
 
     def _run_folder(self):
         """The run folder, named and created on rank 0 and broadcast to the others."""
@@ -257,8 +285,7 @@ class Trainer:
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
 
     def _memory_and_compile_line(self) -> str:
-        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``: what shapes speed and
-        memory."""
+        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
         cfg = self.config
         ac = cfg.activation_checkpoint
         ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
@@ -399,20 +426,21 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of each worker: train and return 0, or print one error line and return 2 (bad input
-    while building the run: ``input error: ...``) or 1 (``error: ...``)."""
+    """Entry point of each worker: train and return 0, or print a :class:`~torchtitan_lite.errors.UserError` as
+    one line and return 2 (raised while building the run: ``input error: ...``) or 1 (while training:
+    ``error: ...``). Any other exception propagates with its traceback."""
     config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
     stop = StopRequest()
     finished = False
     try:
         try:
             trainer = Trainer(config)
-        except (ValueError, FileNotFoundError) as err:
+        except UserError as err:
             print(f"input error: {err}", file=sys.stderr, flush=True)
             return 2
         trainer.train(stop)
         finished = True
-    except (TrainingError, ValueError, FileNotFoundError, RuntimeError) as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 1
     finally:
@@ -422,11 +450,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_after(code: int) -> None:
-    """Leave the worker with ``code``. After a success (0: every rank passed the final barrier and destroyed the
-    group, checkpoints and TensorBoard are closed) skip the interpreter's teardown with ``os._exit``: torch 2.13
-    on gloo can abort there ("terminate called without an active exception", SIGABRT, seen once in CI in a test
-    worker that shuts down the same way), which would turn a finished run into a failed one. Inductor's compile
-    workers exit on their own when their parent is gone. Errors exit normally."""
+    """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
+    with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
+    "Distributed: exiting together"); errors exit normally."""
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0:

@@ -1,21 +1,11 @@
 """Activation memory on any device, CPU included: bytes of the tensors an autograd step keeps alive.
 
-On CPU the process RSS only grows (freed memory stays with the allocator) and there is no allocator
-statistic, so :class:`ActivationMemory` counts tensors instead: a ``TorchDispatchMode`` that sees
-every op run inside its ``with`` block (forward, activation-checkpoint recomputes, backward) and
-records each NEW storage an op returns (unique storages: views and in-place results share their
-input's storage and are not counted again) until it is freed (``weakref.finalize`` on the storage).
-
-Why not ``torch.autograd.graph.saved_tensors_hooks``: only the innermost hook sees a saved tensor,
-and inside a checkpointed block ``torch.utils.checkpoint`` installs its own; the outputs that a
-selective-checkpoint policy keeps (``create_selective_checkpoint_contexts``) are held in the
-policy's cache, never passed to a hook; and a recompute's tensors live only during backward. Hooks
-would report op-level checkpointing as equal to full checkpointing and miss the recompute peak.
-Counting live storages sees all three.
-
-What is counted: tensors created inside the block (activations, recomputed activations, temporaries,
-gradients as backward produces them, the loss); not tensors that existed before (parameters, the
-batch). ``at_mark`` read right after the forward is the memory kept for backward.
+A ``TorchDispatchMode`` sees every op inside its ``with`` block (forward, recomputes, backward) and counts
+each NEW storage an op returns (views and in-place results share their input's) until it is freed
+(``weakref.finalize``): activations, recomputes, temporaries, gradients, the loss; not the parameters or the
+batch made before. CPUs have no allocator statistic and the RSS only grows; ``saved_tensors_hooks`` miss
+what a selective-checkpoint policy caches and the recompute peak (see ``docs/design.md``, "Activation
+memory: why count storages").
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
 """Distributed checkpoints (``torch.distributed.checkpoint``, DCP): atomic step folders, discovery, resume.
 
-Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata`` and one ``__<rank>_0.distcp`` per
-rank) and ``meta.json`` (step, model, flavor, model args, world size; readable without torch). The
-checkpoint folder is ``checkpoint.folder`` joined to ``job.dump_folder`` (an absolute ``checkpoint.folder``
-stays as is): a stable place, unlike the timestamped run folder, so re-running the same command resumes
-(torchtitan's ``<dump_folder>/checkpoint/step-N``).
-
-Content (keys of the DCP state dict):
-  * ``model``, ``optimizer``: ``torch.distributed.checkpoint.state_dict.get_state_dict`` (sharded DTensors,
-    fully qualified names; persistent buffers such as MoE load-balancing state come with the model);
-    DCP reshards them on load, so any world size can load them.
-  * ``lr_scheduler``, ``train_state`` (step, tokens seen, skipped steps): the same on every rank.
-  * ``dataloader.dp_rank_<r>`` and ``rng.dp_rank_<r>`` (torch CPU and device generator states): one per
-    rank. With the saved world size every rank loads its own. With another one the RNG states are not
-    restored, and the data loader state depends on the data set: a map-style one holds the global
-    position in the window stream, the same on every rank (see ``torchtitan_lite.data``), so every rank
-    loads ``dataloader.dp_rank_0`` and the data continues exactly; a streaming one is per rank, so loading
-    is refused (``exclude_from_loading = ["dataloader"]`` loads the rest and restarts the data order).
-
-Note: on atomic saves. Every rank writes into ``step-N.tmp``; after all ranks finished (a barrier), rank 0
-writes ``meta.json`` last and renames the folder to ``step-N`` (``os.rename`` is atomic on POSIX). A crash
-or SIGKILL at any point leaves either no ``step-N`` or a complete one; discovery only accepts names
-``step-<int>`` holding ``meta.json``, so a ``.tmp`` is never loaded. Older checkpoints beyond
-``keep_latest_k`` are deleted only after the new one is renamed. Stale ``.tmp`` folders of an earlier,
-killed run are removed at this run's first save.
-
-Note: on async saves. ``async_mode = "async"`` starts ``dcp.async_save`` (a background thread writes a
-staged CPU copy, over its own gloo process group) and training goes on; the pending save is finished
-(wait, barrier, ``meta.json``, rename, pruning) before the next save starts and at the end of training.
+Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``__<rank>_0.distcp`` per rank)
+and ``meta.json`` (format, step, model, flavor, model args, world size), written last. The checkpoint folder
+is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's ``<dump_folder>/checkpoint/step-N``), so
+re-running a command resumes. DCP state-dict keys: ``model`` and ``optimizer`` (``get_state_dict``: sharded
+DTensors, resharded on load for any world size), ``lr_scheduler``, ``train_state``, and per rank
+``dataloader.dp_rank_<r>`` and ``rng.dp_rank_<r>``. On another world size the RNG states are skipped and every
+rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is global; a streaming one's is refused).
+Saves are atomic (``step-N.tmp`` renamed when complete) and may run in the background; see
+``docs/design.md``, "Checkpoints: atomic and async saves".
 """
 
 from __future__ import annotations
@@ -45,17 +26,18 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_optimizer_state_dict
 
+from torchtitan_lite.errors import UserError
+
 META_FILE = "meta.json"
 """Per-checkpoint description, written last by rank 0."""
 FORMAT_VERSION = 2
-"""Version of the layout above, stored in ``meta.json`` (2: the map-style data loader state is the global
-position, ``windows_consumed``)."""
+"""Version of the layout above, stored in ``meta.json`` (2: the map-style loader state is ``windows_consumed``)."""
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
 _STEP_RE = re.compile(r"^step-(\d+)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used: one line naming the file or key and what to do."""
 
 
@@ -77,13 +59,8 @@ def complete_steps(folder: str) -> list[int]:
 
 
 def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = None) -> str | None:
-    """The checkpoint to resume from, or ``None`` for a fresh start.
-
-    Args:
-        folder: the checkpoint folder (see :func:`checkpoint_folder`).
-        load_step: ``-1`` = the latest complete checkpoint in ``folder`` (``None`` if there is none);
-            otherwise ``step-<load_step>`` in ``folder``, which must exist.
-        load_path: a checkpoint folder anywhere (a ``step-N`` folder); wins over ``folder``/``load_step``.
+    """The checkpoint to resume from, or ``None`` for a fresh start: ``load_path`` (a ``step-N`` folder anywhere)
+    if given, else in ``folder`` the latest complete one (``load_step = -1``) or ``step-<load_step>``.
 
     Raises:
         CheckpointError: ``load_path`` or the requested step does not exist (message lists what exists).
@@ -104,11 +81,8 @@ def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = No
 
 
 def read_meta(path: str) -> dict[str, Any]:
-    """``meta.json`` of the checkpoint at ``path``, after checking the folder is complete and intact.
-
-    Checks that ``meta.json`` parses, that DCP's ``.metadata`` reads, and that every data file it
-    references exists and is long enough (a truncated or deleted shard is caught here, before any
-    process group starts).
+    """``meta.json`` of the checkpoint at ``path``, after checking that it parses, that DCP's ``.metadata``
+    reads and that every data file it references exists and is long enough (truncated or deleted shards).
 
     Raises:
         CheckpointError: the first problem found, naming the file.
@@ -181,14 +155,9 @@ class TrainState:
 
 @dataclass
 class LoadResult:
-    """What :meth:`Checkpointer.load` restored.
-
-    Attributes:
-        path: the checkpoint folder.
-        step: its step.
-        loaded_names: model state names that were loaded (pass to ``init_weights(skip=...)``).
-        excluded: parts not loaded (``checkpoint.exclude_from_loading``, plus ``rng`` on a new world size).
-    """
+    """What :meth:`Checkpointer.load` restored from the checkpoint folder ``path`` of step ``step``:
+    ``loaded_names`` (model state names, for ``init_weights(skip=...)``) and the ``excluded`` parts
+    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new world size)."""
 
     path: str
     step: int
@@ -214,12 +183,10 @@ class Checkpointer:
 
     Args:
         folder: the checkpoint folder (:func:`checkpoint_folder`).
-        model, optimizer, lr_scheduler, dataloader: the trainer's objects (the dataloader is a
-            ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data` training set).
-        rank, world_size, device: this process.
+        dataloader: a ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data.loader` training set.
         meta: what ``meta.json`` records besides step and world size: ``model``, ``flavor``, ``model_args``.
         keep_latest_k: complete checkpoints to keep (0 = all).
-        async_mode: ``"disabled"`` or ``"async"`` (see the note on async saves).
+        async_mode: ``"disabled"`` or ``"async"`` (a background write; :meth:`finish` completes it).
     """
 
     def __init__(self, folder: str, *, model, optimizer, lr_scheduler, dataloader, rank: int, world_size: int,
@@ -251,11 +218,8 @@ class Checkpointer:
         return state
 
     def save(self, train_state: TrainState) -> str | None:
-        """Save everything as ``step-<train_state.step>`` (atomically; see the module notes); its path.
-
-        With ``async_mode = "async"`` the write continues in the background and this returns ``None``;
-        :meth:`finish` completes it.
-        """
+        """Save everything as ``step-<train_state.step>``, atomically; its path, or ``None`` while an async
+        write continues (:meth:`finish` completes it)."""
         self.finish()
         final = os.path.join(self.folder, f"step-{train_state.step}")
         tmp = final + ".tmp"
@@ -308,10 +272,9 @@ class Checkpointer:
     def load(self, path: str, exclude: tuple[str, ...] = ()) -> tuple[LoadResult, TrainState]:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
-        The folder is checked again with :func:`read_meta` (the model match was checked before launch by
-        ``config.check_paths``). With another world size than the saved one the RNG states are skipped
-        (reported in ``LoadResult.excluded``) and every rank loads rank 0's data loader state, which a
-        map-style data set (``dataset.world_size_invariant``) resumes exactly from (see the module docstring).
+        Reads ``meta.json`` with :func:`read_meta` (the model match was checked before launch by
+        ``config.check_paths``). With another world size the RNG states are skipped (``LoadResult.excluded``)
+        and every rank loads rank 0's data loader state (``dataset.world_size_invariant`` must be true).
 
         Raises:
             CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size
@@ -347,39 +310,3 @@ class Checkpointer:
         train_state = TrainState(**state["train_state"]) if "train_state" in state else TrainState()
         result = LoadResult(path, int(meta["step"]), sorted(state["model"]), excluded)
         return result, train_state
-
-
-def load_at_start(config, checkpointer: Checkpointer, model, args) -> tuple[TrainState, list[str], list[str]]:
-    """Resume from a checkpoint if there is one to resume, else import ``checkpoint.initial_load_hf`` if set.
-
-    Args:
-        config: the :class:`~torchtitan_lite.config.JobConfig`.
-        checkpointer: this run's checkpointer.
-        model: the materialized (sharded) model.
-        args: its model args.
-
-    Returns:
-        ``(train_state, loaded model names, log lines)``; a fresh start gives ``(TrainState(), [], [])``.
-
-    Raises:
-        CheckpointError, HFError: see :meth:`Checkpointer.load` and :func:`~torchtitan_lite.hf_io.import_hf`.
-    """
-    from torchtitan_lite.components.hf_io import import_hf, state_dict_adapter
-
-    cp = config.checkpoint
-    folder = checkpoint_folder(config.job.dump_folder, cp.folder)
-    path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
-    if path is not None:
-        result, train_state = checkpointer.load(path, tuple(cp.exclude_from_loading))
-        skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
-        return train_state, result.loaded_names, [
-            f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
-    if cp.initial_load_hf is None:
-        return TrainState(), [], []
-    adapter = state_dict_adapter(config.model.name, args)
-    imported = import_hf(model, cp.initial_load_hf, adapter, allow_unexpected=cp.initial_load_hf_allow_unexpected)
-    lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
-             f"{', '.join(imported.missing) or 'none'}"]
-    if imported.unexpected:
-        lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
-    return TrainState(), imported.loaded, lines

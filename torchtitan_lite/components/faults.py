@@ -1,24 +1,17 @@
 """Faults during training: stop requests (SIGTERM/SIGINT) and non-finite losses or gradient norms.
 
-Note: on preemption. A scheduler (or Ctrl-C) sends SIGTERM/SIGINT to ``run_train.sh``; it forwards the
-signal to torchrun, which forwards it to every worker and SIGKILLs them after its shutdown timeout
-(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 30 s by default). :class:`StopRequest` turns the signal into a flag;
-after each step the ranks agree on it (one all-reduce of one number on a CPU process group, since the
-signal may reach them during different steps; no device sync), save a checkpoint at the step reached and
-return normally, so the workers exit 0. Finishing a step and saving must fit in the shutdown timeout.
+Note: on preemption. ``run_train.sh`` forwards SIGTERM/SIGINT to torchrun, which forwards it to the workers
+and SIGKILLs them after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (30 s by default). :class:`StopRequest` turns the
+signal into a flag; after each step the ranks agree on it (one all-reduce on a CPU group: the signal may
+reach them in different steps), save and return, so the workers exit 0.
 
-Note: on non-finite steps without a sync per step. Reading a loss on the host waits for the device, so
-:class:`NonFiniteGuard` keeps its evidence on the device: each step it records, with tensor ops only,
-the first step whose local loss or global gradient norm was not finite. The ranks agree on it (one
-all-reduce, then one host read) only when the trainer syncs anyway: at log steps (``metrics.log_freq``),
-before every checkpoint save, and every step under ``skip`` (which must decide before the update).
-``stop`` then raises :class:`NonFiniteError` naming the first bad step. When that step is a sync step
-(every step with ``log_freq = 1``, the default) the bad update never reaches the optimizer; otherwise
-the updates up to the next sync step were applied, and the error says so. Either way no checkpoint is
-written from a non-finite state, because saving checks first, so the last good one stays as it is.
-``skip`` drops the update (weights and optimizer moments unchanged; the data and the LR schedule move
-on) up to ``max_skipped_steps`` times in the whole run, then stops as ``stop`` does; it costs one host
-sync per step (measured by ``benchmarks/bench_train.py``).
+Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device, with
+tensor ops only, the first step whose local loss or global gradient norm was not finite; the ranks agree on
+it (one all-reduce, one host read) at log steps, before every save, and every step under ``skip``. ``stop``
+then raises :class:`NonFiniteError` naming that step: with ``log_freq = 1`` before its update is applied,
+otherwise after the updates up to the sync step (the error says so); saving checks first, so no checkpoint
+holds a non-finite state. ``skip`` drops the update (weights and moments unchanged, data and LR move on) up
+to ``max_skipped_steps`` times in the run, at one host sync per step.
 """
 
 from __future__ import annotations
@@ -28,23 +21,22 @@ import signal
 import torch
 import torch.distributed as dist
 
+from torchtitan_lite.errors import UserError
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that ask the run to save and stop."""
 NONFINITE_POLICIES = ("stop", "skip")
 """Values of ``training.nonfinite_policy``."""
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(UserError, RuntimeError):
     """A non-finite loss or gradient norm that the policy does not (or no longer) allow to skip."""
 
 
 class StopRequest:
-    """Records SIGTERM/SIGINT instead of dying; :meth:`agreed` tells every rank whether any got one.
-
-    Installing replaces the handlers of :data:`STOP_SIGNALS` in this process (main thread only);
-    :meth:`restore` puts the previous ones back. Repeated signals are harmless (torchrun forwards a
-    Ctrl-C that the workers also received from the terminal).
-    """
+    """Records SIGTERM/SIGINT instead of dying (handlers of :data:`STOP_SIGNALS` replaced in this process, main
+    thread only, until :meth:`restore`); :meth:`agreed` tells every rank whether any got one. Repeated
+    signals are harmless."""
 
     def __init__(self):
         self.signal_name: str | None = None
@@ -54,12 +46,8 @@ class StopRequest:
         self.signal_name = signal.Signals(signum).name
 
     def agreed(self, group: dist.ProcessGroup | None = None) -> bool:
-        """Whether any rank received a stop signal (a collective: call on every rank at the same point).
-
-        Args:
-            group: a process group that reduces CPU tensors (gloo): ``DistInfo.cpu_group``; ``None`` =
-                the default group, which must then be gloo. A CPU group keeps the device out of it.
-        """
+        """Whether any rank received a stop signal (a collective on ``group``, a gloo group such as
+        ``DistInfo.cpu_group``; ``None`` = the default group, then gloo)."""
         flag = torch.tensor([1 if self.signal_name else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
         return bool(flag.item())
@@ -71,8 +59,7 @@ class StopRequest:
 
 
 class NonFiniteGuard:
-    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm; see "Note: on
-    non-finite steps without a sync per step" in this module.
+    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm (see the module notes).
 
     Args:
         policy: ``"stop"`` or ``"skip"``.
@@ -100,13 +87,8 @@ class NonFiniteGuard:
         self._first_values = torch.zeros(2, dtype=torch.float32, device=self._device)
 
     def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Note step ``step`` if ``loss`` (this rank's) or ``grad_norm`` is not finite: tensor ops only, no sync.
-
-        Args:
-            step: 1-based step.
-            loss: 0-dim tensor on the device (any float dtype): this rank's loss of the step.
-            grad_norm: 0-dim tensor on the device.
-        """
+        """Note 1-based step ``step`` if this rank's ``loss`` or ``grad_norm`` (0-dim tensors on the device, any
+        float dtype) is not finite: tensor ops only, no sync."""
         values = torch.stack([loss.detach().float(), grad_norm.detach().float()])  # (2,)
         first = ~torch.isfinite(values).all() & (self._first_step == self._NONE)
         self._first_step = torch.where(first, step, self._first_step)
@@ -120,10 +102,8 @@ class NonFiniteGuard:
         return None if step == self._NONE else step
 
     def apply_update(self, step: int, *, sync: bool) -> bool:
-        """Whether step ``step``'s update may be applied (call after :meth:`record`, on every rank).
-
-        Without ``sync`` under ``stop`` it returns ``True`` at once (no device sync; see the module note).
-        Otherwise the ranks agree: ``True`` = apply, ``False`` = skip it (``skip``, counted).
+        """Whether step ``step``'s update may be applied (after :meth:`record`, on every rank): at once ``True``
+        without ``sync`` under ``stop``; otherwise the ranks agree (``False``: skipped and counted).
 
         Raises:
             NonFiniteError: a bad step under ``stop``, or under ``skip`` beyond ``max_skipped_steps``;
@@ -141,10 +121,8 @@ class NonFiniteGuard:
         raise NonFiniteError(self._message(bad, applied_through=step - 1))
 
     def check(self, step: int) -> None:
-        """Raise :class:`NonFiniteError` if any rank recorded a bad step (a collective): call before saving.
-
-        ``step`` is the step reached, named in the message when it differs from the first bad one.
-        """
+        """Raise :class:`NonFiniteError` if any rank recorded a bad step (a collective; ``step`` is the step
+        reached). Call before saving."""
         bad = self.agreed_first_bad_step()
         if bad is not None:
             raise NonFiniteError(self._message(bad, applied_through=step))

@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from models import get_model_spec
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import named_state_tensors
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,7 +40,7 @@ IGNORED_CONFIG_FIELDS = ("max_seq_len",)
 """Args that may differ from the HF config: the RoPE table length changes no weight."""
 
 
-class HFError(ValueError):
+class HFError(UserError, ValueError):
     """An HF folder that cannot be imported: one line naming the file or key and what to do."""
 
 

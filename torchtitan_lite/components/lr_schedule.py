@@ -54,13 +54,9 @@ def wsd_lr_factor(
 def check_wsd_args(
     *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
 ) -> None:
-    """Validate WSD schedule arguments.
-
-    Raises:
-        ValueError: ``steps < 1``; ``warmup_steps < 0``; ``decay_ratio`` outside ``[0, 1]``;
-            unknown ``decay_type``; ``min_lr_factor`` outside ``[0, 1]``; or warmup and decay
-            overlapping (``warmup_steps + round(decay_ratio * steps) > steps``).
-    """
+    """Raise ValueError for ``steps < 1``, ``warmup_steps < 0``, ``decay_ratio`` or ``min_lr_factor`` outside
+    ``[0, 1]``, an unknown ``decay_type``, or warmup and decay overlapping (``warmup + round(ratio * steps) >
+    steps``)."""
     if steps < 1:
         raise ValueError(f"lr schedule: steps must be >= 1, got {steps}")
     if warmup_steps < 0:
@@ -88,12 +84,8 @@ def build_lr_scheduler(
     decay_type: str,
     min_lr_factor: float,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` following :func:`wsd_lr_factor`.
-
-    Usage: ``optimizer.step(); scheduler.step()`` once per training step. At construction the LR is
-    already that of step 1 (``LambdaLR`` calls its function with ``last_epoch = 0``, mapped to
-    step 1); after ``k`` calls of ``scheduler.step()`` it is that of step ``k + 1``. Its state
-    (``last_epoch``) goes into checkpoints with ``scheduler.state_dict()``.
+    """A ``LambdaLR`` following :func:`wsd_lr_factor`: the LR of step 1 at construction, of step ``k + 1`` after
+    ``k`` calls of ``scheduler.step()`` (one per ``optimizer.step()``).
 
     Raises:
         ValueError: see :func:`check_wsd_args`.

@@ -1,9 +1,7 @@
 """Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the run folder.
 
-Throughput follows torchtitan's convention: tokens/s and TFLOPs are PER DEVICE (this rank's tokens
-over wall time), so numbers compare across world sizes; MFU = achieved FLOP/s / the device's peak
-FLOP/s (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, App. B), with the model's training FLOPs per
-token (6N plus attention) from its ``ModelSpec.num_flops_per_token``.
+Tokens/s and TFLOPs are PER DEVICE (torchtitan's convention); MFU = achieved FLOP/s / the device's peak
+FLOP/s (PaLM, arXiv 2204.02311, App. B), from ``ModelSpec.num_flops_per_token``.
 """
 
 from __future__ import annotations
@@ -43,14 +41,12 @@ def format_step_line(
     elapsed_s: float,
     eta_s: float,
 ) -> str:
-    """The log line of one step, fields separated by two spaces, e.g.
-    ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  mem 1.23GiB
-    data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line).
+    """The log line of one step, e.g. ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops
+    0.12  mfu n/a  mem 1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line).
 
-    Units: ``tps`` tokens/s per device; ``tflops`` achieved 1e12 FLOP/s per device; ``mfu`` a
-    fraction (printed as a percentage) or ``None`` (printed ``n/a``, peak unknown); ``memory_bytes``
-    bytes (printed in GiB) or ``None`` (``n/a``); ``data_wait_s`` seconds per step spent waiting for
-    the next batch (printed in ms); ``elapsed_s``/``eta_s`` seconds.
+    Units: ``tps`` tokens/s and ``tflops`` 1e12 FLOP/s per device; ``mfu`` a fraction (printed in percent) or
+    ``None`` (``n/a``); ``memory_bytes`` bytes (printed in GiB) or ``None``; ``data_wait_s`` seconds per step
+    (printed in ms); ``elapsed_s``/``eta_s`` seconds.
     """
     mfu_text = "n/a" if mfu is None else f"{100 * mfu:.2f}%"
     mem_text = "n/a" if memory_bytes is None else f"{memory_bytes / GIB:.2f}GiB"
@@ -62,10 +58,8 @@ def format_step_line(
 
 
 def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Path:
-    """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time).
-
-    A name already taken gets ``-2``, ``-3``, ... appended. Call on rank 0 only and broadcast the
-    path to the other ranks (e.g. ``dist.broadcast_object_list``).
+    """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time; ``-2``, ``-3``,
+    ... when taken). Call on rank 0 and broadcast the path.
 
     Raises:
         OSError: ``dump_folder`` cannot be created or written.
@@ -85,29 +79,16 @@ def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Pa
 class MetricsLogger:
     """Prints the step log line every ``log_freq`` steps and writes TensorBoard scalars on rank 0.
 
-    A line is due (:meth:`due`) on the first step of the run, every ``log_freq``-th step and the last
-    step; the trainer reads the loss and the other values on the host only then (no host-device sync on
-    the other steps) and calls :meth:`log_step`. Throughput, data wait and ETA use the window since the
-    previous line. Every rank prints (the launcher filters ranks); only rank 0 writes TensorBoard, into
-    ``<run_folder>/<tb_subfolder>``.
-
-    TensorBoard scalars (tag: unit): ``loss/train``, ``loss/validation`` (nats/token), ``grad_norm``,
-    ``lr``, ``tps`` (tokens/s per device), ``tflops`` (per device), ``mfu`` (percent; only when the
-    peak is known), ``memory_gib`` (GiB; only when given), ``data_wait_ms`` (ms per step waiting for
-    data), ``tokens_seen`` (global tokens: ``step * tokens_per_step * world_size``, exact because every
-    step has the same global batch).
+    A line is due (:meth:`due`) on the first, every ``log_freq``-th and the last step (the trainer reads values
+    on the host only then); throughput, data wait and ETA cover the window since the previous line. Every
+    rank prints; rank 0 writes TensorBoard into ``<run_folder>/<tb_subfolder>``: ``loss/train``,
+    ``loss/validation`` (nats/token), ``grad_norm``, ``lr``, ``tps``, ``tflops``, ``mfu`` (percent, known peak
+    only), ``memory_gib``, ``data_wait_ms`` (per step), ``tokens_seen`` (``step * tokens_per_step * world_size``).
 
     Args:
-        run_folder: the run's folder (from :func:`make_run_folder`).
-        enable_tensorboard: write TensorBoard events (rank 0).
-        tb_subfolder: subfolder of ``run_folder`` for the events, e.g. ``"tb"``.
-        rank: this process's global rank.
-        log_freq: print every this many steps, >= 1.
-        total_steps: the run's last step, for the ETA.
-        world_size: number of data-parallel ranks, for ``tokens_seen``.
+        world_size: data-parallel ranks, for ``tokens_seen``.
         num_flops_per_token: training FLOPs per token (forward + backward), > 0.
-        peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` when unknown
-            (MFU prints ``n/a``).
+        peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU ``n/a``).
 
     Raises:
         ValueError: ``log_freq``, ``total_steps``, ``world_size`` or ``num_flops_per_token`` out of
@@ -164,16 +145,11 @@ class MetricsLogger:
         """Print, write to TensorBoard and return the line of step ``step``, which must be :meth:`due`.
 
         Args:
-            step: 1-based index of the step just taken.
-            loss: its training loss (global mean over the step's tokens).
-            grad_norm: global gradient norm before clipping.
-            lr: learning rate used by the step.
+            loss: the step's global mean token loss; ``grad_norm``: before clipping.
             tokens_per_step: tokens THIS rank processes per step (all micro-batches).
-            elapsed_s: wall seconds since this run's training loop started, read after the device
-                finished the step (the loss read is such a point).
-            memory_bytes: peak memory in bytes (``torchtitan_lite.distributed.devices.peak_memory_bytes``:
-                the device allocator's peak, or peak RSS on CPU), or ``None``.
-            data_wait_s: seconds this rank waited for batches since the previous line (all its steps).
+            elapsed_s: wall seconds since the loop started, read after the device finished the step.
+            memory_bytes: peak memory (``devices.peak_memory_bytes``) or ``None``.
+            data_wait_s: seconds this rank waited for batches since the previous line.
 
         Raises:
             ValueError: the step is not due (the window arithmetic would be wrong).
@@ -227,8 +203,7 @@ class MetricsLogger:
         print(line, flush=True)
 
     def log_text(self, lines: Iterable[str]) -> None:
-        """Print the run header lines (model, param count, device, world size, init fingerprint) and
-        store them as TensorBoard text ``run/header`` (preformatted)."""
+        """Print ``lines`` and store them as TensorBoard text ``run/header``."""
         lines = list(lines)
         for line in lines:
             print(line, flush=True)

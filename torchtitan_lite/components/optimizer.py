@@ -21,18 +21,10 @@ def split_decay_params(
 ) -> tuple[NamedParams, NamedParams]:
     """Split the trainable parameters of ``model`` into (decay, no_decay), each ``[(name, param)]``.
 
-    Rules, in order (after GPT-2/nanoGPT and torchtitan practice: weight decay shrinks the
-    matrices that mix features; shrinking gains, offsets or lookup rows toward 0 only biases them):
-      * a parameter owned by an ``nn.Embedding`` (including a tied output that *is* the embedding
-        weight): decay iff ``decay_embeddings``;
-      * a bias (name ends in ``bias``) or any parameter with fewer than 2 dims (norm weights):
-        decay iff ``decay_norms_and_biases``;
-      * everything else (linear weight matrices, stacked expert weights): decay.
-    Parameters with ``requires_grad=False`` and all buffers are left out. Each tensor appears once,
-    under its first name in ``model.named_parameters()`` order.
-
-    Returns:
-        ``(decay, no_decay)`` lists of ``(name, param)``, in ``model.named_parameters()`` order.
+    Rules, in order (GPT-2/nanoGPT and torchtitan practice: decay the matrices that mix features): an
+    ``nn.Embedding``'s parameter (a tied output too) decays iff ``decay_embeddings``; a bias or a parameter
+    with fewer than 2 dims iff ``decay_norms_and_biases``; everything else decays. Frozen parameters and
+    buffers are left out; each tensor appears once, in ``model.named_parameters()`` order.
     """
     embedding_ids = {
         id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
@@ -65,14 +57,11 @@ def build_optimizer(
 ) -> torch.optim.AdamW:
     """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``.
 
-    Two param groups, in this order: ``[decay (weight_decay), no_decay (0.0)]`` as split by
-    :func:`split_decay_params`; an empty group is omitted. The step has no per-parameter Python loop:
-    ``fused`` runs one kernel over all parameters, ``foreach`` a few batched ones; both work on FSDP2
-    ``DTensor`` shards (checked on CPU with torch 2.13, where fused is ~7x faster than foreach for the
-    qwen3 debug model's shapes). ``auto`` picks fused when torch lists the device type among those with
-    fused kernels (``torch.utils._foreach_utils._get_fused_kernels_supported_devices``: cpu, cuda, xpu,
-    ... and the PrivateUse1 backend, e.g. npu), else foreach. Call it after
-    :func:`torchtitan_lite.distributed.fsdp.apply_fsdp` so it holds the sharded parameters.
+    Param groups ``[decay (weight_decay), no_decay (0.0)]`` (:func:`split_decay_params`; empty ones omitted).
+    ``fused`` is one kernel for all parameters, ``foreach`` a few batched ones (both take FSDP2 shards);
+    ``auto`` is fused where torch has the kernel for the device type
+    (``torch.utils._foreach_utils._get_fused_kernels_supported_devices``), else foreach. Build it after
+    ``apply_fsdp``, so it holds the sharded parameters.
 
     Args:
         lr: peak learning rate (the LR schedule multiplies it).
@@ -118,18 +107,11 @@ def build_optimizer(
 def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 
-    The norm is over all gradients of all ranks: with FSDP2 each grad is a ``DTensor`` shard, the
-    per-shard norm is a partial result, and ``full_tensor()`` all-reduces it into the global norm
-    (torchtitan's ``dist_utils.clip_grad_norm_`` does the same). Scaling uses torch's
-    ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``).
-
-    A non-finite norm (inf/NaN somewhere in the gradients) is returned as is and the gradients are
-    left untouched, so the caller sees it and decides (skip the step or stop). No host-device sync: the
-    decision "clip or not" is a tensor op, and the norm is one ``foreach`` pass plus one all-reduce.
-
-    Args:
-        parameters: the parameters whose ``.grad`` to clip (those without a grad are ignored).
-        max_norm: > 0.
+    The norm covers every rank's shard: a ``DTensor`` norm of FSDP2 gradients is partial and ``full_tensor()``
+    all-reduces it (as torchtitan's ``dist_utils.clip_grad_norm_``); scaling is torch's
+    ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite norm leaves the
+    gradients untouched and is returned for the caller to decide. One ``foreach`` pass and one all-reduce, no
+    host-device sync. Parameters without a grad are ignored.
 
     Returns:
         0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads).

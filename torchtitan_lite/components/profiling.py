@@ -1,16 +1,9 @@
 """Profile a window of training steps: torch.profiler traces and, where the device has one, a memory snapshot.
 
-``debug.profile`` turns it on; steps ``profile_start_step .. profile_start_step + profile_steps - 1``
-are recorded. Files, in the run folder:
-
-  ``profile/rank<r>_steps<a>-<b>.json``  Chrome trace of the window (open in https://ui.perfetto.dev or
-                                        chrome://tracing); one ``ProfilerStep#<n>`` span per step.
-  ``memory/rank<r>_steps<a>-<b>.pickle`` allocator snapshot with the stack of every allocation of the
-                                        window (drop it on https://pytorch.org/memory_viz); CUDA-like
-                                        devices only (their ``memory._record_memory_history``, reached
-                                        through :func:`torchtitan_lite.distributed.devices.device_module`).
-
-On CPU there is no allocator history: :attr:`StepProfiler.memory_note` says so and no snapshot is written.
+Files in the run folder: ``profile/rank<r>_steps<a>-<b>.json``, a Chrome trace (https://ui.perfetto.dev) with
+one ``ProfilerStep#<n>`` span per step; ``memory/rank<r>_steps<a>-<b>.pickle``, an allocator snapshot for
+https://pytorch.org/memory_viz, on CUDA-like devices only (``memory._record_memory_history``; CPUs have none,
+:attr:`StepProfiler.memory_note` says so).
 """
 
 from __future__ import annotations
@@ -40,8 +33,7 @@ def _memory_api(device_type: str):
 class StepProfiler:
     """Records steps ``start_step .. start_step + steps - 1`` of a run (1-based steps).
 
-    Use :meth:`step` around each training step: ``with profiler.step(n): train_step(...)``. Outside the
-    window it does nothing; a disabled profiler never imports profiler state or touches the device.
+    ``with profiler.step(n): train_step(...)``; outside the window, or disabled, it does nothing.
 
     Args:
         run_folder: the run's folder; traces go to ``profile/``, snapshots to ``memory/``.

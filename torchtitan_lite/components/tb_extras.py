@@ -1,13 +1,6 @@
-"""TensorBoard extras for debug runs: weight histograms and per-layer gradient norms.
-
-``metrics.MetricsLogger`` already writes ``loss/train``, ``loss/validation``, ``lr``, ``tokens_seen``,
-``grad_norm`` and the MoE expert load; these add what an init or stability investigation needs.
-Both functions are collective under FSDP2 (call them on every rank, in the same order); only the
-rank holding a writer (rank 0, ``writer`` is ``None`` elsewhere) writes.
-
-Tags: ``weights/<name>`` (histogram of every parameter and persistent buffer, tied tensors once,
-named ``output.weight=tok_embeddings.weight``) and ``grad_norm/<group>`` (L2 norm of the gradients of
-one block ``layers.<i>``, or of a top-level module: ``tok_embeddings``, ``norm``, ``output``).
+"""TensorBoard extras: weight histograms ``weights/<names>`` (tied tensors once, as
+``output.weight=tok_embeddings.weight``) and gradient norms ``grad_norm/<group>`` (a block ``layers.<i>`` or a
+top-level module). Both are collective under FSDP2 (every rank, same order); rank 0's writer writes.
 """
 
 from __future__ import annotations
@@ -42,14 +35,10 @@ def grad_group(name: str) -> str:
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
-    """L2 norm of the current gradients per :func:`grad_group`, over the full (unsharded) tensors.
+    """group -> L2 norm of the current gradients (full tensors; fp32), per :func:`grad_group`, in model order.
 
-    Call after ``backward`` and before ``zero_grad``. Parameters without a gradient are skipped; a
-    tied tensor counts once, in the group of its first name (``output``). Sharded (``Shard``) DTensor
-    gradients add their local squares over ranks with one ``all_reduce``.
-
-    Returns:
-        group -> norm (fp32 sums of squares, then sqrt), in model order.
+    Call between ``backward`` and ``zero_grad``. A tied tensor counts once, in its first name's group; sharded
+    gradients add their local squares with one ``all_reduce``.
     """
     groups: dict[str, int] = {}
     keys: list[tuple[int, bool]] = []

@@ -1,13 +1,7 @@
-"""The machinery behind :mod:`torchtitan_lite.config`: typed values from TOML and the command line.
-
-The schema (a dataclass of section dataclasses) lives in ``config.py``; this module knows nothing of
-its keys. It reads each field's documentation from the string literal written right under the field
-(as torchtitan's ``JobConfig`` does), coerces values to the field's annotated type, checks declared
-ranges, and formats ``--help`` and the resolved config.
-
-Supported field types: ``int``, ``float``, ``str``, ``bool``, ``X | None``, ``list[X]``,
-``Literal[...]`` (a choice), and ``dict[str, Any]`` (an open sub-table such as ``[model.overrides]``,
-whose values the caller validates).
+"""Typed values from TOML and the command line, for any sectioned dataclass schema (``config/schema.py``): field
+docs read from the string under each field (as torchtitan's ``JobConfig``), coercion to the annotation,
+declared bounds, ``--help`` and the resolved TOML. Field types: ``int``, ``float``, ``str``, ``bool``,
+``X | None``, ``list[X]``, ``Literal[...]`` and ``dict[str, Any]`` (a sub-table the caller validates).
 """
 
 from __future__ import annotations
@@ -23,6 +17,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from torchtitan_lite.errors import UserError
+
 COMMAND_LINE = "command line"
 """The location recorded for a value given as ``--section.key``."""
 
@@ -30,7 +26,7 @@ _NONE_WORDS = ("none", "null")
 _BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad configuration; ``str(err)`` is one line naming the key, where it was set, and the fix."""
 
 
@@ -99,14 +95,9 @@ def type_name(tp: Any) -> str:
 
 
 def coerce(value: Any, tp: Any, *, from_cli: bool) -> Any:
-    """``value`` converted to annotation ``tp``.
-
-    Args:
-        value: a TOML value (already typed), or a command-line string (``from_cli=True``; ``True`` for a
-            bare flag).
-        tp: the field's resolved annotation.
-        from_cli: parse strings: ``int``/``float`` literals, ``true``/``false``, ``none``/``null`` for
-            ``X | None``, comma-separated items (optionally in brackets) for ``list[X]``.
+    """``value`` (a TOML value, or with ``from_cli`` a command-line string or ``True`` for a bare flag) converted
+    to annotation ``tp``. Command-line strings: numbers, ``true``/``false``, ``none``/``null`` for ``X | None``,
+    comma-separated items (optionally in brackets) for ``list[X]``.
 
     Raises:
         BadValue: the value does not fit ``tp`` (message says what was expected and what came).
@@ -230,13 +221,8 @@ MOVED_KEYS = {
 
 
 def set_value(config: Any, key: str, value: Any, where: str) -> None:
-    """Set ``key`` (``section.field``, or ``section.field.name`` for a table field) on ``config``.
-
-    Args:
-        config: a dataclass instance whose fields are section dataclass instances.
-        key: the dotted key.
-        value: a TOML value, or a command-line string / ``True`` when ``where`` is :data:`COMMAND_LINE`.
-        where: where the value was set, for the message (``COMMAND_LINE`` or ``"file.toml line 3"``).
+    """Set ``key`` (``section.field``, or ``section.field.name`` for a table field) on the sectioned ``config``;
+    ``where`` (:data:`COMMAND_LINE` or ``"file.toml line 3"``) goes into messages and decides the parsing.
 
     Raises:
         ConfigError: unknown section or key, a value of the wrong type, or one out of its bounds.

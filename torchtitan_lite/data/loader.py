@@ -1,59 +1,20 @@
 """Data: text documents -> token ids -> packed windows -> a torchdata ``StatefulDataLoader``.
 
-Sources:
-  * ``dataset="shakespeare"`` (default): the 38 plays of :mod:`torchtitan_lite.corpus`, one document
-    per play, through ``datasets.Dataset.from_dict`` (offline, nothing written to disk).
-    ``split="train"`` is 37 plays, ``split="validation"`` the held-out play ``the-tempest``.
-  * local files, when ``dataset_path`` is set (it replaces ``"shakespeare"``; it cannot go with
-    ``"hf"``): a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of
-    them (searched recursively, one format per folder, files in sorted path order), loaded with
-    ``datasets.load_dataset`` (its cache goes to the user's Hugging Face cache, never the repo). A
-    ``.txt`` file is one document; ``.jsonl``/``.json``/``.parquet`` rows are documents, read from
-    ``text_column``. The packed token stream is split: its last
-    ``max(1, round(val_fraction * n_tokens))`` tokens are the validation split, the others the
-    training split (so a single file works too).
-  * ``dataset="hf"``: ``datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split)`` from
-    the hub, for users who are online; ``split`` is passed as is. Same code path as local files
-    after loading.
+Sources: ``dataset="shakespeare"``, the plays of :mod:`~torchtitan_lite.data.corpus` (one document per
+play; ``validation`` is ``the-tempest``, ``train`` the other 37); local files (``dataset_path``: a
+``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of one format, read by ``datasets.load_dataset``;
+a ``.txt`` file is one document, other rows are documents from ``text_column``; the last
+``max(1, round(val_fraction * n_tokens))`` tokens are the validation split); ``dataset="hf"``, a hub dataset.
 
-Packing: every document is tokenized (batch encode), followed by the tokenizer's EOS, and the
-documents are concatenated into one stream of ``n_tokens`` ids, held in memory (int32) by each
-process. Window ``i`` is ``tokens[i * seq_len : i * seq_len + seq_len + 1]`` (windows overlap by one
-token, so every token but the first is a label exactly once); ``input_ids = window[:-1]`` and
-``labels = window[1:]``, int64. There are ``(n_tokens - 1) // seq_len`` windows; the tail is dropped.
+Packing: every document's ids and the EOS, concatenated into one int32 stream of ``n_tokens`` ids held in
+memory. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``; ``input_ids = window[:-1]`` and
+``labels = window[1:]``, int64; ``(n_tokens - 1) // seq_len`` windows, the tail dropped.
 
-Note: on the global window stream. For a map-style source (everything but ``streaming=True``) the
-training windows form one infinite global stream that depends only on (data, tokenizer, seq_len,
-seed): epoch ``e`` is the permutation ``torch.randperm(n_windows, generator=Generator().manual_seed(seed + e))``
-and epochs follow each other. From where a loader starts (the beginning, or a resumed position)
-the stream is cut into chunks of ``local_batch_size`` consecutive windows; rank ``r`` of ``W`` takes
-the chunks ``c`` with ``c % W == r``, one chunk per batch. A trainer step with global batch ``G``
-consumes the next ``G`` windows (``G / (L * W)`` micro-batches per rank), so every step trains on
-the same windows whatever the world size. The loader state is the global position (windows
-consumed by all ranks together, ``step * G`` after ``step`` steps), so a checkpoint resumes exactly
-with any world size and local batch size.
-
-Validation (map-style) reads the validation windows in order, without shuffling, and ends: rank
-``r`` gets the chunks ``c = r, r + W, ...`` of the first ``(n_windows // L) // W * W`` chunks, so
-every rank yields the same number of batches (``len(loader)``); the few windows beyond are unused.
-Each new iterator starts again from the first window.
-
-Streaming (``streaming=True``, hub or local training data): there is no random access,
-so each rank reads its own part of the stream (``datasets.distributed.split_dataset_by_node``: whole
-shards when their number divides ``W``, else every ``W``-th document), in stream order (no
-shuffling: hub pretraining sets such as FineWeb are stored shuffled), packs its own windows and
-repeats the stream forever (every document is training data: a streaming local dataset has no
-validation split). The global batch of a step then depends on ``W``; resume is still exact, with
-the same ``W`` only (each rank's stream position and partial window are in the state). A streaming
-validation split (``"hf"`` only) repeats forever from its start: the trainer must cap its number of steps.
-
-Note: on prefetching. Map-style data is tokenized once, before training, so a batch is an index into a
-tensor already in memory (the ``data_wait`` field of the trainer's log line measures it: about 0.5 ms per
-step here, under 0.1% of a step); the loader therefore runs in the main process (``num_workers=0``), which
-also keeps its state a plain global position. On an accelerator the overlap comes from the trainer not
-waiting for the device between log steps: the host builds the next batch in page-locked memory
-(``pin_memory``) and queues its ``non_blocking`` copy while the device still runs the previous step.
-Streaming data tokenizes on the fly, also in the main process; ``data_wait`` shows whether that costs time.
+Map-style training data is one infinite, seeded global window stream that ranks take in chunks of
+``local_batch_size``; its state is the global position, so it resumes exactly on any world size (see
+``docs/design.md``, "Data: the global window stream"). Validation reads its windows in order and ends, with
+the same number of batches on every rank. Streaming data is read per rank (``split_dataset_by_node``), in
+stream order, forever; it resumes on the same world size only. The loader runs in the main process.
 """
 
 from __future__ import annotations
@@ -72,6 +33,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.errors import InputError
 
 DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")
@@ -81,48 +43,28 @@ LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": 
 _ENCODE_CHUNK = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
 
 
-def check_vocab(tokenizer: Tokenizer, model_vocab_size: int) -> None:
-    """Check that every token id of ``tokenizer`` has a row in the model's embedding table.
-
-    Raises:
-        ValueError: ``tokenizer.vocab_size > model_vocab_size``.
-    """
-    if tokenizer.vocab_size > model_vocab_size:
-        raise ValueError(
-            f"tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} but the model has only "
-            f"{model_vocab_size} embedding rows; use a model flavor with vocab_size >= {tokenizer.vocab_size} "
-            "or a smaller tokenizer"
-        )
-
-
 def local_data_files(path: str | Path) -> tuple[str, list[str]]:
-    """The ``datasets`` builder and the sorted files of a local dataset path.
-
-    Args:
-        path: a ``.txt``/``.jsonl``/``.json``/``.parquet`` file, or a folder holding such files
-            (recursively; files of other types are ignored).
-
-    Returns:
-        ``(builder, files)``, e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
+    """``(builder, sorted files)`` of a data file or a folder of them (searched recursively, other files
+    ignored), e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
 
     Raises:
-        FileNotFoundError: nothing at ``path``.
-        ValueError: an unknown file extension, a folder with no data file, or with several formats.
+        InputError: nothing at ``path``, an unknown file extension, a folder with no data file, or with
+            several formats.
     """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"dataset_path not found: {path}; pass an existing file or folder")
+        raise InputError(f"dataset_path not found: {path}; pass an existing file or folder")
     known = ", ".join(LOCAL_FORMATS)
     if p.is_file():
         if p.suffix not in LOCAL_FORMATS:
-            raise ValueError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
+            raise InputError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
         return LOCAL_FORMATS[p.suffix], [str(p)]
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in LOCAL_FORMATS)
     if not files:
-        raise ValueError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
+        raise InputError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
     builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
     if len(builders) > 1:
-        raise ValueError(
+        raise InputError(
             f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder"
         )
     return builders[0], [str(f) for f in files]
@@ -134,7 +76,7 @@ def _load_local(
     """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files)."""
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
-        raise ValueError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
+        raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
     if builder == "text":
         return datasets.load_dataset("text", data_files=files, split="train", streaming=streaming,
                                      sample_by="document"), "text"
@@ -143,7 +85,7 @@ def _load_local(
 
 def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
     if text_column not in ds.column_names:
-        raise ValueError(
+        raise InputError(
             f"{where} has no text column '{text_column}' (columns: {', '.join(ds.column_names)}); set text_column"
         )
     return list(ds[text_column])
@@ -163,8 +105,7 @@ def load_documents(
     For local files (``dataset_path`` set) these are all the documents: :func:`split_tokens` makes the splits.
 
     Raises:
-        FileNotFoundError: a missing ``dataset_path``.
-        ValueError: a missing text column, no documents, or see :func:`local_data_files`.
+        InputError: a missing text column, no documents, or see :func:`local_data_files`.
     """
     if dataset_path is not None:
         where = f"dataset_path {dataset_path}"
@@ -177,7 +118,7 @@ def load_documents(
         ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
         return list(ds["text"]), f"shakespeare ({split})"
     if not docs:
-        raise ValueError(f"{where} holds no documents; point the dataset at non-empty data")
+        raise InputError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
 
 
@@ -202,20 +143,16 @@ def split_tokens(tokens: torch.Tensor, split: str, val_fraction: float) -> torch
 
 
 class PackedWindows:
-    """Random access to the windows of a token stream (see the module docstring).
-
-    Args:
-        tokens: int tensor ``(n_tokens,)``.
-        seq_len: tokens per training sequence.
-        name: the source, for messages.
+    """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring); ``name`` is the
+    source, for messages.
 
     Raises:
-        ValueError: fewer than ``seq_len + 1`` tokens (not one window).
+        InputError: fewer than ``seq_len + 1`` tokens (not one window).
     """
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, name: str):
         if tokens.numel() < seq_len + 1:
-            raise ValueError(
+            raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
                 "use more data or a smaller seq_len"
             )
@@ -233,15 +170,10 @@ class PackedWindows:
 class GlobalWindowStream(IterableDataset):
     """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
 
-    See the note on the global window stream in the module docstring. The stream starts at global
-    window ``start`` (0, or the position loaded by :meth:`load_state_dict`): rank ``r`` takes the
-    chunks ``c % W == r`` of the windows from ``start`` on.
-
-    ``state_dict()`` gives ``windows_consumed``, the global position: windows consumed by all ranks
-    together, plus the settings it is only valid for (``n_windows``, ``seq_len``, ``seed``). Between
-    batches, when every rank has taken the same number of batches (StatefulDataLoader saves it
-    there; the trainer at step ``k`` with global batch ``G`` gives ``k * G``), it is the same on every
-    rank and does not depend on the world size or batch size, so it resumes on any number of ranks.
+    Epoch ``e`` is ``randperm(n_windows)`` seeded with ``seed + e``; from the start position (0, or the one
+    loaded) rank ``r`` of ``W`` takes the chunks ``c % W == r`` of ``local_batch_size`` windows. The state is
+    the global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for
+    any world size and batch size.
     """
 
     world_size_invariant = True
@@ -282,11 +214,11 @@ class GlobalWindowStream(IterableDataset):
         """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
 
         Raises:
-            ValueError: ``state`` was saved with other data, seq_len or seed.
+            InputError: ``state`` was saved with other data, seq_len or seed.
         """
         diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
         if diff:
-            raise ValueError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
+            raise InputError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
                              "resume with the data, seq_len and seed of the saved run")
         self._start, self._consumed = state["windows_consumed"], 0
 
@@ -295,13 +227,13 @@ class OrderedWindows(IterableDataset):
     """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module docstring).
 
     Raises:
-        ValueError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
+        InputError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
     """
 
     def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int):
         n_chunks = (len(windows) // local_batch_size) // dp_world_size * dp_world_size
         if n_chunks == 0:
-            raise ValueError(
+            raise InputError(
                 f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
                 f"local_batch_size * dp_world_size = {local_batch_size * dp_world_size}; "
                 "use more validation data, a smaller seq_len or a smaller local_batch_size"
@@ -322,13 +254,12 @@ class OrderedWindows(IterableDataset):
 class StreamingWindows(IterableDataset):
     """Windows packed on the fly from this rank's part of a streaming ``datasets.IterableDataset``.
 
-    Documents are read in stream order, each tokenized and followed by the EOS; the stream repeats
-    forever (epochs). ``state_dict()`` holds the epoch, the stream's own state and the tokens read
-    but not yet yielded, so resume is exact, with the same ``dp_rank`` and ``dp_world_size`` only.
-    With ``restart=True`` (validation) every new iterator starts again from the beginning of the stream.
+    Documents in stream order, each followed by the EOS, forever; the state (epoch, stream state, unused
+    tokens) resumes exactly with the same ``dp_rank`` and ``dp_world_size``. ``restart=True`` (validation)
+    starts every new iterator from the beginning.
 
     Raises (while iterating):
-        ValueError: a document without ``text_column``.
+        InputError: a document without ``text_column``, or no document in this rank's share.
     """
 
     world_size_invariant = False
@@ -352,7 +283,7 @@ class StreamingWindows(IterableDataset):
             for document in self._stream:
                 documents += 1
                 if self._text_column not in document:
-                    raise ValueError(f"{self.name} has no text column '{self._text_column}' "
+                    raise InputError(f"{self.name} has no text column '{self._text_column}' "
                                      f"(columns: {', '.join(document)}); set text_column")
                 self._buffer += self._tokenizer.encode(document[self._text_column]) + [self._tokenizer.eos_id]
                 self._stream_state = self._stream.state_dict()
@@ -361,7 +292,7 @@ class StreamingWindows(IterableDataset):
                     del self._buffer[: self._seq_len]
                     yield window[:-1], window[1:]
             if from_start and documents == 0:
-                raise ValueError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
+                raise InputError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
                                  "split between ranks by position); use more data or fewer ranks")
             self._epoch, self._stream_state = self._epoch + 1, None
 
@@ -379,20 +310,13 @@ def collate_windows(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tor
     return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
 
 
-def _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
-                dp_world_size, split, val_fraction) -> None:
-    """Raise ValueError naming the first bad argument of :func:`build_dataloader`, with its value."""
+def _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
+                val_fraction) -> None:
+    """Raise ValueError naming the first argument of :func:`build_dataloader` outside its contract, with its value."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; use one of {', '.join(SPLITS)}")
-    if dataset == "hf" and dataset_path is not None:
-        raise ValueError(f"dataset_path={dataset_path!r} with dataset='hf': use one of local files or a hub dataset")
-    if (dataset == "hf") != (hf_dataset_name is not None):
-        raise ValueError(f"hf_dataset_name={hf_dataset_name!r} with dataset='{dataset}': a hub name goes with "
-                         "dataset='hf' and dataset='hf' needs a name")
-    if streaming and dataset == "shakespeare" and dataset_path is None:
-        raise ValueError("streaming=True is for hub or local files; the shakespeare dataset is read in memory")
     if streaming and dataset_path is not None and split == "validation":
         raise ValueError("a streaming local dataset has no validation split; set streaming=False for validation")
     for name, value, low in (("seq_len", seq_len, 1), ("local_batch_size", local_batch_size, 1),
@@ -423,39 +347,29 @@ def build_dataloader(
     val_fraction: float = 0.01,
     pin_memory: bool = False,
 ) -> StatefulDataLoader:
-    """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)``.
+    """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)`` (module docstring).
 
-    Sources, packing, rank slicing, validation and streaming are described in the module docstring.
-    Training loaders never end; map-style validation loaders end after ``len(loader)`` batches (the
-    same on every rank) and restart from their first window on each ``iter()``. Documents are
-    tokenized once, when the loader is built. The loader's ``state_dict()``/``load_state_dict()``
-    resume exactly: after loading, the next batch is the one the saved run would have produced.
+    Training loaders never end; map-style validation loaders end after ``len(loader)`` batches, the same on
+    every rank, and restart on each ``iter()``. Map-style documents are tokenized once, here. After
+    ``load_state_dict`` the next batch is the one the saved run would have produced.
 
     Args:
-        dataset: ``"shakespeare"`` or ``"hf"``.
-        dataset_path: local file or folder; replaces ``"shakespeare"`` (not allowed with ``"hf"``).
-        hf_dataset_name: hub name (e.g. ``"HuggingFaceFW/fineweb"``), with ``dataset="hf"`` only.
-        hf_dataset_config: hub config name (e.g. ``"sample-10BT"``) or ``None``.
-        streaming: read hub or local data as a stream (no global batch invariance; see above).
-        text_column: column holding the text (``.jsonl``/``.parquet``/hub); ``.txt`` ignores it.
-        tokenizer: see :mod:`torchtitan_lite.tokenizer`.
-        seq_len: tokens per sequence.
-        local_batch_size: sequences per batch on this rank.
-        dp_rank, dp_world_size: this rank and the number of data-parallel ranks.
+        dataset, dataset_path, hf_dataset_name, hf_dataset_config, streaming: the source (module docstring;
+            ``dataset_path`` wins over ``dataset``; which combinations a run may use is the config's check).
+        text_column: the text column of ``.jsonl``/``.parquet``/hub rows.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
-        val_fraction: local files only: fraction of the token stream (its end) held out for validation.
-        pin_memory: return batches in page-locked host memory (pass ``True`` for an accelerator), so the
-            trainer's ``non_blocking`` copy to the device overlaps with compute.
+        val_fraction: local files: the fraction of the token stream (its end) held out for validation.
+        pin_memory: batches in page-locked memory, for ``non_blocking`` copies to an accelerator.
 
     Raises:
-        FileNotFoundError: a missing ``dataset_path``.
-        ValueError: bad arguments (named with their value), an unknown file extension, a missing
-            text column, no documents, fewer tokens than one window, or too few validation windows
-            for one batch per rank.
+        ValueError: arguments outside the contract (named with their value), e.g. a validation split of a
+            streamed local dataset.
+        InputError: a missing ``dataset_path``, an unknown file extension, a missing text column, no
+            documents, fewer tokens than one window, or too few validation windows for one batch per rank.
     """
-    _check_args(dataset, dataset_path, hf_dataset_name, streaming, seq_len, local_batch_size, dp_rank,
-                dp_world_size, split, val_fraction)
+    _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
+                val_fraction)
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if streaming:
         if dataset_path is not None:

@@ -1,10 +1,4 @@
-"""Progress bars for long phases outside the training loop (tokenizing a corpus, loading a checkpoint).
-
-A thin wrapper over ``tqdm`` (the progress library that ``datasets`` and ``huggingface_hub`` already use):
-a bar on standard error when it is a terminal, nothing otherwise (under ``run_train.sh`` the workers'
-output goes through torchrun's pipes, so bars show only in interactive single-process tools), and
-only on rank 0 so several processes never draw over each other.
-"""
+"""Progress bars (``tqdm``, as ``datasets`` uses) for long phases outside the training loop, e.g. tokenizing."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json``.
-
-Any ``tokenizer.json`` works: the bundled byte-level BPE (vocab 2048, trained by
-``scripts/train_tokenizer.py`` on the Shakespeare training split) or a real model's, e.g. Qwen3's
-(151,643 BPE ids + 26 added tokens). Text is encoded without the tokenizer's own special-token
-post-processing (no BOS/EOS added): the data pipeline places the EOS between documents itself.
+"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json`` (the bundled byte-level BPE,
+vocab 2048, from ``scripts/train_tokenizer.py``, or a real model's). Text is encoded without special tokens:
+the data pipeline places the EOS between documents itself.
 """
 
 from __future__ import annotations
@@ -11,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
+
+from torchtitan_lite.errors import InputError
 
 BUNDLED_TOKENIZER = Path(__file__).resolve().parent / "assets" / "tokenizer.json"
 
@@ -22,34 +21,31 @@ class Tokenizer:
     """Encode text to token ids and back with a ``tokenizer.json``.
 
     Args:
-        path: path of a ``tokenizer.json`` file.
+        path: a ``tokenizer.json`` file.
         eos_token: the end-of-text token; ``None`` takes the first of :data:`EOS_TOKEN_NAMES` in the vocab.
 
     Attributes:
-        path: the file it was read from.
-        vocab_size: number of ids an embedding table must hold: the largest id (added tokens
-            included) + 1. 2048 for the bundled tokenizer.
+        vocab_size: ids an embedding table must hold: the largest id (added tokens included) + 1.
         eos_id: id of the end-of-text token.
 
     Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a readable ``tokenizer.json``, or it has no EOS token.
+        InputError: no file at ``path``, not a readable ``tokenizer.json``, or no EOS token.
     """
 
     def __init__(self, path: str | Path, eos_token: str | None = None):
         self.path = str(path)
         if not Path(path).is_file():
-            raise FileNotFoundError(f"tokenizer file not found: {path}; pass the path of a tokenizer.json")
+            raise InputError(f"tokenizer file not found: {path}; pass the path of a tokenizer.json")
         try:
             self._tokenizer = HFTokenizer.from_file(self.path)
         except Exception as e:  # the Rust library raises its own exception type
-            raise ValueError(f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}") from e
+            raise InputError(f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}") from e
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         names = (eos_token,) if eos_token is not None else EOS_TOKEN_NAMES
         found = [name for name in names if name in vocab]
         if not found:
-            raise ValueError(
+            raise InputError(
                 f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; "
                 "name its end-of-text token with eos_token=..."
             )
@@ -75,6 +71,6 @@ def build_tokenizer(path: str | None = None, eos_token: str | None = None) -> To
     """The tokenizer at ``path``, or the bundled one (``torchtitan_lite/data/assets/tokenizer.json``) when ``None``.
 
     Raises:
-        FileNotFoundError, ValueError: see :class:`Tokenizer`.
+        InputError: see :class:`Tokenizer`.
     """
     return Tokenizer(BUNDLED_TOKENIZER if path is None else path, eos_token=eos_token)

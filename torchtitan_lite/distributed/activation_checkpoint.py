@@ -1,8 +1,4 @@
-"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op policy).
-
-Every function keeps parameter names stable (checkpoint wrappers add only ``_checkpoint_wrapped_module.``,
-which canonical names strip).
-"""
+"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op policy)."""
 
 from __future__ import annotations
 
@@ -52,9 +48,8 @@ attention math fallback and MoE (``bmm``, ``baddbmm``), grouped expert GEMMs (``
 
 
 def _op_policy_context():
-    """Fresh forward/recompute contexts for one checkpointed block call (see ``"op"`` in
-    :func:`apply_activation_checkpointing`); the counters restart per call, so forward and recompute
-    of a block make the same save/recompute decision for the n-th matmul."""
+    """Fresh forward/recompute contexts for one block call: the n-th matmul of forward and of recompute get
+    the same decision."""
     matmuls = {False: 0, True: 0}  # per pass: forward (False) and recompute (True)
 
     def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:
@@ -72,25 +67,13 @@ def _op_policy_context():
 def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_option: str = "op") -> nn.Module:
     """Recompute activations in backward, per block of ``model.layers``, in place.
 
-    A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant ``torch.utils.checkpoint``)
-    under the same ModuleDict key, so parameter names gain only ``_checkpoint_wrapped_module.`` (which
-    the init plan and the MoE counters strip). Modes (torchtitan's ``activation_checkpoint`` config):
-      * ``"none"``: the model is unchanged;
-      * ``"full"``: every block; backward keeps only each block's input and recomputes the rest;
-      * ``"selective"`` with ``selective_ac_option = "k"``: every k-th block, torchtitan's convention
-        (its wrapper counts blocks from 1 and wraps when the count is a multiple of k): layer ids
-        ``k-1, 2k-1, ...``, i.e. ``(layer_id + 1) % k == 0``; ``"1"`` equals ``"full"``;
-      * ``"selective"`` with ``"op"``: every block, under a selective-checkpoint policy
-        (``torch.utils.checkpoint.create_selective_checkpoint_contexts``) that saves the outputs of
-        the costly ops and recomputes the cheap ones (norms, activations, elementwise, routing).
-        Saved: fused attention (every ``F.scaled_dot_product_attention`` kernel) and every other
-        matrix product (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm``, counted together in
-        call order within the block: the 1st, 3rd, ...), after torchtitan's ``_save_list`` policy, which
-        saves every other ``mm`` to trade half the matmul recompute for half their memory. MoE blocks
-        run the same policy (expert ``mm``/``addmm``, router scores); their expert-load counters skip
-        recomputes (see ``models/common/moe.py``).
-
-    Gradients are bitwise those of ``"none"``: the recompute runs the same kernels on the same inputs.
+    A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant) under the same key, so names
+    gain only ``_checkpoint_wrapped_module.``. Modes (torchtitan's ``activation_checkpoint`` config):
+    ``"full"``: every block keeps only its input; ``"selective"`` ``"k"``: layer ids with
+    ``(layer_id + 1) % k == 0`` (torchtitan's count from 1; ``"1"`` = full); ``"selective"`` ``"op"``: every
+    block under ``create_selective_checkpoint_contexts``, saving fused attention and every other matrix
+    product (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm`` in call order: 1st, 3rd, ...; torchtitan's
+    ``_save_list``) and recomputing the rest. Gradients are bitwise those of ``"none"``.
 
     Args:
         model: with ``layers`` (``nn.ModuleDict``), on meta or materialized, not yet FSDP-sharded.
@@ -98,8 +81,8 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         selective_ac_option: ``"op"`` or a positive integer as a string; used by ``"selective"`` only.
 
     Raises:
-        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`);
-            ``k`` larger than the number of blocks (no block would be checkpointed).
+        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`).
+            A ``k`` beyond the number of blocks checkpoints none (the config refuses it for a run).
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.
     """
     if mode not in AC_MODES:
@@ -108,9 +91,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         return model
     layers = _layers(model)
     every = selective_every(selective_ac_option) if mode == "selective" else 1
-    if every is not None and every > len(layers):
-        raise ValueError(f"selective_ac_option {selective_ac_option!r} checkpoints no block of a model with "
-                         f"{len(layers)} layers; use a value <= {len(layers)}, or mode \"none\"")
     for layer_id, (key, block) in enumerate(list(layers.items())):
         if every is None:
             layers[key] = checkpoint_wrapper(block, context_fn=_op_policy_context)

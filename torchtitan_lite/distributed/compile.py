@@ -15,12 +15,11 @@ from torchtitan_lite.distributed.fsdp import _layers
 def apply_compile(model: nn.Module, *, backend: str = "inductor") -> nn.Module:
     """``torch.compile`` each block of ``model.layers`` in place (``nn.Module.compile``).
 
-    Compiling per block reuses one graph for all identical blocks (torchtitan's choice) and keeps
-    the embedding and output out of the graph. ``nn.Module.compile`` compiles the module's call
-    in place, so parameter names and state-dict keys stay unchanged (no ``_orig_mod.`` prefix).
+    One graph serves all identical blocks (torchtitan's choice); ``nn.Module.compile`` keeps parameter
+    names and state-dict keys (no ``_orig_mod.`` prefix).
 
     Args:
-        backend: ``torch.compile`` backend; ``"inductor"`` for speed, ``"eager"`` to debug.
+        backend: ``torch.compile`` backend, e.g. ``"inductor"``, ``"eager"``.
 
     Raises:
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.
@@ -31,8 +30,7 @@ def apply_compile(model: nn.Module, *, backend: str = "inductor") -> nn.Module:
 
 
 def _inductor_cpu_compilers() -> list[str]:
-    """The C++ compilers inductor tries on CPU, in order (``torch._inductor.config.cpp.cxx``; ``None``
-    entries mean a conda install inductor does only when asked to, skipped here)."""
+    """The C++ compilers inductor tries on CPU, in order (``torch._inductor.config.cpp.cxx``, ``None`` skipped)."""
     from torch._inductor import config as inductor_config
 
     cxx = inductor_config.cpp.cxx
@@ -46,17 +44,9 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
 def compile_fallback_reason(backend: str, device_type: str) -> str | None:
     """Why ``torch.compile(backend=backend)`` cannot run on ``device_type`` in this process, or ``None``.
 
-    Two checks, made before any model is built:
-      1. inductor on CPU needs a C++ compiler: the names of ``torch._inductor.config.cpp.cxx`` (``$CXX``
-         or ``g++``) are looked up with ``shutil.which``;
-      2. a probe: a two-op function is compiled with ``backend`` (``fullgraph=True``) and run on a
-         4-element tensor of ``device_type``; any exception (no triton, a broken toolchain, an unknown
-         backend) is the reason. The probe costs one compile (about 10 s for inductor on a cold cache on
-         a 2-core CPU, under a second for ``eager``/``aot_eager``).
-
-    Args:
-        backend: a ``torch.compile`` backend name, e.g. ``"inductor"``.
-        device_type: ``"cpu"``, ``"cuda"``, ``"npu"``, ...
+    Inductor on CPU needs a C++ compiler (``torch._inductor.config.cpp.cxx`` on ``PATH``); then a two-op
+    probe is compiled with ``backend`` (``fullgraph=True``) and run on ``device_type``: any exception (no
+    triton, a broken toolchain) is the reason. The probe costs one compile.
 
     Returns:
         One line naming the cause and the fix, or ``None`` when compile works.
@@ -82,9 +72,8 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
 def compile_available(backend: str, device_type: str) -> bool:
     """Whether to compile with ``backend`` on ``device_type``; when not, print ONE warning line.
 
-    Decided once per process and ``(backend, device_type)`` (cached): the line, to stderr, is
-    ``warning: torch.compile disabled, running eager: <reason>`` (:func:`compile_fallback_reason`), so a
-    run never crashes on compile, nor runs without it unannounced.
+    Cached per ``(backend, device_type)``; the line, on stderr, is ``warning: torch.compile disabled, running
+    eager: <reason>`` (:func:`compile_fallback_reason`).
     """
     reason = compile_fallback_reason(backend, device_type)
     if reason is not None:

@@ -1,13 +1,6 @@
-"""Devices: the one module that touches ``torch.cuda``/``npu``/``xpu``.
-
-:func:`device_type` finds the device at run time (cuda, then npu via ``torch_npu``, then xpu, else cpu),
-:func:`backend_for` names its collective backend and :func:`device_module` gives its ``torch.cuda``-like
-module; :func:`peak_memory_bytes` feeds the metrics.
-
-Why a device module and not ``torch.accelerator`` (torch 2.13): ``torch.accelerator`` covers
-``synchronize``, ``device_count`` and the memory counters, but not ``get_device_name`` (needed for the
-peak-FLOPs table) and names ``set_device`` differently; ``torch.cuda``, ``torch.npu`` (torch_npu) and
-``torch.xpu`` share one API for all five functions used here, so one code path serves every device.
+"""Devices: the one module that touches ``torch.cuda``/``npu``/``xpu`` (cuda, then npu via ``torch_npu``, then
+xpu, else cpu). ``torch.cuda``, ``torch.npu`` and ``torch.xpu`` share the five functions used here, including
+``get_device_name``, which ``torch.accelerator`` (torch 2.13) lacks.
 """
 
 from __future__ import annotations
@@ -17,6 +10,8 @@ import sys
 from typing import Any
 
 import torch
+
+from torchtitan_lite.errors import LaunchError
 
 DEVICE_TYPES = ("cuda", "npu", "xpu", "cpu")
 """Device types in the order ``auto`` tries them."""
@@ -49,7 +44,7 @@ def device_type(requested: str = "auto") -> str:
 
     Raises:
         ValueError: ``requested`` is not ``auto`` or one of :data:`DEVICE_TYPES`.
-        RuntimeError: ``requested`` names a device type that is not available here.
+        LaunchError: ``requested`` names a device type that is not available here.
     """
     if requested == "auto":
         return next(kind for kind in DEVICE_TYPES if _available(kind))
@@ -57,7 +52,7 @@ def device_type(requested: str = "auto") -> str:
         raise ValueError(f"training.device: unknown device type {requested!r}; "
                          f"use auto or one of {', '.join(DEVICE_TYPES)}")
     if not _available(requested):
-        raise RuntimeError(f"training.device = {requested!r} but no {requested} device is available here; "
+        raise LaunchError(f"training.device = {requested!r} but no {requested} device is available here; "
                            "use training.device = \"auto\" (or \"cpu\")")
     return requested
 
@@ -74,15 +69,11 @@ def backend_for(device_type: str) -> str:
 
 
 class _CpuDeviceModule:
-    """Stand-in for ``torch.cuda`` on CPU: the functions the trainer calls.
-
-    ``max_memory_allocated`` is the process's peak resident set size in bytes (which
-    ``reset_peak_memory_stats`` cannot reset); the others do nothing.
-    """
+    """Stand-in for ``torch.cuda`` on CPU: ``max_memory_allocated`` is the peak RSS, the rest do nothing."""
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
-        """Nothing to wait for: CPU ops run synchronously."""
+        """No-op: CPU ops run synchronously."""
 
     @staticmethod
     def max_memory_allocated(device: Any = None) -> int:
@@ -108,9 +99,8 @@ _CPU_MODULE = _CpuDeviceModule()
 
 
 def device_module(device_type: str) -> Any:
-    """The ``torch.cuda``-like module of ``device_type`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``), or
-    a CPU stand-in with ``synchronize``, ``max_memory_allocated``, ``reset_peak_memory_stats``,
-    ``set_device`` and ``device_count``.
+    """The ``torch.cuda``-like module of ``device_type`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``), or a CPU
+    stand-in.
 
     Raises:
         ValueError: an unknown device type.

@@ -1,17 +1,12 @@
 """FSDP2 (``fully_shard``) of one model, with mixed precision and summed gradients.
 
-Apply after activation checkpointing and compile (torchtitan's order), on the model built under
-``torch.device("meta")``; then ``model.to_empty(device=...)`` and the init engine.
+Apply after activation checkpointing and compile (torchtitan's order), on the model built on meta.
 
-Note: on gradient reduction semantics. The trainer divides every rank's summed token loss by the
-GLOBAL token count (all ranks, all micro-batches), so each rank's gradient is already its share of
-the global mean and the right reduction across ranks is a plain SUM. :func:`apply_fsdp` therefore
-sets, on every FSDP module, ``set_gradient_divide_factor(1.0)`` and
-``set_force_sum_reduction_for_comms(True)``. In torch 2.13
-(``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``_get_gradient_divide_factors``) that
-pair selects ``ReduceOp.SUM`` for the reduce-scatter with no pre- or post-division, on every backend:
-FSDP2's default (``ReduceOp.AVG``) would give the mean over ranks, and a divide factor of 1.0 alone
-selects ``PREMUL_SUM(1.0)``, which gloo rejects ("Cannot use ReduceOp.PREMUL_SUM with Gloo").
+Note: on gradient reduction semantics. Each rank's loss is divided by the GLOBAL token count, so gradients
+are SUMMED over ranks: every FSDP module gets ``set_gradient_divide_factor(1.0)`` and
+``set_force_sum_reduction_for_comms(True)``, which in torch 2.13 (``_fsdp_collectives.py``,
+``_get_gradient_divide_factors``) is ``ReduceOp.SUM`` without division on every backend (the default is AVG;
+a divide factor alone gives ``PREMUL_SUM``, which gloo rejects).
 """
 
 from __future__ import annotations
@@ -47,32 +42,21 @@ def apply_fsdp(
 ) -> nn.Module:
     """Shard ``model`` with FSDP2 (``fully_shard``, Shard(0) on ``mesh``), in place.
 
-    Groups (one all-gather / reduce-scatter each), following torchtitan's llama3 ``apply_fsdp``:
-      * each block of ``model.layers``;
-      * tied output (``output.weight is tok_embeddings.weight``): ``[tok_embeddings, norm, output]``
-        as ONE group, because a tensor split across two groups would be sharded twice and one copy
-        would never see the other's gradient; untied: ``[norm, output]``, and ``tok_embeddings``
-        stays with the root;
-      * the root (everything not yet covered).
-    The output group keeps its parameters unsharded after forward (``reshard_after_forward=False``):
-    the backward pass starts with it, so resharding would only all-gather it again at once.
-
-    Mixed precision by ``MixedPrecisionPolicy``: parameters are stored (and optimized) in their
-    original dtype (fp32), all-gathered and computed in ``param_dtype``, gradients reduced in
-    ``reduce_dtype`` (use fp32). Gradients are SUMMED over ranks (see "Note: on gradient reduction
-    semantics" in this module): the loss on each rank must be divided by the global token count.
+    Groups (one all-gather / reduce-scatter each), after torchtitan's llama3 ``apply_fsdp``: each block; the
+    output group ``[norm, output]``, with ``tok_embeddings`` when tied (a tensor in two groups would be
+    sharded twice), kept unsharded after forward (backward starts with it); the root. Parameters stay in
+    their dtype (fp32), compute in ``param_dtype``, gradients reduce in ``reduce_dtype`` and are SUMMED over
+    ranks (see the note on gradient reduction semantics).
 
     Args:
-        model: built on meta (or any device), with ``layers`` (``nn.ModuleDict``),
-            ``tok_embeddings``, ``norm`` and ``output``.
+        model: with ``layers`` (``nn.ModuleDict``), ``tok_embeddings``, ``norm`` and ``output``.
         mesh: 1-D data-parallel ``DeviceMesh``.
-        param_dtype: compute dtype, e.g. ``torch.bfloat16`` on accelerators, ``torch.float32`` on CPU.
-        reduce_dtype: gradient reduce-scatter dtype (``torch.float32``).
-        reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3,
-            less memory) or keep them until backward (ZeRO-2-like, one all-gather less per block).
+        param_dtype, reduce_dtype: compute and gradient reduce-scatter dtypes.
+        reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3) or keep
+            them until backward (one all-gather less per block).
 
     Returns:
-        ``model`` itself (now an ``FSDPModule``; its parameters are ``DTensor``s).
+        ``model`` itself, an ``FSDPModule`` with ``DTensor`` parameters.
 
     Raises:
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.

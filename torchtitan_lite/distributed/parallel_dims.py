@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from torchtitan_lite.errors import LaunchError
+
 
 class ParallelDims:
     """Degrees of the parallelisms of a run and, after :meth:`build_mesh`, its device mesh.
@@ -20,19 +22,18 @@ class ParallelDims:
         world_size: processes in the job.
 
     Raises:
-        ValueError: a degree that is not -1 or >= 1, or degrees whose product is not ``world_size``
-            (the message names the degrees and the world size).
+        ValueError: ``world_size < 1``.
+        LaunchError: degrees whose product is not ``world_size`` (the message names the degrees and the
+            world size; their ranges are checked by the config).
     """
 
     def __init__(self, *, dp_shard: int, world_size: int):
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
-        if dp_shard != -1 and dp_shard < 1:
-            raise ValueError(f"parallelism.data_parallel_shard_degree must be -1 (all ranks) or >= 1, got {dp_shard}")
         self.dp_shard = world_size if dp_shard == -1 else dp_shard
         self.world_size = world_size
         if self.dp_shard != world_size:
-            raise ValueError(f"parallelism.data_parallel_shard_degree = {self.dp_shard} but the world size is "
+            raise LaunchError(f"parallelism.data_parallel_shard_degree = {self.dp_shard} but the world size is "
                              f"{world_size}; the degrees must multiply to the world size (-1 = all ranks)")
         self._mesh: DeviceMesh | None = None
 

@@ -1,12 +1,6 @@
 """Process groups and the device mesh: :func:`init_distributed` starts the group, :func:`shutdown_distributed`
-leaves it.
-
-Note: on gloo and PREMUL_SUM. FSDP2's default gradient reduction divides by the world size with
-``ReduceOp.AVG``, or ``ReduceOp.PREMUL_SUM(1/factor)`` for a custom divide factor; gloo (the CPU backend)
-implements neither. The trainer avoids both: :func:`torchtitan_lite.distributed.fsdp.apply_fsdp` sets
-``set_force_sum_reduction_for_comms(True)`` and ``set_gradient_divide_factor(1.0)`` on every FSDP module,
-which makes FSDP2 reduce with a plain ``ReduceOp.SUM`` (the right reduction for our loss, see the note
-in ``fsdp.py``). :func:`uses_gloo` tells callers which backend runs, for code that must differ.
+leaves it. Gloo (CPU) has no ``ReduceOp.AVG``/``PREMUL_SUM``: see the note on gradient reduction semantics
+in :mod:`torchtitan_lite.distributed.fsdp`; :func:`uses_gloo` tells code that must differ.
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ import torch.distributed as dist
 
 from torchtitan_lite.distributed.devices import backend_for, device_module, device_type
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.errors import LaunchError
 
 
 @dataclass(frozen=True)
@@ -28,15 +23,12 @@ class DistInfo:
     """Where this process runs.
 
     Attributes:
-        rank: global rank, ``0 <= rank < world_size``.
-        world_size: number of processes in the job (all nodes).
-        local_rank: rank on this node; also the device index.
-        local_world_size: processes on this node.
-        device: this process's device, e.g. ``cuda:3`` or ``cpu``.
-        backend: the process group backend (``nccl``, ``hccl``, ``xccl``, ``gloo``).
-        dims: the parallel layout and its device mesh (:class:`ParallelDims`, mesh built).
-        cpu_group: a gloo group of all ranks for small host-side agreements (stop signals) that must not
-            wait for the device; ``None`` when the default group is gloo already.
+        rank, world_size: global rank and number of processes; ``local_rank`` (also the device index) and
+            ``local_world_size`` on this node.
+        backend: ``nccl``, ``hccl``, ``xccl`` or ``gloo``.
+        dims: the parallel layout, its mesh built.
+        cpu_group: a gloo group of all ranks for host-side agreements (stop signals); ``None`` when the
+            default group is gloo.
     """
 
     rank: int
@@ -60,23 +52,18 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise RuntimeError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
+        raise LaunchError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
 
 
 def init_distributed(config: Any) -> DistInfo:
     """Pick the device, set CPU threads, start the process group and build the device mesh (:class:`ParallelDims`).
 
-    Under torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` set) the
-    group starts from the environment; without it, a 1-rank group on an in-memory store, so FSDP2 code
-    paths are the same for one process.
-
-    Args:
-        config: a :class:`torchtitan_lite.config.JobConfig`; reads ``training.device``,
-            ``training.num_threads`` (unset: cores // processes on this node),
-            ``parallelism.data_parallel_shard_degree`` and ``parallelism.comm_timeout_seconds``.
+    Under torchrun the group starts from the environment; without it, a 1-rank group on an in-memory store
+    (the same FSDP2 code paths). Reads ``training.device``, ``training.num_threads`` (unset: cores //
+    processes on this node), ``parallelism.data_parallel_shard_degree`` and ``comm_timeout_seconds``.
 
     Raises:
-        RuntimeError: more processes on a node than devices, the requested device is unavailable, or
+        LaunchError: more processes on a node than devices, the requested device is unavailable, or
             ``data_parallel_shard_degree`` is not -1 or the world size. Nothing is started then.
     """
     kind = device_type(config.training.device)
@@ -84,16 +71,13 @@ def init_distributed(config: Any) -> DistInfo:
     launched = "RANK" in os.environ
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     local_rank, local_world_size = _env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1)
-    try:
-        dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
-    except ValueError as err:
-        raise RuntimeError(str(err)) from None
+    dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
     if kind == "cpu":
         device = torch.device("cpu")
     else:
         count = device_module(kind).device_count()
         if local_rank >= count:
-            raise RuntimeError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
+            raise LaunchError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
                                f"start at most {count} processes per node (NGPU={count})")
         device = torch.device(kind, local_rank)
         device_module(kind).set_device(device)
@@ -116,14 +100,9 @@ def uses_gloo(info: DistInfo) -> bool:
 
 
 def shutdown_distributed(*, in_step: bool) -> None:
-    """End this process's part in the process group: barrier (when ``in_step``), then destroy it.
-
-    Note: on exiting together. A gloo rank that tears its group down while a peer is still inside a
-    collective or still holds the group's worker threads can abort at interpreter exit ("terminate
-    called without an active exception", SIGABRT), seen here with torch 2.13 on 2 CPU ranks. After a
-    successful run every rank passes a barrier first, so all leave the last collective together. After
-    an error (``in_step=False``) there is no barrier: the other ranks may never arrive.
-    """
+    """End this process's part in the process group: barrier (when ``in_step``, so that every rank leaves the
+    last collective together; see ``docs/design.md``, "Distributed: exiting together"), then destroy it.
+    After an error (``in_step=False``) there is no barrier: the other ranks may never arrive."""
     if not dist.is_initialized():
         return
     if in_step:

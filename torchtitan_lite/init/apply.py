@@ -1,27 +1,17 @@
-"""Apply a model family's :class:`~torchtitan_lite.init_spec.InitPlan`: :func:`init_weights`, :func:`materialize`.
-
-The samplers live in :mod:`torchtitan_lite.sampling` (:func:`trunc_normal_`, :class:`InitKey`), the
-report and fingerprint in :mod:`torchtitan_lite.init.report`.
+"""Apply a model family's :class:`~torchtitan_lite.init.spec.InitPlan`: :func:`init_weights`, :func:`materialize`.
 
 Note: on canonical names. Tensors are named over ``named_parameters(remove_duplicate=False)`` plus the
-persistent buffers, with wrapper components (``_orig_mod`` of ``torch.compile``,
-``_checkpoint_wrapped_module`` of activation checkpointing, ``_fsdp_wrapped_module``) removed, so the
-plan, the sampling keys and the fingerprint are the same with or without wrappers.
+persistent buffers, without the wrapper components of :data:`WRAPPER_NAMES`, so the plan, the sampling
+keys and the fingerprint are the same with or without wrappers.
 
-Note: on tied weights. One tensor under several names (``output.weight is tok_embeddings.weight``) is
-one group, initialized once. Among the plan entries matching any of its names the last one wins;
-its spec is used, and the (alphabetically first) group name it matches is the canonical name that
-keys the random stream. Plans list ``output.weight`` after ``tok_embeddings.weight``, so a tied
-model starts from the output's small std (see the note in :mod:`torchtitan_lite.init_spec`).
-``model.to_empty`` replaces each module's parameters one by one and so unties a tie made on meta:
-:func:`materialize` re-ties it.
+Note: on tied weights. One tensor under several names is one group, initialized once: the last plan entry
+matching any of its names wins, and the alphabetically first name it matches keys the random stream (plans
+list ``output.weight`` after ``tok_embeddings.weight``: see :mod:`torchtitan_lite.init.spec`).
+``model.to_empty`` unties a tie made on meta; :func:`materialize` re-ties it.
 
-Note: on loaded tensors. ``skip`` names what a checkpoint or pretrained import provides; those tensors
-are never drawn (a fully loaded model makes no sampler call), and the result counts them.
-
-Note: on buffers. Persistent buffers (MoE load-balancing bias, token counters) are state: the plan
-covers them and a fresh init sets them (normally to zero). Non-persistent buffers are derived
-(RoPE tables): ``model.init_buffers(buffer_device)`` recomputes them after the plan is applied.
+Persistent buffers (MoE load-balancing bias, counters) are state, covered by the plan; non-persistent ones
+(RoPE tables) are derived and recomputed by ``model.init_buffers(buffer_device)``. Tensors in ``skip``
+(loaded from a checkpoint or HF) are never drawn.
 """
 
 from __future__ import annotations
@@ -160,19 +150,12 @@ def _fill(tensor: torch.Tensor, value: float) -> None:
 
 def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collection[str] = (),
                  buffer_device: torch.device | str | None = None) -> InitResult:
-    """Initialize every parameter and persistent buffer of ``model`` from ``plan``, then derived buffers.
+    """Initialize every parameter and persistent buffer of ``model`` (materialized: plain, wrapped or
+    FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
-    Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``: one
-    call per tensor, values independent of sharding and world size. ``zeros``/``ones``/``constant``
-    fill the local shard. Tensors named in ``skip`` (canonical names or any alias) are untouched.
-    Finally ``model.init_buffers(buffer_device)`` runs if the model defines it.
-
-    Args:
-        model: materialized model (plain, wrapped, or FSDP2-sharded with DTensor parameters).
-        plan: the model family's init plan.
-        seed: integer in ``[0, 2**64)``.
-        skip: names provided by a checkpoint or pretrained import.
-        buffer_device: passed to ``model.init_buffers``.
+    Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one call per
+    tensor, independent of sharding; fills set the local shard. ``seed`` is in ``[0, 2**64)``; tensors named
+    in ``skip`` (any alias) are untouched.
 
     Raises:
         ValueError: bad seed, or see :func:`resolve_plan`.
@@ -200,12 +183,8 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
 
 
 def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
-    """``model.to_empty(device=device)`` that keeps parameter ties; returns ``model``.
-
-    ``to_empty`` gives every module its own new Parameter, which unties a tie made on meta; each
-    tie group recorded before is re-tied to its first member afterwards (nothing changes where the
-    tie survived, e.g. under FSDP2). Values are uninitialized: call :func:`init_weights` next.
-    """
+    """``model.to_empty(device=device)`` that re-ties the parameters tied before (``to_empty`` gives every module
+    a new Parameter); returns ``model``, uninitialized: call :func:`init_weights` next."""
     ties: dict[int, list[tuple[nn.Module, str]]] = {}
     for module in model.modules():
         for name, param in module._parameters.items():

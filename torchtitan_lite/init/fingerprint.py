@@ -1,25 +1,140 @@
-"""The model fingerprint: one hash of all initial weights, the same for every world size and wrapping."""
+"""The model fingerprint: one 64-bit hash of every parameter and persistent buffer, computed from local shards.
+
+Each element contributes ``h = mix(mix(key + index * GOLDEN) ^ bits)``: ``key`` is a 64-bit blake2b digest
+of the tensor's canonical names (each tied tensor once, under all its names), dtype and global shape;
+``index`` its row-major index in the global tensor; ``bits`` its value's bit pattern as an integer;
+``mix`` the splitmix64 finalizer (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
+OOPSLA 2014; constants from Vigna's ``splitmix64.c``). The fingerprint is the sum of all ``h`` mod 2**64:
+each rank sums the elements it owns with int64 tensor ops (multiplication and addition wrap mod 2**64),
+then one ``all_reduce(SUM)`` of one int64 adds the ranks' sums (which wraps the same way). The sum does
+not depend on the order of elements, tensors or ranks, so it is bitwise the same for every world size,
+layout and wrapper; no tensor is gathered.
+
+Note: on who counts an element. Every element is counted exactly once:
+  * a DTensor: each rank counts its local shard, at the global indices of its placements, provided it sits
+    at coordinate 0 of every mesh dimension whose placement is ``Replicate`` (one copy of each shard);
+  * a plain tensor: taken to be the same on every rank and counted on global rank 0.
+The global indices come from :func:`_global_indices` (one index vector per tensor dimension). It knows
+``Shard`` (also uneven, via ``compute_local_shape_and_global_offset``, on any mesh) and ``Replicate``; a new
+placement (``_StridedShard`` of FSDP over TP, a pipeline stage's layers) extends only that function (and, for
+plain tensors held by some ranks only, the ownership rule), and anything else is refused rather than guessed.
+"""
 
 from __future__ import annotations
 
 import hashlib
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from torchtitan_lite.init.apply import tensor_groups
-from torchtitan_lite.init.report import _full_cpu
+
+_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
+"""2**64 / golden ratio (odd), as a signed int64: splitmix64's increment."""
+_M1, _M2 = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64
+"""splitmix64's multipliers, as signed int64."""
+_CHUNK = 1 << 22
+"""Elements hashed per batch of tensor ops: bounds the int64 temporaries (a few times 32 MiB)."""
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+"""Element size in bytes -> the integer dtype its bit pattern is read as."""
+
+
+def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 ``x`` by ``s`` bits (``>>`` on int64 is arithmetic)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finalizer on int64 ``z``, elementwise (a bijection of the 64-bit words)."""
+    z = (z ^ _shr(z, 30)) * _M1
+    z = (z ^ _shr(z, 27)) * _M2
+    return z ^ _shr(z, 31)
+
+
+def tensor_key(names: tuple[str, ...], dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    """The signed 64-bit key of a tensor: blake2b of ``"name1,name2|dtype|shape"``."""
+    text = f"{','.join(names)}|{dtype}|{tuple(shape)}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
+
+
+def _global_indices(tensor: torch.Tensor) -> list[torch.Tensor] | None:
+    """Per tensor dimension, the global index of each local position (int64 vectors, local lengths), or ``None``
+    when this rank does not count its copy (see the note on who counts an element).
+
+    Raises:
+        ValueError: a placement other than ``Shard`` and ``Replicate``, or a local shard whose shape is not
+            the one its placements give.
+    """
+    if not isinstance(tensor, DTensor):
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return None
+        return [torch.arange(n, device=tensor.device) for n in tensor.shape]
+    mesh, placements = tensor.device_mesh, tensor.placements
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:
+        return None
+    for placement in placements:
+        if type(placement) not in (Shard, Replicate):
+            raise ValueError(f"model_fingerprint: placement {placement} is not supported (Shard and Replicate are); "
+                             "extend _global_indices with its global indices")
+    if any(isinstance(p, Replicate) and c != 0 for p, c in zip(placements, coordinate)):
+        return None
+    local_shape, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, placements)
+    if tuple(tensor.to_local().shape) != tuple(local_shape):
+        raise ValueError(f"model_fingerprint: local shard {tuple(tensor.to_local().shape)} is not the "
+                         f"{tuple(local_shape)} its placements {placements} give")
+    return [torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)]
+
+
+def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor:
+    """Sum mod 2**64 of the element hashes of ``local`` (a shard whose dim ``d`` sits at ``indices[d]`` of a
+    global tensor of ``shape``): a 0-dim int64 tensor."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    if local.dim() == 0:
+        local, indices, strides = local.reshape(1), [torch.zeros(1, dtype=torch.int64, device=local.device)], [0]
+    bits = local.detach().view(_BITS[local.element_size()])
+    total = torch.zeros((), dtype=torch.int64, device=local.device)
+    row = max(1, local[0].numel()) if local.shape[0] else 1
+    step = max(1, _CHUNK // row)
+    for start in range(0, local.shape[0], step):
+        rows = slice(start, start + step)
+        flat = indices[0][rows].view(-1, *[1] * (local.dim() - 1)) * strides[0]
+        for d in range(1, local.dim()):
+            flat = flat + (indices[d] * strides[d]).view(-1, *[1] * (local.dim() - 1 - d))  # (rows, n_1, ..., n_d)
+        flat = flat.expand(bits[rows].shape)
+        h = _mix(_mix(key + flat * _GOLDEN) ^ bits[rows].to(torch.int64))
+        total += h.sum()
+    return total
 
 
 def model_fingerprint(model: nn.Module) -> str:
-    """First 16 hex digits of the sha256 of every parameter and persistent buffer, full tensors.
+    """16 hex digits: the sum mod 2**64 of every element's hash (see the module docstring).
 
-    Tensors are hashed in canonical-name order (wrappers stripped, each tied tensor once, under all
-    its names), with dtype and shape: equal on every rank and for every world size and wrapping.
+    A collective when a process group is initialized: call it on every rank. It reads only local shards and
+    makes one ``all_reduce`` of one int64 on the model's device (the default group's backend must reduce it).
+
+    Raises:
+        ValueError: a tensor on meta, or a placement it cannot index (see :func:`_global_indices`).
     """
-    digest = hashlib.sha256()
-    for names, tensor in sorted(tensor_groups(model), key=lambda group: group[0]):
-        full = _full_cpu(tensor)
-        digest.update(f"{','.join(names)}|{full.dtype}|{tuple(full.shape)}\n".encode())
-        digest.update(full.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+    total = None
+    for names, tensor in tensor_groups(model):
+        if tensor.device.type == "meta":
+            raise ValueError(f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first")
+        if total is None:  # on the first tensor's device, which the default group's backend reduces
+            total = torch.zeros((), dtype=torch.int64, device=tensor.device)
+        indices = _global_indices(tensor)
+        if indices is None:
+            continue
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        key = tensor_key(names, tensor.dtype, tuple(tensor.shape))
+        total += _local_sum(key, local, indices, tuple(tensor.shape)).to(total.device)
+    if total is None:
+        total = torch.zeros((), dtype=torch.int64)
+    if dist.is_initialized():
+        dist.all_reduce(total)
+    return f"{int(total.item()) % 2**64:016x}"

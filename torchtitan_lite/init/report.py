@@ -1,4 +1,4 @@
-"""The init report (per-tensor measured vs expected moments, anomaly flags) and the model fingerprint.
+"""The init report (``debug.init_report``): per-tensor measured vs expected moments and anomaly flags.
 
 Moments of a truncated normal (Johnson, Kotz & Balakrishnan, *Continuous Univariate Distributions*
 vol. 1, ch. 13): for the standard normal truncated to ``[alpha, beta]`` with mass
@@ -7,8 +7,8 @@ vol. 1, ch. 13): for the standard normal truncated to ``[alpha, beta]`` with mas
 ``m_1 = (phi(alpha) - phi(beta)) / Z``. For +-3 sigma this gives std factor 0.98658 and excess
 kurtosis -0.1711; for +-2 sigma 0.87963 and -0.6345.
 
-Both functions gather a DTensor with ``full_tensor()``, one tensor at a time, in the same order on
-every rank (they are collective: call them on all ranks).
+:func:`init_report` gathers each DTensor whole with ``full_tensor()``, one tensor at a time, in the same order
+on every rank (a collective: call it on all ranks); the trainer runs it only when ``debug.init_report`` is set.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class InitReport:
 
 def _full_cpu(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.device.type == "meta":
-        raise ValueError("init report / fingerprint: tensor is on meta; materialize and initialize first")
+        raise ValueError("init report: tensor is on meta; materialize and initialize first")
     full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
     return full.detach().to("cpu").contiguous()
 

@@ -1,15 +1,12 @@
 """Init plans as data: what distribution every parameter and state buffer starts from.
 
-A model family declares an :class:`InitPlan`: an ordered table of (name pattern, :class:`InitSpec`).
-The engine in :mod:`torchtitan_lite.init` applies it. Patterns are ``fnmatch`` globs over canonical
-names (wrapper prefixes such as ``_orig_mod.`` and ``_checkpoint_wrapped_module.`` stripped), and
-``*`` matches dots too, so ``layers.*.attention.wq.weight`` covers every layer.
+A model family declares an :class:`InitPlan`, an ordered table of (name pattern, :class:`InitSpec`) that
+:mod:`torchtitan_lite.init.apply` applies. Patterns are ``fnmatch`` globs over canonical names, and ``*``
+matches dots too (``layers.*.attention.wq.weight`` covers every layer).
 
-Note: on tied weights. When one tensor has several names (``output.weight`` is
-``tok_embeddings.weight``), the entry that comes *last* in the plan among those matching any of its
-names wins, and that entry's name is the tensor's canonical name. Plans put ``output.weight`` after
-``tok_embeddings.weight`` so the output's small std wins: each token's own embedding stays in the
-residual stream, so a tied model's step-1 logits grow with std * dim.
+Note: on tied weights. Among the entries matching any name of a tied tensor the *last* wins. Plans put
+``output.weight`` after ``tok_embeddings.weight`` so the output's small std wins: each token's own embedding
+stays in the residual stream, so a tied model's step-1 logits grow with std * dim.
 """
 
 from __future__ import annotations
@@ -26,11 +23,8 @@ class InitSpec:
     """One parameter's initial distribution.
 
     Attributes:
-        kind: ``normal``, ``trunc_normal``, ``zeros``, ``ones`` or ``constant``.
-        std: standard deviation of the (untruncated) normal, in the parameter's units.
-        cutoff: for ``trunc_normal``, the truncation half-width in units of ``std``
-            (bounds ``mean +- cutoff * std``).
-        mean: mean of the normal.
+        std, mean: of the (untruncated) normal, in the parameter's units.
+        cutoff: ``trunc_normal``'s half-width in units of ``std`` (bounds ``mean +- cutoff * std``).
         value: the fill value of ``constant``.
         source: where the choice comes from (paper, model card, reference code).
 
@@ -99,12 +93,8 @@ def constant(value: float, source: str = "") -> InitSpec:
 
 @dataclass(frozen=True)
 class InitPlan:
-    """An ordered table of ``(pattern, InitSpec)`` covering every parameter and persistent buffer.
-
-    Every tensor must match at least one pattern and every pattern at least one tensor (the engine
-    raises ``ValueError`` naming the culprit otherwise). Among the entries matching a tensor, the
-    last one wins (see the note on tied weights in this module's docstring).
-    """
+    """An ordered table of ``(pattern, InitSpec)``: every parameter and persistent buffer matches a pattern and
+    every pattern a tensor (else the engine raises ValueError); the last match wins."""
 
     model: str
     entries: tuple[tuple[str, InitSpec], ...] = field(default_factory=tuple)

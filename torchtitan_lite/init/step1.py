@@ -11,25 +11,13 @@ exactly solvable model of disordered systems", Phys. Rev. B 24, 2613, 1981): ``l
 (the log of the log-normal mean) for ``sigma <= sqrt(2 ln n)``, and ``sigma sqrt(2 ln n)`` (the
 largest of the ``n`` logits dominates) above. Untied: ``E[loss] = ln V + sigma^2 / 2`` for small sigma.
 
-Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in
-the residual stream, so its row is NOT independent of ``h``: the self-logit is
-``z_t = h . e_t = g sqrt(dim) |e_t| cos(e_t, x)`` with ``|e_t| = s sqrt(dim)`` and ``x`` the last
-residual stream. ``cos`` depends on how much the residual branches add, which the plan alone does
-not tell, so a tied model gets a range: ``cos = 0`` (the untied value) to ``cos = 1`` (the branches
-ignored: ``z_t = g dim s``, ``E[loss] = logaddexp(partition of the V - 1 other rows, z_t)``). The
-upper end is tight when the embedding dominates the stream (a tied output left at std 1: ``z_t ~ dim``,
-a loss in the hundreds). Measured on the qwen3 debug flavors (dim 256, V 2048, 8 x 256 tokens,
-seeds 0 and 42; ``ln V = 7.625``), expected vs measured loss - ln V:
-
-  tied, std 0.02         +0.050..+0.119  random tokens +0.057..+0.068, Shakespeare +0.014..+0.024
-                                         (the branches add ~2x the embedding's norm: cos ~ 0.45)
-  untied, std dim^-0.5   +0.487          random tokens +0.483..+0.503, Shakespeare +0.446..+0.562
-  tied, std 1 (broken)   loss 61.7..252.6  random tokens 251.2, Shakespeare 247.2
-
-so the formula is good to about 0.1 nats for healthy inits and 2% for the broken one. Deep tied
-models sit near the lower end: qwen3 0.6b (28 layers, dim 1024) expects +0.20..+8.27 and measures
-+0.135 on random tokens (2 x 64; the branches add ~19x the embedding's norm). The step-1
-loss is that of the first optimizer step's batch on a freshly initialized model (never on resume).
+Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in the
+residual stream, so the self-logit ``z_t = h . e_t = g sqrt(dim) |e_t| cos(e_t, x)`` (``|e_t| = s sqrt(dim)``,
+``x`` the last residual stream) depends on how much the residual branches add, which the plan does not
+tell: a tied model gets a range from ``cos = 0`` (the untied value) to ``cos = 1`` (``z_t = g dim s``,
+``E[loss] = logaddexp(partition of the V - 1 other rows, z_t)``), tight when the embedding dominates (a tied
+output left at std 1: a loss in the hundreds). Accuracy against measured losses: ``docs/benchmarks.md``. The
+step-1 loss is that of the first optimizer step of a freshly initialized model (never on resume).
 """
 
 from __future__ import annotations
@@ -40,6 +28,7 @@ from fnmatch import fnmatchcase
 
 from torch import nn
 
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import tensor_groups
 from torchtitan_lite.init.report import InitReport, truncated_normal_moments
 from torchtitan_lite.init.spec import InitPlan, InitSpec
@@ -49,7 +38,7 @@ MAX_EXCESS_NATS = 1.0
 usual inits start within 0.5 nats (untied ``dim^-0.5``: +0.49; tied 0.02: +0.05)."""
 
 
-class InitCheckError(RuntimeError):
+class InitCheckError(UserError, RuntimeError):
     """The step-1 check failed in strict mode (``debug.strict_init``); the message names the parameter."""
 
 
@@ -126,8 +115,7 @@ def _effective_std(spec: InitSpec) -> float:
 def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     """The expected step-1 loss of ``model`` initialized from ``plan`` (formula and accuracy: module note).
 
-    Works on meta (reads shapes and ties only). The model follows the registry contract
-    (``output`` ``(vocab_size, dim)``, final ``norm``), possibly wrapped or FSDP2-sharded.
+    Reads shapes and ties only (works on meta): ``output`` ``(vocab_size, dim)`` and the final ``norm``.
 
     Raises:
         ValueError: the model has no ``output.weight``, its final ``norm.weight`` is not a constant
@@ -161,15 +149,10 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
 
 def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: float, strict: bool = False,
                      report: InitReport | None = None, max_excess: float = MAX_EXCESS_NATS) -> list[str]:
-    """Compare the measured step-1 loss of a fresh run with :func:`expected_step1_loss`.
-
-    Problems: the measured loss is not finite or lies more than ``margin`` nats outside the
-    expected range (the tensors are not what the plan says), or the range's low end itself exceeds
-    ``ln V`` by more than ``max_excess`` (the plan starts too high). Each message names the output
-    tensor (all its names), its spec and, given ``report``, its measured std.
-
-    Returns:
-        The problem lines (empty when the check passes); print them as warnings.
+    """The problem lines (warnings; empty when it passes) of a fresh run's measured step-1 loss against
+    :func:`expected_step1_loss`: not finite or more than ``margin`` nats outside the expected range, or a
+    range whose low end exceeds ``ln V`` by more than ``max_excess``. Each names the output tensor, its spec
+    and, given ``report``, its measured std.
 
     Raises:
         ValueError: ``margin`` or ``max_excess`` not > 0.

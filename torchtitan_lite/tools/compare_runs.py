@@ -1,13 +1,9 @@
 """Compare the TensorBoard curves of two or more runs: ``python -m torchtitan_lite.tools.compare_runs RUN_A RUN_B ...``.
 
-Options: ``--tag loss/train`` (the scalar to compare), ``--atol 0`` (tolerance in the tag's units),
-``--assert-equal`` (exit 1 unless every run matches the first within ``--atol`` at every step),
-``--plot out.png`` (the curves, one per run; matplotlib). Each RUN is a run folder (its event files
-are found below it, e.g. in ``tb/``) or an event file's folder. Every run is compared with the
-first: per step its value, the difference, and at the end the max absolute difference over the
-common steps and the first step where it exceeds ``--atol``. Typical uses: two seeded CPU runs
-(expect 0), NGPU=1 vs NGPU=2 (equal init fingerprints; reduction order makes later steps differ),
-before vs after a change. Exit status: 0 (1 only with ``--assert-equal``), 2 on bad input.
+Options: see ``--help``. Each RUN is a run folder (event files found below it) or an event folder; every run
+is compared with the first: per step the value and the difference, then the max absolute difference over the
+common steps and the first step beyond ``--atol``. Exit status: 0 (1 only with ``--assert-equal``), 2 on bad
+input.
 """
 
 from __future__ import annotations
