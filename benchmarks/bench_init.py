@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from torchtitan_lite.init.apply import init_weights, materialize
-from torchtitan_lite.init.sampling import InitKey, trunc_normal_
+from torchtitan_lite.init.keyed import InitKey
+from torchtitan_lite.init.sampling import trunc_normal_
 from torchtitan_lite.init.spec import InitPlan, ones, trunc_normal
 
 REGIMES = [  # (label, mean, std, a, b)
