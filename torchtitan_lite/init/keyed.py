@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.placement_types import _StridedShard
 
 TILE_ROWS = 16
 """Rows of a keyed tile (fewer when the tensor has fewer rows)."""
@@ -149,8 +150,8 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
     if not isinstance(tensor, DTensor):
         return tensor, tuple(tensor.shape), (0,) * tensor.dim()
     for placement in tensor.placements:
-        if not isinstance(placement, (Shard, Replicate)):
-            raise ValueError(f"unsupported DTensor placement {placement}; only Shard and Replicate are supported "
+        if not isinstance(placement, (Shard, _StridedShard, Replicate)):
+            raise ValueError(f"unsupported DTensor placement {placement}; only Shard, _StridedShard and Replicate are supported "
                              "(initialize before making it Partial)")
     shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
     return tensor.to_local(), tuple(shape), tuple(offset)
