@@ -21,10 +21,10 @@ from torchtitan_lite.init.sampling import trunc_normal_
 
 CASES = {  # name: (global shape, placements on the (dp, tp) mesh)
     "S0_S1": ((300, 260), (Shard(0), Shard(1))),
-    "S1_S0": ((300, 260), (Shard(1), Shard(0))),
-    "R_S1": ((97, 520), (Replicate(), Shard(1))),
+    "S1_S0": ((320, 256), (Shard(1), Shard(0))),
+    "R_S1": ((97, 512), (Replicate(), Shard(1))),
     "S2_S0_3d": ((6, 40, 256), (Shard(2), Shard(0))),
-    "S1_S1": ((64, 1040), (Shard(1), Shard(1))),
+    "S1_S1": ((64, 1024), (Shard(1), Shard(1))),
 }
 
 
@@ -32,11 +32,19 @@ def counting():
     """Patch keyed.keyed_fill_local to count the elements drawn; returns the running list."""
     drawn, real = [], keyed.keyed_fill_local
 
-    def spy(local, shape, offset, key, work_dtype, draw, write):
-        def counted(out, generator):
-            drawn.append(out.numel())
-            draw(out, generator)
-        real(local, shape, offset, key, work_dtype, counted, write)
+    class Counted:
+        def __init__(self, sampler):
+            self.sampler = sampler
+
+        def spare(self, n):
+            return self.sampler.spare(n)
+
+        def draw(self, buffer, n, generator):
+            drawn.append(n)
+            self.sampler.draw(buffer, n, generator)
+
+    def spy(local, shape, offset, key, work_dtype, sampler, write):
+        real(local, shape, offset, key, work_dtype, Counted(sampler), write)
 
     keyed.keyed_fill_local = spy
     return drawn
@@ -50,6 +58,7 @@ def check(name, dtensor, shape, drawn, out):
     reference = trunc_normal_(torch.empty(shape), 0.0, 0.02, -0.06, 0.06, key=key)
     del drawn[start:]
     out[name] = {"equal": bool(torch.equal(dtensor.full_tensor(), reference)), "local": dtensor.to_local().numel(),
+                 "local_shape": list(dtensor.to_local().shape), "shape": list(shape),
                  "drawn": mine, "tile": list(tile_shape(shape)), "placements": str(dtensor.placements)}
 
 
@@ -61,7 +70,7 @@ def main() -> None:
     for name, (shape, placements) in CASES.items():
         check(name, distribute_tensor(torch.zeros(shape), mesh, placements), shape, drawn, out)
     with torch.device("meta"):
-        model = nn.Sequential(nn.Linear(256, 330, bias=False), nn.Linear(330, 256, bias=False))
+        model = nn.Sequential(nn.Linear(256, 512, bias=False), nn.Linear(512, 256, bias=False))
     parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "1": RowwiseParallel()})
     fully_shard(model, mesh=mesh["dp"])  # TP + FSDP on dim 0 of the colwise weight: _StridedShard
     model.to_empty(device="cpu")

@@ -12,8 +12,9 @@ overlaps and copies their intersection. The local shard of every DTensor placeme
 (``Shard`` and ``_StridedShard`` on any dimension, ``Replicate``, on 1-D to 3-D meshes: FSDP2, tensor,
 expert and pipeline parallelism) is a box in global index space (``compute_local_shape_and_global_offset``),
 so the work of a rank is its local elements grown to the tile boundaries: at most ``tile_rows - 1`` rows and
-``tile_cols - 1`` columns more on each side of its box. Tiles are short (16 rows: FSDP2 cuts dimension 0
-finely) and wide (``C / 8``: tensor parallelism cuts columns into a few power-of-two parts).
+``tile_cols - 1`` columns more on each side of its box. Tiles are short (32 rows: FSDP2 cuts dimension 0
+finely) and wide (``C / 4``: tensor parallelism cuts columns into a few power-of-two parts; a cut into 8
+makes a rank draw up to twice its columns).
 
 Note: on why the whole generator state is written. PyTorch's CPU generator keeps only the low 32 bits of a
 ``manual_seed``, so per-tile seeds hashed from (seed, name, tile) would collide (two identical tiles of
@@ -33,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -41,10 +42,10 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-TILE_ROWS = 16
+TILE_ROWS = 32
 """Rows of a keyed tile (fewer when the tensor has fewer rows)."""
-TILE_COLS_RANGE = (64, 2048)
-"""A tile is ``C / 8`` columns wide, rounded down to a power of two and clipped to this range (and to ``C``)."""
+TILE_COLS_RANGE = (64, 4096)
+"""A tile is ``C / 4`` columns wide, rounded down to a power of two and clipped to this range (and to ``C``)."""
 
 _STATE_BYTES = 5056
 _STATE_WORDS_OFFSET = 24
@@ -137,7 +138,7 @@ def tile_shape(shape: tuple[int, ...]) -> tuple[int, int]:
     """``(tile_rows, tile_cols)`` of a tensor of global ``shape`` (see the note on keyed tiles)."""
     _, rows, cols = matrix_shape(shape)
     lo, hi = TILE_COLS_RANGE
-    width = 1 << max(0, (cols // 8).bit_length() - 1)
+    width = 1 << max(0, (cols // 4).bit_length() - 1)
     return min(rows, TILE_ROWS), min(cols, max(lo, min(hi, width)))
 
 
@@ -157,8 +158,16 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
     return tensor.to_local(), tuple(shape), tuple(offset)
 
 
-def keyed_fill(tensor: torch.Tensor, key: InitKey, work_dtype: torch.dtype,
-               draw: Callable[[torch.Tensor, torch.Generator], None],
+class TileDrawer(Protocol):
+    """Draws one keyed tile: ``draw(buffer, n, generator)`` fills ``buffer[:n]`` (1-D contiguous CPU tensor of at
+    least ``n + spare(n)`` elements) from ``generator``; the values depend only on its state and ``n``."""
+
+    def spare(self, n: int) -> int: ...
+
+    def draw(self, buffer: torch.Tensor, n: int, generator: torch.Generator) -> None: ...
+
+
+def keyed_fill(tensor: torch.Tensor, key: InitKey, work_dtype: torch.dtype, sampler: TileDrawer,
                write: Callable[[torch.Tensor, torch.Tensor], None]) -> None:
     """Fill this rank's part of ``tensor`` (plain or DTensor) from the keyed tiles of ``key``.
 
@@ -166,8 +175,7 @@ def keyed_fill(tensor: torch.Tensor, key: InitKey, work_dtype: torch.dtype,
         tensor: the tensor to fill, global shape ``tensor.shape``.
         key: the stream.
         work_dtype: dtype the tiles are drawn in (float32, or float64 for float64 tensors).
-        draw: ``draw(out, generator)`` fills the contiguous 1-D ``out`` of ``work_dtype`` in place from
-            ``generator`` (the distribution: a tile's values depend only on its state and size).
+        sampler: draws one tile from a generator state (the distribution; a :class:`TileDrawer`).
         write: ``write(target, values)`` copies ``values`` (same shape, ``work_dtype``) into the local
             ``target`` (rounding and clamping to the target dtype).
 
@@ -183,14 +191,14 @@ def keyed_fill(tensor: torch.Tensor, key: InitKey, work_dtype: torch.dtype,
         return
     if not local.is_contiguous():
         values = torch.empty(shape_local, dtype=local.dtype, device=local.device)
-        keyed_fill_local(values, shape, offset, key, work_dtype, draw, write)
+        keyed_fill_local(values, shape, offset, key, work_dtype, sampler, write)
         local.copy_(values)
         return
-    keyed_fill_local(local, shape, offset, key, work_dtype, draw, write)
+    keyed_fill_local(local, shape, offset, key, work_dtype, sampler, write)
 
 
 def keyed_fill_local(local: torch.Tensor, shape: tuple[int, ...], offset: tuple[int, ...], key: InitKey,
-                     work_dtype: torch.dtype, draw: Callable[[torch.Tensor, torch.Generator], None],
+                     work_dtype: torch.dtype, sampler: TileDrawer,
                      write: Callable[[torch.Tensor, torch.Tensor], None]) -> None:
     """Fill the contiguous ``local`` box (global ``offset``) of a tensor of global ``shape`` from its keyed
     tiles; the arguments are those of :func:`keyed_fill`."""
@@ -206,25 +214,23 @@ def keyed_fill_local(local: torch.Tensor, shape: tuple[int, ...], offset: tuple[
     rt0, rt1 = r0 // tile_r, (r0 + rs - 1) // tile_r
     ct0, ct1 = c0 // tile_c, (c0 + cs - 1) // tile_c
     target = local.view(-1, rs, cs)  # (leading elements of the box, rows, cols)
-    grid_r, grid_c = rt1 - rt0 + 1, ct1 - ct0 + 1
-    cover = torch.empty(grid_r, grid_c, tile_r, tile_c, dtype=work_dtype)
-    scratch = torch.empty(tile_r * tile_c, dtype=work_dtype)
+    tile_n = tile_r * tile_c
+    buffer = torch.empty(tile_n + sampler.spare(tile_n), dtype=work_dtype)
     generator, digest = torch.Generator(), key.digest
     for i, lead in enumerate(np.ndindex(*lead_local) if lead_local else [()]):
         lead_index = int(np.ravel_multi_index(tuple(o + x for o, x in zip(lead_offset, lead)), lead_shape)) \
             if lead_shape else 0
         tiles = ((lead_index * n_rt + np.arange(rt0, rt1 + 1))[:, None] * n_ct + np.arange(ct0, ct1 + 1)).ravel()
         states = keyed_states(key.seed, digest, tiles)
+        box = target[i]
         for k in range(tiles.size):
-            gr, gc = divmod(k, grid_c)
-            tr = min(tile_r, rows - (rt0 + gr) * tile_r)
-            tc = min(tile_c, cols - (ct0 + gc) * tile_c)
+            rt, ct = rt0 + k // (ct1 - ct0 + 1), ct0 + k % (ct1 - ct0 + 1)
+            tr, tc = min(tile_r, rows - rt * tile_r), min(tile_c, cols - ct * tile_c)
             generator.set_state(torch.from_numpy(states[k]))
-            if tr == tile_r and tc == tile_c:
-                draw(cover[gr, gc].view(-1), generator)
-            else:
-                part = scratch[: tr * tc]
-                draw(part, generator)
-                cover[gr, gc, :tr, :tc] = part.view(tr, tc)
-        box = cover.permute(0, 2, 1, 3).reshape(grid_r * tile_r, grid_c * tile_c)
-        write(target[i], box[r0 - rt0 * tile_r : r0 - rt0 * tile_r + rs, c0 - ct0 * tile_c : c0 - ct0 * tile_c + cs])
+            sampler.draw(buffer, tr * tc, generator)
+            # the tile's rows and columns inside the box
+            a0, a1 = max(r0, rt * tile_r), min(r0 + rs, rt * tile_r + tr)
+            b0, b1 = max(c0, ct * tile_c), min(c0 + cs, ct * tile_c + tc)
+            tile = buffer[: tr * tc].view(tr, tc)
+            write(box[a0 - r0 : a1 - r0, b0 - c0 : b1 - c0],
+                  tile[a0 - rt * tile_r : a1 - rt * tile_r, b0 - ct * tile_c : b1 - ct * tile_c])

@@ -211,6 +211,56 @@ def _sample_into(out: torch.Tensor, law: _Law, generator, redraws: int = _MAX_RO
     out.index_copy_(0, idx, values)
 
 
+def _spare_draws(n: int, law: _Law) -> int:
+    """Extra normals a keyed tile of ``n`` elements draws in the same call, so that its rejected positions can
+    be refilled from them: enough in-bound values for the expected rejections plus 6 standard deviations
+    (a shortage falls back to :func:`_sample_into`); 0 when fewer than 0.001 rejections are expected."""
+    rejected = n * (1.0 - law.mass)
+    if rejected < 1e-3:
+        return 0
+    return math.ceil((rejected + 6.0 * math.sqrt(rejected) + 8.0) / law.mass)
+
+
+class TileSampler:
+    """Draws keyed tiles of ``law`` (see :mod:`torchtitan_lite.init.keyed`): a tile of ``n`` elements is drawn
+    into the first ``n`` elements of a buffer of ``n + spare(n)``, from one generator state.
+
+    The ``normal_`` call draws the ``n`` values and :func:`_spare_draws` more; each out-of-bounds position of
+    the first ``n`` takes the next in-bound spare value, in order (iid, as for any refill: which positions were
+    rejected does not depend on the spare values); a tile whose spares run short refills the rest with
+    :func:`_sample_into` from the same generator. Laws with little in-bound mass use the inverse CDF. The
+    values depend only on the generator's state, ``n`` and the law.
+    """
+
+    def __init__(self, law: _Law):
+        self.law = law
+
+    def spare(self, n: int) -> int:
+        """Extra buffer elements a tile of ``n`` elements needs."""
+        return 0 if self.law.mass < _MIN_REJECTION_MASS else _spare_draws(n, self.law)
+
+    def draw(self, buffer: torch.Tensor, n: int, generator: torch.Generator) -> None:
+        """Fill ``buffer[:n]`` (1-D contiguous CPU, ``n + spare(n)`` elements or more) with one tile."""
+        law, spare, out = self.law, self.spare(n), buffer[:n]
+        if law.mass < _MIN_REJECTION_MASS:
+            _inverse_cdf_into(out, law, generator)
+            return
+        if spare == 0:
+            _sample_into(out, law, generator)
+            return
+        values = buffer[: n + spare].normal_(law.mean, law.std, generator=generator).numpy()
+        bad = np.flatnonzero((values[:n] < law.lo) | (values[:n] > law.hi))
+        if bad.size:
+            tail = values[n:]
+            good = tail[(tail >= law.lo) & (tail <= law.hi)]
+            take = min(bad.size, good.size)
+            values[bad[:take]] = good[:take]
+            if take < bad.size:
+                refill = torch.empty(bad.size - take, dtype=out.dtype)
+                _sample_into(refill, law, generator)
+                values[bad[take:]] = refill.numpy()
+
+
 def _inverse_cdf_into(out: torch.Tensor, law: _Law, generator) -> None:
     """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``_INVERSE_CDF_CHUNK`` elements at a time, clamped to
     ``[law.lo, law.hi]``."""
@@ -264,7 +314,7 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
     dtype = _work_dtype(tensor.dtype)
     law = _law(mean, std, a, b, dtype)
     if key is not None:
-        keyed_fill(tensor, key, dtype, draw=lambda out, gen: _sample_into(out, law, gen),
+        keyed_fill(tensor, key, dtype, TileSampler(law),
                    write=lambda target, values: _write(target, values, a, b))
         return tensor
     if isinstance(tensor, DTensor):
