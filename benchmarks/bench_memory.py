@@ -117,7 +117,7 @@ def main() -> None:
                     optimizer.zero_grad(set_to_none=True)
                 name = f"{mode}" + (f" {option}" if mode == "selective" else "")
                 rows.append((name, "on" if is_compiled else "off", tokens / statistics.median(times), kept, peak))
-                del model, optimizer, loss_fn
+                model = optimizer = loss_fn = None  # free them before the next variant is built
         ref_speed, ref_kept, ref_peak = rows[0][2], rows[0][3], rows[0][4]
         print(f"command: python {' '.join(sys.argv)}")
         print(f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} micro-batches), "

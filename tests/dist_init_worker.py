@@ -1,7 +1,7 @@
 """torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results saved by rank 0.
 
-Usage: ``torchrun --nproc_per_node=N tests/dist_init_worker.py OUT_PATH BLOCK``. ``BLOCK`` overrides
-the keyed block size so that shards cut through blocks (the test's reference uses the same).
+Usage: ``torchrun --nproc_per_node=N tests/dist_init_worker.py OUT_PATH``. The shards of the 255x66
+parameter cut through its keyed tiles (16 rows each).
 """
 
 import sys
@@ -15,7 +15,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 
-from torchtitan_lite.init import sampling
+from torchtitan_lite.init import keyed, sampling
 from torchtitan_lite.init.apply import init_weights, materialize, tensor_groups
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import init_report
@@ -103,9 +103,8 @@ def _layout_fingerprints(world: int) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    out_path, block = sys.argv[1], int(sys.argv[2])
+    out_path = sys.argv[1]
     torch.set_num_threads(1)
-    sampling.BLOCK = block
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
@@ -123,9 +122,9 @@ def main() -> None:
     placements_match = {}
     for placement in (Replicate(), Shard(1)):
         dt = distribute_tensor(torch.zeros(9, 2 * world + 1), mesh, [placement])
-        sampling.trunc_normal_(dt, 0.0, 1.0, -2.0, 2.0, key=sampling.InitKey(SEED, "extra"))
+        sampling.trunc_normal_(dt, 0.0, 1.0, -2.0, 2.0, key=keyed.InitKey(SEED, "extra"))
         reference = sampling.trunc_normal_(torch.empty(9, 2 * world + 1), 0.0, 1.0, -2.0, 2.0,
-                                           key=sampling.InitKey(SEED, "extra"))
+                                           key=keyed.InitKey(SEED, "extra"))
         placements_match[str(placement)] = torch.equal(dt.full_tensor(), reference)
     locals_ = [None] * world
     dist.all_gather_object(locals_, {n: t.to_local().clone() for n, t in

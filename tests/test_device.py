@@ -125,7 +125,7 @@ def test_init_distributed_without_torchrun_gives_a_one_rank_gloo_group(monkeypat
     try:
         assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (0, 1, 0, 2)
         assert (info.device, info.backend, PG.uses_gloo(info)) == (torch.device("cpu"), "gloo", True)
-        assert tuple(info.dims.mesh.shape) == (1,) and info.dims.mesh.mesh_dim_names == ("dp_shard",)
+        assert tuple(info.dims.fsdp_mesh.shape) == (1,) and info.dims.fsdp_mesh.mesh_dim_names == ("dp_shard",)
         assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // 2)
         summed = torch.tensor([1.5, 2.0])
         dist.all_reduce(summed)
@@ -139,7 +139,7 @@ def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_sta
     for name in TORCHRUN_VARS:
         monkeypatch.delenv(name, raising=False)
     config = parse_args(["--parallelism.data_parallel_shard_degree=2", "--training.num_threads=1"])
-    with pytest.raises(RuntimeError, match=r"data_parallel_shard_degree = 2 but the world size is 1; .* multiply to the world size"):
+    with pytest.raises(RuntimeError, match=r"data_parallel_shard_degree 2 .* = 2, not the world size 1; set data_parallel_shard_degree = -1"):
         PG.init_distributed(config)
     assert not dist.is_initialized()
 

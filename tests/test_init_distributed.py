@@ -7,7 +7,6 @@ import pytest
 import torch
 from dist_helpers import torchrun_script
 
-from torchtitan_lite.init import sampling
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
@@ -15,7 +14,6 @@ torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "dist_init_worker.py"
-BLOCK = 1024  # small keyed blocks, so that shards of the 255x66 parameter cut through blocks
 
 
 def _worker_module():
@@ -25,9 +23,8 @@ def _worker_module():
     return module
 
 
-def _single_process(monkeypatch):
+def _single_process():
     worker = _worker_module()
-    monkeypatch.setattr(sampling, "BLOCK", BLOCK)
     with torch.device("meta"):
         model = worker.TinyModel()
     materialize(model, "cpu")
@@ -37,12 +34,12 @@ def _single_process(monkeypatch):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path, monkeypatch):
+def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path):
     out = tmp_path / "result.pt"
-    proc = torchrun_script(WORKER, world_size, [str(out), str(BLOCK)], timeout=120)
+    proc = torchrun_script(WORKER, world_size, [str(out)], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = torch.load(out)
-    weights, fingerprint = _single_process(monkeypatch)
+    weights, fingerprint = _single_process()
 
     assert got["weights"].keys() == weights.keys()
     for name, full in weights.items():

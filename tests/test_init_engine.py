@@ -2,13 +2,14 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 import torchtitan_lite.init.apply as init_module
-from torchtitan_lite.init import sampling
+from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name, init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import init_report
@@ -245,16 +246,22 @@ def qwen3_8b_shapes() -> dict[str, tuple[int, ...]]:
 
 
 def _first_draws(seed: int, shapes) -> list[tuple[int, ...]]:
-    generator, draws = torch.Generator(), []
+    """The first 4 draws of a sample of keyed tiles of every tensor: all tiles of a tensor with at most 64,
+    else its first, last and 62 more chosen at random (the same for both seeds)."""
+    generator, draws, rng = torch.Generator(), [], np.random.default_rng(0)
     for name, shape in shapes.items():
-        digest = sampling.name_digest(name)
-        for block in range(math.ceil(math.prod(shape) / sampling.BLOCK)):
-            generator.set_state(sampling.keyed_state(seed, digest, block))
+        lead, rows, cols = keyed.matrix_shape(shape)
+        tile_r, tile_c = keyed.tile_shape(shape)
+        n_tiles = lead * -(-rows // tile_r) * -(-cols // tile_c)
+        tiles = np.arange(n_tiles) if n_tiles <= 64 else np.unique(np.concatenate(
+            [[0, n_tiles - 1], rng.integers(0, n_tiles, 62)]))
+        for state in keyed.keyed_states(seed, keyed.name_digest(name), tiles):
+            generator.set_state(torch.from_numpy(state))
             draws.append(tuple(torch.randint(0, 2**62, (4,), generator=generator).tolist()))
     return draws
 
 
-def test_qwen3_8b_blocks_have_distinct_streams_and_seeds_share_none():
+def test_qwen3_8b_tiles_have_distinct_streams_and_seeds_share_none():
     shapes = qwen3_8b_shapes()
     assert abs(sum(math.prod(s) for s in shapes.values()) / 1e9 - 8.19) < 0.01
     s0, s1 = _first_draws(1234, shapes), _first_draws(1235, shapes)

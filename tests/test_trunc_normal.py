@@ -9,8 +9,9 @@ from scipy import stats
 from torch import nn
 
 from torchtitan_lite.init import sampling
+from torchtitan_lite.init.keyed import InitKey, mt_state_from_words
 from torchtitan_lite.init.report import truncated_normal_moments
-from torchtitan_lite.init.sampling import InitKey, mt_state_from_words, trunc_normal_
+from torchtitan_lite.init.sampling import trunc_normal_
 
 torch.set_num_threads(1)
 
@@ -191,12 +192,15 @@ def test_written_state_words_reproduce_manual_seed():
     assert torch.equal(ours.get_state(), theirs.get_state())
 
 
+KEYED_N = 3 * 2**20 + 5  # many keyed tiles
+
+
 def test_keyed_values_depend_only_on_key_and_index():
-    a = trunc_normal_(torch.empty(3 * sampling.BLOCK + 5), key=InitKey(7, "w"))
-    b = trunc_normal_(torch.empty(3 * sampling.BLOCK + 5), key=InitKey(7, "w"))
-    c = trunc_normal_(torch.empty(3 * sampling.BLOCK + 5), key=InitKey(8, "w"))
-    d = trunc_normal_(torch.empty(3 * sampling.BLOCK + 5), key=InitKey(7, "v"))
+    a = trunc_normal_(torch.empty(KEYED_N), key=InitKey(7, "w"))
+    b = trunc_normal_(torch.empty(KEYED_N), key=InitKey(7, "w"))
+    c = trunc_normal_(torch.empty(KEYED_N), key=InitKey(8, "w"))
+    d = trunc_normal_(torch.empty(KEYED_N), key=InitKey(7, "v"))
     assert torch.equal(a, b)
     assert not torch.equal(a[:100], c[:100]) and not torch.equal(a[:100], d[:100])
-    bf16 = trunc_normal_(torch.empty(3 * sampling.BLOCK + 5, dtype=torch.bfloat16), key=InitKey(7, "w"))
+    bf16 = trunc_normal_(torch.empty(KEYED_N, dtype=torch.bfloat16), key=InitKey(7, "w"))
     assert torch.equal(bf16, a.to(torch.bfloat16).clamp(*sampling.inner_bounds(-2.0, 2.0, torch.bfloat16)))

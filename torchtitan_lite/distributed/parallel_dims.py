@@ -1,9 +1,16 @@
-"""The parallel layout of a run: its degrees, the one named ``DeviceMesh`` built from them, and the answers to
-"which data-parallel rank am I, how many are there" that every consumer asks (data loader, loss scaling,
-checkpoint keys, metrics, expert-load sums).
+"""The parallel layout of a run: its degrees, the one device mesh built from them, and the answers to "which
+data-parallel rank am I, how many are there" that every consumer asks (data loader, loss scaling, checkpoint
+keys, metrics, expert-load sums).
 
-Names follow torchtitan's ``ParallelDims``: ``dp_shard`` is the FSDP2 sharding degree. The mesh has one named
-dimension per degree (``dp_shard`` always, so FSDP2 has a mesh even for one process).
+Names and layout follow torchtitan's ``ParallelDims`` (``torchtitan/distributed/parallel_dims.py``): the
+world is one 1-D mesh, unflattened (``DeviceMesh._unflatten``) into named views over the same ranks, with
+the innermost dimension varying fastest:
+
+  * dense ``(pp, dp_replicate, dp_shard, tp)``: pipeline stages, HSDP replicas, FSDP2 shards, tensor parallel;
+  * batch ``(pp, dp, tp)``: ``dp = dp_replicate * dp_shard``, the ranks that see different batches;
+  * sparse ``(pp, dp_replicate, efsdp, ep)`` when ``ep > 1``: expert parallelism borrows its ``ep`` ranks
+    from the ``dp_shard * tp`` ranks of a replica (innermost first), and the experts are FSDP-sharded over
+    the ``efsdp = dp_shard * tp / ep`` ranks left.
 """
 
 from __future__ import annotations
@@ -15,63 +22,143 @@ from torchtitan_lite.errors import LaunchError
 
 
 class ParallelDims:
-    """Degrees of the parallelisms of a run and, after :meth:`build_mesh`, its device mesh.
+    """Degrees of the parallelisms of a run and, after :meth:`build_mesh`, its device meshes.
 
     Args:
-        dp_shard: FSDP2 sharding degree; -1 = every rank.
+        dp_replicate: HSDP replica groups (``data_parallel_replicate_degree``), >= 1.
+        dp_shard: FSDP2 sharding degree (``data_parallel_shard_degree``); -1 = the ranks left by the others.
+        tp: tensor-parallel degree, >= 1.
+        pp: pipeline-parallel degree (stages), >= 1.
+        ep: expert-parallel degree, >= 1, dividing ``dp_shard * tp``.
         world_size: processes in the job.
 
     Raises:
-        ValueError: ``world_size < 1``.
-        LaunchError: degrees whose product is not ``world_size`` (the message names the degrees and the
-            world size; their ranges are checked by the config).
+        ValueError: a degree out of range (the config checks ranges first).
+        LaunchError: degrees whose product is not ``world_size`` or an ``ep`` that does not divide
+            ``dp_shard * tp`` (each message names the degrees and the world size).
     """
 
-    def __init__(self, *, dp_shard: int, world_size: int):
+    def __init__(self, *, dp_replicate: int = 1, dp_shard: int = -1, tp: int = 1, pp: int = 1, ep: int = 1,
+                 world_size: int):
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
-        self.dp_shard = world_size if dp_shard == -1 else dp_shard
+        named = {"data_parallel_replicate_degree": dp_replicate, "tensor_parallel_degree": tp,
+                 "pipeline_parallel_degree": pp, "expert_parallel_degree": ep}
+        for key, value in named.items():
+            if value < 1:
+                raise ValueError(f"parallelism.{key} must be >= 1, got {value}")
+        if dp_shard != -1 and dp_shard < 1:
+            raise ValueError(f"parallelism.data_parallel_shard_degree must be -1 (the ranks left) or >= 1, got "
+                             f"{dp_shard}")
+        others = dp_replicate * tp * pp
+        if dp_shard == -1:
+            if world_size % others:
+                raise LaunchError(f"the world size {world_size} is not a multiple of data_parallel_replicate_degree "
+                                 f"{dp_replicate} * tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
+                                 f"{others}; pick degrees that divide it")
+            dp_shard = world_size // others
+        if dp_replicate * dp_shard * tp * pp != world_size:
+            raise LaunchError(f"data_parallel_replicate_degree {dp_replicate} * data_parallel_shard_degree {dp_shard} * "
+                             f"tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
+                             f"{dp_replicate * dp_shard * tp * pp}, not the world size {world_size}; set "
+                             "data_parallel_shard_degree = -1 or degrees that multiply to the world size")
+        if (dp_shard * tp) % ep:
+            raise LaunchError(f"expert_parallel_degree {ep} must divide data_parallel_shard_degree {dp_shard} * "
+                             f"tensor_parallel_degree {tp} = {dp_shard * tp} (expert parallelism borrows those ranks)")
+        self.dp_replicate, self.dp_shard, self.tp, self.pp, self.ep = dp_replicate, dp_shard, tp, pp, ep
         self.world_size = world_size
-        if self.dp_shard != world_size:
-            raise LaunchError(f"parallelism.data_parallel_shard_degree = {self.dp_shard} but the world size is "
-                             f"{world_size}; the degrees must multiply to the world size (-1 = all ranks)")
-        self._mesh: DeviceMesh | None = None
+        self._meshes: dict[str, DeviceMesh] = {}
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
-        """Create the mesh over the default process group (call once, on every rank): dimension ``dp_shard``."""
-        self._mesh = init_device_mesh(device_type, (self.dp_shard,), mesh_dim_names=("dp_shard",))
-        return self._mesh
+        """Create the world mesh and its views over the default process group (call once, on every rank)."""
+        world = init_device_mesh(device_type, (self.world_size,), mesh_dim_names=("world",))
+        self._meshes = {
+            "world": world,
+            "dense": world._unflatten(0, (self.pp, self.dp_replicate, self.dp_shard, self.tp),
+                                      ("pp", "dp_replicate", "dp_shard", "tp")),
+            "batch": world._unflatten(0, (self.pp, self.dp_degree, self.tp), ("pp", "dp", "tp")),
+        }
+        if self.ep > 1:
+            self._meshes["sparse"] = world._unflatten(
+                0, (self.pp, self.dp_replicate, self.dp_shard * self.tp // self.ep, self.ep),
+                ("pp", "dp_replicate", "efsdp", "ep"))
+        return world
+
+    def _view(self, name: str) -> DeviceMesh:
+        if not self._meshes:
+            raise RuntimeError("ParallelDims: call build_mesh(device_type) first")
+        if name not in self._meshes:
+            raise RuntimeError(f"ParallelDims: no {name} mesh in this layout ({self})")
+        return self._meshes[name]
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The world mesh.
+        """The 1-D world mesh (``"world"``)."""
+        return self._view("world")
 
-        Raises:
-            RuntimeError: :meth:`build_mesh` was not called.
-        """
-        if self._mesh is None:
-            raise RuntimeError("ParallelDims.mesh: call build_mesh(device_type) first")
-        return self._mesh
+    @property
+    def dense_mesh(self) -> DeviceMesh:
+        """The ``(pp, dp_replicate, dp_shard, tp)`` view."""
+        return self._view("dense")
 
     @property
     def fsdp_mesh(self) -> DeviceMesh:
-        """The mesh ``fully_shard`` shards over: the ``dp_shard`` dimension."""
-        return self.mesh["dp_shard"]
+        """The mesh ``fully_shard`` shards dense parameters over: ``dp_shard``, or the 2-D
+        ``(dp_replicate, dp_shard)`` for HSDP (replicated over the first, sharded over the second)."""
+        dense = self.dense_mesh
+        return dense["dp_replicate", "dp_shard"] if self.dp_replicate > 1 else dense["dp_shard"]
+
+    @property
+    def tp_mesh(self) -> DeviceMesh:
+        """The tensor-parallel mesh (size ``tp``; size 1 when off)."""
+        return self.dense_mesh["tp"]
+
+    @property
+    def pp_mesh(self) -> DeviceMesh:
+        """The pipeline mesh (size ``pp``; size 1 when off)."""
+        return self.dense_mesh["pp"]
+
+    @property
+    def ep_mesh(self) -> DeviceMesh:
+        """The expert-parallel mesh (``ep > 1`` only)."""
+        return self._view("sparse")["ep"]
+
+    @property
+    def efsdp_mesh(self) -> DeviceMesh:
+        """The mesh experts are FSDP-sharded over under expert parallelism (``ep > 1`` only)."""
+        sparse = self._view("sparse")
+        return sparse["dp_replicate", "efsdp"] if self.dp_replicate > 1 else sparse["efsdp"]
+
+    @property
+    def dp_mesh(self) -> DeviceMesh:
+        """The ranks that see different batches (``dp_replicate * dp_shard`` of them), as one dimension."""
+        return self._view("batch")["dp"]
 
     @property
     def dp_degree(self) -> int:
         """Data-parallel ranks: ranks that see different batches."""
-        return self.dp_shard
+        return self.dp_replicate * self.dp_shard
 
     @property
     def dp_rank(self) -> int:
         """This rank's index among the data-parallel ranks, ``0 <= dp_rank < dp_degree``."""
-        return self.fsdp_mesh.get_local_rank()
+        return self.dp_mesh.get_local_rank()
 
     @property
     def dp_group(self) -> dist.ProcessGroup:
         """The process group of the data-parallel ranks (sums over distinct batches: loss, expert loads)."""
-        return self.fsdp_mesh.get_group()
+        return self.dp_mesh.get_group()
+
+    @property
+    def tp_rank(self) -> int:
+        """This rank's index in its tensor-parallel group."""
+        return self.tp_mesh.get_local_rank()
+
+    @property
+    def pp_rank(self) -> int:
+        """This rank's pipeline stage group index, ``0 <= pp_rank < pp``."""
+        return self.pp_mesh.get_local_rank()
 
     def __repr__(self) -> str:
-        return f"ParallelDims(dp_shard={self.dp_shard}, world_size={self.world_size})"
+        return (f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, tp={self.tp}, "
+                f"pp={self.pp}, ep={self.ep}, world_size={self.world_size})")

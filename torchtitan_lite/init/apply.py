@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init.sampling import InitKey, name_digest, trunc_normal_
+from torchtitan_lite.init.keyed import InitKey, name_digest
+from torchtitan_lite.init.sampling import trunc_normal_
 from torchtitan_lite.init.spec import InitPlan, InitSpec
 
 WRAPPER_NAMES = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module")

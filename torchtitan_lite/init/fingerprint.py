@@ -14,10 +14,10 @@ Note: on who counts an element. Every element is counted exactly once:
   * a DTensor: each rank counts its local shard, at the global indices of its placements, provided it sits
     at coordinate 0 of every mesh dimension whose placement is ``Replicate`` (one copy of each shard);
   * a plain tensor: taken to be the same on every rank and counted on global rank 0.
-The global indices come from :func:`_global_indices` (one index vector per tensor dimension). It knows
-``Shard`` (also uneven, via ``compute_local_shape_and_global_offset``, on any mesh) and ``Replicate``; a new
-placement (``_StridedShard`` of FSDP over TP, a pipeline stage's layers) extends only that function (and, for
-plain tensors held by some ranks only, the ownership rule), and anything else is refused rather than guessed.
+The global indices come from :func:`_global_indices` (one index vector per tensor dimension): the local box
+of ``Shard`` (also uneven), ``_StridedShard`` (FSDP over TP) and ``Replicate`` placements on any mesh
+(:func:`torchtitan_lite.init.keyed.local_box`); anything else is refused rather than guessed. Plain tensors
+held by some ranks only (a pipeline stage's buffers) need the ownership rule extended.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import hashlib
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor import DTensor, Replicate
 
 from torchtitan_lite.init.apply import tensor_groups
+from torchtitan_lite.init.keyed import local_box
 
 _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
 """2**64 / golden ratio (odd), as a signed int64: splitmix64's increment."""
@@ -65,27 +65,25 @@ def _global_indices(tensor: torch.Tensor) -> list[torch.Tensor] | None:
     when this rank does not count its copy (see the note on who counts an element).
 
     Raises:
-        ValueError: a placement other than ``Shard`` and ``Replicate``, or a local shard whose shape is not
-            the one its placements give.
+        ValueError: a placement other than ``Shard``, ``_StridedShard`` and ``Replicate``, or a local shard whose
+            shape is not the one its placements give.
     """
     if not isinstance(tensor, DTensor):
         if dist.is_initialized() and dist.get_rank() != 0:
             return None
         return [torch.arange(n, device=tensor.device) for n in tensor.shape]
-    mesh, placements = tensor.device_mesh, tensor.placements
-    coordinate = mesh.get_coordinate()
+    coordinate = tensor.device_mesh.get_coordinate()
     if coordinate is None:
         return None
-    for placement in placements:
-        if type(placement) not in (Shard, Replicate):
-            raise ValueError(f"model_fingerprint: placement {placement} is not supported (Shard and Replicate are); "
-                             "extend _global_indices with its global indices")
-    if any(isinstance(p, Replicate) and c != 0 for p, c in zip(placements, coordinate)):
+    try:
+        local, local_shape, offset = local_box(tensor)
+    except ValueError as err:
+        raise ValueError(f"model_fingerprint: {err}; extend _global_indices with its global indices") from None
+    if any(isinstance(p, Replicate) and c != 0 for p, c in zip(tensor.placements, coordinate)):
         return None
-    local_shape, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, placements)
-    if tuple(tensor.to_local().shape) != tuple(local_shape):
-        raise ValueError(f"model_fingerprint: local shard {tuple(tensor.to_local().shape)} is not the "
-                         f"{tuple(local_shape)} its placements {placements} give")
+    if tuple(local.shape) != tuple(local_shape):
+        raise ValueError(f"model_fingerprint: local shard {tuple(local.shape)} is not the "
+                         f"{tuple(local_shape)} its placements {tensor.placements} give")
     return [torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)]
 
 

@@ -1,9 +1,9 @@
-"""Exact, fast, sharding-invariant truncated-normal sampling: :func:`trunc_normal_` and :class:`InitKey`.
+"""Exact, fast truncated-normal sampling: :func:`trunc_normal_`, keyed or from a device generator.
 
 ``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds)
 plus a keyword ``key``. Without a key it draws from the tensor's device generator. With
-``key=InitKey(seed, name)`` every element's value depends only on (seed, name, global flat element
-index, distribution), whatever the sharding, device or world size.
+``key=InitKey(seed, name)`` every element's value depends only on (seed, name, the element's global
+index, distribution), whatever the sharding, device or world size (:mod:`torchtitan_lite.init.keyed`).
 
 Note: on exactness. The inverse-CDF method evaluated in float32 (what ``torch.nn.init`` does) piles
 values on the bounds and distorts the kurtosis. We use rejection where the in-bounds mass
@@ -13,13 +13,12 @@ are exact up to the working precision.
 
 Note: on why we redraw only the rejected positions, in place. The classic rejection fix redraws the
 whole tensor per round (a pass per round), and compacting the accepted values of an oversampled draw
-(``x[mask]``) costs ~2.5x a ``normal_`` of the same size on a CPU. Instead we draw ``n`` normals in
+(``x[mask]``) costs more than a ``normal_`` of the same size. Instead we draw ``n`` normals in
 place, chunk by chunk (cache-resident), find the few out-of-bounds positions (a min/max pass when
 almost no chunk has any, else a mask and NumPy's ``flatnonzero``), and refill just
 those positions by the same method applied to them, at most ``_MAX_ROUNDS`` levels deep; what is
 still out after that comes from the inverse CDF, so valid input never fails. Each position's value
-is independent of which positions were rejected, so the result is iid truncated normal. Measured
-on this project's CPU: 1.05x ``normal_`` at +-100 sigma, ~1.2-1.4x at +-3 sigma.
+is independent of which positions were rejected, so the result is iid truncated normal.
 
 Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the
 target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
@@ -45,17 +44,17 @@ overlaps, so the per-rank cost falls as 1/world size.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor import DTensor
 
-BLOCK = 2**20
-"""Elements per keyed block of a parameter's flattened global index space (the last one is shorter)."""
+from torchtitan_lite.init.keyed import InitKey, keyed_fill
+
+_INVERSE_CDF_CHUNK = 2**20
+"""Elements per inverse-CDF pass (bounds its float64 temporaries)."""
 
 _MIN_REJECTION_MASS = 0.3
 """Below this in-bounds mass the inverse CDF is faster than rejection (measured by bench_init.py)."""
@@ -64,70 +63,6 @@ _MAX_ROUNDS = 8
 _CPU_CHUNK = 2**18
 _LOG_SPACE_BELOW = {torch.float64: -37.0, torch.float32: -12.0}
 """Lower standardized bound under which Phi underflows the dtype: invert in log space instead."""
-
-_STATE_BYTES = 5056
-_STATE_WORDS_OFFSET = 24
-"""Layout of torch's CPU generator state (aten/src/ATen/CPUGeneratorImpl.cpp, CPUGeneratorImplState):
-the_initial_seed u64 @0, left i32 @8, seeded i32 @12, next u64 @16, state[624] u64 @24,
-normal_x/y/rho f64 @5016, normal_is_valid i32 @5040, next_float_normal_sample f32 @5048,
-is_next_float_normal_sample_valid bool @5052; 5056 bytes with padding."""
-
-
-@dataclass(frozen=True)
-class InitKey:
-    """The key of a sharding-invariant stream: a seed and a parameter's canonical name.
-
-    Attributes:
-        seed: integer in ``[0, 2**64)``.
-        name: canonical parameter name, e.g. ``layers.0.attention.wq.weight``.
-
-    Raises:
-        ValueError: ``seed`` is not an int in ``[0, 2**64)`` or ``name`` is empty.
-    """
-
-    seed: int
-    name: str
-
-    def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
-            raise ValueError(f"InitKey: seed must be an int in [0, 2**64), got {self.seed!r}")
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"InitKey: name must be a non-empty string, got {self.name!r}")
-
-    @property
-    def digest(self) -> bytes:
-        """16-byte blake2b digest of ``name`` (what the stream is keyed by)."""
-        return name_digest(self.name)
-
-
-def name_digest(name: str) -> bytes:
-    """128-bit blake2b digest of a canonical name: 16 bytes."""
-    return hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
-
-
-def keyed_state(seed: int, digest: bytes, block: int) -> torch.Tensor:
-    """The full CPU-generator state for block ``block`` of the stream ``(seed, digest)``.
-
-    Returns a ``(5056,)`` uint8 tensor for ``torch.Generator.set_state``: MT19937 words 1..8 hold
-    the key verbatim (seed u64, digest 128 bits, block u64; little-endian), the other 616 words come
-    from ``numpy.random.Philox`` keyed by blake2b-128(seed, block, digest); ``left = 1`` and
-    ``next = 0`` make the first draw twist the state, as after ``manual_seed``; no cached normal.
-    """
-    key_bytes = seed.to_bytes(8, "little") + digest + block.to_bytes(8, "little")
-    philox_key = np.frombuffer(hashlib.blake2b(key_bytes, digest_size=16).digest(), dtype="<u8")
-    words = np.random.Philox(key=philox_key).random_raw(312).view("<u4").astype("<u8")
-    words[1:9] = np.frombuffer(key_bytes, dtype="<u4")
-    return mt_state_from_words(words, initial_seed=seed)
-
-
-def mt_state_from_words(words: np.ndarray, initial_seed: int) -> torch.Tensor:
-    """A ``(5056,)`` uint8 CPU-generator state holding the 624 MT19937 ``words`` (values < 2**32)."""
-    state = np.zeros(_STATE_BYTES, dtype=np.uint8)
-    state[0:8] = np.frombuffer(initial_seed.to_bytes(8, "little"), dtype=np.uint8)
-    state[8:16] = np.array([1, 1], dtype="<i4").view(np.uint8)  # left = 1, seeded = 1
-    state[_STATE_WORDS_OFFSET : _STATE_WORDS_OFFSET + 624 * 8] = np.asarray(words, dtype="<u8").view(np.uint8)
-    return torch.from_numpy(state)
-
 
 def _phi(x: float) -> float:
     """Standard normal CDF in float64, accurate in the lower tail."""
@@ -221,28 +156,43 @@ def _out_of_bounds(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     return mask.nonzero().squeeze_(1)
 
 
-def _sample_into(out: torch.Tensor, mean: float, std: float, a: float, b: float, generator,
-                 redraws: int | None = None) -> None:
-    """Fill the 1-D contiguous ``out`` (float32 or float64) with iid ``N(mean, std^2)`` truncated to
-    ``[a, b]``; every value lies in ``[a, b]`` exactly (in ``out.dtype``).
+class _Law(NamedTuple):
+    """``N(mean, std^2)`` truncated to ``[a, b]``, drawn in ``dtype`` (float32 or float64), with the bounds
+    representable in ``dtype`` (``lo``, ``hi``), the standardized bounds and their normal mass."""
 
-    Rejected positions are refilled by a recursive call on just them, ``redraws`` levels deep
-    (default ``_MAX_ROUNDS``); below that the inverse CDF fills them.
-    """
-    redraws = _MAX_ROUNDS if redraws is None else redraws
-    n, device, dtype = out.numel(), out.device, out.dtype
-    lo, hi = inner_bounds(a, b, dtype)
+    mean: float
+    std: float
+    lo: float
+    hi: float
+    alpha: float
+    beta: float
+    mass: float
+
+
+def _law(mean: float, std: float, a: float, b: float, dtype: torch.dtype) -> _Law:
+    """The :class:`_Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in ``dtype``."""
     alpha, beta = (a - mean) / std, (b - mean) / std
-    mass = normal_mass(alpha, beta)
-    if mass < _MIN_REJECTION_MASS:
-        _inverse_cdf_into(out, mean, std, alpha, beta, lo, hi, generator)
+    return _Law(mean, std, *inner_bounds(a, b, dtype), alpha, beta, normal_mass(alpha, beta))
+
+
+def _sample_into(out: torch.Tensor, law: _Law, generator, redraws: int = _MAX_ROUNDS) -> None:
+    """Fill the 1-D contiguous ``out`` (of ``law.dtype``) with iid draws of ``law``; every value lies in
+    ``[law.lo, law.hi]``.
+
+    Rejected positions are refilled by a recursive call on just them, ``redraws`` levels deep; below that
+    the inverse CDF fills them.
+    """
+    n, device = out.numel(), out.device
+    if law.mass < _MIN_REJECTION_MASS:
+        _inverse_cdf_into(out, law, generator)
         return
+    lo, hi = law.lo, law.hi
     chunk = _CPU_CHUNK if device.type == "cpu" else max(n, 1)
-    expected_out = (1.0 - mass) * min(chunk, n)
+    expected_out = (1.0 - law.mass) * min(chunk, n)
     rejected = []
     for s in range(0, n, chunk):
         part = out[s : s + chunk]
-        part.normal_(mean, std, generator=generator)
+        part.normal_(law.mean, law.std, generator=generator)
         if math.isinf(lo) and math.isinf(hi):
             continue
         if expected_out < 1.0:  # most chunks are clean: a min/max pass is cheaper than a mask
@@ -250,23 +200,74 @@ def _sample_into(out: torch.Tensor, mean: float, std: float, a: float, b: float,
             if low.item() >= lo and high.item() <= hi:
                 continue
         rejected.append(_out_of_bounds(part, lo, hi).add_(s))
-    idx = torch.cat(rejected) if rejected else None
+    idx = rejected[0] if len(rejected) == 1 else torch.cat(rejected) if rejected else None
     if idx is None or idx.numel() == 0:
         return
-    values = torch.empty(idx.numel(), dtype=dtype, device=device)
+    values = torch.empty(idx.numel(), dtype=out.dtype, device=device)
     if redraws == 0:
-        _inverse_cdf_into(values, mean, std, alpha, beta, lo, hi, generator)
+        _inverse_cdf_into(values, law, generator)
     else:
-        _sample_into(values, mean, std, a, b, generator, redraws - 1)
+        _sample_into(values, law, generator, redraws - 1)
     out.index_copy_(0, idx, values)
 
 
-def _inverse_cdf_into(out: torch.Tensor, mean: float, std: float, alpha: float, beta: float, lo: float,
-                      hi: float, generator) -> None:
-    """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``BLOCK`` elements at a time, clamped to ``[lo, hi]``."""
-    for s in range(0, out.numel(), BLOCK):
-        part = out[s : s + BLOCK]
-        part.copy_(_inverse_cdf(part.numel(), mean, std, alpha, beta, generator, out.device).clamp_(lo, hi))
+def _spare_draws(n: int, law: _Law) -> int:
+    """Extra normals a keyed tile of ``n`` elements draws in the same call, so that its rejected positions can
+    be refilled from them: enough in-bound values for the expected rejections plus 6 standard deviations
+    (a shortage falls back to :func:`_sample_into`); 0 when fewer than 0.001 rejections are expected."""
+    rejected = n * (1.0 - law.mass)
+    if rejected < 1e-3:
+        return 0
+    return math.ceil((rejected + 6.0 * math.sqrt(rejected) + 8.0) / law.mass)
+
+
+class TileSampler:
+    """Draws keyed tiles of ``law`` (see :mod:`torchtitan_lite.init.keyed`): a tile of ``n`` elements is drawn
+    into the first ``n`` elements of a buffer of ``n + spare(n)``, from one generator state.
+
+    The ``normal_`` call draws the ``n`` values and :func:`_spare_draws` more; each out-of-bounds position of
+    the first ``n`` takes the next in-bound spare value, in order (iid, as for any refill: which positions were
+    rejected does not depend on the spare values); a tile whose spares run short refills the rest with
+    :func:`_sample_into` from the same generator. Laws with little in-bound mass use the inverse CDF. The
+    values depend only on the generator's state, ``n`` and the law.
+    """
+
+    def __init__(self, law: _Law):
+        self.law = law
+
+    def spare(self, n: int) -> int:
+        """Extra buffer elements a tile of ``n`` elements needs."""
+        return 0 if self.law.mass < _MIN_REJECTION_MASS else _spare_draws(n, self.law)
+
+    def draw(self, buffer: torch.Tensor, n: int, generator: torch.Generator) -> None:
+        """Fill ``buffer[:n]`` (1-D contiguous CPU, ``n + spare(n)`` elements or more) with one tile."""
+        law, spare, out = self.law, self.spare(n), buffer[:n]
+        if law.mass < _MIN_REJECTION_MASS:
+            _inverse_cdf_into(out, law, generator)
+            return
+        if spare == 0:
+            _sample_into(out, law, generator)
+            return
+        values = buffer[: n + spare].normal_(law.mean, law.std, generator=generator).numpy()
+        bad = np.flatnonzero((values[:n] < law.lo) | (values[:n] > law.hi))
+        if bad.size:
+            tail = values[n:]
+            good = tail[(tail >= law.lo) & (tail <= law.hi)]
+            take = min(bad.size, good.size)
+            values[bad[:take]] = good[:take]
+            if take < bad.size:
+                refill = torch.empty(bad.size - take, dtype=out.dtype)
+                _sample_into(refill, law, generator)
+                values[bad[take:]] = refill.numpy()
+
+
+def _inverse_cdf_into(out: torch.Tensor, law: _Law, generator) -> None:
+    """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``_INVERSE_CDF_CHUNK`` elements at a time, clamped to
+    ``[law.lo, law.hi]``."""
+    for s in range(0, out.numel(), _INVERSE_CDF_CHUNK):
+        part = out[s : s + _INVERSE_CDF_CHUNK]
+        values = _inverse_cdf(part.numel(), law.mean, law.std, law.alpha, law.beta, generator, out.device)
+        part.copy_(values.clamp_(law.lo, law.hi))
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -278,50 +279,6 @@ def _write(target: torch.Tensor, values: torch.Tensor, a: float, b: float) -> No
     target.copy_(values)
     if target.dtype != values.dtype:
         target.clamp_(*inner_bounds(a, b, target.dtype))
-
-
-def _keyed_fill(tensor: torch.Tensor, mean: float, std: float, a: float, b: float, key: InitKey) -> None:
-    """Fill ``tensor`` (plain or DTensor with Shard/Replicate placements) from host-drawn keyed blocks."""
-    if isinstance(tensor, DTensor):
-        for placement in tensor.placements:
-            if not isinstance(placement, (Shard, Replicate)):
-                raise ValueError(
-                    f"trunc_normal_: key={key.name!r}: unsupported DTensor placement {placement}; "
-                    "only Shard and Replicate are supported (initialize before making it Partial)"
-                )
-        local = tensor.to_local()
-        local_shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
-                                                                   tensor.placements)
-    else:
-        local, local_shape, offset = tensor, tuple(tensor.shape), (0,) * tensor.dim()
-    if local.numel() == 0:
-        return
-    global_shape = tuple(tensor.shape)
-    strides = [1] * len(global_shape)
-    for d in range(len(global_shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * global_shape[d + 1]
-    start = sum(o * s for o, s in zip(offset, strides))
-    end = sum((o + n - 1) * s for o, n, s in zip(offset, local_shape, strides)) + 1
-    dtype = _work_dtype(tensor.dtype)
-    direct = (local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
-              and local.numel() == end - start)
-    segment = local.view(-1) if direct else torch.empty(end - start, dtype=dtype)
-    numel, digest = tensor.numel(), key.digest
-    generator, scratch = torch.Generator(), None
-    for block in range(start // BLOCK, (end - 1) // BLOCK + 1):
-        b0, b1 = block * BLOCK, min((block + 1) * BLOCK, numel)
-        generator.set_state(keyed_state(key.seed, digest, block))
-        if start <= b0 and b1 <= end:
-            _sample_into(segment[b0 - start : b1 - start], mean, std, a, b, generator)
-        else:
-            if scratch is None:
-                scratch = torch.empty(BLOCK, dtype=dtype)
-            drawn = scratch[: b1 - b0]
-            _sample_into(drawn, mean, std, a, b, generator)
-            lo, hi = max(start, b0), min(end, b1)
-            segment[lo - start : hi - start] = drawn[lo - b0 : hi - b0]
-    if not direct:
-        _write(local, segment.as_strided(local_shape, strides), a, b)
 
 
 @torch.no_grad()
@@ -341,8 +298,9 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
         mean, std: of the untruncated normal.
         a, b: absolute bounds.
         generator: generator of the tensor's device, for the unkeyed path.
-        key: draw from the sharding-invariant stream of ``key`` (host CPU, see module notes): the
-            value of every element depends only on (``key``, global flat index, mean, std, a, b).
+        key: draw from the sharding-invariant keyed tiles of ``key`` (host CPU,
+            :mod:`torchtitan_lite.init.keyed`): the value of every element depends only on (``key``, the
+            global shape, the element's global index, mean, std, a, b).
 
     Raises:
         ValueError: non-finite mean or std, std <= 0, NaN bound, a >= b, a dtype that is not
@@ -353,19 +311,21 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
     inner_bounds(a, b, tensor.dtype)
     if tensor.device.type == "meta":
         return tensor
+    dtype = _work_dtype(tensor.dtype)
+    law = _law(mean, std, a, b, dtype)
     if key is not None:
-        _keyed_fill(tensor, mean, std, a, b, key)
+        keyed_fill(tensor, key, dtype, TileSampler(law),
+                   write=lambda target, values: _write(target, values, a, b))
         return tensor
     if isinstance(tensor, DTensor):
         raise ValueError(
             "trunc_normal_ on a DTensor needs key=InitKey(seed, name): the device generator would give "
             "every rank the same values (or depend on the world size)"
         )
-    dtype = _work_dtype(tensor.dtype)
     if tensor.dtype == dtype and tensor.is_contiguous():
-        _sample_into(tensor.view(-1), mean, std, a, b, generator)
+        _sample_into(tensor.view(-1), law, generator)
         return tensor
     values = torch.empty(tensor.numel(), dtype=dtype, device=tensor.device)
-    _sample_into(values, mean, std, a, b, generator)
+    _sample_into(values, law, generator)
     _write(tensor, values.view(tensor.shape), a, b)
     return tensor
