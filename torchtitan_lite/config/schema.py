@@ -176,6 +176,11 @@ class Validation:
     """Validate every this many steps (and after the last step)."""
     steps: int = bounded(4, ge=1)
     """Batches per validation."""
+    sample_prompt: str | None = None
+    """Text whose greedy continuation is printed and written to TensorBoard (text ``validation/sample``) at each
+    validation, to watch the model learn; unset = none."""
+    sample_tokens: int = bounded(32, ge=1)
+    """Tokens of that continuation (prompt + these must fit in the model's ``max_seq_len``)."""
 
 
 @dataclass
