@@ -110,12 +110,16 @@ _SCALED = {
                               v_head_dim=16, num_hidden_layers=2, n_routed_experts=8),
 }
 SCALED_VOCAB = 512
+SCALED_SPECIAL_IDS = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}
+"""The special ids of the scaled vocabulary (``<|endoftext|>`` and ``<|pad|>`` of the tests' tokenizer)."""
 
 
 def scaled(name: str) -> dict[str, Any]:
-    """The published config ``name`` with width, depth, expert count and vocabulary scaled down (every other key as
-    published) and without ``quantization_config`` (the random-weight reference model is not quantized)."""
+    """The published config ``name`` with width, depth, expert count and vocabulary scaled down, its special token ids
+    moved into the smaller vocabulary (every other key as published), without ``quantization_config`` (the
+    random-weight reference model is not quantized)."""
     config = copy.deepcopy(PUBLISHED[name][0])
     config.pop("quantization_config", None)
     config.update(copy.deepcopy(_SCALED[name]), vocab_size=SCALED_VOCAB)
+    config.update({key: value for key, value in SCALED_SPECIAL_IDS.items() if key in config})
     return config

@@ -11,12 +11,12 @@ import torch
 import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 from safetensors.torch import load_file, save_file
-from torchtitan_lite.components.hf.args import state_dict_adapter
-from torchtitan_lite.components.hf.export import export_hf
-from torchtitan_lite.components.hf.folder import HFError
 
 import torchtitan_lite.init.apply as init_module
 from torchtitan_lite.components.faults import StopRequest
+from torchtitan_lite.components.hf.args import state_dict_adapter
+from torchtitan_lite.components.hf.export import export_hf
+from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import check_paths, parse_args
 from torchtitan_lite.init.apply import named_state_tensors
