@@ -15,8 +15,7 @@ import os
 from typing import Any
 
 from models import get_model_spec
-from torchtitan_lite.components.hf.folder import HFError, family_of, read_config
-from torchtitan_lite.components.hf.quant import quantization
+from torchtitan_lite.components.hf.folder import HFError, family_of, folder_quantization, read_config
 
 HF_FLAVOR = "hf"
 """``model.flavor`` of a model whose sizes all come from ``checkpoint.initial_load_hf`` (the default then)."""
@@ -26,11 +25,11 @@ def folder_family(folder: str) -> tuple[str, dict[str, Any]]:
     """``(family, config.json dict)`` of an HF folder.
 
     Raises:
-        HFError: see :func:`~.folder.read_config`, :func:`~.folder.family_of`, :func:`~.quant.quantization`.
+        HFError: see :func:`~.folder.read_config`, :func:`~.folder.family_of`, :func:`~.folder.folder_quantization`.
     """
     config = read_config(folder)
     family = family_of(config, folder)
-    quantization(config)
+    folder_quantization(config, folder)
     return family, config
 
 
@@ -43,7 +42,7 @@ def hf_args_values(folder: str, family: str, config: dict[str, Any]) -> dict[str
     try:
         return get_model_spec(family).state_dict_adapter.args_from_hf_config(config)
     except ValueError as err:
-        raise HFError(f"{os.path.join(folder, 'config.json')}: {err}") from None
+        raise HFError(f"{os.path.join(folder, 'config.json')}: {str(err).removeprefix('config.json ')}") from None
 
 
 def model_args_from_hf(folder: str, family: str, flavor: str, changes: dict[str, Any]) -> Any:

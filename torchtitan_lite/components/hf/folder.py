@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 
 from models import hf_family, model_names
-from torchtitan_lite.components.hf.quant import Box, Quantization, mxfp4_shape, read_fp8, read_mxfp4
+from torchtitan_lite.components.hf.quant import Box, Quantization, mxfp4_shape, quantization, read_fp8, read_mxfp4
 from torchtitan_lite.errors import UserError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -65,6 +65,18 @@ def family_of(config: dict[str, Any], folder: str) -> str:
         raise HFError(f"{os.path.join(folder, 'config.json')}: model_type {model_type!r} (architectures "
                       f"{architectures!r}) is not a family this trainer builds; known model types: {', '.join(known)}")
     return family
+
+
+def folder_quantization(config: dict[str, Any], folder: str) -> Quantization | None:
+    """The checked ``quantization_config`` of the folder's ``config.json`` (:func:`~.quant.quantization`).
+
+    Raises:
+        HFError: one the loader cannot dequantize, naming the key.
+    """
+    try:
+        return quantization(config)
+    except ValueError as err:
+        raise HFError(f"{os.path.join(folder, 'config.json')}: {err}") from None
 
 
 class SafetensorsFolder:

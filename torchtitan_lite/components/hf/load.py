@@ -24,8 +24,7 @@ from torch import nn
 
 from models import get_model_spec
 from torchtitan_lite.components.hf.args import state_dict_adapter
-from torchtitan_lite.components.hf.folder import HFError, SafetensorsFolder, read_config
-from torchtitan_lite.components.hf.quant import quantization
+from torchtitan_lite.components.hf.folder import HFError, SafetensorsFolder, folder_quantization, read_config
 from torchtitan_lite.init.apply import named_state_tensors
 from torchtitan_lite.init.keyed import local_box
 
@@ -141,10 +140,10 @@ def open_folder(folder: str) -> tuple[dict, SafetensorsFolder]:
     """``(config.json dict, reader)`` of an HF folder, with the quantization its config declares.
 
     Raises:
-        HFError: see :func:`~.folder.read_config`, :func:`~.quant.quantization` and :class:`SafetensorsFolder`.
+        HFError: see :func:`~.folder.read_config`, :func:`~.folder.folder_quantization` and :class:`SafetensorsFolder`.
     """
     config = read_config(folder)
-    return config, SafetensorsFolder(folder, quantization(config))
+    return config, SafetensorsFolder(folder, folder_quantization(config, folder))
 
 
 def check_hf_folder(folder: str, model_name: str, args, *, allow_unexpected: bool = False) -> ImportPlan:

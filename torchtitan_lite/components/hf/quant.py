@@ -22,8 +22,6 @@ from typing import Any, Callable
 
 import torch
 
-from torchtitan_lite.errors import UserError
-
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 """The 16 E2M1 values by code (OCP MX spec v1.0, table 5)."""
 MXFP4_BLOCK = 32
@@ -31,10 +29,6 @@ MXFP4_BLOCK = 32
 
 Box = tuple[tuple[int, int], ...]
 Read = Callable[[str, Box], torch.Tensor]
-
-
-class QuantizationError(UserError, ValueError):
-    """A ``quantization_config`` that the loader cannot dequantize (one line naming the key)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ def quantization(config: dict[str, Any]) -> Quantization | None:
     """The ``quantization_config`` of a ``config.json`` dict, checked key by key; ``None`` when there is none.
 
     Raises:
-        QuantizationError: another method, an FP8 format other than e4m3, a malformed block size, or a key not
+        ValueError: another method, an FP8 format other than e4m3, a malformed block size, or a key not
             known for the method.
     """
     quant = config.get("quantization_config")
@@ -62,19 +56,19 @@ def quantization(config: dict[str, Any]) -> Quantization | None:
     elif method == "fp8":
         known = {"quant_method", "fmt", "weight_block_size", "activation_scheme"}  # activations: inference only
         if quant.get("fmt", "e4m3") != "e4m3":
-            raise QuantizationError(f"config.json quantization_config.fmt = {quant['fmt']!r}: only e4m3 FP8 is "
+            raise ValueError(f"quantization_config.fmt = {quant['fmt']!r}: only e4m3 FP8 is "
                                     "dequantized; convert the checkpoint to bf16 first")
         block = quant.get("weight_block_size", [128, 128])
         if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-            raise QuantizationError(f"config.json quantization_config.weight_block_size = {block!r} is not two "
+            raise ValueError(f"quantization_config.weight_block_size = {block!r} is not two "
                                     "positive integers")
     else:
-        raise QuantizationError(f"config.json quantization_config.quant_method = {method!r}: the loader "
+        raise ValueError(f"quantization_config.quant_method = {method!r}: the loader "
                                 "dequantizes mxfp4 (gpt-oss) and fp8 (DeepSeek-V3) only; convert the checkpoint "
                                 "to bf16 first")
     unknown = sorted(set(quant) - known)
     if unknown:
-        raise QuantizationError(f"config.json quantization_config.{unknown[0]} = {quant[unknown[0]]!r} is not "
+        raise ValueError(f"quantization_config.{unknown[0]} = {quant[unknown[0]]!r} is not "
                                 f"known for {method}; the loader cannot tell what it changes")
     return Quantization(method, tuple(quant["weight_block_size"]) if "weight_block_size" in quant else (128, 128))
 
