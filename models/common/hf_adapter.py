@@ -72,6 +72,54 @@ def decoder_config(args: Any) -> dict[str, Any]:
             "tie_word_embeddings": args.tie_embeddings, "initializer_range": args.init_std}
 
 
+class StateDictAdapter:
+    """The base of the families' adapters (the contract above): a subclass sets ``model_type``, ``architecture``,
+    ``args_from_hf_config`` (and ``free_fields`` when not ``max_seq_len``) and implements :meth:`layer_tensors` and
+    :meth:`family_config`; the DeepSeek-V3 one also reads ``hf_config`` and skips its MTP layers.
+
+    Args:
+        args: the arguments of our model.
+        hf_config: the ``config.json`` of the folder to import, or ``None`` when exporting.
+    """
+
+    model_type: str
+    architecture: str
+    free_fields: tuple[str, ...] = ("max_seq_len",)
+    args_from_hf_config: Callable[[dict[str, Any]], dict[str, Any]]
+
+    def __init__(self, args: Any, hf_config: dict[str, Any] | None = None):
+        self.args, self.hf_config = args, hf_config or {}
+        self.tensors = decoder_tensors(args, self.layer_tensors)
+        self.state_only = self.state_tensors()
+
+    def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
+        """Block ``i``'s tensors besides its two norms: our name relative to ``layers.{i}.`` -> kind, the HF names
+        starting with ``prefix`` (``model.layers.{i}.``)."""
+        raise NotImplementedError
+
+    def state_tensors(self) -> tuple[str, ...]:
+        """Our persistent state no HF file holds (``state_only``); none by default."""
+        return ()
+
+    def skipped(self, hf_name: str) -> str | None:
+        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or ``None``."""
+        return tied_head(self.args, hf_name)
+
+    def family_config(self) -> dict[str, Any]:
+        """The family's own ``config.json`` keys (besides :func:`decoder_config`'s)."""
+        raise NotImplementedError
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """The ``config.json`` that describes our model to transformers."""
+        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(self.args),
+                **self.family_config()}
+
+
+def moe_counters(args: Any, first_moe_layer: int = 0, names: tuple[str, ...] = ("tokens_per_expert",)) -> tuple[str, ...]:
+    """``layers.{i}.moe.<name>`` for the MoE layers from ``first_moe_layer`` on: state no HF file holds."""
+    return tuple(f"layers.{i}.moe.{name}" for i in range(first_moe_layer, args.n_layers) for name in names)
+
+
 DECODER_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "vocab_size": "vocab_size",
                 "rms_norm_eps": "norm_eps", "max_position_embeddings": "max_seq_len",
                 "tie_word_embeddings": "tie_embeddings", "initializer_range": "init_std"}

@@ -29,10 +29,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from models.common.hf_adapter import decoder_config, decoder_tensors, per_expert, same, tied_head
+from models.common.hf_adapter import StateDictAdapter, moe_counters, per_expert, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from models.common.hf_tensors import HFTensor, RowPermuted, Same, interleaved_to_half
-from models.deepseek_v3.args import DeepSeekV3ModelArgs
 from models.qwen3.state_dict_adapter import read_decoder
 
 HF_DEFAULTS = {
@@ -75,7 +74,7 @@ def _read_rope(fields: ConfigFields, max_seq_len: int) -> dict[str, Any]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`DeepSeekV3ModelArgs` field -> value of an HF ``config.json`` of ``DeepseekV3ForCausalLM``.
+    """:class:`models.deepseek_v3.args.DeepSeekV3ModelArgs` field -> value of an HF ``config.json`` of ``DeepseekV3ForCausalLM``.
 
     Raises:
         HFConfigError: GQA (``num_key_value_heads`` != heads), attention bias or dropout, another router
@@ -114,9 +113,9 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class DeepSeekV3StateDictAdapter:
-    """Maps tensors and configs between our :class:`DeepSeekV3ModelArgs` model and HF ``DeepseekV3ForCausalLM``
-    (the contract in ``models/common/hf_adapter.py``).
+class DeepSeekV3StateDictAdapter(StateDictAdapter):
+    """Maps tensors and configs between our :class:`~models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
+    ``DeepseekV3ForCausalLM`` (the contract in ``models/common/hf_adapter.py``).
 
     Args:
         args: the arguments of our model.
@@ -130,48 +129,41 @@ class DeepSeekV3StateDictAdapter:
     free_fields = ()
     args_from_hf_config = staticmethod(args_from_hf_config)
 
-    def __init__(self, args: DeepSeekV3ModelArgs, hf_config: dict[str, Any] | None = None):
-        self.args, self.hf_config = args, hf_config or {}
-        rope_interleave = self.hf_config.get("rope_interleave", HF_DEFAULTS["rope_interleave"])
-        a = args
+    def _rope_rows(self, hf_name: str, n_rows: int, block: int, offset: int) -> HFTensor:
+        """``hf_name`` with its RoPE rows permuted when the folder interleaves them (the note)."""
+        if not self.hf_config.get("rope_interleave", HF_DEFAULTS["rope_interleave"]):
+            return Same(hf_name)
+        return RowPermuted(hf_name, interleaved_to_half(n_rows, block, self.args.qk_rope_head_dim, offset))
 
-        def rope_rows(hf_name: str, n_rows: int, block: int, offset: int) -> HFTensor:
-            if not rope_interleave:
-                return Same(hf_name)
-            return RowPermuted(hf_name, interleaved_to_half(n_rows, block, a.qk_rope_head_dim, offset))
-
-        def layer(i: int, prefix: str) -> dict[str, HFTensor]:
-            attn = f"{prefix}self_attn."
-            q_rows = a.n_heads * a.qk_head_dim
-            tensors = same(attn, {"attention.kv_norm.weight": "kv_a_layernorm.weight",
-                                  "attention.wkv_b.weight": "kv_b_proj.weight", "attention.wo.weight": "o_proj.weight"})
-            tensors["attention.wkv_a.weight"] = rope_rows(f"{attn}kv_a_proj_with_mqa.weight",
-                                                          a.kv_lora_rank + a.qk_rope_head_dim,
-                                                          a.kv_lora_rank + a.qk_rope_head_dim, a.kv_lora_rank)
-            if a.q_lora_rank:
-                tensors.update(same(attn, {"attention.wq_a.weight": "q_a_proj.weight",
-                                           "attention.q_norm.weight": "q_a_layernorm.weight"}))
-                tensors["attention.wq_b.weight"] = rope_rows(f"{attn}q_b_proj.weight", q_rows, a.qk_head_dim,
+    def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
+        """MLA, then the dense FFN or the MoE (module docstring)."""
+        a, attn = self.args, f"{prefix}self_attn."
+        q_rows, kv_rows = a.n_heads * a.qk_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
+        tensors = same(attn, {"attention.kv_norm.weight": "kv_a_layernorm.weight",
+                              "attention.wkv_b.weight": "kv_b_proj.weight", "attention.wo.weight": "o_proj.weight"})
+        tensors["attention.wkv_a.weight"] = self._rope_rows(f"{attn}kv_a_proj_with_mqa.weight", kv_rows, kv_rows,
+                                                            a.kv_lora_rank)
+        if a.q_lora_rank:
+            tensors.update(same(attn, {"attention.wq_a.weight": "q_a_proj.weight",
+                                       "attention.q_norm.weight": "q_a_layernorm.weight"}))
+            tensors["attention.wq_b.weight"] = self._rope_rows(f"{attn}q_b_proj.weight", q_rows, a.qk_head_dim,
+                                                               a.qk_nope_head_dim)
+        else:
+            tensors["attention.wq.weight"] = self._rope_rows(f"{attn}q_proj.weight", q_rows, a.qk_head_dim,
                                                              a.qk_nope_head_dim)
-            else:
-                tensors["attention.wq.weight"] = rope_rows(f"{attn}q_proj.weight", q_rows, a.qk_head_dim,
-                                                           a.qk_nope_head_dim)
-            if i < a.n_dense_layers:
-                tensors.update(same(prefix, {"feed_forward.w1.weight": "mlp.gate_proj.weight",
-                                             "feed_forward.w3.weight": "mlp.up_proj.weight",
-                                             "feed_forward.w2.weight": "mlp.down_proj.weight"}))
-                return tensors
-            tensors.update(same(prefix, {"moe.router.gate.weight": "mlp.gate.weight",
-                                         "moe.router.expert_bias": "mlp.gate.e_score_correction_bias"}))
-            tensors.update(per_expert(prefix, a.num_experts))
-            if a.num_shared_experts:
-                tensors.update(same(prefix, {"moe.shared_experts.w1.weight": "mlp.shared_experts.gate_proj.weight",
-                                             "moe.shared_experts.w3.weight": "mlp.shared_experts.up_proj.weight",
-                                             "moe.shared_experts.w2.weight": "mlp.shared_experts.down_proj.weight"}))
-            return tensors
+        swiglu = {"w1.weight": "gate_proj.weight", "w3.weight": "up_proj.weight", "w2.weight": "down_proj.weight"}
+        if i < a.n_dense_layers:
+            return {**tensors, **same(f"{prefix}mlp.", {f"feed_forward.{k}": v for k, v in swiglu.items()})}
+        tensors.update(same(prefix, {"moe.router.gate.weight": "mlp.gate.weight",
+                                     "moe.router.expert_bias": "mlp.gate.e_score_correction_bias"}))
+        tensors.update(per_expert(prefix, a.num_experts))
+        if a.num_shared_experts:
+            tensors.update(same(f"{prefix}mlp.shared_experts.", {f"moe.shared_experts.{k}": v for k, v in swiglu.items()}))
+        return tensors
 
-        self.tensors = decoder_tensors(args, layer)
-        self.state_only = tuple(f"layers.{i}.moe.tokens_per_expert" for i in range(a.n_dense_layers, a.n_layers))
+    def state_tensors(self) -> tuple[str, ...]:
+        """The token counters of the MoE layers."""
+        return moe_counters(self.args, self.args.n_dense_layers)
 
     def skipped(self, hf_name: str) -> str | None:
         """Why the HF tensor ``hf_name`` is not loaded (a multi-token-prediction layer, a tied ``lm_head.weight``),
@@ -180,18 +172,17 @@ class DeepSeekV3StateDictAdapter:
         mtp = self.hf_config.get("num_nextn_predict_layers", HF_DEFAULTS["num_nextn_predict_layers"]) or 0
         if match and self.args.n_layers <= int(match.group(1)) < self.args.n_layers + mtp:
             return "multi-token-prediction layer (num_nextn_predict_layers): not built"
-        return tied_head(self.args, hf_name)
+        return super().skipped(hf_name)
 
-    def to_hf_config(self) -> dict[str, Any]:
-        """The ``config.json`` of ``DeepseekV3ForCausalLM`` for our args (interleaved RoPE rows, no MTP layers)."""
+    def family_config(self) -> dict[str, Any]:
+        """MLA, MoE, router and RoPE keys (interleaved RoPE rows, no MTP layers)."""
         a = self.args
         rope = None
         if a.uses_yarn:
             rope = {"type": "yarn", "factor": a.rope_factor, "original_max_position_embeddings": a.rope_original_max_seq_len,
                     "beta_fast": a.rope_beta_fast, "beta_slow": a.rope_beta_slow, "mscale": a.rope_mscale,
                     "mscale_all_dim": a.rope_mscale}
-        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(a),
-                "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_heads, "first_k_dense_replace": a.n_dense_layers,
+        return {"num_attention_heads": a.n_heads, "num_key_value_heads": a.n_heads, "first_k_dense_replace": a.n_dense_layers,
                 "intermediate_size": a.hidden_dim, "moe_intermediate_size": a.moe_inter_dim,
                 "n_routed_experts": a.num_experts, "n_shared_experts": a.num_shared_experts,
                 "num_experts_per_tok": a.top_k, "n_group": a.num_expert_groups, "topk_group": a.num_limited_groups,

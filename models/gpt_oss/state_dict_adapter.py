@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import decoder_config, decoder_tensors, same, tied_head
+from models.common.hf_adapter import StateDictAdapter, moe_counters, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from models.common.hf_tensors import HFTensor, Transposed
-from models.gpt_oss.args import GptOssModelArgs
 from models.qwen3.state_dict_adapter import read_decoder
 
 _LAYER_NAMES = {
@@ -55,7 +54,7 @@ def sliding_layer_types(n_layers: int) -> list[str]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`GptOssModelArgs` field -> value of an HF ``config.json`` of ``GptOssForCausalLM``.
+    """:class:`models.gpt_oss.args.GptOssModelArgs` field -> value of an HF ``config.json`` of ``GptOssForCausalLM``.
 
     Raises:
         HFConfigError: no attention bias, attention dropout, layer types other than alternating sliding/full, a
@@ -95,43 +94,31 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class GptOssStateDictAdapter:
-    """Maps tensors and configs between our :class:`GptOssModelArgs` model and HF ``GptOssForCausalLM`` (the
-    contract in ``models/common/hf_adapter.py``).
-
-    Args:
-        args: the arguments of our model.
-        hf_config: the ``config.json`` of the folder to import (unused: no layout choice depends on it).
-    """
+class GptOssStateDictAdapter(StateDictAdapter):
+    """Maps tensors and configs between our :class:`~models.gpt_oss.args.GptOssModelArgs` model and HF
+    ``GptOssForCausalLM`` (the contract in ``models/common/hf_adapter.py``)."""
 
     model_type = "gpt_oss"
     architecture = "GptOssForCausalLM"
-    free_fields = ("max_seq_len",)
     args_from_hf_config = staticmethod(args_from_hf_config)
 
-    def __init__(self, args: GptOssModelArgs, hf_config: dict[str, Any] | None = None):
-        self.args, self.hf_config = args, hf_config or {}
+    def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
+        """Attention with biases and sinks, router, the fused experts transposed (module docstring)."""
+        return {**same(prefix, _LAYER_NAMES),
+                "moe.experts.mlp1_weight": Transposed(f"{prefix}mlp.experts.gate_up_proj", (1, 2)),
+                "moe.experts.mlp2_weight": Transposed(f"{prefix}mlp.experts.down_proj", (1, 2))}
 
-        def layer(_i: int, prefix: str) -> dict[str, HFTensor]:
-            return {**same(prefix, _LAYER_NAMES),
-                    "moe.experts.mlp1_weight": Transposed(f"{prefix}mlp.experts.gate_up_proj", (1, 2)),
-                    "moe.experts.mlp2_weight": Transposed(f"{prefix}mlp.experts.down_proj", (1, 2))}
+    def state_tensors(self) -> tuple[str, ...]:
+        """The token counters."""
+        return moe_counters(self.args)
 
-        self.tensors = decoder_tensors(args, layer)
-        self.state_only = tuple(f"layers.{i}.moe.tokens_per_expert" for i in range(args.n_layers))
-
-    def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or ``None``."""
-        return tied_head(self.args, hf_name)
-
-    def to_hf_config(self) -> dict[str, Any]:
-        """The ``config.json`` of ``GptOssForCausalLM`` for our args."""
+    def family_config(self) -> dict[str, Any]:
+        """Attention, expert and YaRN keys."""
         a = self.args
         rope = {"rope_type": "yarn", "factor": a.rope_factor, "beta_fast": a.rope_beta_fast,
                 "beta_slow": a.rope_beta_slow, "original_max_position_embeddings": a.rope_original_max_seq_len,
                 "truncate": False}
-        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(a),
-                "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
+        return {"num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
                 "intermediate_size": a.moe_inter_dim, "num_local_experts": a.num_experts, "num_experts_per_tok": a.top_k,
                 "swiglu_limit": a.swiglu_limit, "swiglu_alpha": a.swiglu_alpha, "sliding_window": a.sliding_window,
                 "layer_types": sliding_layer_types(a.n_layers), "attention_bias": True, "attention_dropout": 0.0,

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import DECODER_KEYS, decoder_config, decoder_tensors, same, tied_head
+from models.common.hf_adapter import DECODER_KEYS, StateDictAdapter, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, float_or_none, rope_parameters
 from models.common.hf_tensors import HFTensor
-from models.qwen3.args import Qwen3ModelArgs
 
 ATTENTION_NAMES = {
     "attention.wq.weight": "self_attn.q_proj.weight",
@@ -82,7 +81,7 @@ def read_decoder(fields: ConfigFields) -> dict[str, Any]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`Qwen3ModelArgs` field -> value of an HF ``config.json`` of ``Qwen3ForCausalLM``.
+    """:class:`models.qwen3.args.Qwen3ModelArgs` field -> value of an HF ``config.json`` of ``Qwen3ForCausalLM``.
 
     Raises:
         HFConfigError: a key the model does not implement, or one of the values :func:`read_attention` refuses.
@@ -103,34 +102,18 @@ def attention_config(args: Any) -> dict[str, Any]:
             "rope_theta": args.rope_theta, "rope_scaling": None}
 
 
-class Qwen3StateDictAdapter:
-    """Maps tensors and configs between our :class:`Qwen3ModelArgs` model and HF ``Qwen3ForCausalLM`` (the
-    contract in ``models/common/hf_adapter.py``).
-
-    Args:
-        args: the arguments of our model.
-        hf_config: the ``config.json`` of the folder to import (unused: no layout choice depends on it).
-    """
+class Qwen3StateDictAdapter(StateDictAdapter):
+    """Maps tensors and configs between our :class:`~models.qwen3.args.Qwen3ModelArgs` model and HF ``Qwen3ForCausalLM`` (the
+    contract in ``models/common/hf_adapter.py``)."""
 
     model_type = "qwen3"
     architecture = "Qwen3ForCausalLM"
-    free_fields = ("max_seq_len",)
     args_from_hf_config = staticmethod(args_from_hf_config)
-    state_only: tuple[str, ...] = ()
 
-    def __init__(self, args: Qwen3ModelArgs, hf_config: dict[str, Any] | None = None):
-        self.args, self.hf_config = args, hf_config or {}
+    def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
+        """Attention and SwiGLU, one to one (module docstring)."""
+        return same(prefix, {**ATTENTION_NAMES, **_FFN_NAMES})
 
-        def layer(_i: int, prefix: str) -> dict[str, HFTensor]:
-            return same(prefix, {**ATTENTION_NAMES, **_FFN_NAMES})
-
-        self.tensors = decoder_tensors(args, layer)
-
-    def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or ``None``."""
-        return tied_head(self.args, hf_name)
-
-    def to_hf_config(self) -> dict[str, Any]:
-        """The ``config.json`` of ``Qwen3ForCausalLM`` for our args."""
-        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(self.args),
-                **attention_config(self.args), "intermediate_size": self.args.hidden_dim}
+    def family_config(self) -> dict[str, Any]:
+        """Attention keys and ``intermediate_size``."""
+        return {**attention_config(self.args), "intermediate_size": self.args.hidden_dim}

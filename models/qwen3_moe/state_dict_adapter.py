@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import decoder_config, decoder_tensors, per_expert, same, tied_head
+from models.common.hf_adapter import StateDictAdapter, moe_counters, per_expert, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields
 from models.common.hf_tensors import HFTensor
 from models.qwen3.state_dict_adapter import ATTENTION_NAMES, attention_config, read_attention, read_decoder
-from models.qwen3_moe.args import Qwen3MoeModelArgs
 
 HF_DEFAULTS = {
     "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
@@ -32,7 +31,7 @@ HF_DEFAULTS = {
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`Qwen3MoeModelArgs` field -> value of an HF ``config.json`` of ``Qwen3MoeForCausalLM``
+    """:class:`models.qwen3_moe.args.Qwen3MoeModelArgs` field -> value of an HF ``config.json`` of ``Qwen3MoeForCausalLM``
     (``num_experts`` or transformers 5's ``num_local_experts``).
 
     Raises:
@@ -52,39 +51,26 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class Qwen3MoeStateDictAdapter:
-    """Maps tensors and configs between our :class:`Qwen3MoeModelArgs` model and HF ``Qwen3MoeForCausalLM`` (the
-    contract in ``models/common/hf_adapter.py``).
-
-    Args:
-        args: the arguments of our model.
-        hf_config: the ``config.json`` of the folder to import (unused: no layout choice depends on it).
-    """
+class Qwen3MoeStateDictAdapter(StateDictAdapter):
+    """Maps tensors and configs between our :class:`~models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
+    ``Qwen3MoeForCausalLM`` (the contract in ``models/common/hf_adapter.py``)."""
 
     model_type = "qwen3_moe"
     architecture = "Qwen3MoeForCausalLM"
-    free_fields = ("max_seq_len",)
     args_from_hf_config = staticmethod(args_from_hf_config)
 
-    def __init__(self, args: Qwen3MoeModelArgs, hf_config: dict[str, Any] | None = None):
-        self.args, self.hf_config = args, hf_config or {}
+    def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
+        """Attention, router and the experts one tensor per expert (module docstring)."""
+        return {**same(prefix, {**ATTENTION_NAMES, "moe.router.gate.weight": "mlp.gate.weight"}),
+                **per_expert(prefix, self.args.num_experts)}
 
-        def layer(_i: int, prefix: str) -> dict[str, HFTensor]:
-            return {**same(prefix, {**ATTENTION_NAMES, "moe.router.gate.weight": "mlp.gate.weight"}),
-                    **per_expert(prefix, args.num_experts)}
+    def state_tensors(self) -> tuple[str, ...]:
+        """The router's expert bias (kept at zero) and the token counters."""
+        return moe_counters(self.args, names=("router.expert_bias", "tokens_per_expert"))
 
-        self.tensors = decoder_tensors(args, layer)
-        self.state_only = tuple(f"layers.{i}.moe.{name}" for i in range(args.n_layers)
-                                for name in ("router.expert_bias", "tokens_per_expert"))
-
-    def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or ``None``."""
-        return tied_head(self.args, hf_name)
-
-    def to_hf_config(self) -> dict[str, Any]:
-        """The ``config.json`` of ``Qwen3MoeForCausalLM`` for our args."""
+    def family_config(self) -> dict[str, Any]:
+        """Attention and MoE keys; every block is an MoE."""
         a = self.args
-        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(a),
-                **attention_config(a), "moe_intermediate_size": a.moe_inter_dim, "num_experts": a.num_experts,
+        return {**attention_config(a), "moe_intermediate_size": a.moe_inter_dim, "num_experts": a.num_experts,
                 "num_experts_per_tok": a.top_k, "norm_topk_prob": a.route_norm, "decoder_sparse_step": 1,
                 "mlp_only_layers": []}
