@@ -16,6 +16,7 @@ from hf_published import PUBLISHED, scaled
 
 from models import get_model_spec
 from models.common.hf_config import HFConfigError
+from torchtitan_lite.components.hf.quant import Quantization, quantization
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import build_model_args, parse_args
 
@@ -141,3 +142,9 @@ def test_deepseek_max_seq_len_is_not_free_because_it_switches_yarn(tmp_path):
     with pytest.raises(ConfigError, match=r"max_seq_len = 163840 but model.overrides.max_seq_len = 4096"):
         parse_args([f"--checkpoint.initial_load_hf={folder}", "--model.overrides.max_seq_len=4096"])
     assert build_model_args(parse_args([f"--checkpoint.initial_load_hf={folder}"])).uses_yarn
+
+
+def test_the_published_quantizations_are_the_ones_the_loader_dequantizes():
+    assert quantization(PUBLISHED["gpt-oss-20b"][0]) == Quantization("mxfp4")
+    assert quantization(PUBLISHED["DeepSeek-V3"][0]) == Quantization("fp8", (128, 128))
+    assert quantization(PUBLISHED["Moonlight-16B-A3B"][0]) is None

@@ -24,7 +24,7 @@ from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 import models
 from models import get_model_spec
 from torchtitan_lite.components.hf.export import export_hf
-from torchtitan_lite.components.hf.load import open_folder
+from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.data.tokenizer import Tokenizer
@@ -242,3 +242,17 @@ def test_export_is_refused_before_step_1_for_a_family_without_an_adapter(tmp_pat
     monkeypatch.setattr(models, "get_model_spec", lambda name: dataclasses.replace(spec, state_dict_adapter=None))
     with pytest.raises(ConfigError, match=r"^checkpoint.export_hf: model qwen3 has no Hugging Face state-dict adapter"):
         check_paths(parse_args([f"--checkpoint.export_hf={tmp_path / 'hf'}", f"--job.dump_folder={tmp_path}"]))
+
+
+def test_a_pipeline_stage_imports_only_the_layers_it_holds(tmp_path):
+    _, folder = saved(tmp_path, "Qwen3-30B-A3B")
+    plain, _, _ = ours_from_folder(folder)
+    family, args = "qwen3_moe", plain.args
+    with torch.device("meta"):
+        stage = get_model_spec(family).model_cls(args)
+    del stage.layers["1"]  # what a pipeline stage that owns layer 0 keeps
+    materialize(stage, "cpu")
+    imported = load_hf_folder(stage, str(folder), family, args)
+    assert (imported.missing, imported.unexpected) == ([], [])
+    assert not any(name.startswith("layers.1.") for name in imported.loaded)
+    assert all(torch.equal(t, plain.get_parameter(n)) for n, t in stage.named_parameters())

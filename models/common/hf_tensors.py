@@ -35,6 +35,11 @@ class Same:
 
     hf_name: str
 
+    @property
+    def hf_names(self) -> tuple[str, ...]:
+        """The HF tensors it is made of."""
+        return (self.hf_name,)
+
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         """HF name -> the shape it must have for our tensor of ``shape``."""
         return {self.hf_name: shape}
@@ -54,6 +59,11 @@ class Transposed:
 
     hf_name: str
     dims: tuple[int, int]
+
+    @property
+    def hf_names(self) -> tuple[str, ...]:
+        """See :attr:`Same.hf_names`."""
+        return (self.hf_name,)
 
     def _swap(self, items: tuple) -> tuple:
         a, b = self.dims
@@ -107,6 +117,11 @@ class RowPermuted:
 
     hf_name: str
     perm: tuple[int, ...]
+
+    @property
+    def hf_names(self) -> tuple[str, ...]:
+        """See :attr:`Same.hf_names`."""
+        return (self.hf_name,)
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         """See :meth:`Same.hf_shapes`."""

@@ -66,7 +66,9 @@ class HFImport:
 
 
 def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, adapter) -> ImportPlan:
-    """The plan (module docstring) for our tensors of global ``shapes`` (our name -> shape).
+    """The plan (module docstring) for our tensors of global ``shapes`` (our name -> shape). Adapter tensors the
+    model does not hold (the layers of other pipeline stages) are neither loaded nor missing, and their HF tensors
+    are not unexpected.
 
     Raises:
         HFError: a shape that differs, or a tensor made of several HF tensors of which the folder holds some only.
@@ -74,6 +76,9 @@ def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, a
     available = reader.names()
     load, missing, used = [], [], set()
     for name, kind in adapter.tensors.items():
+        if name not in shapes:
+            used.update(kind.hf_names)
+            continue
         wanted = kind.hf_shapes(shapes[name])
         present = [hf for hf in wanted if hf in available]
         used.update(present)
