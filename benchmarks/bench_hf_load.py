@@ -9,9 +9,9 @@ trainer's cut), materializes it, then imports the folder and reports:
     written for the first time, the box copies, and the file pages the reads touch (the files are memory-mapped);
   * ``read``: bytes copied out of the files (``SafetensorsFolder.bytes_read``).
 
-Modes: ``boxes`` = the loader (each rank reads its shard's box); ``whole`` = each rank reads every tensor whole and
-copies its shard out of it (what an import without ``get_slice`` does). Printed per mode and world size, and the
-ratio boxes / whole on 2 ranks.
+Modes: ``boxes`` = the loader (each rank reads its shard's box); ``whole`` = each rank reads every tensor whole,
+converts it to the parameters' dtype and copies its shard out of it (the import before it read boxes:
+``get_tensor``, ``.to(dtype)``, ``distribute_tensor``). Printed per mode and world size, and the ratios.
 
     python benchmarks/bench_hf_load.py                 # about a minute on 2 cores
     python benchmarks/bench_hf_load.py --vocab 32768
@@ -67,10 +67,10 @@ def worker(folder: str, mode: str) -> None:
     from torchtitan_lite.init.apply import materialize
 
     class WholeTensors(SafetensorsFolder):
-        """Reads each tensor whole, then cuts the box out of it."""
+        """Reads each tensor whole in fp32, then cuts the box out of it."""
 
         def read(self, name, box):
-            full = super().read(name, tuple((0, n) for n in self.names()[name]))
+            full = super().read(name, tuple((0, n) for n in self.names()[name])).float()
             return full[tuple(slice(a, b) for a, b in box)]
 
     torch.set_num_threads(1)
@@ -125,8 +125,9 @@ def main() -> None:
                 per_rank = ", ".join(f"rank {r['rank']}: rss +{r['rss_kib'] / 1024:.1f} MiB, read "
                                      f"{r['read'] / 2**20:.1f} MiB" for r in results)
                 print(f"{mode:>5} {ranks} rank(s): {per_rank}")
-        print(f"peak rss growth per rank on 2 ranks, boxes / whole: {rss['boxes', 2] / rss['whole', 2]:.2f}; "
-              f"boxes 2 ranks / 1 rank: {rss['boxes', 2] / rss['boxes', 1]:.2f}")
+        print(f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on 1 rank, "
+              f"{rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
+              f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: {rss['whole', 2] / rss['whole', 1]:.2f}")
 
 
 if __name__ == "__main__":
