@@ -10,8 +10,9 @@ tied ``lm_head.weight``), else unexpected (an error unless allowed).
 Load (:func:`import_hf`): for every tensor to load, the rank's box is its local shard's place in the global tensor
 (:func:`torchtitan_lite.init.keyed.local_box`: plain tensors, FSDP ``Shard(0)``, TP ``Shard(1)``, ``_StridedShard``,
 2-D meshes); the adapter's kind reads the HF boxes that make it (``models/common/hf_tensors.py``) and the values are
-copied into the local shard. No collective runs and no rank reads a tensor it holds only a slice of, so the host
-memory a rank needs is about its share (``SafetensorsFolder.bytes_read`` counts the bytes copied).
+copied into the local shard. No collective runs and no rank reads more of a tensor than the slice it holds, so the
+host memory a rank needs is about its share (``SafetensorsFolder.bytes_read`` counts the bytes copied; see
+``docs/design.md``, "HF: reading by boxes").
 """
 
 from __future__ import annotations
