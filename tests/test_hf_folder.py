@@ -256,3 +256,21 @@ def test_a_pipeline_stage_imports_only_the_layers_it_holds(tmp_path):
     assert (imported.missing, imported.unexpected) == ([], [])
     assert not any(name.startswith("layers.1.") for name in imported.loaded)
     assert all(torch.equal(t, plain.get_parameter(n)) for n, t in stage.named_parameters())
+
+
+def test_mtp_layers_and_a_tied_copy_of_the_head_are_skipped_and_listed(tmp_path):
+    _, deepseek = saved(tmp_path, "DeepSeek-V3")  # 4 layers; the published num_nextn_predict_layers is 1
+    tensors = load_file(deepseek / "model.safetensors")
+    rewrite(deepseek, {}, {**tensors, "model.layers.4.eh_proj.weight": torch.zeros(64, 128),
+                           "model.layers.4.enorm.weight": torch.ones(64)})
+    _, imported, _ = ours_from_folder(deepseek)
+    assert imported.unexpected == [] and sorted(imported.skipped) == ["model.layers.4.eh_proj.weight",
+                                                                       "model.layers.4.enorm.weight"]
+    assert imported.describe("D")[1] == ("skipped 2 tensors of D (model.layers.4.eh_proj.weight, ...): "
+                                         "multi-token-prediction layer (num_nextn_predict_layers): not built")
+    _, qwen = saved(tmp_path, "Qwen3-0.6B")  # tied
+    tensors = load_file(qwen / "model.safetensors")
+    rewrite(qwen, {}, {**tensors, "lm_head.weight": torch.zeros_like(tensors["model.embed_tokens.weight"])})
+    model, imported, _ = ours_from_folder(qwen)
+    assert imported.skipped == {"lm_head.weight": "tie_word_embeddings: the output projection is the embedding"}
+    assert torch.equal(model.output.weight, tensors["model.embed_tokens.weight"])

@@ -244,16 +244,7 @@ class Trainer:
             return TrainState(), [], []
         imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
                                   allow_unexpected=cp.initial_load_hf_allow_unexpected)
-        lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
-                 f"{', '.join(imported.missing) or 'none'}"]
-        reasons: dict[str, list[str]] = {}
-        for name, reason in imported.skipped.items():
-            reasons.setdefault(reason, []).append(name)
-        lines += [f"skipped {len(names)} tensors of {cp.initial_load_hf} ({names[0]}{', ...' if len(names) > 1 else ''})"
-                  f": {reason}" for reason, names in reasons.items()]
-        if imported.unexpected:
-            lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
-        return TrainState(), imported.loaded, lines
+        return TrainState(), imported.loaded, imported.describe(cp.initial_load_hf)
 
     def _run_folder(self):
         """The run folder, named and created on rank 0 and broadcast to the others."""

@@ -65,6 +65,19 @@ class HFImport:
     unexpected: list[str]
     bytes_read: int
 
+    def describe(self, folder: str) -> list[str]:
+        """The log lines of the import of ``folder``: loaded and missing, skipped tensors by reason, ignored ones."""
+        lines = [f"imported {folder}: {len(self.loaded)} model tensors loaded; missing (initialized): "
+                 f"{', '.join(self.missing) or 'none'}"]
+        reasons: dict[str, list[str]] = {}
+        for name, reason in self.skipped.items():
+            reasons.setdefault(reason, []).append(name)
+        lines += [f"skipped {len(names)} tensors of {folder} ({names[0]}{', ...' if len(names) > 1 else ''}): {reason}"
+                  for reason, names in reasons.items()]
+        if self.unexpected:
+            lines.append(f"ignored tensors of {folder}: {', '.join(self.unexpected)}")
+        return lines
+
 
 def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, adapter) -> ImportPlan:
     """The plan (module docstring) for our tensors of global ``shapes`` (our name -> shape). Adapter tensors the
