@@ -30,8 +30,8 @@ class TensorReader(Protocol):
 
 
 @dataclass(frozen=True)
-class Same:
-    """Our tensor is the HF tensor ``hf_name`` as it is."""
+class _OneTensor:
+    """A kind made of the one HF tensor ``hf_name``."""
 
     hf_name: str
 
@@ -39,6 +39,11 @@ class Same:
     def hf_names(self) -> tuple[str, ...]:
         """The HF tensors it is made of."""
         return (self.hf_name,)
+
+
+@dataclass(frozen=True)
+class Same(_OneTensor):
+    """Our tensor is the HF tensor ``hf_name`` as it is."""
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         """HF name -> the shape it must have for our tensor of ``shape``."""
@@ -54,16 +59,10 @@ class Same:
 
 
 @dataclass(frozen=True)
-class Transposed:
+class Transposed(_OneTensor):
     """Our tensor is the HF tensor ``hf_name`` with dimensions ``dims`` swapped."""
 
-    hf_name: str
     dims: tuple[int, int]
-
-    @property
-    def hf_names(self) -> tuple[str, ...]:
-        """See :attr:`Same.hf_names`."""
-        return (self.hf_name,)
 
     def _swap(self, items: tuple) -> tuple:
         a, b = self.dims
@@ -108,20 +107,14 @@ class Stacked:
 
 
 @dataclass(frozen=True)
-class RowPermuted:
+class RowPermuted(_OneTensor):
     """Our row ``i`` (dimension 0) is HF row ``perm[i]`` of ``hf_name``.
 
     Reading a box of rows reads the HF rows from ``min`` to ``max`` of their images: a permutation that moves
     rows only within small blocks (DeepSeek's RoPE rows, within one head) costs at most a block more.
     """
 
-    hf_name: str
     perm: tuple[int, ...]
-
-    @property
-    def hf_names(self) -> tuple[str, ...]:
-        """See :attr:`Same.hf_names`."""
-        return (self.hf_name,)
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         """See :meth:`Same.hf_shapes`."""
