@@ -13,7 +13,7 @@ one ``input error: ...`` line); 1 for one raised while training (non-finite loss
 written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
-the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
+the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
 FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
 over all tokens of the global batch, exactly as one process would compute it.
@@ -94,20 +94,20 @@ def compute_dtype(config: JobConfig, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
-    """``(global_batch_size, micro-batches per step)``.
+def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
+    """``(global_batch_size, micro-batches per step)`` for ``dp_degree`` data-parallel ranks.
 
     Raises:
-        TrainingError: the global batch is not a multiple of ``local_batch_size * world_size``.
+        TrainingError: the global batch is not a multiple of ``local_batch_size * dp_degree``.
     """
     local = config.training.local_batch_size
     global_bs = config.training.global_batch_size
-    global_bs = local * world_size if global_bs == -1 else global_bs
-    if global_bs % (local * world_size):
+    global_bs = local * dp_degree if global_bs == -1 else global_bs
+    if global_bs % (local * dp_degree):
         raise TrainingError(
-            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * world size "
-            f"= {local} * {world_size}; pick a global batch that is")
-    return global_bs, global_bs // (local * world_size)
+            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * data-parallel degree "
+            f"= {local} * {dp_degree}; pick a global batch that is")
+    return global_bs, global_bs // (local * dp_degree)
 
 
 def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions:
@@ -128,6 +128,10 @@ def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, o
     Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
     ``seq_len``, selective k) by ``config.preflight``.
     """
+    dims = info.dims
+    for degree, name in ((dims.tp, "tensor_parallel_degree"), (dims.pp, "pipeline_parallel_degree")):
+        if degree > 1:
+            raise TrainingError(f"parallelism.{name} = {degree}: not implemented yet; set it to 1")
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):
@@ -191,7 +195,7 @@ class Trainer:
         cp = config.checkpoint
         self.checkpointer = Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
-            lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
+            lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
         self.train_state, loaded, self.load_lines = self._load_at_start()

@@ -15,6 +15,8 @@ the innermost dimension varying fastest:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -68,6 +70,17 @@ class ParallelDims:
         self.dp_replicate, self.dp_shard, self.tp, self.pp, self.ep = dp_replicate, dp_shard, tp, pp, ep
         self.world_size = world_size
         self._meshes: dict[str, DeviceMesh] = {}
+
+    @classmethod
+    def from_config(cls, parallelism: Any, world_size: int) -> ParallelDims:
+        """The degrees of a ``[parallelism]`` config section (``config/schema.py``) on ``world_size`` ranks.
+
+        Raises:
+            LaunchError: as the constructor.
+        """
+        return cls(dp_replicate=parallelism.data_parallel_replicate_degree,
+                   dp_shard=parallelism.data_parallel_shard_degree, tp=parallelism.tensor_parallel_degree,
+                   pp=parallelism.pipeline_parallel_degree, world_size=world_size)
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
         """Create the world mesh and its views over the default process group (call once, on every rank)."""
