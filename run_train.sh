@@ -17,8 +17,9 @@
 #   TORCH_ELASTIC_SHUTDOWN_TIMEOUT  seconds torchrun waits for the workers after forwarding SIGTERM/SIGINT
 #                  before it SIGKILLs them (default 30): finishing a step and saving must fit in it
 #
-# Exit status: 2 and one "config error: ..." line on bad configuration (before torchrun starts: torchrun
-# would turn a worker's 2 into 1 and add a long traceback), or one "input error: ..." line when a worker
+# Exit status: 2 and one "config error: ..." line on bad configuration, parallel degrees that do not multiply to
+# NGPU x nodes included (before torchrun starts: torchrun would turn a worker's 2 into 1 and add a long
+# traceback), or one "input error: ..." line when a worker
 # found bad input (data, tokenizer, checkpoint, HF folder, launch) before training; 1 on a failure during
 # training (non-finite loss, strict init check), with the worker's own "error: ..." line as the last line of
 # output, and on a bug (any other exception: the worker's traceback is above the final "error: training
@@ -35,9 +36,25 @@ PYTHON=${PYTHON:-python}
 # same way); set here so torchrun does not pick 1 and print its banner about it.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NGPU > 0 ? $(nproc) / NGPU : 1 ))}
 
+# The world size torchrun will start: NGPU x --nnodes of TORCHRUN_ARGS (an elastic range "MIN:MAX" leaves it
+# unknown: the workers check the parallel degrees against it when they start).
+nnodes=1
+read -r -a torchrun_words <<< "$TORCHRUN_ARGS"
+for i in "${!torchrun_words[@]}"; do
+    case "${torchrun_words[$i]}" in
+        --nnodes=*) nnodes=${torchrun_words[$i]#--nnodes=} ;;
+        --nnodes) nnodes=${torchrun_words[$((i + 1))]:-1} ;;
+    esac
+done
+world_size=""
+if [[ "$NGPU" =~ ^[0-9]+$ && "$nnodes" =~ ^[0-9]+$ ]]; then
+    world_size=$(( NGPU * nnodes ))
+fi
+
 # Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output.
 status=0
-printed=$("$PYTHON" -m torchtitan_lite.config --job.config_file "$CONFIG_FILE" "$@") || status=$?
+printed=$(TORCHTITAN_LITE_WORLD_SIZE="$world_size" "$PYTHON" -m torchtitan_lite.config \
+    --job.config_file "$CONFIG_FILE" "$@") || status=$?
 if [[ $status -ne 0 ]]; then
     exit "$status"
 fi

@@ -79,6 +79,55 @@ def test_run_train_sh_exits_2_before_torchrun_with_the_key_as_last_line(tmp_path
     assert "torch.distributed" not in result.stdout + result.stderr
 
 
+IMPOSSIBLE_LAYOUTS = {
+    "degrees beyond the world size": (
+        "2", "", ["--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2"],
+        "config error: [parallelism] for world size 2 (NGPU x nodes): data_parallel_replicate_degree 1 * "
+        "data_parallel_shard_degree 2 * tensor_parallel_degree 2 * pipeline_parallel_degree 1 = 4, not the world "
+        "size 2; set data_parallel_shard_degree = -1 or degrees that multiply to the world size"),
+    "a world size that the other degrees do not divide, on two nodes": (
+        "1", "--nnodes=2 --rdzv-backend=c10d", ["--parallelism.data_parallel_replicate_degree=4"],
+        "config error: [parallelism] for world size 2 (NGPU x nodes): the world size 2 is not a multiple of "
+        "data_parallel_replicate_degree 4 * tensor_parallel_degree 1 * pipeline_parallel_degree 1 = 4; pick "
+        "degrees that divide it"),
+    "tp not dividing the kv heads": (
+        "4", "", ["--parallelism.tensor_parallel_degree=4"],
+        "config error: parallelism.tensor_parallel_degree (command line): 4 does not divide the model's n_kv_heads 2 "
+        "(tensor parallelism splits it into 4 equal parts); pick a tensor_parallel_degree that divides it"),
+    "tp not dividing the sequence under sequence parallelism": (
+        "2", "", ["--parallelism.tensor_parallel_degree=2", "--training.seq_len=255"],
+        "config error: parallelism.tensor_parallel_degree (command line): 2 does not divide training.seq_len 255 "
+        "(sequence parallelism splits the sequence); pick a multiple of 2 or "
+        "--parallelism.enable_sequence_parallel=false"),
+    "more stages than layers": (
+        "8", "", ["--parallelism.pipeline_parallel_degree=8"],
+        "config error: parallelism.pipeline_parallel_degree (command line): 8 pipeline stages but the model has 4 "
+        "layers; use at most 4 stages"),
+}
+
+
+@pytest.mark.parametrize("case", list(IMPOSSIBLE_LAYOUTS))
+def test_impossible_layout_exits_2_with_one_line_before_torchrun(tmp_path, case):
+    ngpu, torchrun_args, extra, expected = IMPOSSIBLE_LAYOUTS[case]
+    toml = write_toml(tmp_path, "")
+    result = run(["./run_train.sh", *extra], tmp_path, CONFIG_FILE=str(toml), NGPU=ngpu, TORCHRUN_ARGS=torchrun_args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [expected]
+    assert "torch.distributed" not in result.stdout + result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_config_check_without_a_world_size_skips_only_the_world_size_check(tmp_path):
+    toml = write_toml(tmp_path, "[parallelism]\ntensor_parallel_degree = 2\ndata_parallel_shard_degree = 3\n")
+    check = [sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml)]
+    assert run(check, tmp_path).returncode == 0
+    assert run(check, tmp_path, TORCHTITAN_LITE_WORLD_SIZE="6").returncode == 0
+    wrong = run(check, tmp_path, TORCHTITAN_LITE_WORLD_SIZE="4")
+    assert wrong.returncode == 2 and "= 6, not the world size 4" in wrong.stderr
+    bad_tp = run([*check, "--parallelism.tensor_parallel_degree=3"], tmp_path)
+    assert bad_tp.returncode == 2 and "3 does not divide the model's n_heads 4" in bad_tp.stderr
+
+
 def test_missing_config_file_exits_2_naming_job_config_file(tmp_path):
     missing = tmp_path / "nope.toml"
     result = run(["./run_train.sh", f"--job.dump_folder={tmp_path / 'outputs'}"], tmp_path, CONFIG_FILE=str(missing))

@@ -27,3 +27,11 @@ def test_impossible_layouts_name_the_degrees_and_the_world_size(kwargs, error, m
 def test_meshes_need_build_mesh_first():
     with pytest.raises(RuntimeError, match=r"call build_mesh"):
         ParallelDims(world_size=1).dp_rank
+
+
+def test_from_config_reads_the_parallelism_section():
+    from torchtitan_lite.config.preflight import parse_args
+
+    config = parse_args(["--parallelism.data_parallel_replicate_degree=2", "--parallelism.tensor_parallel_degree=2"])
+    dims = ParallelDims.from_config(config.parallelism, world_size=8)
+    assert (dims.dp_replicate, dims.dp_shard, dims.tp, dims.pp, dims.dp_degree) == (2, 2, 2, 1, 4)

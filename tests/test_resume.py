@@ -82,6 +82,6 @@ def test_other_world_size_with_streaming_dataloader_state_exits_2_saying_how_to_
                           text=True, timeout=240)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("input error: checkpoint ") and "saved by 2 ranks and this run has 1" in last
-    assert "streaming dataset is per rank" in last and "--checkpoint.exclude_from_loading=dataloader" in last
+    assert last.startswith("input error: checkpoint ") and "saved by 2 data-parallel ranks and this run has 1" in last
+    assert "streaming dataset is per data-parallel rank" in last and "--checkpoint.exclude_from_loading=dataloader" in last
     assert not (tmp / "w").exists()

@@ -13,7 +13,7 @@ one ``input error: ...`` line); 1 for one raised while training (non-finite loss
 written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
-the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
+the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
 FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
 over all tokens of the global batch, exactly as one process would compute it.
@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from models import get_model_spec
 from torchtitan_lite.components.checkpoint import (
@@ -60,6 +61,7 @@ from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
+from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -97,30 +99,32 @@ def compute_dtype(config: JobConfig, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def micro_batches(config: JobConfig, world_size: int) -> tuple[int, int]:
-    """``(global_batch_size, micro-batches per step)``.
+def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
+    """``(global_batch_size, micro-batches per step)`` for ``dp_degree`` data-parallel ranks.
 
     Raises:
-        TrainingError: the global batch is not a multiple of ``local_batch_size * world_size``.
+        TrainingError: the global batch is not a multiple of ``local_batch_size * dp_degree``.
     """
     local = config.training.local_batch_size
     global_bs = config.training.global_batch_size
-    global_bs = local * world_size if global_bs == -1 else global_bs
-    if global_bs % (local * world_size):
+    global_bs = local * dp_degree if global_bs == -1 else global_bs
+    if global_bs % (local * dp_degree):
         raise TrainingError(
-            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * world size "
-            f"= {local} * {world_size}; pick a global batch that is")
-    return global_bs, global_bs // (local * world_size)
+            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * data-parallel degree "
+            f"= {local} * {dp_degree}; pick a global batch that is")
+    return global_bs, global_bs // (local * dp_degree)
 
 
 def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions:
-    """What ``spec.parallelize`` applies besides the mesh: ``[activation_checkpoint]``, compile of the blocks when
+    """What ``spec.parallelize`` applies besides the mesh: sequence and loss parallelism under tensor parallelism
+    (``parallelism.enable_sequence_parallel``, ``enable_loss_parallel``), ``[activation_checkpoint]``, compile of the
+    blocks when
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning line
     and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision
     (compute dtype, fp32 reduction) and ``parallelism.fsdp_reshard_after_forward``."""
-    ac = config.activation_checkpoint
+    ac, par = config.activation_checkpoint, config.parallelism
     return ParallelOptions(
-        ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
+        sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel, ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
         compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
@@ -131,6 +135,8 @@ def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, o
     Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
     ``seq_len``, selective k) by ``config.preflight``.
     """
+    if info.dims.pp > 1:
+        raise TrainingError(f"parallelism.pipeline_parallel_degree = {info.dims.pp}: not implemented yet; set it to 1")
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):
@@ -141,8 +147,14 @@ def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, o
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> scalar."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> 0-dim tensor.
+
+    ``logits`` may be a ``Shard(-1)`` DTensor (tensor parallelism with loss parallelism: call it, and the backward,
+    inside :func:`~torchtitan_lite.distributed.tensor_parallel.loss_parallel_context`); the loss, the same on every
+    rank of the tensor-parallel group, is returned as a plain tensor.
+    """
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    return loss.to_local() if isinstance(loss, DTensor) else loss
 
 
 def _compiles(config: JobConfig, device: torch.device, component: str) -> bool:
@@ -172,6 +184,7 @@ class Trainer:
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         self.model, self.spec, self.args = build_model(config, info)
         self.loss_fn = build_loss_fn(config, info.device)
+        self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.hooks = self.spec.training_hooks(self.model, info.dims, self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
@@ -194,7 +207,7 @@ class Trainer:
         cp = config.checkpoint
         self.checkpointer = Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
-            lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
+            lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
         self.train_state, loaded, self.load_lines = self._load_at_start()
@@ -213,7 +226,7 @@ class Trainer:
         self.metrics = MetricsLogger(
             self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
             tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
-            total_steps=config.training.steps, world_size=info.dims.dp_degree,
+            total_steps=config.training.steps, world_size=info.world_size,
             num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
             peak_flops=peak_flops(info.device, dtype))
         self._log_header(tokenizer, dtype)
@@ -262,10 +275,10 @@ class Trainer:
             f"model {cfg.model.name} flavor {cfg.model.flavor}: {n_params:,} parameters "
             f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size {self.args.vocab_size}, "
             f"tokenizer vocab {tokenizer.vocab_size}",
-            f"device {info.device} ({info.backend}), world size {info.world_size}, compute dtype "
+            f"device {info.device} ({info.backend}), world size {info.world_size}, {self._layout_text()}, compute dtype "
             f"{str(dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
             f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
-            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per rank",
+            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per data-parallel rank",
             self._memory_and_compile_line(),
             f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
             f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
@@ -281,6 +294,17 @@ class Trainer:
                 paths = write_init_report(self.report, self.run_folder)
             self.metrics.log_text([init_report_summary(self.report)] + (
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
+
+    def _layout_text(self) -> str:
+        """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always)."""
+        dims, par = self.info.dims, self.config.parallelism
+        degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard), ("tp", dims.tp)]
+        text = "layout " + " x ".join(f"{name} {n}" for name, n in degrees if n > 1 or name == "dp_shard")
+        if dims.tp > 1:
+            parts = [name for name, on in (("sequence parallel", par.enable_sequence_parallel),
+                                           ("loss parallel", self.loss_parallel)) if on]
+            text += f" ({', '.join(parts)})" if parts else ""
+        return text
 
     def _memory_and_compile_line(self) -> str:
         """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
@@ -320,12 +344,15 @@ class Trainer:
             inputs, labels = next(batches)
             inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             data_wait_s += time.perf_counter() - fetch
-            micro_loss = self.loss_fn(self.model(inputs), labels)
-            (micro_loss / tokens_global).backward()
+            with loss_parallel_context(self.loss_parallel):
+                micro_loss = self.loss_fn(self.model(inputs), labels)
+                (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
         if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
-        grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm)
+        dims = self.info.dims
+        grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
+                                    pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
         lr = self.scheduler.get_last_lr()[0]
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
@@ -344,8 +371,8 @@ class Trainer:
         for i, (inputs, labels) in enumerate(self.val_loader):
             if i == self.config.validation.steps:
                 break
-            logits = self.model(inputs.to(self.info.device))
-            totals[0] += cross_entropy_sum(logits, labels.to(self.info.device))
+            with loss_parallel_context(self.loss_parallel):
+                totals[0] += cross_entropy_sum(self.model(inputs.to(self.info.device)), labels.to(self.info.device))
             totals[1] += labels.numel()
         self.model.train()
         dist.all_reduce(totals, group=self.info.dims.dp_group)
@@ -366,7 +393,8 @@ class Trainer:
         the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
         cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
-        tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.dims.dp_degree
+        tokens_per_step = self.global_batch * cfg.training.seq_len
+        tokens_per_device = tokens_per_step // self.info.world_size  # a dp rank's tokens over its tp * pp devices
         start = time.perf_counter()
         self.model.train()
         if state.step >= cfg.training.steps:
@@ -380,12 +408,12 @@ class Trainer:
                 stats = self.train_step(batches, step, sync=log_due or save_due)
             data_wait_s += stats.data_wait_s
             state.step, state.skipped_steps = step, self.guard.skipped
-            state.tokens_seen += tokens_per_step * self.info.dims.dp_degree
+            state.tokens_seen += tokens_per_step
             if log_due:
                 dist.all_reduce(stats.loss_sum, group=self.info.dims.dp_group)
                 loss = stats.loss_sum.item() / (self.global_batch * cfg.training.seq_len)  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
-                                      tokens_per_step=tokens_per_step, elapsed_s=time.perf_counter() - start,
+                                      tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
                                       memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
                 data_wait_s = 0.0
                 if step == 1 and self.check_step1:

@@ -1,12 +1,14 @@
 """Distributed checkpoints (``torch.distributed.checkpoint``, DCP): atomic step folders, discovery, resume.
 
 Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``__<rank>_0.distcp`` per rank)
-and ``meta.json`` (format, step, model, flavor, model args, world size), written last. The checkpoint folder
-is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's ``<dump_folder>/checkpoint/step-N``), so
-re-running a command resumes. DCP state-dict keys: ``model`` and ``optimizer`` (``get_state_dict``: sharded
-DTensors, resharded on load for any world size), ``lr_scheduler``, ``train_state``, and per rank
-``dataloader.dp_rank_<r>`` and ``rng.dp_rank_<r>``. On another world size the RNG states are skipped and every
-rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is global; a streaming one's is refused).
+and ``meta.json`` (format, step, model, flavor, model args, world size, parallel layout), written last. The
+checkpoint folder is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's
+``<dump_folder>/checkpoint/step-N``), so re-running a command resumes. DCP state-dict keys: ``model`` and
+``optimizer`` (``get_state_dict``: sharded DTensors, resharded on load for any world size and layout),
+``lr_scheduler``, ``train_state``, per data-parallel rank ``dataloader.dp_rank_<d>`` (the ranks of a
+tensor-parallel group hold the same one) and per global rank ``rng.rank_<r>``. With another data-parallel degree
+every rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is global; a streaming one's is refused);
+with another layout the RNG states are skipped.
 Saves are atomic (``step-N.tmp`` renamed when complete) and may run in the background; see
 ``docs/design.md``, "Checkpoints: atomic and async saves".
 """
@@ -26,12 +28,14 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_optimizer_state_dict
 
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.errors import UserError
 
 META_FILE = "meta.json"
 """Per-checkpoint description, written last by rank 0."""
-FORMAT_VERSION = 2
-"""Version of the layout above, stored in ``meta.json`` (2: the map-style loader state is ``windows_consumed``)."""
+FORMAT_VERSION = 3
+"""Version of the layout above, stored in ``meta.json`` (2: the map-style loader state is ``windows_consumed``;
+3: ``layout`` in ``meta.json``, data loader states keyed by data-parallel rank, RNG states by global rank)."""
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
 _STEP_RE = re.compile(r"^step-(\d+)$")
@@ -157,12 +161,17 @@ class TrainState:
 class LoadResult:
     """What :meth:`Checkpointer.load` restored from the checkpoint folder ``path`` of step ``step``:
     ``loaded_names`` (model state names, for ``init_weights(skip=...)``) and the ``excluded`` parts
-    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new world size)."""
+    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new layout)."""
 
     path: str
     step: int
     loaded_names: list[str]
     excluded: list[str] = field(default_factory=list)
+
+
+def layout_of(dims: ParallelDims) -> dict[str, int]:
+    """The degrees of a layout as ``meta.json`` stores them: ``dp_replicate``, ``dp_shard``, ``tp``, ``pp``, ``ep``."""
+    return {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp, "pp": dims.pp, "ep": dims.ep}
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -184,25 +193,28 @@ class Checkpointer:
     Args:
         folder: the checkpoint folder (:func:`checkpoint_folder`).
         dataloader: a ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data.loader` training set.
-        meta: what ``meta.json`` records besides step and world size: ``model``, ``flavor``, ``model_args``.
+        dims: the run's layout: global rank and world size, data-parallel rank and degree, the degrees.
+        meta: what ``meta.json`` records besides step, world size and layout: ``model``, ``flavor``, ``model_args``.
         keep_latest_k: complete checkpoints to keep (0 = all).
         async_mode: ``"disabled"`` or ``"async"`` (a background write; :meth:`finish` completes it).
     """
 
-    def __init__(self, folder: str, *, model, optimizer, lr_scheduler, dataloader, rank: int, world_size: int,
+    def __init__(self, folder: str, *, model, optimizer, lr_scheduler, dataloader, dims: ParallelDims,
                  device: torch.device, meta: dict[str, Any], keep_latest_k: int = 0, async_mode: str = "disabled"):
         if async_mode not in ("disabled", "async"):
             raise ValueError(f"checkpoint.async_mode must be 'disabled' or 'async', got {async_mode!r}")
         self.folder, self.model, self.optimizer = folder, model, optimizer
         self.lr_scheduler, self.dataloader = lr_scheduler, dataloader
-        self.rank, self.world_size, self.device = rank, world_size, device
+        self.rank, self.world_size, self.device = dist.get_rank(), dims.world_size, device
+        self.dp_rank, self.dp_degree, self.layout = dims.dp_rank, dims.dp_degree, layout_of(dims)
         self.meta, self.keep_latest_k, self.async_mode = meta, keep_latest_k, async_mode
         self._pending: tuple[Any, str, int] | None = None
         self._cleaned = False
         self._async_group = dist.new_group(backend="gloo") if async_mode == "async" else None
 
     def _state(self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int) -> dict[str, Any]:
-        """The DCP state dict of the ``parts`` to save or load into; the data loader's under ``data_rank``."""
+        """The DCP state dict of the ``parts`` to save or load into; the data loader's under data-parallel rank
+        ``data_rank``."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state: dict[str, Any] = {"model": model_sd}
         if "optimizer" in parts:
@@ -214,7 +226,7 @@ class Checkpointer:
         if "dataloader" in parts:
             state[f"dataloader.dp_rank_{data_rank}"] = self.dataloader.state_dict()
         if "rng" in parts:
-            state[f"rng.dp_rank_{self.rank}"] = _rng_state(self.device)
+            state[f"rng.rank_{self.rank}"] = _rng_state(self.device)
         return state
 
     def save(self, train_state: TrainState) -> str | None:
@@ -231,7 +243,7 @@ class Checkpointer:
                         shutil.rmtree(os.path.join(self.folder, name))
                 self._cleaned = True
         dist.barrier()
-        state = self._state(train_state, (*EXCLUDABLE, "rng"), self.rank)
+        state = self._state(train_state, (*EXCLUDABLE, "rng"), self.dp_rank)
         if self.async_mode == "async":
             future = dcp.async_save(state, checkpoint_id=tmp, process_group=self._async_group)
             self._pending = (future, tmp, train_state.step)
@@ -251,7 +263,8 @@ class Checkpointer:
         dist.barrier()
         final = tmp.removesuffix(".tmp")
         if self.rank == 0:
-            meta = {"format": FORMAT_VERSION, "step": step, "world_size": self.world_size, **self.meta}
+            meta = {"format": FORMAT_VERSION, "step": step, "world_size": self.world_size, "layout": self.layout,
+                    **self.meta}
             with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as handle:
                 json.dump(meta, handle, indent=1)
                 handle.flush()
@@ -273,29 +286,31 @@ class Checkpointer:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
         Reads ``meta.json`` with :func:`read_meta` (the model match was checked before launch by
-        ``config.check_paths``). With another world size the RNG states are skipped (``LoadResult.excluded``)
-        and every rank loads rank 0's data loader state (``dataset.world_size_invariant`` must be true).
+        ``config.check_paths``). With another data-parallel degree every rank loads data-parallel rank 0's data
+        loader state (``dataset.world_size_invariant`` must be true); with another layout (world size or any
+        degree) the RNG states are skipped (``LoadResult.excluded``).
 
         Raises:
-            CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size
-                that differs while the data loader state of a streaming data set is to be loaded.
+            CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a data-parallel
+                degree that differs while the data loader state of a streaming data set is to be loaded.
         """
         meta = read_meta(path)
         bad = sorted(set(exclude) - set(EXCLUDABLE))
         if bad:
             raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
         excluded = list(exclude)
-        same_world = meta["world_size"] == self.world_size
-        if not same_world:
-            if "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
-                raise CheckpointError(
-                    f"checkpoint {path} was saved by {meta['world_size']} ranks and this run has {self.world_size}: "
-                    "the data loader state of a streaming dataset is per rank; pass "
-                    "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
-                    f"(the data order then restarts), or run with {meta['world_size']} ranks")
+        saved_dp = meta["layout"]["dp_replicate"] * meta["layout"]["dp_shard"]
+        same_dp = saved_dp == self.dp_degree
+        if not same_dp and "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
+            raise CheckpointError(
+                f"checkpoint {path} was saved by {saved_dp} data-parallel ranks and this run has {self.dp_degree}: "
+                "the data loader state of a streaming dataset is per data-parallel rank; pass "
+                "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
+                f"(the data order then restarts), or run with {saved_dp} data-parallel ranks")
+        if meta["layout"] != self.layout:
             excluded.append("rng")
         parts = tuple(p for p in (*EXCLUDABLE, "rng") if p not in excluded)
-        data_rank = self.rank if same_world else 0
+        data_rank = self.dp_rank if same_dp else 0
         state = self._state(None, parts, data_rank)
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.model, state["model"])
@@ -306,7 +321,7 @@ class Checkpointer:
         if "dataloader" in parts:
             self.dataloader.load_state_dict(state[f"dataloader.dp_rank_{data_rank}"])
         if "rng" in parts:
-            _set_rng_state(state[f"rng.dp_rank_{self.rank}"], self.device)
+            _set_rng_state(state[f"rng.rank_{self.rank}"], self.device)
         train_state = TrainState(**state["train_state"]) if "train_state" in state else TrainState()
         result = LoadResult(path, int(meta["step"]), sorted(state["model"]), excluded)
         return result, train_state

@@ -5,10 +5,12 @@ top-level module). Both are collective under FSDP2 (every rank, same order); ran
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 from torch.utils.tensorboard import SummaryWriter
 
 from torchtitan_lite.init.apply import tensor_groups
@@ -37,33 +39,35 @@ def grad_group(name: str) -> str:
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     """group -> L2 norm of the current gradients (full tensors; fp32), per :func:`grad_group`, in model order.
 
-    Call between ``backward`` and ``zero_grad``. A tied tensor counts once, in its first name's group; sharded
-    gradients add their local squares with one ``all_reduce``.
+    Call between ``backward`` and ``zero_grad``, on every rank. A tied tensor counts once, in its first name's
+    group. Each rank adds the squares of its local shards, each divided by the number of ranks holding a copy of
+    that shard (the sizes of its DTensor's non-sharded mesh dimensions; a plain tensor: every rank), and one
+    ``all_reduce`` over all ranks sums them: any layout (FSDP, TP, HSDP, stages on other ranks) counts every element
+    once (exactly when the copies are a power of two, else up to rounding).
     """
     groups: dict[str, int] = {}
-    keys: list[tuple[int, bool]] = []
+    indices: list[int] = []
     squares: list[torch.Tensor] = []
+    world = dist.get_world_size() if dist.is_initialized() else 1
     for names, tensor in tensor_groups(model):
         grad = getattr(tensor, "grad", None)
         if grad is None:
             continue
-        index = groups.setdefault(grad_group(names[0]), len(groups))
-        sharded = isinstance(grad, DTensor) and any(isinstance(p, Shard) for p in grad.placements)
-        local = grad.to_local() if isinstance(grad, DTensor) else grad
-        keys.append((index, sharded))
-        squares.append(local.detach().float().square().sum())
+        indices.append(groups.setdefault(grad_group(names[0]), len(groups)))
+        if isinstance(grad, DTensor):
+            mesh, placements, local = grad.device_mesh, grad.placements, grad.to_local()
+            copies = math.prod(mesh.size(dim) for dim, placement in enumerate(placements) if not placement.is_shard())
+        else:
+            local, copies = grad, world
+        squares.append(local.detach().float().square().sum() / copies)
     if not squares:
         return {}
     values = torch.stack(squares)
-    device = values.device
-    sharded_sum = torch.zeros(len(groups), device=device)
-    plain_sum = torch.zeros(len(groups), device=device)
-    for (index, sharded), value in zip(keys, values):
-        (sharded_sum if sharded else plain_sum)[index] += value
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(sharded_sum)
-    norms = (sharded_sum + plain_sum).sqrt().tolist()
-    return dict(zip(groups, norms))
+    sums = torch.zeros(len(groups), device=values.device).index_add_(
+        0, torch.tensor(indices, device=values.device), values)
+    if world > 1:
+        dist.all_reduce(sums)
+    return dict(zip(groups, sums.sqrt().tolist()))
 
 
 def log_layer_grad_norms(writer: SummaryWriter | None, model: nn.Module, step: int) -> dict[str, float]:

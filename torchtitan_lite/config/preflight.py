@@ -66,6 +66,7 @@ def parse_args(argv: list[str]) -> JobConfig:
     _model_from_hf_folder(config, sources)
     _check_model(config, sources)
     _check_model_fit(config, sources)
+    _check_layout_fits_model(config, sources)
     return config
 
 
@@ -97,12 +98,12 @@ def _where(sources: dict[str, str], key: str) -> str:
 
 
 def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
-    """Rules that involve several keys (the world size is checked at run time)."""
+    """Rules that involve several keys (the world size: :func:`check_world_size`)."""
     training = config.training
     gbs, lbs = training.global_batch_size, training.local_batch_size
     if gbs != -1 and (gbs < 1 or gbs % lbs):
         raise ConfigError(f"{_where(sources, 'training.global_batch_size')}: {gbs} is not a positive multiple of "
-                          f"training.local_batch_size {lbs}; use a multiple, or -1 for local_batch_size * world size")
+                          f"training.local_batch_size {lbs}; use a multiple, or -1 for local_batch_size * data-parallel degree")
     sched = config.lr_scheduler
     decay_steps = round(sched.decay_ratio * training.steps)
     if sched.warmup_steps + decay_steps > training.steps:
@@ -117,8 +118,8 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
                           f"last step (training.steps = {training.steps}); profile an earlier step")
     dp = config.parallelism.data_parallel_shard_degree
     if dp != -1 and dp < 1:
-        raise ConfigError(f"{_where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (all ranks) "
-                          f"or >= 1, got {dp}")
+        raise ConfigError(f"{_where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks left "
+                          f"by the other degrees) or >= 1, got {dp}")
     if training.dataset == "hf" and not training.hf_dataset_name:
         raise ConfigError(f"{_where(sources, 'training.hf_dataset_name')}: dataset = \"hf\" needs a hub dataset "
                           "name, e.g. allenai/c4")
@@ -252,6 +253,69 @@ def _check_model_fit(config: JobConfig, sources: dict[str, str]) -> None:
                           f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}")
 
 
+TP_SPLIT_FIELDS = ("n_heads", "n_kv_heads", "vocab_size", "hidden_dim")
+"""Model-args fields that tensor parallelism splits into ``tensor_parallel_degree`` equal parts where a family has
+them: attention heads (column-wise q/k/v), key/value heads (GQA: each rank keeps whole kv heads), the vocabulary
+(vocab-parallel embedding and output) and the dense SwiGLU width (column-wise w1/w3)."""
+
+
+def _check_layout_fits_model(config: JobConfig, sources: dict[str, str]) -> None:
+    """The parallel degrees fit the model: ``tensor_parallel_degree`` divides every :data:`TP_SPLIT_FIELDS` field
+    the model has (and ``training.seq_len`` under sequence parallelism); ``pipeline_parallel_degree`` has a layer
+    per stage, its stages are a multiple of it, and ``pipeline_parallel_microbatch_size`` divides
+    ``training.local_batch_size``. (The product of the degrees against the world size: :func:`check_world_size`.)"""
+    par = config.parallelism
+    args = build_model_args(config)
+    tp, tp_key = par.tensor_parallel_degree, _where(sources, "parallelism.tensor_parallel_degree")
+    if tp > 1:
+        for name in TP_SPLIT_FIELDS:
+            value = getattr(args, name, None)
+            if value is not None and value % tp:
+                raise ConfigError(f"{tp_key}: {tp} does not divide the model's {name} {value} (tensor parallelism "
+                                  f"splits it into {tp} equal parts); pick a tensor_parallel_degree that divides it")
+        if par.enable_sequence_parallel and config.training.seq_len % tp:
+            raise ConfigError(f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
+                              f"parallelism splits the sequence); pick a multiple of {tp} or "
+                              "--parallelism.enable_sequence_parallel=false")
+    pp, pp_key = par.pipeline_parallel_degree, _where(sources, "parallelism.pipeline_parallel_degree")
+    if pp > 1:
+        n_layers = args.n_layers
+        if pp > n_layers:
+            raise ConfigError(f"{pp_key}: {pp} pipeline stages but the model has {n_layers} layers; use at most "
+                              f"{n_layers} stages")
+        per_stage = par.pipeline_parallel_layers_per_stage
+        if per_stage is not None:
+            stages = -(-n_layers // per_stage)
+            if stages % pp:
+                raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_layers_per_stage')}: {per_stage} "
+                                  f"layers per stage make {stages} stages of the {n_layers}-layer model, not a "
+                                  f"multiple of pipeline_parallel_degree {pp}")
+        micro, local = par.pipeline_parallel_microbatch_size, config.training.local_batch_size
+        if local % micro:
+            raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
+                              f"divide training.local_batch_size {local}; pick a divisor")
+
+
+def check_world_size(config: JobConfig, world_size: int) -> None:
+    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes).
+
+    Raises:
+        ConfigError: one line naming the degrees and the world size.
+    """
+    from torchtitan_lite.distributed.parallel_dims import ParallelDims
+    from torchtitan_lite.errors import LaunchError
+
+    try:
+        ParallelDims.from_config(config.parallelism, world_size)
+    except LaunchError as err:
+        raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
+
+
+WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"
+"""Environment variable through which ``run_train.sh`` tells ``python -m torchtitan_lite.config`` the world size it
+is about to launch; unset (or not a number): the degrees are checked against it only when the workers start."""
+
+
 def build_model_args(config: JobConfig) -> Any:
     """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set) applied; with
     ``checkpoint.initial_load_hf``, the folder's ``config.json`` values on top of the flavor, then the changes
@@ -371,8 +435,9 @@ def help_text() -> str:
     return format_help(JobConfig, title)
 
 
-def load_config_or_exit(argv: list[str]) -> JobConfig:
-    """:func:`parse_args` + :func:`check_paths` for entry points.
+def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobConfig:
+    """:func:`parse_args` + :func:`check_paths` (+ :func:`check_world_size` when ``world_size`` is given) for
+    entry points.
 
     ``--help``/``-h``: prints :func:`help_text` and exits 0. ``--job.print_config``: prints the resolved
     config as TOML and exits 0. A :class:`ConfigError` is printed as ``config error: <line>`` on stderr and
@@ -383,6 +448,8 @@ def load_config_or_exit(argv: list[str]) -> JobConfig:
         sys.exit(0)
     try:
         config = parse_args(argv)
+        if world_size is not None:
+            check_world_size(config, world_size)
         check_paths(config)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)

@@ -64,10 +64,11 @@ class Training:
     text_column: str = "text"
     """Column holding the text in ``.jsonl``/``.parquet``/hub datasets."""
     local_batch_size: int = bounded(8, ge=1)
-    """Sequences per rank per micro-step."""
+    """Sequences per data-parallel rank per micro-step (the ranks of a tensor-parallel group share them)."""
     global_batch_size: int = -1
-    """Sequences per optimizer step over all ranks, a multiple of ``local_batch_size * world size``
-    (gradient accumulation makes up the rest); -1 = ``local_batch_size * world size``."""
+    """Sequences per optimizer step over all ranks, a multiple of ``local_batch_size *`` the data-parallel degree
+    (``data_parallel_replicate_degree * data_parallel_shard_degree``; gradient accumulation makes up the rest);
+    -1 = ``local_batch_size *`` the data-parallel degree."""
     seq_len: int = bounded(256, ge=1)
     """Tokens per training sequence."""
     steps: int = bounded(200, ge=1)
@@ -132,10 +133,37 @@ class LRScheduler:
 
 @dataclass
 class Parallelism:
-    """``[parallelism]``: FSDP2 and collectives."""
+    """``[parallelism]``: the parallel layout (torchtitan's names) and collectives. The degrees multiply to the
+    world size: ``data_parallel_replicate_degree * data_parallel_shard_degree * tensor_parallel_degree *
+    pipeline_parallel_degree`` (``README.md``, "Parallel layouts")."""
 
+    data_parallel_replicate_degree: int = bounded(1, ge=1)
+    """Replicas of the (FSDP-sharded) weights, each training on its own batches: > 1 with
+    ``data_parallel_shard_degree`` > 1 is HSDP (sharded within a replica, gradients all-reduced across
+    replicas); 1 = off."""
     data_parallel_shard_degree: int = -1
-    """FSDP2 sharding degree; -1 = all ranks (the only layout so far, so it must equal the world size)."""
+    """FSDP2 sharding degree: ranks that each hold 1/degree of the weights and see their own batches; -1 = the
+    ranks left by the other degrees (world size / (replicate * tensor * pipeline degrees)); 1 = no sharding."""
+    tensor_parallel_degree: int = bounded(1, ge=1)
+    """Tensor parallelism (Megatron-LM, arXiv 1909.08053): each block's matmuls split over this many ranks, which
+    see the same batches; it must divide the attention (and key/value) heads and the vocabulary. 1 = off."""
+    enable_sequence_parallel: bool = True
+    """With tensor parallelism: shard the activations between blocks (norms, residual) along the sequence
+    (arXiv 2205.05198), ``training.seq_len`` then a multiple of ``tensor_parallel_degree``; off: replicated."""
+    enable_loss_parallel: bool = True
+    """With tensor parallelism: compute the cross-entropy on vocabulary-sharded logits (``loss_parallel``) instead
+    of gathering the full logits on every rank."""
+    pipeline_parallel_degree: int = bounded(1, ge=1)
+    """Pipeline parallelism: ranks (physical stages) the layers are split over; 1 = off. With a looped schedule
+    (``Interleaved1F1B``) each rank holds several stages."""
+    pipeline_parallel_schedule: Literal["1F1B", "GPipe", "Interleaved1F1B"] = "1F1B"
+    """Pipeline schedule (``torch.distributed.pipelining``): ``1F1B`` and ``GPipe`` with one stage per rank,
+    ``Interleaved1F1B`` with several."""
+    pipeline_parallel_microbatch_size: int = bounded(1, ge=1)
+    """Sequences per pipeline micro-batch; ``training.local_batch_size`` must be a multiple of it."""
+    pipeline_parallel_layers_per_stage: int | None = bounded(None, ge=1)
+    """Layers per (virtual) pipeline stage; unset = the layers split evenly into one stage per rank (or the
+    schedule's stages per rank). The stages (layers / this) must be a multiple of ``pipeline_parallel_degree``."""
     fsdp_reshard_after_forward: bool = True
     """Free the gathered parameters after forward (less memory, one more all-gather in backward)."""
     comm_timeout_seconds: int = bounded(300, ge=1)
@@ -276,7 +304,7 @@ class JobConfig:
     lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     """Warmup-stable-decay learning rate schedule."""
     parallelism: Parallelism = field(default_factory=Parallelism)
-    """FSDP2 and collectives."""
+    """The parallel layout and collectives."""
     activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
     """Activation checkpointing mode."""
     compile: Compile = field(default_factory=Compile)

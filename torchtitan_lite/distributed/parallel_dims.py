@@ -15,6 +15,8 @@ the innermost dimension varying fastest:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -69,8 +71,22 @@ class ParallelDims:
         self.world_size = world_size
         self._meshes: dict[str, DeviceMesh] = {}
 
+    @classmethod
+    def from_config(cls, parallelism: Any, world_size: int) -> ParallelDims:
+        """The degrees of a ``[parallelism]`` config section (``config/schema.py``) on ``world_size`` ranks.
+
+        Raises:
+            LaunchError: as the constructor.
+        """
+        return cls(dp_replicate=parallelism.data_parallel_replicate_degree,
+                   dp_shard=parallelism.data_parallel_shard_degree, tp=parallelism.tensor_parallel_degree,
+                   pp=parallelism.pipeline_parallel_degree, world_size=world_size)
+
     def build_mesh(self, device_type: str) -> DeviceMesh:
-        """Create the world mesh and its views over the default process group (call once, on every rank)."""
+        """Create the world mesh and its views over the default process group (call once, on every rank), and the
+        flattened ``dp_replicate_dp_shard`` (HSDP), ``dp_shard_tp`` (TP) and ``dp_replicate_dp_shard_tp`` (both)
+        meshes of the layouts that have them: a DTensor reduced over the dimensions of its FSDP x TP mesh (a
+        gradient norm) then takes one collective instead of one per dimension."""
         world = init_device_mesh(device_type, (self.world_size,), mesh_dim_names=("world",))
         self._meshes = {
             "world": world,
@@ -78,6 +94,10 @@ class ParallelDims:
                                       ("pp", "dp_replicate", "dp_shard", "tp")),
             "batch": world._unflatten(0, (self.pp, self.dp_degree, self.tp), ("pp", "dp", "tp")),
         }
+        dense = self._meshes["dense"]
+        for names in (("dp_replicate", "dp_shard"), ("dp_shard", "tp"), ("dp_replicate", "dp_shard", "tp")):
+            if all(getattr(self, name) > 1 for name in names if name != "dp_shard"):  # the meshes FSDP x TP builds
+                dense[names]._flatten("_".join(names))  # one collective where a DTensor reduces over these dims
         if self.ep > 1:
             self._meshes["sparse"] = world._unflatten(
                 0, (self.pp, self.dp_replicate, self.dp_shard * self.tp // self.ep, self.ep),

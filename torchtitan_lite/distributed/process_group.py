@@ -60,18 +60,18 @@ def init_distributed(config: Any) -> DistInfo:
 
     Under torchrun the group starts from the environment; without it, a 1-rank group on an in-memory store
     (the same FSDP2 code paths). Reads ``training.device``, ``training.num_threads`` (unset: cores //
-    processes on this node), ``parallelism.data_parallel_shard_degree`` and ``comm_timeout_seconds``.
+    processes on this node), the degrees of ``[parallelism]`` and ``comm_timeout_seconds``.
 
     Raises:
         LaunchError: more processes on a node than devices, the requested device is unavailable, or
-            ``data_parallel_shard_degree`` is not -1 or the world size. Nothing is started then.
+            parallel degrees whose product is not the world size. Nothing is started then.
     """
     kind = device_type(config.training.device)
     backend = backend_for(kind)
     launched = "RANK" in os.environ
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     local_rank, local_world_size = _env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1)
-    dims = ParallelDims(dp_shard=config.parallelism.data_parallel_shard_degree, world_size=world_size)
+    dims = ParallelDims.from_config(config.parallelism, world_size)
     if kind == "cpu":
         device = torch.device("cpu")
     else:
