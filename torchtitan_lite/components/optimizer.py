@@ -6,6 +6,7 @@ import math
 from typing import Iterable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
@@ -103,15 +104,28 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 
 
+def combine_stage_norms(norm: torch.Tensor, pp_group: dist.ProcessGroup | None) -> torch.Tensor:
+    """The L2 norm over all pipeline stages of the per-stage norms ``norm`` (0-dim fp32): ``sqrt`` of the
+    all-reduced (SUM over ``pp_group``) squares, as torchtitan's ``dist_utils.clip_grad_norm_``; ``norm`` itself
+    when ``pp_group`` is ``None``. Every stage holds its own tensors, so the squares add up to the whole model's."""
+    if pp_group is None:
+        return norm
+    squares = norm.square()
+    dist.all_reduce(squares, group=pp_group)
+    return squares.sqrt()
+
+
 @torch.no_grad()
-def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, *,
+                    pp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 
     The norm covers every rank's shard: a ``DTensor`` norm of FSDP2 gradients is partial and ``full_tensor()``
     all-reduces it (as torchtitan's ``dist_utils.clip_grad_norm_``); scaling is torch's
     ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite norm leaves the
     gradients untouched and is returned for the caller to decide. One ``foreach`` pass and one all-reduce, no
-    host-device sync. Parameters without a grad are ignored.
+    host-device sync. Parameters without a grad are ignored. Under pipeline parallelism (``pp_group``: the ranks
+    holding the other stages) the stages' norms combine into the whole model's (:func:`combine_stage_norms`).
 
     Returns:
         0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads).
@@ -127,7 +141,7 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float) -> torc
     total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type=2.0, foreach=True)
     if isinstance(total_norm, DTensor):
         total_norm = total_norm.full_tensor()
-    total_norm = total_norm.float()
+    total_norm = combine_stage_norms(total_norm.float(), pp_group)
     finite_norm = torch.where(torch.isfinite(total_norm), total_norm, 0.0)  # non-finite: factor 1, no host read
     torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, finite_norm, foreach=True)
     return total_norm

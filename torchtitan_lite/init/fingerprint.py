@@ -13,11 +13,12 @@ layout and wrapper; no tensor is gathered.
 Note: on who counts an element. Every element is counted exactly once:
   * a DTensor: each rank counts its local shard, at the global indices of its placements, provided it sits
     at coordinate 0 of every mesh dimension whose placement is ``Replicate`` (one copy of each shard);
-  * a plain tensor: taken to be the same on every rank and counted on global rank 0.
+  * a plain tensor: taken to be the same on every rank that holds it, and counted on the ranks that pass
+    ``counts_plain=True``: global rank 0 by default; under pipeline parallelism, where each stage holds its own
+    plain tensors (MoE counters and expert biases), one rank per stage (``ParallelDims.is_stage_leader``).
 The global indices come from :func:`_global_indices` (one index vector per tensor dimension): the local box
 of ``Shard`` (also uneven), ``_StridedShard`` (FSDP over TP) and ``Replicate`` placements on any mesh
-(:func:`torchtitan_lite.init.keyed.local_box`); anything else is refused rather than guessed. Plain tensors
-held by some ranks only (a pipeline stage's buffers) need the ownership rule extended.
+(:func:`torchtitan_lite.init.keyed.local_box`); anything else is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -60,16 +61,17 @@ def tensor_key(names: tuple[str, ...], dtype: torch.dtype, shape: tuple[int, ...
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
 
 
-def _global_indices(tensor: torch.Tensor) -> list[torch.Tensor] | None:
+def _global_indices(tensor: torch.Tensor, counts_plain: bool) -> list[torch.Tensor] | None:
     """Per tensor dimension, the global index of each local position (int64 vectors, local lengths), or ``None``
-    when this rank does not count its copy (see the note on who counts an element).
+    when this rank does not count its copy (see the note on who counts an element; ``counts_plain``: this rank
+    counts plain tensors).
 
     Raises:
         ValueError: a placement other than ``Shard``, ``_StridedShard`` and ``Replicate``, or a local shard whose
             shape is not the one its placements give.
     """
     if not isinstance(tensor, DTensor):
-        if dist.is_initialized() and dist.get_rank() != 0:
+        if not counts_plain:
             return None
         return [torch.arange(n, device=tensor.device) for n in tensor.shape]
     coordinate = tensor.device_mesh.get_coordinate()
@@ -110,22 +112,26 @@ def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape
     return total
 
 
-def model_fingerprint(model: nn.Module) -> str:
+def model_fingerprint(model: nn.Module, *, counts_plain: bool | None = None) -> str:
     """16 hex digits: the sum mod 2**64 of every element's hash (see the module docstring).
 
     A collective when a process group is initialized: call it on every rank. It reads only local shards and
     makes one ``all_reduce`` of one int64 on the model's device (the default group's backend must reduce it).
+    ``counts_plain``: whether this rank counts its plain (non-DTensor) tensors; ``None`` = global rank 0 only
+    (see the note on who counts an element).
 
     Raises:
         ValueError: a tensor on meta, or a placement it cannot index (see :func:`_global_indices`).
     """
+    if counts_plain is None:
+        counts_plain = not dist.is_initialized() or dist.get_rank() == 0
     total = None
     for names, tensor in tensor_groups(model):
         if tensor.device.type == "meta":
             raise ValueError(f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first")
         if total is None:  # on the first tensor's device, which the default group's backend reduces
             total = torch.zeros((), dtype=torch.int64, device=tensor.device)
-        indices = _global_indices(tensor)
+        indices = _global_indices(tensor, counts_plain)
         if indices is None:
             continue
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
