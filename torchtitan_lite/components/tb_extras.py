@@ -37,8 +37,10 @@ def grad_group(name: str) -> str:
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     """group -> L2 norm of the current gradients (full tensors; fp32), per :func:`grad_group`, in model order.
 
-    Call between ``backward`` and ``zero_grad``. A tied tensor counts once, in its first name's group; sharded
-    gradients add their local squares with one ``all_reduce``.
+    Call between ``backward`` and ``zero_grad``, on every rank. A tied tensor counts once, in its first name's
+    group; sharded gradients add their local squares with one ``all_reduce`` over a vector of every rank's groups
+    (ranks holding different tensors, as pipeline stages do, agree on it with one ``all_gather_object``: groups
+    in rank order, each rank's in model order).
     """
     groups: dict[str, int] = {}
     keys: list[tuple[int, bool]] = []
@@ -52,18 +54,24 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
         local = grad.to_local() if isinstance(grad, DTensor) else grad
         keys.append((index, sharded))
         squares.append(local.detach().float().square().sum())
-    if not squares:
+    names = list(groups)
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    if distributed:
+        gathered: list[list[str] | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, names)
+        names = list(dict.fromkeys(name for rank_names in gathered for name in rank_names))
+    if not names:
         return {}
-    values = torch.stack(squares)
-    device = values.device
-    sharded_sum = torch.zeros(len(groups), device=device)
-    plain_sum = torch.zeros(len(groups), device=device)
-    for (index, sharded), value in zip(keys, values):
-        (sharded_sum if sharded else plain_sum)[index] += value
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    slot = [names.index(name) for name in groups]  # local group index -> index in names
+    device = squares[0].device if squares else torch.device("cpu")
+    sharded_sum = torch.zeros(len(names), device=device)
+    plain_sum = torch.zeros(len(names), device=device)
+    for (index, sharded), value in zip(keys, squares):
+        (sharded_sum if sharded else plain_sum)[slot[index]] += value
+    if distributed:
         dist.all_reduce(sharded_sum)
     norms = (sharded_sum + plain_sum).sqrt().tolist()
-    return dict(zip(groups, norms))
+    return dict(zip(names, norms))
 
 
 def log_layer_grad_norms(writer: SummaryWriter | None, model: nn.Module, step: int) -> dict[str, float]:
