@@ -183,7 +183,7 @@ def test_yarn_attention_scaling_multiplies_cos_and_sin():
 def test_even_layers_slide_and_odd_layers_attend_fully():
     with torch.device("meta"):
         model = GptOssModel(gpt_oss_flavors["debug"])
-    windows = [layer.attention.sliding_window for layer in model.layers.values()]
+    windows = [layer.attention.inner_attention.sliding_window for layer in model.layers.values()]
     assert windows == [128, None, 128, None]
 
 

@@ -82,7 +82,7 @@ def test_mla_matches_the_reference_in_outputs_and_gradients(q_lora_rank, yarn):
     inv = (yarn_inv_freq(4, args.rope_theta, args.rope_factor, args.rope_original_max_seq_len, 32.0, 1.0) if yarn
            else args.rope_theta ** (-torch.arange(0, 4, 2, dtype=torch.float64) / 4))
     scale = 10 ** -0.5 * ((0.1 * math.log(4.0) + 1) ** 2 if yarn else 1.0)
-    assert out.shape == (2, 9, args.dim) and mla.softmax_scale == pytest.approx(scale, rel=1e-12)
+    assert out.shape == (2, 9, args.dim) and mla.inner_attention.scale == pytest.approx(scale, rel=1e-12)
     assert_matches_float64_reference(mla, out, lambda p: reference_mla(p, x.double(), args, inv, scale), out_tol=1e-5)
 
 

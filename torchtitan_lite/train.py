@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from models import get_model_spec
 from torchtitan_lite.components.checkpoint import (
@@ -55,10 +56,10 @@ from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
-from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gather_stages
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
+from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -113,20 +114,17 @@ def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
 
 
 def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions:
-    """What ``spec.parallelize`` applies besides the mesh: ``[activation_checkpoint]``, compile of the blocks when
+    """What ``spec.parallelize`` applies besides the mesh: sequence and loss parallelism under tensor parallelism
+    (``parallelism.enable_sequence_parallel``, ``enable_loss_parallel``), ``[activation_checkpoint]``, compile of the
+    blocks when
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning line
     and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision
     (compute dtype, fp32 reduction) and ``parallelism.fsdp_reshard_after_forward``."""
-    ac = config.activation_checkpoint
+    ac, par = config.activation_checkpoint, config.parallelism
     return ParallelOptions(
-        ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
+        sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel, ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
         compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
-
-
-def _refuse_unimplemented(dims: ParallelDims) -> None:
-    if dims.tp > 1:
-        raise TrainingError(f"parallelism.tensor_parallel_degree = {dims.tp}: not implemented yet; set it to 1")
 
 
 def model_on_meta(config: JobConfig) -> tuple[nn.Module, object, object]:
@@ -144,11 +142,7 @@ def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, o
 
     Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
     ``seq_len``, selective k) by ``config.preflight``. Pipeline parallelism: :func:`build_pipelined_model`.
-
-    Raises:
-        TrainingError: ``tensor_parallel_degree`` > 1 (not implemented yet).
     """
-    _refuse_unimplemented(info.dims)
     model, spec, args = model_on_meta(config)
     model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
     materialize(model, info.device)
@@ -160,11 +154,7 @@ def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, 
     on meta, each parallelized like a whole model (:func:`parallel_options`) and on the device, uninitialized
     (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the rest of the
     run sees as the model. The config checked the split and the untied embeddings (``config.preflight``).
-
-    Raises:
-        TrainingError: ``tensor_parallel_degree`` > 1 (not implemented yet).
     """
-    _refuse_unimplemented(info.dims)
     model, spec, args = model_on_meta(config)
     par, training = config.parallelism, config.training
     pipeline = build_pipeline(
@@ -177,8 +167,14 @@ def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, 
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> scalar."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> 0-dim tensor.
+
+    ``logits`` may be a ``Shard(-1)`` DTensor (tensor parallelism with loss parallelism: call it, and the backward,
+    inside :func:`~torchtitan_lite.distributed.tensor_parallel.loss_parallel_context`); the loss, the same on every
+    rank of the tensor-parallel group, is returned as a plain tensor.
+    """
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    return loss.to_local() if isinstance(loss, DTensor) else loss
 
 
 def _compiles(config: JobConfig, device: torch.device, component: str) -> bool:
@@ -215,6 +211,7 @@ class Trainer:
         else:
             self.model, self.spec, self.args = build_model(config, info)
         self.loss_fn = build_loss_fn(config, info.device)
+        self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
         opt = config.optimizer
         self.optimizer = build_optimizer(
@@ -319,10 +316,10 @@ class Trainer:
             f"model {cfg.model.name} flavor {cfg.model.flavor}: {self.n_params:,} parameters "
             f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size {self.args.vocab_size}, "
             f"tokenizer vocab {tokenizer.vocab_size}",
-            f"device {info.device} ({info.backend}), world size {info.world_size}, compute dtype "
+            f"device {info.device} ({info.backend}), world size {info.world_size}, {self._layout_text()}, compute dtype "
             f"{str(dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
             f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
-            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per rank",
+            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per data-parallel rank",
             self._memory_and_compile_line(),
             *([self.pipeline.describe()] if self.pipeline is not None else []),
             f"init: {initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
@@ -339,6 +336,17 @@ class Trainer:
                 paths = write_init_report(self.report, self.run_folder)
             self.metrics.log_text([init_report_summary(self.report)] + (
                 [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
+
+    def _layout_text(self) -> str:
+        """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always)."""
+        dims, par = self.info.dims, self.config.parallelism
+        degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard), ("tp", dims.tp)]
+        text = "layout " + " x ".join(f"{name} {n}" for name, n in degrees if n > 1 or name == "dp_shard")
+        if dims.tp > 1:
+            parts = [name for name, on in (("sequence parallel", par.enable_sequence_parallel),
+                                           ("loss parallel", self.loss_parallel)) if on]
+            text += f" ({', '.join(parts)})" if parts else ""
+        return text
 
     def _memory_and_compile_line(self) -> str:
         """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
@@ -379,11 +387,12 @@ class Trainer:
             inputs, labels = next(batches)
             inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             data_wait_s += time.perf_counter() - fetch
-            if self.pipeline is not None:
-                loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
-                continue
-            micro_loss = self.loss_fn(self.model(inputs), labels)
-            (micro_loss / tokens_global).backward()
+            with loss_parallel_context(self.loss_parallel):
+                if self.pipeline is not None:
+                    loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
+                    continue
+                micro_loss = self.loss_fn(self.model(inputs), labels)
+                (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
         return loss_sum, data_wait_s
 
@@ -399,8 +408,9 @@ class Trainer:
         loss_sum, data_wait_s = self.forward_backward(batches)
         if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
+        dims = self.info.dims
         grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
-                                    pp_group=self.pipeline.group if self.pipeline is not None else None)
+                                    pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
         lr = self.scheduler.get_last_lr()[0]
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
@@ -420,10 +430,11 @@ class Trainer:
             if i == self.config.validation.steps:
                 break
             inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
-            if self.pipeline is None:
-                totals[0] += cross_entropy_sum(self.model(inputs), labels)
-            else:
-                totals[0] += self.pipeline.evaluate(inputs, labels)
+            with loss_parallel_context(self.loss_parallel):
+                if self.pipeline is None:
+                    totals[0] += cross_entropy_sum(self.model(inputs), labels)
+                else:
+                    totals[0] += self.pipeline.evaluate(inputs, labels)
             totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
         self.model.train()
         self._sum_over_batches(totals)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -54,3 +55,21 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         enable_gqa=n_heads != n_kv_heads,
     )
     return out.transpose(1, 2)  # (bs, seqlen, n_heads, v_head_dim)
+
+
+class CausalAttention(nn.Module):
+    """:func:`causal_attention` as a parameterless module (torchtitan's ``inner_attention``): the attention kernel
+    of a layer, a boundary where tensor parallelism hands it plain local tensors (the rank's heads).
+
+    Args:
+        scale: softmax scale; ``None`` = ``head_dim ** -0.5``.
+    """
+
+    def __init__(self, scale: float | None = None):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
+        ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``."""
+        return causal_attention(q, k, v, scale=self.scale)

@@ -1,15 +1,43 @@
-"""The parallelize body every family shares: activation checkpointing -> compile -> FSDP2 (torchtitan's order),
-through the engine's helpers in ``torchtitan_lite/distributed/``."""
+"""The parallelize body every family shares: tensor parallelism (the family's block plan) -> activation
+checkpointing -> compile -> FSDP2 (torchtitan's order), through the engine's helpers in
+``torchtitan_lite/distributed/``."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
+from torchtitan_lite.distributed.tensor_parallel import apply_embedding_and_output_tp
+
+BlockPlan = Callable[[nn.Module, DeviceMesh, bool], dict[str, ParallelStyle]]
+"""``(block, tp_mesh, sequence_parallel) -> plan``: the ``parallelize_module`` plan of one block of ``model.layers``
+(submodule names relative to the block); it may also replace parameters that are not a module's weight (e.g.
+GPT-OSS's sinks, :func:`torchtitan_lite.distributed.tensor_parallel.shard_parameter`)."""
+
+
+def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
+                        block_plan: BlockPlan) -> nn.Module:
+    """Tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
+    block over ``parallel_dims.tp_mesh``), then :func:`apply_ac_compile_fsdp`, in place.
+
+    Returns:
+        ``model`` (now an FSDP2 module, its tensor-parallel parameters 2-D or 3-D DTensors).
+    """
+    if parallel_dims.tp > 1:
+        mesh = parallel_dims.tp_mesh
+        apply_embedding_and_output_tp(model, mesh, sequence_parallel=options.sequence_parallel,
+                                      loss_parallel=options.loss_parallel)
+        for block in model.layers.values():
+            parallelize_module(block, mesh, block_plan(block, mesh, options.sequence_parallel))
+    return apply_ac_compile_fsdp(model, parallel_dims, options)
 
 
 def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
@@ -18,7 +46,8 @@ def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options
     in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
 
     Args:
-        model: a decoder built on meta (the model contract of ``models/__init__.py``), not yet sharded.
+        model: a decoder built on meta (the model contract of ``models/__init__.py``), not yet sharded (tensor
+            parallelism may have been applied).
         parallel_dims: the run's layout, with its mesh built.
         options: what to apply.
 

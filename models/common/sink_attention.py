@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def sliding_window_causal_mask(
@@ -124,3 +125,21 @@ def sink_attention(
         q_aug, k_aug, v_aug, attn_mask=mask, scale=scale, enable_gqa=n_heads != n_kv_heads
     )  # (bs, n_heads, seqlen, padded)
     return out[..., :head_dim].transpose(1, 2)  # (bs, seqlen, n_heads, head_dim)
+
+
+class SinkAttention(nn.Module):
+    """:func:`sink_attention` as a parameterless module (torchtitan's ``inner_attention``): the attention kernel
+    of a layer, a boundary where tensor parallelism hands it plain local tensors (the rank's heads and sinks).
+
+    Args:
+        sliding_window: keys visible to each query, or ``None`` for full causal attention.
+    """
+
+    def __init__(self, sliding_window: int | None = None):
+        super().__init__()
+        self.sliding_window = sliding_window
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+        """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k``/``v`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``sinks``
+        ``(n_heads,)`` -> ``(bs, seqlen, n_heads, head_dim)``."""
+        return sink_attention(q, k, v, sinks, sliding_window=self.sliding_window)

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from models.common.attention import causal_attention
+from models.common.attention import CausalAttention
 from models.common.balance_loss import sequence_aux_loss
 from models.common.decoder import Decoder
 from models.common.experts import GroupedSwiGLUExperts
@@ -62,7 +62,6 @@ class MLA(nn.Module):
         self.n_heads, self.q_lora_rank, self.kv_lora_rank = args.n_heads, args.q_lora_rank, args.kv_lora_rank
         self.qk_nope_head_dim, self.qk_rope_head_dim = args.qk_nope_head_dim, args.qk_rope_head_dim
         self.v_head_dim = args.v_head_dim
-        self.softmax_scale = softmax_scale(args)
         q_out = args.n_heads * args.qk_head_dim
         if args.q_lora_rank == 0:
             self.wq = nn.Linear(args.dim, q_out, bias=False)
@@ -74,6 +73,7 @@ class MLA(nn.Module):
         self.kv_norm = RMSNorm(args.kv_lora_rank, eps=args.norm_eps)
         self.wkv_b = nn.Linear(args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False)
         self.wo = nn.Linear(args.n_heads * args.v_head_dim, args.dim, bias=False)
+        self.inner_attention = CausalAttention(softmax_scale(args))
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -100,10 +100,9 @@ class MLA(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)`` -> ``(bs, seqlen, dim)``."""
-        bs, seqlen, _ = x.shape
         q, k, v = self.qkv(x, cos, sin)
-        out = causal_attention(q, k, v, scale=self.softmax_scale)  # (bs, seqlen, n_heads, v_head_dim)
-        return self.wo(out.reshape(bs, seqlen, self.n_heads * self.v_head_dim))
+        out = self.inner_attention(q, k, v)  # (bs, seqlen, n_heads, v_head_dim)
+        return self.wo(out.flatten(2))
 
 
 def build_moe(args: DeepSeekV3ModelArgs) -> MoE:

@@ -28,7 +28,7 @@ from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope
 from models.common.routers import TopKRouter
-from models.common.sink_attention import sink_attention
+from models.common.sink_attention import SinkAttention
 from models.common.yarn import yarn_cos_sin
 from models.gpt_oss.args import GptOssModelArgs
 
@@ -41,28 +41,29 @@ class Attention(nn.Module):
         sliding_window: keys visible to each query, or ``None`` for full causal attention.
 
     Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv`` ``(n_kv_heads * head_dim, dim)``,
-    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias; ``sinks`` ``(n_heads,)`` logits.
+    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias; ``sinks`` ``(n_heads,)`` logits. Head counts are read
+    from the projections' outputs, so a rank holding some of the heads (tensor parallelism) runs its heads.
     """
 
     def __init__(self, args: GptOssModelArgs, sliding_window: int | None):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
-        self.sliding_window = sliding_window
+        self.head_dim = args.head_dim
         self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=True)
         self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=True)
         self.sinks = nn.Parameter(torch.empty(args.n_heads))
+        self.inner_attention = SinkAttention(sliding_window)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``."""
         bs, seqlen, _ = x.shape
-        q = self.wq(x).view(bs, seqlen, self.n_heads, self.head_dim)
-        k = self.wk(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
+        q = self.wq(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_heads, head_dim)
+        k = self.wk(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_kv_heads, head_dim)
+        v = self.wv(x).view(bs, seqlen, -1, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = sink_attention(q, k, v, self.sinks, sliding_window=self.sliding_window)  # (bs, seqlen, n_heads, head_dim)
-        return self.wo(out.reshape(bs, seqlen, -1))
+        out = self.inner_attention(q, k, v, self.sinks)  # (bs, seqlen, n_heads, head_dim)
+        return self.wo(out.flatten(2))
 
 
 class TransformerBlock(nn.Module):

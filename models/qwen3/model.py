@@ -25,13 +25,12 @@ class Attention(nn.Module):
     key head, applied BEFORE RoPE (HF ``Qwen3Attention.forward``: ``q_norm(q_proj(x))`` then
     ``apply_rotary_pos_emb``; report section 2: QK-Norm replaces Qwen2's QKV bias).
 
-    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``.
+    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``. Head counts
+    are read from the projections' outputs, so a rank holding some of the heads (tensor parallelism) runs its heads.
     """
 
     def __init__(self, args: Qwen3ModelArgs):
         super().__init__()
-        self.n_heads = args.n_heads
-        self.n_kv_heads = args.n_kv_heads
         self.head_dim = args.head_dim
         self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
         self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
@@ -42,13 +41,13 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         bs, seqlen, _ = x.shape
-        q = self.wq(x).view(bs, seqlen, self.n_heads, self.head_dim)
-        k = self.wk(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(bs, seqlen, self.n_kv_heads, self.head_dim)
+        q = self.wq(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_heads, head_dim)
+        k = self.wk(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_kv_heads, head_dim)
+        v = self.wv(x).view(bs, seqlen, -1, self.head_dim)
         q = apply_rope(self.q_norm(q), cos, sin)
         k = apply_rope(self.k_norm(k), cos, sin)
         out = causal_attention(q, k, v)  # (bs, seqlen, n_heads, head_dim)
-        return self.wo(out.reshape(bs, seqlen, self.n_heads * self.head_dim))
+        return self.wo(out.flatten(2))
 
 
 class TransformerBlock(nn.Module):

@@ -1,14 +1,30 @@
-"""How a Qwen3-MoE model is split over the devices (``ModelSpec.parallelize``, contract in ``models/__init__.py``)."""
+"""How a Qwen3-MoE model is split over the devices (``ModelSpec.parallelize``, contract in ``models/__init__.py``).
+
+Tensor parallelism: the Qwen3 attention plan (``models/qwen3/parallelize.py``) and the MoE layer whole on every
+rank on the gathered sequence, router and experts not split (see the note on MoE layers under tensor parallelism in
+``torchtitan_lite/distributed/tensor_parallel.py``).
+"""
 
 from __future__ import annotations
 
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ParallelStyle
 
-from models.common.parallelize import apply_ac_compile_fsdp
+from models.common.parallelize import parallelize_decoder
+from models.qwen3.parallelize import attention_plan
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
+from torchtitan_lite.distributed.tensor_parallel import norm_plan, replicated_module_plan
+
+
+def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> dict[str, ParallelStyle]:
+    """The tensor-parallel plan of one Qwen3-MoE block: the Qwen3 attention, ``ffn_norm``, the MoE replicated."""
+    return {**attention_plan(sequence_parallel), **norm_plan("ffn_norm", sequence_parallel),
+            **replicated_module_plan("moe", sequence_parallel)}
 
 
 def parallelize_qwen3_moe(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
-    """Activation checkpointing, compile and FSDP2 per block (:func:`models.common.parallelize.apply_ac_compile_fsdp`)."""
-    return apply_ac_compile_fsdp(model, parallel_dims, options)
+    """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
+    (:func:`models.common.parallelize.parallelize_decoder`)."""
+    return parallelize_decoder(model, parallel_dims, options, block_plan)

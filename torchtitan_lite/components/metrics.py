@@ -84,9 +84,11 @@ class MetricsLogger:
     rank prints; rank 0 writes TensorBoard into ``<run_folder>/<tb_subfolder>``: ``loss/train``,
     ``loss/validation`` (nats/token), ``grad_norm``, ``lr``, ``tps``, ``tflops``, ``mfu`` (percent, known peak
     only), ``memory_gib``, ``data_wait_ms`` (per step), ``tokens_seen`` (``step * tokens_per_step * world_size``).
+    Throughput is per device (``tps``, ``tflops``, ``mfu``): the tokens of a data-parallel rank are shared by its
+    ``tp * pp`` devices (torchtitan divides by the non-data-parallel size), and each does that share of the FLOPs.
 
     Args:
-        world_size: data-parallel ranks, for ``tokens_seen``.
+        world_size: devices (ranks) of the run, for ``tokens_seen``.
         num_flops_per_token: training FLOPs per token (forward + backward), > 0.
         peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU ``n/a``).
 
@@ -146,7 +148,8 @@ class MetricsLogger:
 
         Args:
             loss: the step's global mean token loss; ``grad_norm``: before clipping.
-            tokens_per_step: tokens THIS rank processes per step (all micro-batches).
+            tokens_per_step: this device's share of the step's tokens (all micro-batches): the global batch's
+                tokens / ``world_size``.
             elapsed_s: wall seconds since the loop started, read after the device finished the step.
             memory_bytes: peak memory (``devices.peak_memory_bytes``) or ``None``.
             data_wait_s: seconds this rank waited for batches since the previous line.

@@ -8,6 +8,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -104,44 +105,44 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 
 
-def combine_stage_norms(norm: torch.Tensor, pp_group: dist.ProcessGroup | None) -> torch.Tensor:
-    """The L2 norm over all pipeline stages of the per-stage norms ``norm`` (0-dim fp32): ``sqrt`` of the
-    all-reduced (SUM over ``pp_group``) squares, as torchtitan's ``dist_utils.clip_grad_norm_``; ``norm`` itself
-    when ``pp_group`` is ``None``. Every stage holds its own tensors, so the squares add up to the whole model's."""
-    if pp_group is None:
-        return norm
-    squares = norm.square()
-    dist.all_reduce(squares, group=pp_group)
-    return squares.sqrt()
-
-
 @torch.no_grad()
-def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, *,
-                    pp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
+def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float,
+                    pp_mesh: DeviceMesh | None = None) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 
-    The norm covers every rank's shard: a ``DTensor`` norm of FSDP2 gradients is partial and ``full_tensor()``
-    all-reduces it (as torchtitan's ``dist_utils.clip_grad_norm_``); scaling is torch's
-    ``clip_grads_with_norm_`` (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite norm leaves the
-    gradients untouched and is returned for the caller to decide. One ``foreach`` pass and one all-reduce, no
-    host-device sync. Parameters without a grad are ignored. Under pipeline parallelism (``pp_group``: the ranks
-    holding the other stages) the stages' norms combine into the whole model's (:func:`combine_stage_norms`).
+    The norm covers every rank's shard of every gradient, whatever mesh it lives on (dense FSDP x TP, expert
+    meshes, pipeline stages): the gradients are grouped by their DTensor mesh (plain tensors form one group),
+    ``torch.nn.utils.get_total_norm`` gives each group's norm, ``full_tensor()`` all-reduces it over that mesh (as
+    torchtitan's ``dist_utils.clip_grad_norm_``), the groups' squares add up, and with ``pp_mesh`` the sum is
+    all-reduced over the pipeline stages, each of which holds other parameters. Scaling is torch's
+    ``clip_grads_with_norm_`` per group (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite norm leaves the
+    gradients untouched and is returned for the caller to decide. One ``foreach`` norm and one all-reduce per mesh
+    (plus one over ``pp_mesh``), no host-device sync. Parameters without a grad are ignored.
 
     Returns:
-        0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads).
+        0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads), the same on every rank.
 
     Raises:
         ValueError: ``max_norm`` is not finite and > 0.
     """
     if not (math.isfinite(max_norm) and max_norm > 0):
         raise ValueError(f"max_norm must be finite and > 0, got {max_norm}")
-    parameters = [p for p in parameters if p.grad is not None]
-    if not parameters:
+    groups: dict[DeviceMesh | None, list[torch.Tensor]] = {}
+    for param in parameters:
+        if param.grad is not None:
+            groups.setdefault(param.grad.device_mesh if isinstance(param.grad, DTensor) else None, []).append(param)
+    if not groups:
         return torch.zeros((), dtype=torch.float32)
-    total_norm = torch.nn.utils.get_total_norm([p.grad for p in parameters], norm_type=2.0, foreach=True)
-    if isinstance(total_norm, DTensor):
-        total_norm = total_norm.full_tensor()
-    total_norm = combine_stage_norms(total_norm.float(), pp_group)
+    norms = []
+    for params in groups.values():
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0, foreach=True)
+        norms.append((norm.full_tensor() if isinstance(norm, DTensor) else norm).float())
+    total_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+    if pp_mesh is not None:
+        squares = total_norm.square()
+        dist.all_reduce(squares, group=pp_mesh.get_group())
+        total_norm = squares.sqrt()
     finite_norm = torch.where(torch.isfinite(total_norm), total_norm, 0.0)  # non-finite: factor 1, no host read
-    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, finite_norm, foreach=True)
+    for params in groups.values():
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, finite_norm, foreach=True)
     return total_norm

@@ -5,10 +5,12 @@ top-level module). Both are collective under FSDP2 (every rank, same order); ran
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 from torch.utils.tensorboard import SummaryWriter
 
 from torchtitan_lite.init.apply import tensor_groups
@@ -38,40 +40,42 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     """group -> L2 norm of the current gradients (full tensors; fp32), per :func:`grad_group`, in model order.
 
     Call between ``backward`` and ``zero_grad``, on every rank. A tied tensor counts once, in its first name's
-    group; sharded gradients add their local squares with one ``all_reduce`` over a vector of every rank's groups
-    (ranks holding different tensors, as pipeline stages do, agree on it with one ``all_gather_object``: groups
+    group. Each rank adds the squares of its local shards, each divided by the number of ranks holding a copy of
+    that shard (the sizes of its DTensor's non-sharded mesh dimensions; a plain tensor: every rank), and one
+    ``all_reduce`` over all ranks sums them: any layout (FSDP, TP, HSDP, stages on other ranks) counts every element
+    once (exactly when the copies are a power of two, else up to rounding). The reduced vector has every rank's
+    groups: ranks holding different tensors (pipeline stages) agree on them with one ``all_gather_object`` (groups
     in rank order, each rank's in model order).
     """
     groups: dict[str, int] = {}
-    keys: list[tuple[int, bool]] = []
+    indices: list[int] = []
     squares: list[torch.Tensor] = []
+    world = dist.get_world_size() if dist.is_initialized() else 1
     for names, tensor in tensor_groups(model):
         grad = getattr(tensor, "grad", None)
         if grad is None:
             continue
-        index = groups.setdefault(grad_group(names[0]), len(groups))
-        sharded = isinstance(grad, DTensor) and any(isinstance(p, Shard) for p in grad.placements)
-        local = grad.to_local() if isinstance(grad, DTensor) else grad
-        keys.append((index, sharded))
-        squares.append(local.detach().float().square().sum())
+        indices.append(groups.setdefault(grad_group(names[0]), len(groups)))
+        if isinstance(grad, DTensor):
+            mesh, placements, local = grad.device_mesh, grad.placements, grad.to_local()
+            copies = math.prod(mesh.size(dim) for dim, placement in enumerate(placements) if not placement.is_shard())
+        else:
+            local, copies = grad, world
+        squares.append(local.detach().float().square().sum() / copies)
     names = list(groups)
-    distributed = dist.is_initialized() and dist.get_world_size() > 1
-    if distributed:
-        gathered: list[list[str] | None] = [None] * dist.get_world_size()
+    if world > 1:
+        gathered: list[list[str] | None] = [None] * world
         dist.all_gather_object(gathered, names)
         names = list(dict.fromkeys(name for rank_names in gathered for name in rank_names))
-    if not names:
+    if not squares:
         return {}
-    slot = [names.index(name) for name in groups]  # local group index -> index in names
-    device = squares[0].device if squares else torch.device("cpu")
-    sharded_sum = torch.zeros(len(names), device=device)
-    plain_sum = torch.zeros(len(names), device=device)
-    for (index, sharded), value in zip(keys, squares):
-        (sharded_sum if sharded else plain_sum)[slot[index]] += value
-    if distributed:
-        dist.all_reduce(sharded_sum)
-    norms = (sharded_sum + plain_sum).sqrt().tolist()
-    return dict(zip(names, norms))
+    slot = [names.index(name) for name in groups]  # local group index -> position in names
+    values = torch.stack(squares)
+    sums = torch.zeros(len(names), device=values.device).index_add_(
+        0, torch.tensor([slot[i] for i in indices], device=values.device), values)
+    if world > 1:
+        dist.all_reduce(sums)
+    return dict(zip(names, sums.sqrt().tolist()))
 
 
 def log_layer_grad_norms(writer: SummaryWriter | None, model: nn.Module, step: int) -> dict[str, float]:

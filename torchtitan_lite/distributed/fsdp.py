@@ -54,7 +54,9 @@ def apply_fsdp(
 
     Args:
         model: with ``layers`` (``nn.ModuleDict``), ``tok_embeddings``, ``norm`` and ``output``.
-        mesh: 1-D data-parallel ``DeviceMesh``.
+        mesh: the data-parallel ``DeviceMesh``: 1-D (FSDP: sharded over it) or 2-D ``(dp_replicate, dp_shard)``
+            (HSDP: replicated over the first dimension, sharded over the second). Parameters that are already
+            DTensors (tensor parallelism) become 2-D or 3-D DTensors over ``mesh`` and their own mesh.
         param_dtype, reduce_dtype: compute and gradient reduce-scatter dtypes.
         reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3) or keep
             them until backward (one all-gather less per block).
@@ -64,10 +66,11 @@ def apply_fsdp(
 
     Raises:
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.
-        ValueError: ``mesh`` is not 1-D.
+        ValueError: ``mesh`` is not 1-D or 2-D.
     """
-    if mesh.ndim != 1:
-        raise ValueError(f"apply_fsdp needs a 1-D data-parallel mesh, got a {mesh.ndim}-D mesh {mesh}")
+    if mesh.ndim not in (1, 2):
+        raise ValueError(f"apply_fsdp needs a 1-D (FSDP) or 2-D (HSDP) data-parallel mesh, got a {mesh.ndim}-D "
+                         f"mesh {mesh}")
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in _layers(model).values():
         fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)

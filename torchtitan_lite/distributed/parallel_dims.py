@@ -83,7 +83,10 @@ class ParallelDims:
                    pp=parallelism.pipeline_parallel_degree, world_size=world_size)
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
-        """Create the world mesh and its views over the default process group (call once, on every rank)."""
+        """Create the world mesh and its views over the default process group (call once, on every rank), and the
+        flattened ``dp_replicate_dp_shard`` (HSDP), ``dp_shard_tp`` (TP) and ``dp_replicate_dp_shard_tp`` (both)
+        meshes of the layouts that have them: a DTensor reduced over the dimensions of its FSDP x TP mesh (a
+        gradient norm) then takes one collective instead of one per dimension."""
         world = init_device_mesh(device_type, (self.world_size,), mesh_dim_names=("world",))
         self._meshes = {
             "world": world,
@@ -91,6 +94,10 @@ class ParallelDims:
                                       ("pp", "dp_replicate", "dp_shard", "tp")),
             "batch": world._unflatten(0, (self.pp, self.dp_degree, self.tp), ("pp", "dp", "tp")),
         }
+        dense = self._meshes["dense"]
+        for names in (("dp_replicate", "dp_shard"), ("dp_shard", "tp"), ("dp_replicate", "dp_shard", "tp")):
+            if all(getattr(self, name) > 1 for name in names if name != "dp_shard"):  # the meshes FSDP x TP builds
+                dense[names]._flatten("_".join(names))  # one collective where a DTensor reduces over these dims
         if self.ep > 1:
             self._meshes["sparse"] = world._unflatten(
                 0, (self.pp, self.dp_replicate, self.dp_shard * self.tp // self.ep, self.ep),

@@ -1,5 +1,5 @@
-"""What a model family's ``parallelize`` is told to apply besides the mesh: activation checkpointing, compile and
-FSDP2 settings, resolved by the trainer from the config."""
+"""What a model family's ``parallelize`` is told to apply besides the mesh: tensor-parallel, activation
+checkpointing, compile and FSDP2 settings, resolved by the trainer from the config."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ class ParallelOptions:
     """Options of ``ModelSpec.parallelize(model, parallel_dims, options)`` (``models/__init__.py``).
 
     Attributes:
+        sequence_parallel: under tensor parallelism, shard the residual stream along the sequence
+            (``parallelism.enable_sequence_parallel``); ignored without it.
+        loss_parallel: under tensor parallelism, the model returns ``Shard(-1)`` logits for ``loss_parallel``
+            (``parallelism.enable_loss_parallel``); ignored without it.
         ac_mode: ``activation_checkpoint.mode`` (``none``/``full``/``selective``).
         selective_ac_option: ``activation_checkpoint.selective_ac_option`` (``"op"`` or ``"k"``).
         compile: compile each block (already decided: enabled, ``"model"`` listed, backend available here).
@@ -22,6 +26,8 @@ class ParallelOptions:
         reshard_after_forward: FSDP2 ``reshard_after_forward`` of the blocks and the root.
     """
 
+    sequence_parallel: bool = True
+    loss_parallel: bool = True
     ac_mode: str = "none"
     selective_ac_option: str = "op"
     compile: bool = False
