@@ -3,9 +3,10 @@
 For each layout: every initial tensor, gathered, equals the 1-process init bitwise; the printed fingerprint is the
 same; the step-1 loss is within 1e-5 (relative) and the first 10 losses within 1e-4 of one process; the gradients
 of step 1 within 1e-5 of the largest gradient of their tensor. Each schedule runs once: 1F1B through
-``run_train.sh`` (the fingerprint and the loss of every step as every rank printed it), GPipe on pp2 x dp2 and
-Interleaved1F1B (4 stages on 2 ranks) through ``tests/dist_pipeline_worker.py``; and one MoE family (Qwen3-MoE,
-whose expert counters and biases are plain tensors of each stage).
+``run_train.sh`` (the fingerprint and the loss of every step as every rank printed it) and on pp2 x tp2 (sequence
+and loss parallel: sequence-sharded hidden states between stages), GPipe on pp2 x dp2 and Interleaved1F1B (4 stages
+on 2 ranks) through ``tests/dist_pipeline_worker.py``; and one MoE family (Qwen3-MoE, whose expert counters and
+biases are plain tensors of each stage).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ pytestmark = pytest.mark.multiprocess
 
 WORKER = REPO / "tests" / "dist_pipeline_worker.py"
 STEPS = 10
-RUN = ["--model.overrides.dim=64", "--model.overrides.n_heads=2", "--model.overrides.n_kv_heads=1",
-       "--model.overrides.head_dim=32", "--model.overrides.max_seq_len=64",
+RUN = ["--model.overrides.dim=64", "--model.overrides.n_heads=4", "--model.overrides.n_kv_heads=2",
+       "--model.overrides.head_dim=16", "--model.overrides.max_seq_len=64",
        "--training.seq_len=32", "--training.local_batch_size=4", "--training.global_batch_size=8",
        f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2", "--lr_scheduler.decay_ratio=0",
        "--validation.enable=false", "--checkpoint.enable=false", "--metrics.log_freq=1", "--training.num_threads=1",
@@ -77,6 +78,12 @@ def assert_matches_one_process(ranks: list[dict], ref: dict) -> None:
 def test_gpipe_on_pp2_x_dp2_equals_one_process(reference, tmp_path):
     ranks = run_worker(tmp_path, "gpipe", 4, [*QWEN3, *PP2, "--parallelism.pipeline_parallel_schedule=GPipe",
                                               "--training.local_batch_size=2"])
+    assert [rank["has_last"] for rank in ranks] == [False, False, True, True]
+    assert_matches_one_process(ranks, reference["qwen3"])
+
+
+def test_1f1b_on_pp2_x_tp2_with_sequence_and_loss_parallelism_equals_one_process(reference, tmp_path):
+    ranks = run_worker(tmp_path, "pp_tp", 4, [*QWEN3, *PP2, "--parallelism.tensor_parallel_degree=2"])
     assert [rank["has_last"] for rank in ranks] == [False, False, True, True]
     assert_matches_one_process(ranks, reference["qwen3"])
 

@@ -72,13 +72,15 @@ class Decoder(nn.Module):
         device = self.rope_cos.device if buffer_device is None else buffer_device
         self.rope_cos, self.rope_sin = self.rope_tables(device)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, seqlen: int | None = None) -> torch.Tensor:
         """Logits of the next token at every position; on a pipeline stage, what the stage owns of that.
 
         Args:
             tokens: int64 ``(bs, seqlen)`` token ids in ``[0, vocab_size)``, ``seqlen <= max_seq_len``; on a
                 stage without ``tok_embeddings`` (``None``: not the first pipeline stage) the hidden states
                 ``(bs, seqlen, dim)`` the previous stage returned.
+            seqlen: the batch's sequence length where ``tokens`` do not show it (hidden states sharded along the
+                sequence by sequence parallelism, on a later pipeline stage); default ``tokens.shape[1]``.
 
         Returns:
             ``(bs, seqlen, vocab_size)`` logits in the compute dtype; on a stage without ``output`` (``None``: not
@@ -93,7 +95,7 @@ class Decoder(nn.Module):
         if tokens.dim() != (2 if first else 3):
             expected = "tokens (bs, seqlen)" if first else "hidden states (bs, seqlen, dim)"
             raise ValueError(f"{name}: expected {expected}, got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
+        seqlen = tokens.shape[1] if seqlen is None else seqlen
         if seqlen > self.args.max_seq_len:
             raise ValueError(f"{name}: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
                              "raise model max_seq_len or lower training.seq_len")

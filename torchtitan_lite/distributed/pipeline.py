@@ -225,7 +225,7 @@ class Pipeline:
 
     def _run(self, run, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
         self.loss.reset(scale)
-        run(*((inputs,) if self.has_first else ()), target=labels if self.has_last else None)
+        run(*((inputs,) if self.has_first else ()), target=labels if self.has_last else None, seqlen=labels.shape[1])
         return torch.as_tensor(self.loss.total, dtype=torch.float32, device=self.device)
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
@@ -258,10 +258,11 @@ def gather_stages(obj, group: dist.ProcessGroup) -> list:
 
 
 def _stage_metadata(model: nn.Module, stage: int, n_stages: int, microbatch_size: int, seq_len: int,
-                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input, output)`` meta tensors of stage ``stage`` (see the note on stage metadata)."""
+                    seq_shards: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input, output)`` meta tensors of stage ``stage`` (see the note on stage metadata); the hidden states hold
+    ``seq_len / seq_shards`` positions (sequence parallelism)."""
     dim, vocab_size = model.tok_embeddings.embedding_dim, model.output.out_features
-    hidden = torch.empty(microbatch_size, seq_len, dim, dtype=dtype, device="meta", requires_grad=True)
+    hidden = torch.empty(microbatch_size, seq_len // seq_shards, dim, dtype=dtype, device="meta", requires_grad=True)
     tokens = torch.empty(microbatch_size, seq_len, dtype=torch.int64, device="meta")
     logits = torch.empty(microbatch_size, seq_len, vocab_size, dtype=dtype, device="meta", requires_grad=True)
     return tokens if stage == 0 else hidden, logits if stage == n_stages - 1 else hidden
@@ -292,12 +293,14 @@ def build_pipeline(model: nn.Module, parallel_dims: ParallelDims,
     layer_ids = stage_layer_ids(len(model.layers), pp, schedule, n_microbatches=n_microbatches,
                                 layers_per_stage=layers_per_stage, split_points=split_points)
     n_stages = len(layer_ids)
+    seq_shards = parallel_dims.tp if parallel_dims.tp > 1 and options.sequence_parallel else 1
     group = parallel_dims.pp_mesh.get_group()
     parts, stages = [], []
     for index in range(pp_rank, n_stages, pp):
         part = split_stage(model, layer_ids[index], first=index == 0, last=index == n_stages - 1)
         part = materialize(parallelize(part, parallel_dims, options), device)
-        inputs, outputs = _stage_metadata(model, index, n_stages, microbatch_size, seq_len, options.param_dtype)
+        inputs, outputs = _stage_metadata(model, index, n_stages, microbatch_size, seq_len, seq_shards,
+                                          options.param_dtype)
         stages.append(PipelineStage(part, index, n_stages, device, input_args=inputs, output_args=outputs,
                                     group=group))
         parts.append(part)
