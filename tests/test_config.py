@@ -120,6 +120,12 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: parallelism.pipeline_parallel_layers_per_stage (command line) with pipeline_parallel_schedule "
         "1F1B: 4 stages on 2 ranks are 2 per rank but 1F1B runs one per rank; use Interleaved1F1B or one stage per "
         "rank"),
+    "hf export from pipeline stages": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
+                  "--checkpoint.export_hf=hf_out"],
+        "config error: checkpoint.export_hf (command line): the Hugging Face export writes the whole model from one "
+        "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with pipeline_parallel_degree 1 "
+        "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)"),
     "split points out of order": (
         "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
                   "--parallelism.pipeline_parallel_split_points=3,1"],

@@ -1,5 +1,5 @@
 """Pipeline stages in one process: the split into stages, stages built by deleting modules, their forward chained
-equal to the whole model's, init and fingerprint of stages, the loss the schedule calls."""
+equal to the whole model's, init, fingerprint and Hugging Face import of stages, the loss the schedule calls."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
 from models import get_model_spec
+from torchtitan_lite.components.hf_io import HFError, import_hf, state_dict_adapter
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.pipeline import PipelineLoss, StageModules, split_stage, stage_layer_ids
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
@@ -138,3 +140,19 @@ def test_pipeline_loss_records_the_summed_cross_entropy_and_returns_it_scaled():
     assert loss.total.item() == 10.0
     loss.reset(scale=1.0)
     assert loss.total == 0.0
+
+
+def test_hf_import_into_a_later_stage_loads_its_tensors_and_skips_the_other_stages(tmp_path):
+    spec, args = tiny(hidden_dim=128)
+    whole = built(spec, args, device="cpu")
+    adapter = state_dict_adapter("qwen3", args)
+    tensors = dict(named_state_tensors(whole))
+    save_file({adapter.hf_name(n): tensors[n].contiguous() for n in adapter.hf_names_to_save()},
+              str(tmp_path / "model.safetensors"))
+    stage = StageModules([materialize(split_stage(built(spec, args), [2, 3], first=False, last=True), "cpu")])
+    here = dict(named_state_tensors(stage))
+    with pytest.raises(HFError, match="tensors have no place in the model"):
+        import_hf(stage, str(tmp_path), adapter)
+    imported = import_hf(stage, str(tmp_path), adapter, elsewhere=set(tensors) - set(here))
+    assert imported.loaded == sorted(here) and imported.missing == [] and imported.unexpected == []
+    assert all(torch.equal(here[name], tensors[name]) for name in here)

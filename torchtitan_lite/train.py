@@ -61,7 +61,7 @@ from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gathe
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
 from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
-from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
@@ -210,6 +210,7 @@ class Trainer:
             forwards *= self.pipeline.n_microbatches
         else:
             self.model, self.spec, self.args = build_model(config, info)
+        self.whole, _, _ = model_on_meta(config)  # the whole model's names, shapes and ties, whatever this rank holds
         self.loss_fn = build_loss_fn(config, info.device)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
@@ -242,9 +243,8 @@ class Trainer:
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
                                         buffer_device=info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model, counts_plain=info.dims.is_stage_leader)
-        whole, _, _ = model_on_meta(config)  # shapes and ties of the whole model, whatever this rank holds
-        self.n_params = sum(p.numel() for p in whole.parameters())
-        self.expected = expected_step1_loss(whole, self.plan)
+        self.n_params = sum(p.numel() for p in self.whole.parameters())
+        self.expected = expected_step1_loss(self.whole, self.plan)
         self.check_step1 = not loaded
         debug = config.debug
         self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
@@ -288,7 +288,9 @@ class Trainer:
         if cp.initial_load_hf is None:
             return TrainState(), [], []
         adapter = state_dict_adapter(cfg.model.name, self.args)
-        imported = import_hf(self.model, cp.initial_load_hf, adapter,
+        here = {name for name, _ in named_state_tensors(self.model)}
+        elsewhere = {name for name, _ in named_state_tensors(self.whole)} - here  # other pipeline stages' tensors
+        imported = import_hf(self.model, cp.initial_load_hf, adapter, elsewhere=elsewhere,
                              allow_unexpected=cp.initial_load_hf_allow_unexpected)
         lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
                  f"{', '.join(imported.missing) or 'none'}"]

@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -129,8 +130,12 @@ def _copy_full(param: torch.Tensor, full: torch.Tensor) -> None:
         param.copy_(full)
 
 
-def import_hf(model: nn.Module, folder: str, adapter, *, allow_unexpected: bool = False) -> HFImport:
+def import_hf(model: nn.Module, folder: str, adapter, *, allow_unexpected: bool = False,
+              elsewhere: Collection[str] = ()) -> HFImport:
     """Load the HF safetensors of ``folder`` into ``model`` (plain or FSDP2-sharded); call on every rank.
+
+    ``elsewhere``: our names of tensors other pipeline stages hold (``model`` is a rank's stages); the files'
+    tensors of those names are skipped, neither loaded nor unexpected.
 
     Raises:
         HFError: a shape that differs from the model's, or unexpected tensors when not allowed (the
@@ -143,6 +148,8 @@ def import_hf(model: nn.Module, folder: str, adapter, *, allow_unexpected: bool 
         with safe_open(file, framework="pt") as handle:
             for hf_name in handle.keys():
                 name = adapter.our_name(hf_name)
+                if name in elsewhere:
+                    continue
                 if name is None or name not in tensors:
                     unexpected.append(hf_name)
                     continue

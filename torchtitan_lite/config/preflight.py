@@ -240,7 +240,8 @@ def _check_layout_fits_model(config: JobConfig, sources: dict[str, str]) -> None
 
 def _check_pipeline(config: JobConfig, args: Any, sources: dict[str, str]) -> None:
     """Under ``pipeline_parallel_degree`` > 1: untied embeddings (the first stage owns the embedding, the last the
-    output), ``pipeline_parallel_microbatch_size`` dividing ``training.local_batch_size``, and a split into stages
+    output), no Hugging Face export (it writes the whole model from one rank),
+    ``pipeline_parallel_microbatch_size`` dividing ``training.local_batch_size``, and a split into stages
     the schedule runs (:func:`torchtitan_lite.distributed.pipeline.stage_layer_ids`, the one place those rules
     live)."""
     from torchtitan_lite.distributed.pipeline import stage_layer_ids
@@ -251,6 +252,11 @@ def _check_pipeline(config: JobConfig, args: Any, sources: dict[str, str]) -> No
         raise ConfigError(f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
                           f"tok_embeddings, the last the output), but {config.model.name} flavor {config.model.flavor} "
                           "ties them; use an untied flavor or --model.tie_embeddings=false")
+    if config.checkpoint.export_hf is not None:
+        raise ConfigError(f"{_where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole model "
+                          f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint with "
+                          "pipeline_parallel_degree 1 (--checkpoint.load_path=<step-N folder> --training.steps=N "
+                          "trains nothing and exports)")
     micro, local = par.pipeline_parallel_microbatch_size, config.training.local_batch_size
     if local % micro:
         raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
