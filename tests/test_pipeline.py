@@ -156,3 +156,14 @@ def test_hf_import_into_a_later_stage_loads_its_tensors_and_skips_the_other_stag
     imported = import_hf(stage, str(tmp_path), adapter, elsewhere=set(tensors) - set(here))
     assert imported.loaded == sorted(here) and imported.missing == [] and imported.unexpected == []
     assert all(torch.equal(here[name], tensors[name]) for name in here)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"])
+def test_a_later_stage_returns_hidden_states_in_the_compute_dtype(family):
+    """The stages' static metadata (hidden states in the compute dtype, ``pipeline.py``): a bf16 stage keeps bf16."""
+    spec, args = tiny(family, **({"hidden_dim": 128} if family == "qwen3" else {}))
+    stage = split_stage(built(spec, args, device="cpu"), [1, 2], first=False, last=False).to(torch.bfloat16)
+    stage.init_buffers("cpu")  # RoPE tables stay fp32
+    hidden = torch.randn(2, 16, args.dim, dtype=torch.bfloat16)
+    out = stage(hidden)
+    assert out.dtype == torch.bfloat16 and out.shape == hidden.shape

@@ -20,7 +20,8 @@ def log_weight_histograms(writer: SummaryWriter | None, model: nn.Module, step: 
     """Write one histogram per tensor (``weights/<names>``) at ``step`` (0 = at init).
 
     Each DTensor is gathered in full, one at a time (peak extra memory: the largest tensor), on every
-    rank; non-finite values are dropped from the histogram (TensorBoard rejects them).
+    rank; non-finite values are dropped from the histogram (TensorBoard rejects them). Under pipeline parallelism
+    rank 0's writer gets the tensors of rank 0's stages only.
     """
     for names, tensor in sorted(tensor_groups(model), key=lambda group: group[0]):
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
