@@ -8,6 +8,8 @@ Modes:
   * ``gather``: build the Trainer (which loads the checkpoint), gather the full model and optimizer state
     and, on rank 0, print ``RESULT {"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int,
     "loaded_step": int}`` comparing it bitwise with the state saved in ``OUT``.
+  * ``resume``: ``gather`` (the state the Trainer loaded against ``OUT``), then ``train``; the RESULT line holds
+    both results and the parts the load left out (``excluded``).
   * ``kill_before_rename``: train; at the first save after step 2 SIGKILL this process right after DCP wrote
     ``step-N.tmp`` and before it is renamed (a crash in the middle of a save).
 """
@@ -55,14 +57,17 @@ def main() -> None:
     stop = StopRequest()
     trainer = Trainer(config)
     rank = trainer.info.rank
-    if mode == "gather":
+    loaded = {}
+    if mode in ("gather", "resume"):
         state = full_state(trainer)
         if rank == 0:
             saved = torch.load(out)
-            print("RESULT " + json.dumps({
-                "model_equal": equal(state["model"], saved["model"]), "optim_equal": equal(state["optim"], saved["optim"]),
-                "n_model": len(state["model"]), "n_optim": len(state["optim"]),
-                "loaded_step": trainer.train_state.step}), flush=True)
+            loaded = {"model_equal": equal(state["model"], saved["model"]),
+                      "optim_equal": equal(state["optim"], saved["optim"]), "n_model": len(state["model"]),
+                      "n_optim": len(state["optim"]), "loaded_step": trainer.train_state.step}
+    if mode == "gather":
+        if rank == 0:
+            print("RESULT " + json.dumps(loaded), flush=True)
     else:
         losses = {}
         step_fn = trainer.train_step
@@ -90,7 +95,8 @@ def main() -> None:
             tokens = trainer.global_batch * trainer.config.training.seq_len
             losses = {step: (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
             print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
-                checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder))}), flush=True)
+                checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)), **loaded,
+                "load_lines": trainer.load_lines}), flush=True)
     stop.restore()
     leave_together()
 

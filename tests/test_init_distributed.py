@@ -44,7 +44,8 @@ def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path):
     assert got["weights"].keys() == weights.keys()
     for name, full in weights.items():
         assert torch.equal(got["weights"][name], full), name
-    assert got["fingerprints"] == [(fingerprint, {"c10d.allreduce_": 1}, 0)] * world_size, "one all-reduce, no gather"
+    assert got["fingerprints"] == [(fingerprint, {"c10d.allreduce_": 1, "c10d._allgather_base_": 1}, 0)] * world_size, (
+        "the count of (box, sum) pairs all-reduced, the pairs gathered, no full_tensor")
     plain = got["layouts"]["plain"][0]
     assert got["layouts"] == {name: [plain, 0] for name in ("plain", "R", "S(1),S(0)", "2-D R,S(0)", "2-D S(1),S(0)")}
     assert got["tied"] and got["unkeyed_dtensor_raises"]

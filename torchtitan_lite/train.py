@@ -242,7 +242,7 @@ class Trainer:
         self.plan = self.spec.init_plan(self.args)
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
                                         buffer_device=info.device, partial=self.pipeline is not None)
-        self.fingerprint = model_fingerprint(self.model, counts_plain=info.dims.is_stage_leader)
+        self.fingerprint = model_fingerprint(self.model)
         self.n_params = sum(p.numel() for p in self.whole.parameters())
         self.expected = expected_step1_loss(self.whole, self.plan)
         self.check_step1 = not loaded

@@ -179,13 +179,6 @@ class ParallelDims:
         """This rank's pipeline stage group index, ``0 <= pp_rank < pp``."""
         return self.pp_mesh.get_local_rank()
 
-    @property
-    def is_stage_leader(self) -> bool:
-        """Whether this rank sits at coordinate 0 of every dense mesh dimension but ``pp``: one rank per pipeline
-        rank's stages (global rank 0 without pipeline parallelism), e.g. the one that counts a stage's plain
-        tensors in the fingerprint."""
-        return all(c == 0 for c in self.dense_mesh.get_coordinate()[1:])
-
     def __repr__(self) -> str:
         return (f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, tp={self.tp}, "
                 f"pp={self.pp}, ep={self.ep}, world_size={self.world_size})")

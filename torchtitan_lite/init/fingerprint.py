@@ -4,21 +4,21 @@ Each element contributes ``h = mix(mix(key + index * GOLDEN) ^ bits)``: ``key`` 
 of the tensor's canonical names (each tied tensor once, under all its names), dtype and global shape;
 ``index`` its row-major index in the global tensor; ``bits`` its value's bit pattern as an integer;
 ``mix`` the splitmix64 finalizer (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
-OOPSLA 2014; constants from Vigna's ``splitmix64.c``). The fingerprint is the sum of all ``h`` mod 2**64:
-each rank sums the elements it owns with int64 tensor ops (multiplication and addition wrap mod 2**64),
-then one ``all_reduce(SUM)`` of one int64 adds the ranks' sums (which wraps the same way). The sum does
-not depend on the order of elements, tensors or ranks, so it is bitwise the same for every world size,
-layout and wrapper; no tensor is gathered.
+OOPSLA 2014; constants from Vigna's ``splitmix64.c``). The fingerprint is the sum of all ``h`` mod 2**64,
+each element counted once (see the note below), computed with int64 tensor ops (multiplication and addition
+wrap mod 2**64). The sum does not depend on the order of elements, tensors or ranks, so it is bitwise the same
+for every world size, layout and wrapper; no tensor is gathered.
 
-Note: on who counts an element. Every element is counted exactly once:
-  * a DTensor: each rank counts its local shard, at the global indices of its placements, provided it sits
-    at coordinate 0 of every mesh dimension whose placement is ``Replicate`` (one copy of each shard);
-  * a plain tensor: taken to be the same on every rank that holds it, and counted on the ranks that pass
-    ``counts_plain=True``: global rank 0 by default; under pipeline parallelism, where each stage holds its own
-    plain tensors (MoE counters and expert biases), one rank per stage (``ParallelDims.is_stage_leader``).
-The global indices come from :func:`_global_indices` (one index vector per tensor dimension): the local box
-of ``Shard`` (also uneven), ``_StridedShard`` (FSDP over TP) and ``Replicate`` placements on any mesh
-(:func:`torchtitan_lite.init.keyed.local_box`); anything else is refused rather than guessed.
+Note: on who counts an element. Each rank hashes every element it holds: a DTensor's local shard at the global
+indices of its placements (:func:`_global_indices`: the local box of ``Shard``, also uneven, ``_StridedShard``
+and ``Replicate`` placements on any mesh, from :func:`torchtitan_lite.init.keyed.local_box`; anything else is
+refused rather than guessed), a plain tensor whole. It sums them per tensor into one pair (box key, sum), the box
+key a hash of the tensor key and the box (global offset and local shape). Copies of a shard held by several
+ranks (``Replicate`` mesh dimensions; a module kept whole outside its mesh, such as an MoE layer or a norm on
+every tensor-parallel rank; plain tensors) give the same pair, and a tensor of one pipeline stage only exists
+there: the ranks gather their pairs (16 bytes per tensor: one ``all_reduce`` of the pair count, one
+``all_gather_into_tensor``) and add the sums of the distinct pairs, so every element counts once whatever the
+layout. Copies that differ (a bug: ranks that should agree do not) count separately and change the fingerprint.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import hashlib
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor
 
 from torchtitan_lite.init.apply import tensor_groups
 from torchtitan_lite.init.keyed import local_box
@@ -61,32 +61,26 @@ def tensor_key(names: tuple[str, ...], dtype: torch.dtype, shape: tuple[int, ...
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
 
 
-def _global_indices(tensor: torch.Tensor, counts_plain: bool) -> list[torch.Tensor] | None:
-    """Per tensor dimension, the global index of each local position (int64 vectors, local lengths), or ``None``
-    when this rank does not count its copy (see the note on who counts an element; ``counts_plain``: this rank
-    counts plain tensors).
+def _global_indices(tensor: torch.Tensor) -> tuple[list[torch.Tensor], tuple[int, ...]] | None:
+    """Per tensor dimension, the global index of each local position (int64 vectors, local lengths), and the global
+    offset of the local box; ``None`` on a rank outside the DTensor's mesh.
 
     Raises:
         ValueError: a placement other than ``Shard``, ``_StridedShard`` and ``Replicate``, or a local shard whose
             shape is not the one its placements give.
     """
     if not isinstance(tensor, DTensor):
-        if not counts_plain:
-            return None
-        return [torch.arange(n, device=tensor.device) for n in tensor.shape]
-    coordinate = tensor.device_mesh.get_coordinate()
-    if coordinate is None:
+        return [torch.arange(n, device=tensor.device) for n in tensor.shape], (0,) * tensor.dim()
+    if tensor.device_mesh.get_coordinate() is None:
         return None
     try:
         local, local_shape, offset = local_box(tensor)
     except ValueError as err:
         raise ValueError(f"model_fingerprint: {err}; extend _global_indices with its global indices") from None
-    if any(isinstance(p, Replicate) and c != 0 for p, c in zip(tensor.placements, coordinate)):
-        return None
     if tuple(local.shape) != tuple(local_shape):
         raise ValueError(f"model_fingerprint: local shard {tuple(local.shape)} is not the "
                          f"{tuple(local_shape)} its placements {tensor.placements} give")
-    return [torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)]
+    return [torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)], tuple(offset)
 
 
 def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor:
@@ -112,33 +106,43 @@ def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape
     return total
 
 
-def model_fingerprint(model: nn.Module, *, counts_plain: bool | None = None) -> str:
+def _box_key(key: int, offset: tuple[int, ...], local_shape: tuple[int, ...]) -> int:
+    """The signed 64-bit key of one box of a tensor: blake2b of the tensor key, global offset and local shape."""
+    text = f"{key}|{offset}|{local_shape}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
+
+
+def model_fingerprint(model: nn.Module) -> str:
     """16 hex digits: the sum mod 2**64 of every element's hash (see the module docstring).
 
-    A collective when a process group is initialized: call it on every rank. It reads only local shards and
-    makes one ``all_reduce`` of one int64 on the model's device (the default group's backend must reduce it).
-    ``counts_plain``: whether this rank counts its plain (non-DTensor) tensors; ``None`` = global rank 0 only
-    (see the note on who counts an element).
+    A collective when a process group of several ranks is initialized: call it on every rank. It reads only local
+    shards; the ranks exchange one (box key, sum) pair of int64 per tensor on the model's device (the default
+    group's backend must gather int64).
 
     Raises:
         ValueError: a tensor on meta, or a placement it cannot index (see :func:`_global_indices`).
     """
-    if counts_plain is None:
-        counts_plain = not dist.is_initialized() or dist.get_rank() == 0
-    total = None
+    pairs: list[torch.Tensor] = []
+    device = None
     for names, tensor in tensor_groups(model):
         if tensor.device.type == "meta":
             raise ValueError(f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first")
-        if total is None:  # on the first tensor's device, which the default group's backend reduces
-            total = torch.zeros((), dtype=torch.int64, device=tensor.device)
-        indices = _global_indices(tensor, counts_plain)
-        if indices is None:
+        device = device or tensor.device  # the first tensor's device, which the default group's backend reduces
+        found = _global_indices(tensor)
+        if found is None:
             continue
+        indices, offset = found
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
         key = tensor_key(names, tensor.dtype, tuple(tensor.shape))
-        total += _local_sum(key, local, indices, tuple(tensor.shape)).to(total.device)
-    if total is None:
-        total = torch.zeros((), dtype=torch.int64)
-    if dist.is_initialized():
-        dist.all_reduce(total)
+        box = torch.tensor(_box_key(key, offset, tuple(local.shape)), dtype=torch.int64, device=device)
+        pairs.append(torch.stack([box, _local_sum(key, local, indices, tuple(tensor.shape)).to(device)]))
+    rows = torch.stack(pairs) if pairs else torch.zeros((0, 2), dtype=torch.int64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        count = torch.tensor(len(pairs), device=rows.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        padded = torch.zeros((int(count.item()), 2), dtype=torch.int64, device=rows.device)  # (0, 0): adds nothing
+        padded[: len(pairs)] = rows
+        rows = torch.empty((dist.get_world_size() * padded.shape[0], 2), dtype=torch.int64, device=rows.device)
+        dist.all_gather_into_tensor(rows, padded)
+    total = torch.unique(rows, dim=0)[:, 1].sum()
     return f"{int(total.item()) % 2**64:016x}"

@@ -1,0 +1,127 @@
+"""torchrun worker of test_parallel_layouts.py: the real Trainer of tiny models on one parallel layout.
+
+    torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA [--parallelism.key=value ...]
+
+For each model of :data:`CASES` it builds the Trainer with the layout given (so the init, TP plan, FSDP2, loss
+parallelism, clipping and optimizer are the trainer's own), counts the elements every rank draws per tensor (a
+spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps and writes ``OUT/<case>.pt`` from rank 0: the
+gathered initial parameters, the gradients of step 1 before clipping (gathered), the global loss and gradient
+norm of every step, the init fingerprint and, per rank, ``{tensor: [local elements, drawn, bound]}`` where
+``bound`` is the local box grown to tile boundaries.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from dist_helpers import leave_together
+from torch.distributed.tensor import DTensor
+
+import torchtitan_lite.train as train_module
+from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.init import keyed
+from torchtitan_lite.init.apply import canonical_name
+from torchtitan_lite.init.keyed import tile_shape
+
+STEPS = 10
+CASES = {
+    "qwen3": ["--job.config_file", "train_configs/qwen3_debug.toml"],
+    "qwen3_untied": ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.flavor=debug_untied"],
+    "gpt_oss": ["--job.config_file", "train_configs/gpt_oss_debug.toml"],
+    "deepseek_v3": ["--job.config_file", "train_configs/deepseek_v3_debug.toml"],
+}
+"""Qwen3 tied and untied; GPT-OSS (biases, sinks, MoE); DeepSeek-V3 (MLA, a dense and an MoE block)."""
+RUN = ["--model.overrides.n_layers=2", "--training.seq_len=32", "--training.local_batch_size=2",
+       "--training.global_batch_size=8", f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2",
+       "--validation.enable=false", "--training.num_threads=1", "--metrics.enable_tensorboard=false",
+       "--checkpoint.enable=false", "--training.compute_dtype=float32"]
+"""Eight sequences of 32 tokens per step in micro-batches of 2 (the same micro-batches on every layout, so MoE
+auxiliary losses and expert loads are those of one process), fp32, one thread per rank."""
+
+
+def count_draws() -> dict[str, list[int]]:
+    """Patch ``keyed.keyed_fill_local``: name -> [local elements, drawn, local box grown to tile boundaries]."""
+    counts: dict[str, list[int]] = {}
+    real = keyed.keyed_fill_local
+
+    class Counted:
+        def __init__(self, sampler, entry):
+            self.sampler, self.entry = sampler, entry
+
+        def spare(self, n):
+            return self.sampler.spare(n)
+
+        def draw(self, buffer, n, generator):
+            self.entry[1] += n
+            self.sampler.draw(buffer, n, generator)
+
+    def spy(local, shape, offset, key, work_dtype, sampler, write):
+        _, rows, cols = keyed.matrix_shape(tuple(shape))
+        lead, local_rows, local_cols = keyed.matrix_shape(tuple(local.shape))
+        tile_r, tile_c = tile_shape(tuple(shape))
+        grown = lead * min(rows, local_rows + 2 * (tile_r - 1)) * min(cols, local_cols + 2 * (tile_c - 1))
+        entry = counts.setdefault(key.name, [0, 0, 0])
+        entry[0] += local.numel()
+        entry[2] += grown
+        real(local, shape, offset, key, work_dtype, Counted(sampler, entry), write)
+
+    keyed.keyed_fill_local = spy
+    return counts
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor (a collective for a DTensor)."""
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
+
+
+def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> None:
+    counts.clear()
+    config = parse_args([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
+                         *layout])
+    trainer = train_module.Trainer(config)
+    model = trainer.model
+    init = {canonical_name(n): full(p) for n, p in model.named_parameters()}
+    grads: dict[str, torch.Tensor] = {}
+    real_clip = train_module.clip_grad_norm_
+
+    def capturing_clip(parameters, max_norm, pp_mesh=None):
+        if not grads:
+            grads.update({canonical_name(n): full(p.grad) for n, p in model.named_parameters()})
+        return real_clip(parameters, max_norm, pp_mesh=pp_mesh)
+
+    train_module.clip_grad_norm_ = capturing_clip
+    tokens = trainer.global_batch * config.training.seq_len
+    batches, losses, norms = iter(trainer.train_loader), [], []
+    for step in range(1, STEPS + 1):
+        stats = trainer.train_step(batches, step, sync=True)
+        dist.all_reduce(stats.loss_sum, group=trainer.info.dims.dp_group)
+        losses.append(stats.loss_sum.item() / tokens)
+        norms.append(stats.grad_norm.item())
+    train_module.clip_grad_norm_ = real_clip
+    per_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, dict(counts))
+    if trainer.info.rank == 0:
+        torch.save({"init": init, "grads": grads, "losses": losses, "grad_norms": norms,
+                    "fingerprint": trainer.fingerprint, "draws": per_rank}, f"{out}/{name}.pt")
+    trainer.metrics.close()
+
+
+def main() -> None:
+    out, data, *layout = sys.argv[1:]
+    counts = count_draws()
+    start = dist.init_process_group
+
+    def start_once(*args, **kwargs):  # one process group for all cases (re-creating it under torchrun can hang)
+        if not dist.is_initialized():
+            start(*args, **kwargs)
+
+    dist.init_process_group = start_once
+    for name in CASES:
+        run_case(name, out, data, layout, counts)
+    leave_together()
+
+
+if __name__ == "__main__":
+    main()
