@@ -26,12 +26,12 @@ pytestmark = pytest.mark.multiprocess
 WORKER = REPO / "tests" / "dist_pipeline_worker.py"
 STEPS = 10
 RUN = ["--model.overrides.dim=64", "--model.overrides.n_heads=4", "--model.overrides.n_kv_heads=2",
-       "--model.overrides.head_dim=16", "--model.overrides.max_seq_len=64",
-       "--training.seq_len=32", "--training.local_batch_size=4", "--training.global_batch_size=8",
-       f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2", "--lr_scheduler.decay_ratio=0",
-       "--validation.enable=false", "--checkpoint.enable=false", "--metrics.log_freq=1", "--training.num_threads=1",
-       "--metrics.enable_tensorboard=false"]
-"""A 4-layer Qwen3 of dim 64 (the debug vocabulary), 10 steps of 8 sequences of 32 tokens."""
+       "--model.overrides.head_dim=16", "--model.overrides.max_seq_len=64", "--training.seq_len=32",
+       "--training.local_batch_size=4", "--training.global_batch_size=8", f"--training.steps={STEPS}",
+       "--lr_scheduler.warmup_steps=2", "--lr_scheduler.decay_ratio=0", "--validation.enable=true",
+       f"--validation.freq={STEPS}", "--validation.steps=2", "--checkpoint.enable=false", "--metrics.log_freq=1",
+       "--training.num_threads=1", "--metrics.enable_tensorboard=false"]
+"""A 4-layer Qwen3 of dim 64 (the debug vocabulary), 10 steps of 8 sequences of 32 tokens, validation at the end."""
 QWEN3 = ["--job.config_file=train_configs/qwen3_debug.toml", "--model.flavor=debug_untied", *RUN,
          "--model.overrides.hidden_dim=128"]
 MOE = ["--job.config_file=train_configs/qwen3_moe_debug.toml", *RUN, "--model.overrides.moe_inter_dim=64"]
@@ -69,6 +69,7 @@ def assert_matches_one_process(ranks: list[dict], ref: dict) -> None:
         assert err <= 1e-5 * value.abs().max().item(), f"{name}: step-1 gradient off by {err}"
     assert {rank["fingerprint"] for rank in ranks} == {ref["fingerprint"]}
     for rank in ranks:  # every rank holds the loss of the last stage
+        assert abs(rank["validation"] / ref["validation"] - 1) < 1e-4
         assert rank["losses"].keys() == ref["losses"].keys()
         assert abs(rank["losses"][1] / ref["losses"][1] - 1) < 1e-5
         for step, loss in ref["losses"].items():
@@ -103,6 +104,14 @@ def test_moe_stages_with_their_plain_buffers_equal_one_process(reference, tmp_pa
     assert_matches_one_process(ranks, reference["moe"])
 
 
+def test_a_nan_loss_on_the_last_stage_stops_every_rank_before_its_update(tmp_path, monkeypatch):
+    monkeypatch.setenv("POISON_STEP", "3")
+    ranks = run_worker(tmp_path, "nan", 2, [*QWEN3, *PP2, "--parallelism.pipeline_parallel_schedule=GPipe"])
+    for rank in ranks:
+        assert rank["error"].startswith("step 3: loss nan, gradient norm nan; the update was not applied"), rank["error"]
+        assert sorted(rank["losses"]) == [1, 2]
+
+
 def test_run_train_sh_1f1b_prints_the_one_process_fingerprint_and_losses_on_every_rank(reference, tmp_path):
     cmd = ["./run_train.sh", *QWEN3[1:], *PP2, f"--job.dump_folder={tmp_path}"]
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "NGPU": "2",
@@ -117,5 +126,7 @@ def test_run_train_sh_1f1b_prints_the_one_process_fingerprint_and_losses_on_ever
         printed = {int(s): float(v) for s, v in (re.search(r"step +(\d+) +loss +(\S+)", line).groups()
                                                 for line in lines if re.search(r"step +\d+ +loss ", line))}
         assert sorted(printed) == list(range(1, STEPS + 1))
+        (validation,) = [float(line.split()[-1]) for line in lines if "validation loss" in line]
+        assert abs(validation - ref["validation"]) <= 5e-5 + 1e-4 * validation
         for step, loss in printed.items():  # printed with 4 decimals
             assert abs(loss - ref["losses"][step]) <= 5e-5 + 1e-4 * loss, (rank, step, loss)

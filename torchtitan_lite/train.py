@@ -76,8 +76,9 @@ class StepStats:
     """What one optimizer step produced, left on the device: the host reads it only when it logs.
 
     Attributes:
-        loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches
-            (all-reduce it and divide by the step's global token count for the loss).
+        loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches (under pipeline
+            parallelism its pipeline's, on every stage; all-reduce it over the data-parallel ranks and divide by
+            the step's global token count for the loss).
         grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
         lr: learning rate the step used.
         data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).
@@ -377,8 +378,9 @@ class Trainer:
         loss over a global batch).
 
         Returns:
-            ``(loss_sum, data_wait_s)``: this rank's summed token cross-entropy (0-dim fp32 on the device; 0 off
-            the last pipeline stage) and the seconds it waited for its batches.
+            ``(loss_sum, data_wait_s)``: the summed token cross-entropy of this rank's batches (0-dim fp32 on the
+            device; under pipeline parallelism the last stage's, summed over the pipeline so that every stage holds
+            it: one small all-reduce, no host sync) and the seconds it waited for its batches.
         """
         device = self.info.device
         tokens_global = self.global_batch * self.config.training.seq_len
@@ -396,6 +398,8 @@ class Trainer:
                 micro_loss = self.loss_fn(self.model(inputs), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
+        if self.pipeline is not None:
+            dist.all_reduce(loss_sum, group=self.pipeline.group)
         return loss_sum, data_wait_s
 
     def train_step(self, batches, step: int, *, sync: bool = True) -> StepStats:
@@ -439,15 +443,10 @@ class Trainer:
                     totals[0] += self.pipeline.evaluate(inputs, labels)
             totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
         self.model.train()
-        self._sum_over_batches(totals)
+        dist.all_reduce(totals, group=self.info.dims.dp_group)
+        if self.pipeline is not None:  # the last stage's totals to every stage
+            dist.all_reduce(totals, group=self.pipeline.group)
         return (totals[0] / totals[1]).item()
-
-    def _sum_over_batches(self, tensor: torch.Tensor) -> None:
-        """All-reduce (SUM) ``tensor`` in place over the data-parallel ranks and, under pipeline parallelism, over
-        the pipeline (only the last stage holds a loss): every rank gets the step's total."""
-        dist.all_reduce(tensor, group=self.info.dims.dp_group)
-        if self.pipeline is not None:
-            dist.all_reduce(tensor, group=self.pipeline.group)
 
     def train(self, stop: StopRequest) -> None:
         """Train from the resumed step to ``training.steps``; validate every ``validation.freq`` steps and at
@@ -471,7 +470,7 @@ class Trainer:
             state.step, state.skipped_steps = step, self.guard.skipped
             state.tokens_seen += tokens_global
             if log_due:
-                self._sum_over_batches(stats.loss_sum)
+                dist.all_reduce(stats.loss_sum, group=self.info.dims.dp_group)
                 loss = stats.loss_sum.item() / tokens_global  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,

@@ -160,6 +160,7 @@ class StageModules(nn.Module):
             part.init_buffers(buffer_device)
 
     def train(self, mode: bool = True) -> StageModules:
+        """``nn.Module.train`` of this module and of every stage (the stages' roots are not submodules here)."""
         super().train(mode)
         for part in self.parts:
             part.train(mode)
