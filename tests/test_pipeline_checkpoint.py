@@ -1,9 +1,13 @@
 """DCP checkpoints across layouts with pipeline stages: pp2 x dp2 -> 1 process and 1 process -> pp2 x dp2, model
-and optimizer bitwise equal after load (each stage saves and loads its own FQNs)."""
+and optimizer bitwise equal after load (each stage saves and loads its own FQNs), then a step trained from them
+(the optimizer's hyperparameters came back for every parameter), and a pp2 run resumed bitwise."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 from ckpt_helpers import result, text_file, torchrun
 
 pytestmark = pytest.mark.multiprocess
@@ -21,17 +25,38 @@ PP2_DP2 = ["--parallelism.pipeline_parallel_degree=2", "--parallelism.pipeline_p
 EQUAL = {"model_equal": True, "optim_equal": True, "n_model": 25, "n_optim": 75, "loaded_step": 2}
 
 
+def saved_run(tmp_path, nproc: int, layout: list[str], steps: int = 2) -> dict:
+    """Train ``steps`` steps (checkpoint at step 2) with ``layout``; the worker's RESULT."""
+    data = text_file(tmp_path)
+    return result(torchrun(nproc, ["train", str(tmp_path / "a.pt"), *MODEL, *RUN, f"--training.dataset_path={data}",
+                                   *layout, f"--training.steps={steps}", f"--job.dump_folder={tmp_path / 'a'}"],
+                           timeout=600))
+
+
 @pytest.mark.parametrize("saved_by, loaded_by", [((4, PP2_DP2), (1, [])), ((1, []), (4, PP2_DP2))],
                          ids=["pp2_x_dp2_to_1", "1_to_pp2_x_dp2"])
-def test_checkpoint_loads_bitwise_into_another_layout(tmp_path, saved_by, loaded_by):
-    data = text_file(tmp_path)
-    common = [*MODEL, *RUN, f"--training.dataset_path={data}"]
+def test_checkpoint_loads_bitwise_into_another_layout_and_trains_on(tmp_path, saved_by, loaded_by):
     (save_n, save_layout), (load_n, load_layout) = saved_by, loaded_by
-    saved = result(torchrun(save_n, ["train", str(tmp_path / "a.pt"), *common, *save_layout,
-                                     f"--job.dump_folder={tmp_path / 'a'}"], timeout=600))
-    assert saved["steps"] == [2]
+    assert saved_run(tmp_path, save_n, save_layout)["steps"] == [2]
     step2 = tmp_path / "a" / "checkpoint" / "step-2"
-    loaded = result(torchrun(load_n, ["gather", str(tmp_path / "a.pt"), *common, *load_layout,
+    loaded = result(torchrun(load_n, ["resume", str(tmp_path / "a.pt"), *MODEL, *RUN, *load_layout,
+                                      f"--training.dataset_path={tmp_path / 'data.txt'}", "--training.steps=3",
                                       f"--job.dump_folder={tmp_path / 'b'}", f"--checkpoint.load_path={step2}"],
                              timeout=600))
-    assert loaded == EQUAL
+    assert {key: loaded[key] for key in EQUAL} == EQUAL
+    assert list(loaded["losses"]) == ["3"] and 0 < float.fromhex(loaded["losses"]["3"]) < 10
+
+
+def test_pp2_run_resumed_from_its_step_2_equals_the_uninterrupted_run_bitwise(tmp_path):
+    layout = ["--parallelism.pipeline_parallel_degree=2", "--parallelism.pipeline_parallel_schedule=GPipe"]
+    reference = saved_run(tmp_path, 2, layout, steps=4)
+    (tmp_path / "b" / "checkpoint").mkdir(parents=True)
+    shutil.copytree(tmp_path / "a" / "checkpoint" / "step-2", tmp_path / "b" / "checkpoint" / "step-2")
+    resumed = result(torchrun(2, ["train", str(tmp_path / "b.pt"), *MODEL, *RUN, *layout, "--training.steps=4",
+                                  f"--training.dataset_path={tmp_path / 'data.txt'}",
+                                  f"--job.dump_folder={tmp_path / 'b'}"], timeout=600))
+    assert resumed["losses"] == {k: reference["losses"][k] for k in ("3", "4")}
+    final_a, final_b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
+    for part in ("model", "optim"):
+        assert final_a[part].keys() == final_b[part].keys()
+        assert all(torch.equal(final_a[part][k], final_b[part][k]) for k in final_a[part]), part

@@ -108,7 +108,8 @@ def test_a_nan_loss_on_the_last_stage_stops_every_rank_before_its_update(tmp_pat
     monkeypatch.setenv("POISON_STEP", "3")
     ranks = run_worker(tmp_path, "nan", 2, [*QWEN3, *PP2, "--parallelism.pipeline_parallel_schedule=GPipe"])
     for rank in ranks:
-        assert rank["error"].startswith("step 3: loss nan, gradient norm nan; the update was not applied"), rank["error"]
+        assert rank["error"].startswith("step 3: loss nan, gradient norm nan; the update was not applied"), (
+            rank["error"])
         assert sorted(rank["losses"]) == [1, 2]
 
 
