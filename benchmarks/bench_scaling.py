@@ -73,15 +73,22 @@ def run(ranks: int, threads: int, steps: int, seq_len: int, overrides: list[str]
     return done.stdout + done.stderr, [f"NGPU={ranks} OMP_NUM_THREADS={threads}", *command]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30, help="training steps per run")
+def parse_options(description: str, steps: int) -> argparse.Namespace:
+    """``--steps`` (default ``steps``) per run, ``--seq-len``, ``--warmup`` and config overrides after ``--``; exits
+    when the steps do not exceed the warmup."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=steps, help="training steps per run")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the medians")
     parser.add_argument("overrides", nargs="*", help="config overrides after --, e.g. --model.flavor=debug_untied")
     opts = parser.parse_args()
     if opts.steps <= opts.warmup:
         sys.exit(f"--steps ({opts.steps}) must exceed --warmup ({opts.warmup})")
+    return opts
+
+
+def main() -> None:
+    opts = parse_options(__doc__, steps=30)
     tokens_per_step = 16 * opts.seq_len
     results = {}
     print(f"{'ranks':>5} {'threads/rank':>12} {'s/step':>8} {'tokens/s/rank':>13} {'total tokens/s':>14}")

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU for a few dozen steps with bf16
-# compute and torch.compile, then print tokens/s, MFU and peak memory. About 5 minutes on an H100/H200
-# (compile takes the first minute or two); exits non-zero on any failure.
+# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU (or NGPU, with tensor parallelism TP
+# and pipeline parallelism PP)
+# for a few dozen steps with bf16 compute and torch.compile, then print tokens/s, MFU and peak memory per device.
+# About 5 minutes on an H100/H200 (compile takes the first minute or two); exits non-zero on any failure.
 #
 # From a fresh checkout, on Linux x86_64 with an NVIDIA driver (the PyPI torch wheel for Linux is a CUDA
 # build; for another CUDA version add --index-url https://download.pytorch.org/whl/cu<version>):
 #   python -m venv .venv && source .venv/bin/activate
 #   pip install torch==2.13.0 && pip install -e .
 #   bash benchmarks/gpu_check.sh
+#   NGPU=2 TP=2 bash benchmarks/gpu_check.sh      # the tensor-parallel variant on a machine with 2 GPUs
+#   NGPU=2 PP=2 bash benchmarks/gpu_check.sh      # the pipeline-parallel variant
 #
 # Needs no network: it trains on the bundled Shakespeare text with the bundled 2048-token tokenizer (the
 # model keeps Qwen3's 151,936-row vocabulary: same FLOPs and memory as with Qwen3's own tokenizer), 4
-# sequences of 4096 tokens per step, the config's full activation checkpointing.
+# sequences of 4096 tokens per step per data-parallel rank, the config's full activation checkpointing.
 #
 # Environment (for dry runs and variants):
-#   NGPU         GPUs (processes; default 1)
-#   PP           pipeline-parallel degree (default 1); PP=2 NGPU=2 is the pipeline variant: two 1F1B stages of
-#                14 layers, 4 micro-batches of one sequence per step, untied embeddings (a pipeline needs them)
 #   CONFIG_FILE  training config (default train_configs/qwen3_0.6b.toml)
 #   STEPS        training steps (default 40); the summary's tokens/s is the median after the first quarter
+#   NGPU         GPUs (processes), default 1
+#   TP           tensor-parallel degree, default 1 (NGPU / (TP * PP) ranks are FSDP2 data-parallel ranks)
+#   PP           pipeline-parallel degree, default 1; PP=2 NGPU=2 is the pipeline variant: two 1F1B stages of
+#                14 layers, 4 micro-batches of one sequence per step, untied embeddings (a pipeline needs them)
 #   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
 #   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
@@ -31,6 +35,7 @@ cd "$(dirname "$0")/.."
 CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_0.6b.toml}
 STEPS=${STEPS:-40}
 NGPU=${NGPU:-1}
+TP=${TP:-1}
 PP=${PP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
@@ -43,7 +48,11 @@ fi
 if [[ "$REQUIRE_GPU" == 1 ]]; then
     nvidia-smi
 fi
-REQUIRE_GPU=$REQUIRE_GPU "$PYTHON" - <<'EOF'
+if (( NGPU % (TP * PP) )); then
+    echo "gpu_check: TP=$TP x PP=$PP does not divide NGPU=$NGPU" >&2
+    exit 2
+fi
+REQUIRE_GPU=$REQUIRE_GPU NGPU=$NGPU "$PYTHON" - <<'EOF'
 import os
 import sys
 
@@ -51,7 +60,9 @@ import torch
 
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available: {torch.cuda.is_available()}")
 if torch.cuda.is_available():
-    print(f"device: {torch.cuda.get_device_name(0)}")
+    print(f"devices: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
+    if torch.cuda.device_count() < int(os.environ["NGPU"]):
+        sys.exit(f"gpu_check: NGPU={os.environ['NGPU']} but torch sees {torch.cuda.device_count()} GPUs")
 elif os.environ["REQUIRE_GPU"] == "1":
     sys.exit("gpu_check: no CUDA device visible to torch (install a CUDA build of torch, see the top of this file)")
 EOF
@@ -60,7 +71,8 @@ log=$(mktemp "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -f "$log"' EXIT
 NGPU=$NGPU LOG_RANK=$(seq -s, 0 $((NGPU - 1))) CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
     --training.dataset=shakespeare --training.hf_dataset_name=none --training.hf_dataset_config=none \
-    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=-1 "${layout[@]}" \
+    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP) )) \
+    --parallelism.tensor_parallel_degree="$TP" "${layout[@]}" \
     --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
     --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=true --training.compute_dtype=bfloat16 \
     "${extra[@]}" 2>&1 | tee "$log"

@@ -1,13 +1,14 @@
 """torchrun worker of test_parallel_layouts.py: the real Trainer of tiny models on one parallel layout.
 
-    torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA [--parallelism.key=value ...]
+    torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA [--cases=qwen3,...] [--section.key=value ...]
 
-For each model of :data:`CASES` it builds the Trainer with the layout given (so the init, TP plan, FSDP2, loss
+For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout given (so the init, TP plan, FSDP2, loss
 parallelism, clipping and optimizer are the trainer's own), counts the elements every rank draws per tensor (a
-spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps and writes ``OUT/<case>.pt`` from rank 0: the
-gathered initial parameters, the gradients of step 1 before clipping (gathered), the global loss and gradient
-norm of every step, the init fingerprint and, per rank, ``{tensor: [local elements, drawn, bound]}`` where
-``bound`` is the local box grown to tile boundaries.
+spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps, then two more as the trainer runs steps between log
+steps (``sync=False``) while counting host reads, and writes ``OUT/<case>.pt`` from rank 0: the gathered initial
+parameters, the gradients of step 1 before clipping (gathered) and the number of distinct meshes they live on, the
+global loss and gradient norm of every step, the init fingerprint, the host reads of the two quiet steps and, per
+rank, ``{tensor: [local elements, drawn, bound]}`` where ``bound`` is the local box grown to tile boundaries.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import torch
 import torch.distributed as dist
 from dist_helpers import leave_together
+from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
 import torchtitan_lite.train as train_module
@@ -34,7 +36,7 @@ CASES = {
 }
 """Qwen3 tied and untied; GPT-OSS (biases, sinks, MoE); DeepSeek-V3 (MLA, a dense and an MoE block)."""
 RUN = ["--model.overrides.n_layers=2", "--training.seq_len=32", "--training.local_batch_size=2",
-       "--training.global_batch_size=8", f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2",
+       "--training.global_batch_size=8", f"--training.steps={STEPS + 2}", "--lr_scheduler.warmup_steps=2",
        "--validation.enable=false", "--training.num_threads=1", "--metrics.enable_tensorboard=false",
        "--checkpoint.enable=false", "--training.compute_dtype=float32"]
 """Eight sequences of 32 tokens per step in micro-batches of 2 (the same micro-batches on every layout, so MoE
@@ -84,11 +86,13 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     model = trainer.model
     init = {canonical_name(n): full(p) for n, p in model.named_parameters()}
     grads: dict[str, torch.Tensor] = {}
+    meshes = set()
     real_clip = train_module.clip_grad_norm_
 
     def capturing_clip(parameters, max_norm, pp_mesh=None):
         if not grads:
             grads.update({canonical_name(n): full(p.grad) for n, p in model.named_parameters()})
+            meshes.update(p.grad.device_mesh for p in model.parameters() if isinstance(p.grad, DTensor))
         return real_clip(parameters, max_norm, pp_mesh=pp_mesh)
 
     train_module.clip_grad_norm_ = capturing_clip
@@ -100,16 +104,24 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
         losses.append(stats.loss_sum.item() / tokens)
         norms.append(stats.grad_norm.item())
     train_module.clip_grad_norm_ = real_clip
+    host_batches = iter([next(batches) for _ in range(2 * trainer.accum)])  # the loader reads host tensors only
+    with HostReads() as quiet:
+        for step in (STEPS + 1, STEPS + 2):
+            trainer.train_step(host_batches, step, sync=False)
     per_rank = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, dict(counts))
     if trainer.info.rank == 0:
-        torch.save({"init": init, "grads": grads, "losses": losses, "grad_norms": norms,
-                    "fingerprint": trainer.fingerprint, "draws": per_rank}, f"{out}/{name}.pt")
+        torch.save({"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
+                    "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank},
+                   f"{out}/{name}.pt")
     trainer.metrics.close()
 
 
 def main() -> None:
     out, data, *layout = sys.argv[1:]
+    names = list(CASES)
+    if layout and layout[0].startswith("--cases="):
+        names = layout.pop(0).removeprefix("--cases=").split(",")
     counts = count_draws()
     start = dist.init_process_group
 
@@ -118,7 +130,7 @@ def main() -> None:
             start(*args, **kwargs)
 
     dist.init_process_group = start_once
-    for name in CASES:
+    for name in names:
         run_case(name, out, data, layout, counts)
     leave_together()
 

@@ -7,7 +7,7 @@ shard 2): every initial parameter gathered equals the 1-process init bitwise and
 rank draws its local elements (exactly where its cuts fall on tile boundaries, at most its box grown to tile
 boundaries otherwise); the step-1 loss is within 1e-5 (relative) of one process and the first 10 losses within
 1e-4, the step-1 gradient norm within 1e-4 (torch's fp32 norm is not more accurate) and the step-1 gradients
-within 1e-5 (absolute) of one process.
+within 1e-5 (absolute) of one process; steps between log steps read nothing from the device on any layout.
 """
 
 from __future__ import annotations
@@ -101,6 +101,56 @@ def test_step_1_gradients_equal_one_process_within_1e_5(runs, layout, model):
     assert other.keys() == one.keys()
     worst = max((other[name] - one[name]).abs().max().item() for name in one)
     assert worst < 1e-5
+
+
+def test_gradients_under_tp_live_on_several_meshes_that_clipping_combines(runs):
+    """The MoE layers and replicated norms are FSDP DTensors on the dp mesh, the rest on dp x tp: the global norm
+    above (equal to one process) was combined over both meshes."""
+    assert {layout: runs[layout]["gpt_oss"]["grad_meshes"] for layout in LAYOUTS} == {
+        "1": 1, "tp2": 2, "dp2_tp2": 2, "hsdp": 1}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_steps_between_log_steps_read_nothing_from_the_device_on_every_layout(runs, layout):
+    assert {model: runs[layout][model]["host_reads"] for model in MODELS} == dict.fromkeys(MODELS, 0)
+
+
+def tp2_run(tmp_path, model: str, options: list[str]) -> dict:
+    """What the worker saved for ``model`` on tp2 with more ``options``."""
+    data = text_file(tmp_path, n_plays=1)
+    proc = torchrun_script(WORKER, 2, [str(tmp_path), str(data), f"--cases={model}", *LAYOUTS["tp2"][1], *options],
+                           timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return torch.load(tmp_path / f"{model}.pt")
+
+
+def test_activation_checkpointing_under_tp_gives_the_same_gradients_bitwise(runs, tmp_path):
+    """Full AC recomputes each block (TP hooks and MLA's DTensor region included) in backward: losses and
+    gradients bitwise those of none."""
+    checkpointed, plain = tp2_run(tmp_path, "deepseek_v3", ["--activation_checkpoint.mode=full"]), runs["tp2"]["deepseek_v3"]
+    assert checkpointed["losses"] == plain["losses"]
+    assert all(torch.equal(checkpointed["grads"][name], plain["grads"][name]) for name in plain["grads"])
+
+
+def test_compiled_blocks_under_tp_give_the_gradients_of_eager(runs, tmp_path):
+    """torch.compile (AOTAutograd) of each block under TP: the tied embedding's gradient too (see the note on the
+    embedding's output under compile in tensor_parallel.py)."""
+    compiled = tp2_run(tmp_path, "qwen3", ["--compile.enable", "--compile.backend=aot_eager",
+                                           "--compile.components=model"])
+    eager = runs["tp2"]["qwen3"]
+    worst = max((compiled["grads"][name] - eager["grads"][name]).abs().max().item() for name in eager["grads"])
+    assert worst < 1e-6
+    assert all(abs(a / b - 1) < 1e-5 for a, b in zip(compiled["losses"], eager["losses"]))
+
+
+def test_bf16_mixed_precision_under_fsdp_x_tp_trains_near_fp32(runs, tmp_path):
+    data = text_file(tmp_path, n_plays=1)
+    options = ["--cases=qwen3", *LAYOUTS["dp2_tp2"][1], "--training.compute_dtype=bfloat16"]
+    proc = torchrun_script(WORKER, 4, [str(tmp_path), str(data), *options], timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    bf16, fp32 = torch.load(tmp_path / "qwen3.pt")["losses"], runs["1"]["qwen3"]["losses"]
+    assert all(abs(a / b - 1) < 1e-2 for a, b in zip(bf16, fp32)), (bf16, fp32)
+    assert bf16 != fp32  # bf16 matmuls did run
 
 
 def test_run_train_sh_prints_the_layout_and_the_single_process_fingerprint(runs, tmp_path):

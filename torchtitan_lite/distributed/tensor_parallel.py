@@ -18,6 +18,12 @@ whole (``fully_shard``-ed, not TP-split) router and experts, and keeps its seque
 (:func:`replicated_module_plan`). The computation of an MoE layer is thus repeated on each of the ``tp`` ranks,
 its results and gradients are identical on them, and routing, expert loads and the auxiliary losses are those of
 one process.
+
+Note: on the embedding's output under compile. ``RowwiseParallel`` reduce-scatters the embedding's output
+asynchronously and hands back an ``AsyncCollectiveTensor``; the first block, ``torch.compile``-d with AOTAutograd
+(``aot_eager``, ``inductor``; torch 2.13, gloo), then computes a wrong (zero) gradient for that input, so the
+embedding would learn nothing. A forward hook on ``tok_embeddings`` makes its output a plain tensor (one copy of
+``(bs, seqlen / tp, dim)``; any op on an ``AsyncCollectiveTensor`` waits for it and keeps its autograd history).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 from typing import Any
 
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
@@ -148,6 +155,13 @@ def apply_embedding_and_output_tp(model: nn.Module, mesh: DeviceMesh, *, sequenc
                                      if getattr(model, name) is not None})  # a pipeline stage lacks some
     if tied:
         model.output.weight = model.tok_embeddings.weight
+    if model.tok_embeddings is not None:
+        model.tok_embeddings.register_forward_hook(_plain_output)
+
+
+def _plain_output(module: nn.Module, inputs: Any, output: Any) -> Any:
+    """``output`` as a plain tensor (see the note on the embedding's output under compile)."""
+    return output.clone() if isinstance(output, AsyncCollectiveTensor) else output
 
 
 def loss_parallel_context(enabled: bool) -> contextlib.AbstractContextManager:
