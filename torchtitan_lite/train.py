@@ -16,7 +16,9 @@ Note: on the loss over a global batch. Every step trains on ``global_batch_size`
 the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
 FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
-over all tokens of the global batch, exactly as one process would compute it.
+over all tokens of the global batch, exactly as one process would compute it. Under pipeline parallelism a
+micro-batch runs through the schedule in pipeline micro-batches, each adding its summed cross-entropy over the
+same global count (``distributed/pipeline.py``, the note on the loss).
 """
 
 from __future__ import annotations
