@@ -1,16 +1,20 @@
 """Benchmark (not a test): tokens/s and peak memory per rank of each parallel layout, as ratios to one process.
 
 Runs ``./run_train.sh`` with the qwen3 debug config (by default) on every layout of :data:`LAYOUTS`: one
-process, FSDP over 2 ranks, tensor parallelism over 2 ranks, FSDP 2 x TP 2 and HSDP 2 x 2 (4 ranks), each rank
-one thread, the same global batch (16 sequences of ``--seq-len`` tokens in micro-batches of 4), validation,
-TensorBoard and checkpoints off. Per layout it prints the median per-device tokens/s after ``--warmup`` steps
-(the trainer's ``tps``: a data-parallel rank's tokens shared by its tensor-parallel ranks), the total tokens/s
-(``tps`` x ranks), rank 0's peak memory (the ``mem`` field), and their ratios to one process.
+process, FSDP over 2 ranks, tensor parallelism over 2 ranks, FSDP 2 x TP 2 and HSDP 2 x 2 (4 ranks), and pipeline
+parallelism: 2 stages with each schedule (2 ranks), 2 stages x FSDP 2 and 2 stages x TP 2 (4 ranks; the pipeline
+rows train the untied variant, which a pipeline needs: the same FLOPs, one more 2048 x 256 table). Each rank has
+one thread; the same global batch (16 sequences of ``--seq-len`` tokens in micro-batches of 4, split into
+pipeline micro-batches of 1), validation, TensorBoard and checkpoints off. Per layout it prints the median
+per-device tokens/s after ``--warmup`` steps (the trainer's ``tps``: a data-parallel rank's tokens shared by its
+tensor- and pipeline-parallel ranks), the total tokens/s (``tps`` x ranks), the largest peak memory of the ranks
+(their ``mem`` fields: pipeline stages differ), and their ratios to one process.
 
 What CPU numbers show: only overhead. On a 2-core machine a 4-rank layout runs two ranks per core, and gloo
 collectives over shared memory cost what NCCL over NVLink does not; tensor parallelism splits matmuls that are
 already small. The ratios say how much a layout costs beyond its math here, not how it scales on GPUs (there
-run ``benchmarks/gpu_check.sh`` with ``NGPU=2 TP=2``). The load average is printed: a loaded machine skews every
+run ``benchmarks/gpu_check.sh`` with ``NGPU=2 TP=2`` or ``NGPU=2 PP=2``); a pipeline adds its bubble, idle
+ranks while the micro-batches fill and drain it. The load average is printed: a loaded machine skews every
 number.
 
     python benchmarks/bench_parallel.py                  # 20 steps per layout, a few minutes on 2 cores
@@ -28,12 +32,18 @@ import statistics
 from bench_scaling import parse_options, parse_tps, run
 
 MEM = re.compile(r"step\s+\d+\s+loss\s+\S+.*?\bmem ([\d.]+)GiB")
+PP2 = ["--parallelism.pipeline_parallel_degree=2", "--model.tie_embeddings=false"]
 LAYOUTS = {  # name: (ranks, [parallelism] overrides)
     "1 process": (1, []),
     "dp_shard 2": (2, []),
     "tp 2": (2, ["--parallelism.tensor_parallel_degree=2"]),
     "dp_shard 2 x tp 2": (4, ["--parallelism.tensor_parallel_degree=2"]),
     "dp_replicate 2 x dp_shard 2": (4, ["--parallelism.data_parallel_replicate_degree=2"]),
+    "pp 2 (1F1B)": (2, [*PP2]),
+    "pp 2 (GPipe)": (2, [*PP2, "--parallelism.pipeline_parallel_schedule=GPipe"]),
+    "pp 2 (Interleaved1F1B)": (2, [*PP2, "--parallelism.pipeline_parallel_schedule=Interleaved1F1B"]),
+    "pp 2 x dp_shard 2": (4, [*PP2]),
+    "pp 2 x tp 2": (4, [*PP2, "--parallelism.tensor_parallel_degree=2"]),
 }
 
 
@@ -45,6 +55,7 @@ def main() -> None:
           f"{'total/1':>7} {'mem/1':>6}")
     base = None
     for name, (ranks, layout) in LAYOUTS.items():
+        os.environ["LOG_RANK"] = ",".join(map(str, range(ranks)))  # every rank's lines: stages differ in memory
         output, command = run(ranks, 1, opts.steps, opts.seq_len,  # bench_scaling's run, micro-batches of 4
                               ["--training.local_batch_size=4", *layout, *opts.overrides])
         tps = statistics.median(parse_tps(output, opts.warmup))

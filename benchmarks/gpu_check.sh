@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU (or NGPU, with tensor parallelism TP)
+# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU (or NGPU, with tensor parallelism TP
+# and pipeline parallelism PP)
 # for a few dozen steps with bf16 compute and torch.compile, then print tokens/s, MFU and peak memory per device.
 # About 5 minutes on an H100/H200 (compile takes the first minute or two); exits non-zero on any failure.
 #
@@ -9,6 +10,7 @@
 #   pip install torch==2.13.0 && pip install -e .
 #   bash benchmarks/gpu_check.sh
 #   NGPU=2 TP=2 bash benchmarks/gpu_check.sh      # the tensor-parallel variant on a machine with 2 GPUs
+#   NGPU=2 PP=2 bash benchmarks/gpu_check.sh      # the pipeline-parallel variant
 #
 # Needs no network: it trains on the bundled Shakespeare text with the bundled 2048-token tokenizer (the
 # model keeps Qwen3's 151,936-row vocabulary: same FLOPs and memory as with Qwen3's own tokenizer), 4
@@ -18,12 +20,15 @@
 #   CONFIG_FILE  training config (default train_configs/qwen3_0.6b.toml)
 #   STEPS        training steps (default 40); the summary's tokens/s is the median after the first quarter
 #   NGPU         GPUs (processes), default 1
-#   TP           tensor-parallel degree, default 1 (NGPU / TP ranks are FSDP2 data-parallel ranks)
+#   TP           tensor-parallel degree, default 1 (NGPU / (TP * PP) ranks are FSDP2 data-parallel ranks)
+#   PP           pipeline-parallel degree, default 1; PP=2 NGPU=2 is the pipeline variant: two 1F1B stages of
+#                14 layers, 4 micro-batches of one sequence per step, untied embeddings (a pipeline needs them)
 #   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
 #   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
 #                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
 #                  bash benchmarks/gpu_check.sh
+#                (add NGPU=2 PP=2 for the pipeline's CPU dry run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,15 +36,20 @@ CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_0.6b.toml}
 STEPS=${STEPS:-40}
 NGPU=${NGPU:-1}
 TP=${TP:-1}
+PP=${PP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
+layout=()
+if [[ "$PP" != 1 ]]; then
+    layout=(--parallelism.pipeline_parallel_degree="$PP" --model.tie_embeddings=false)
+fi
 
 if [[ "$REQUIRE_GPU" == 1 ]]; then
     nvidia-smi
 fi
-if (( NGPU % TP )); then
-    echo "gpu_check: TP=$TP does not divide NGPU=$NGPU" >&2
+if (( NGPU % (TP * PP) )); then
+    echo "gpu_check: TP=$TP x PP=$PP does not divide NGPU=$NGPU" >&2
     exit 2
 fi
 REQUIRE_GPU=$REQUIRE_GPU NGPU=$NGPU "$PYTHON" - <<'EOF'
@@ -59,10 +69,10 @@ EOF
 
 log=$(mktemp "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -f "$log"' EXIT
-NGPU=$NGPU CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
+NGPU=$NGPU LOG_RANK=$(seq -s, 0 $((NGPU - 1))) CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
     --training.dataset=shakespeare --training.hf_dataset_name=none --training.hf_dataset_config=none \
-    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / TP )) \
-    --parallelism.tensor_parallel_degree="$TP" \
+    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP) )) \
+    --parallelism.tensor_parallel_degree="$TP" "${layout[@]}" \
     --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
     --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=true --training.compute_dtype=bfloat16 \
     "${extra[@]}" 2>&1 | tee "$log"
@@ -73,10 +83,14 @@ import statistics
 import sys
 
 text, steps = open(sys.argv[1]).read(), int(sys.argv[2])
-rows = re.findall(r"step\s+(\d+)\s+loss\s+(\S+).*?\btps ([\d,]+)\s+tflops (\S+)\s+mfu (\S+)\s+mem (\S+)", text)
-if not rows:
+found = re.findall(r"\[rank(\d+)\]:step\s+(\d+)\s+loss\s+(\S+).*?\btps ([\d,]+)\s+tflops (\S+)\s+mfu (\S+)\s+mem (\S+)",
+                   text)
+if not found:
     sys.exit("gpu_check: no step log line in the trainer's output")
-rows = [(int(s), float(loss), float(tps.replace(",", "")), float(tf), mfu, mem) for s, loss, tps, tf, mfu, mem in rows]
+by_rank = {}
+for rank, s, loss, tps, tf, mfu, mem in found:
+    by_rank.setdefault(int(rank), []).append((int(s), float(loss), float(tps.replace(",", "")), float(tf), mfu, mem))
+rows = by_rank[0]
 timed = [r for r in rows if r[0] > steps // 4] or rows
 tps = statistics.median(r[2] for r in timed)
 tflops = statistics.median(r[3] for r in timed)
@@ -87,7 +101,10 @@ print(f"  steps logged        {len(rows)} (last step {rows[-1][0]}, loss {rows[0
 print(f"  tokens/s per device {tps:,.0f}  (median of steps {timed[0][0]}..{timed[-1][0]})")
 print(f"  TFLOP/s per device  {tflops:.2f}")
 print(f"  MFU                 {'n/a (peak unknown for this device)' if not mfus else f'{statistics.median(mfus):.2f}%'}")
-print(f"  peak memory         {'n/a' if not mems else f'{max(mems):.2f} GiB'}")
+print(f"  peak memory         {'n/a' if not mems else f'{max(mems):.2f} GiB'}" + ("" if len(by_rank) == 1 else " (rank 0)"))
+for rank, ranked in sorted(by_rank.items())[1:]:
+    peak = [float(r[5].removesuffix("GiB")) for r in ranked if r[5] != "n/a"]
+    print(f"  peak memory rank {rank:<2} {'n/a' if not peak else f'{max(peak):.2f} GiB'}")
 if rows[-1][0] != steps:
     sys.exit(f"gpu_check: the last logged step is {rows[-1][0]}, expected {steps}")
 EOF

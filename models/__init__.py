@@ -10,10 +10,12 @@ Contract of a model class (``spec.model_cls(args)``):
   * submodules ``tok_embeddings``, ``layers`` (an ``nn.ModuleDict`` keyed by ``str(layer_id)``),
     ``norm`` and ``output``; ``output.weight is tok_embeddings.weight`` when ``args.tie_embeddings``.
   * ``init_buffers(buffer_device)`` recomputes derived, non-persistent buffers (RoPE tables) in fp32.
-  * ``forward(tokens)``: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+  * ``forward(tokens)``: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``; with
+    ``tok_embeddings`` set to ``None`` (a later pipeline stage) it takes hidden states ``(bs, seqlen, dim)``, and
+    with ``output`` set to ``None`` (an earlier stage) it returns them; each block returns its input's dtype.
 
 Contract of ``spec.parallelize(model, parallel_dims, options) -> nn.Module``: applied once to the model built on
-meta, before ``to_empty`` and init; ``parallel_dims`` is the run's
+meta (under pipeline parallelism to each stage, a copy with some modules ``None``), before ``to_empty`` and init; ``parallel_dims`` is the run's
 :class:`~torchtitan_lite.distributed.parallel_dims.ParallelDims` (mesh built), ``options`` a
 :class:`~torchtitan_lite.distributed.parallel_options.ParallelOptions`. It applies, in this order, what the
 family's modules need (TP plan, EP, then activation checkpointing, compile, FSDP2) in place, keeps every
@@ -21,7 +23,8 @@ parameter's canonical name (wrappers may add only the prefixes ``torchtitan_lite
 lists), and returns the model to train.
 
 Contract of ``spec.training_hooks(model, parallel_dims, micro_batches) -> TrainingHooks``: called once on every
-rank with the parallelized model, before the first step (``micro_batches`` per rank per optimizer step); it may
+rank with the parallelized model, before the first step (``micro_batches``: model forwards per rank per optimizer
+step, pipeline micro-batches included); it may
 configure the model (not its values: init and checkpoint loading come after). The trainer then calls the
 :class:`TrainingHooks` methods on every rank at the times they name.
 """

@@ -28,16 +28,22 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torchtitan_lite.components import checkpoint
 from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.train import Trainer
 
 
 def full_state(trainer: Trainer) -> dict:
-    """``{"model": {fqn: tensor}, "optim": {fqn.key: tensor}}`` gathered to rank 0 (empty elsewhere)."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    """``{"model": {fqn: tensor}, "optim": {fqn.key: tensor}}`` of the whole model, on the CPU of every rank
+    (gathered within each pipeline stage, then over the stages)."""
+    options = StateDictOptions(full_state_dict=True)
     model = get_model_state_dict(trainer.model, options=options)
     optim = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=options)
     flat = {f"{fqn}.{key}": value for fqn, state in optim.get("state", {}).items() for key, value in state.items()}
-    return {"model": model, "optim": flat}
+    state = {"model": {k: v.cpu() for k, v in model.items()}, "optim": {k: v.cpu() for k, v in flat.items()}}
+    if trainer.pipeline is None:
+        return state
+    stages = gather_stages(state, trainer.pipeline.group)
+    return {part: {k: v for stage in stages for k, v in stage[part].items()} for part in state}
 
 
 def equal(a: dict, b: dict) -> bool:

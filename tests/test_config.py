@@ -100,9 +100,38 @@ IMPOSSIBLE_LAYOUTS = {
         "(sequence parallelism splits the sequence); pick a multiple of 2 or "
         "--parallelism.enable_sequence_parallel=false"),
     "more stages than layers": (
-        "8", "", ["--parallelism.pipeline_parallel_degree=8"],
-        "config error: parallelism.pipeline_parallel_degree (command line): 8 pipeline stages but the model has 4 "
-        "layers; use at most 4 stages"),
+        "8", "", ["--parallelism.pipeline_parallel_degree=8", "--model.tie_embeddings=false"],
+        "config error: parallelism.pipeline_parallel_degree (command line) with pipeline_parallel_schedule 1F1B: 8 "
+        "pipeline stages (8 ranks x 1) but the model has 4 layers; use at most 4 stages"),
+    "pipeline stages of a tied model": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2"],
+        "config error: parallelism.pipeline_parallel_degree (command line): 2 pipeline stages need untied embeddings "
+        "(the first stage owns tok_embeddings, the last the output), but qwen3 flavor debug ties them; use an untied "
+        "flavor or --model.tie_embeddings=false"),
+    "fewer micro-batches than stages under 1F1B": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
+                  "--parallelism.pipeline_parallel_microbatch_size=8"],
+        "config error: parallelism.pipeline_parallel_degree (command line) with pipeline_parallel_schedule 1F1B: 1F1B "
+        "needs at least as many micro-batches as stages: 1 micro-batches (local_batch_size / "
+        "pipeline_parallel_microbatch_size) for 2 stages; use GPipe or smaller micro-batches"),
+    "stages a single-stage schedule cannot run": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
+                  "--parallelism.pipeline_parallel_layers_per_stage=1"],
+        "config error: parallelism.pipeline_parallel_layers_per_stage (command line) with pipeline_parallel_schedule "
+        "1F1B: 4 stages on 2 ranks are 2 per rank but 1F1B runs one per rank; use Interleaved1F1B or one stage per "
+        "rank"),
+    "hf export from pipeline stages": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
+                  "--checkpoint.export_hf=hf_out"],
+        "config error: checkpoint.export_hf (command line): the Hugging Face export writes the whole model from one "
+        "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with pipeline_parallel_degree 1 "
+        "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)"),
+    "split points out of order": (
+        "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
+                  "--parallelism.pipeline_parallel_split_points=3,1"],
+        "config error: parallelism.pipeline_parallel_split_points (command line) with pipeline_parallel_schedule 1F1B: "
+        "pipeline_parallel_split_points [3, 1] must be increasing layer ids within 1..3 (the first layer of each "
+        "stage after the first)"),
 }
 
 

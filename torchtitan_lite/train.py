@@ -16,7 +16,9 @@ Note: on the loss over a global batch. Every step trains on ``global_batch_size`
 the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
 adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
 FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
-over all tokens of the global batch, exactly as one process would compute it.
+over all tokens of the global batch, exactly as one process would compute it. Under pipeline parallelism a
+micro-batch runs through the schedule in pipeline micro-batches, each adding its summed cross-entropy over the
+same global count (``distributed/pipeline.py``, the note on the loss).
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
+from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gather_stages
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
 from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
-from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
+from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
 
 
@@ -78,8 +81,9 @@ class StepStats:
     """What one optimizer step produced, left on the device: the host reads it only when it logs.
 
     Attributes:
-        loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches
-            (all-reduce it and divide by the step's global token count for the loss).
+        loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches (under pipeline
+            parallelism its pipeline's, on every stage; all-reduce it over the data-parallel ranks and divide by
+            the step's global token count for the loss).
         grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
         lr: learning rate the step used.
         data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).
@@ -129,21 +133,43 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
 
-def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
-    """Model on meta -> ``spec.parallelize`` (:func:`parallel_options`) -> ``to_empty`` on the device.
-
-    Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
-    ``seq_len``, selective k) by ``config.preflight``.
-    """
-    if info.dims.pp > 1:
-        raise TrainingError(f"parallelism.pipeline_parallel_degree = {info.dims.pp}: not implemented yet; set it to 1")
+def model_on_meta(config: JobConfig) -> tuple[nn.Module, object, object]:
+    """``(model, spec, args)``: the whole model of the config built on ``torch.device("meta")`` (no memory, no
+    values)."""
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):
         model = spec.model_cls(args)
+    return model, spec, args
+
+
+def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
+    """Model on meta -> ``spec.parallelize`` (:func:`parallel_options`) -> ``to_empty`` on the device.
+
+    Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
+    ``seq_len``, selective k) by ``config.preflight``. Pipeline parallelism: :func:`build_pipelined_model`.
+    """
+    model, spec, args = model_on_meta(config)
     model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
     materialize(model, info.device)
     return model, spec, args
+
+
+def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, object, object]:
+    """Under ``pipeline_parallel_degree`` > 1: ``(pipeline, spec, args)``, this rank's stages of the model built
+    on meta, each parallelized like a whole model (:func:`parallel_options`) and on the device, uninitialized
+    (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the rest of the
+    run sees as the model. The config checked the split and the untied embeddings (``config.preflight``).
+    """
+    model, spec, args = model_on_meta(config)
+    par, training = config.parallelism, config.training
+    pipeline = build_pipeline(
+        model, info.dims, spec.parallelize, parallel_options(config, info.device), device=info.device,
+        schedule=par.pipeline_parallel_schedule, local_batch_size=training.local_batch_size,
+        microbatch_size=par.pipeline_parallel_microbatch_size, seq_len=training.seq_len,
+        layers_per_stage=par.pipeline_parallel_layers_per_stage, split_points=par.pipeline_parallel_split_points,
+        loss_fn=build_loss_fn(config, info.device))
+    return pipeline, spec, args
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -182,10 +208,18 @@ class Trainer:
         torch.manual_seed(config.training.seed)
         self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
-        self.model, self.spec, self.args = build_model(config, info)
+        self.pipeline: Pipeline | None = None
+        forwards = self.accum  # model forwards per rank per step
+        if info.dims.pp > 1:
+            self.pipeline, self.spec, self.args = build_pipelined_model(config, info)
+            self.model = self.pipeline.model
+            forwards *= self.pipeline.n_microbatches
+        else:
+            self.model, self.spec, self.args = build_model(config, info)
+        self.whole, _, _ = model_on_meta(config)  # the whole model's names, shapes and ties, whatever this rank holds
         self.loss_fn = build_loss_fn(config, info.device)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
-        self.hooks = self.spec.training_hooks(self.model, info.dims, self.accum)
+        self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
@@ -213,12 +247,16 @@ class Trainer:
         self.train_state, loaded, self.load_lines = self._load_at_start()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
-                                        buffer_device=info.device)
+                                        buffer_device=info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
-        self.expected = expected_step1_loss(self.model, self.plan)
+        self.n_params = sum(p.numel() for p in self.whole.parameters())
+        self.expected = expected_step1_loss(self.whole, self.plan)
         self.check_step1 = not loaded
         debug = config.debug
         self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
+        if self.pipeline is not None and self.report is not None:
+            self.report = InitReport([row for part in gather_stages(self.report, self.pipeline.group)
+                                      for row in part.rows])
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps, device=info.device)
         self.run_folder = self._run_folder()
@@ -270,9 +308,13 @@ class Trainer:
 
     def _log_header(self, tokenizer, dtype: torch.dtype) -> None:
         cfg, info, res = self.config, self.info, self.init_result
-        n_params = sum(p.numel() for p in self.model.parameters())
+        counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
+                              device=info.device)
+        if self.pipeline is not None:  # each stage initialized its own tensors
+            dist.all_reduce(counts, group=self.pipeline.group)
+        initialized, elements, skipped = counts.tolist()
         lines = [
-            f"model {cfg.model.name} flavor {cfg.model.flavor}: {n_params:,} parameters "
+            f"model {cfg.model.name} flavor {cfg.model.flavor}: {self.n_params:,} parameters "
             f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size {self.args.vocab_size}, "
             f"tokenizer vocab {tokenizer.vocab_size}",
             f"device {info.device} ({info.backend}), world size {info.world_size}, {self._layout_text()}, compute dtype "
@@ -280,8 +322,9 @@ class Trainer:
             f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
             f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per data-parallel rank",
             self._memory_and_compile_line(),
-            f"init: {res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
-            f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
+            *([self.pipeline.describe()] if self.pipeline is not None else []),
+            f"init: {initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
+            f"fingerprint {self.fingerprint}",
             self.expected.describe(),
             *self.load_lines,
             *([self.deterministic_line] if self.deterministic_line else []),
@@ -327,13 +370,15 @@ class Trainer:
                               [f"step-1 check: loss {loss:.4f} is within debug.init_loss_margin = {debug.init_loss_margin} "
                                f"nats of the range expected from the init plan"])
 
-    def train_step(self, batches, step: int, *, sync: bool = True) -> StepStats:
-        """Optimizer step ``step`` over ``accum`` micro-batches of this rank.
+    def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
+        """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each
+        through the schedule, in ``pipeline.n_microbatches`` pieces); gradients accumulate (see the note on the
+        loss over a global batch).
 
-        No host-device sync unless ``sync`` (the trainer passes it on log and checkpoint steps): the loss and
-        gradient norm stay on the device and the non-finite guard records them there (see ``faults.py``);
-        with ``sync`` (always under ``nonfinite_policy = skip``) the ranks agree on them before the update,
-        which is then skipped or the run stopped.
+        Returns:
+            ``(loss_sum, data_wait_s)``: the summed token cross-entropy of this rank's batches (0-dim fp32 on the
+            device; under pipeline parallelism the last stage's, summed over the pipeline so that every stage holds
+            it: one small all-reduce, no host sync) and the seconds it waited for its batches.
         """
         device = self.info.device
         tokens_global = self.global_batch * self.config.training.seq_len
@@ -345,9 +390,26 @@ class Trainer:
             inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             data_wait_s += time.perf_counter() - fetch
             with loss_parallel_context(self.loss_parallel):
+                if self.pipeline is not None:
+                    loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
+                    continue
                 micro_loss = self.loss_fn(self.model(inputs), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
+        if self.pipeline is not None:
+            dist.all_reduce(loss_sum, group=self.pipeline.group)
+        return loss_sum, data_wait_s
+
+    def train_step(self, batches, step: int, *, sync: bool = True) -> StepStats:
+        """Optimizer step ``step`` over ``accum`` micro-batches of this rank (:meth:`forward_backward`).
+
+        No host-device sync unless ``sync`` (the trainer passes it on log and checkpoint steps): the loss and
+        gradient norm stay on the device and the non-finite guard records them there (see ``faults.py``);
+        with ``sync`` (always under ``nonfinite_policy = skip``) the ranks agree on them before the update,
+        which is then skipped or the run stopped.
+        """
+        tokens_global = self.global_batch * self.config.training.seq_len
+        loss_sum, data_wait_s = self.forward_backward(batches)
         if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         dims = self.info.dims
@@ -371,11 +433,17 @@ class Trainer:
         for i, (inputs, labels) in enumerate(self.val_loader):
             if i == self.config.validation.steps:
                 break
+            inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
             with loss_parallel_context(self.loss_parallel):
-                totals[0] += cross_entropy_sum(self.model(inputs.to(self.info.device)), labels.to(self.info.device))
-            totals[1] += labels.numel()
+                if self.pipeline is None:
+                    totals[0] += cross_entropy_sum(self.model(inputs), labels)
+                else:
+                    totals[0] += self.pipeline.evaluate(inputs, labels)
+            totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
         self.model.train()
         dist.all_reduce(totals, group=self.info.dims.dp_group)
+        if self.pipeline is not None:  # the last stage's totals to every stage
+            dist.all_reduce(totals, group=self.pipeline.group)
         return (totals[0] / totals[1]).item()
 
     def sample(self) -> str:
@@ -393,8 +461,8 @@ class Trainer:
         the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
         cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
-        tokens_per_step = self.global_batch * cfg.training.seq_len
-        tokens_per_device = tokens_per_step // self.info.world_size  # a dp rank's tokens over its tp * pp devices
+        tokens_global = self.global_batch * cfg.training.seq_len
+        tokens_per_device = tokens_global / self.info.world_size  # the ranks of a tensor/pipeline group share them
         start = time.perf_counter()
         self.model.train()
         if state.step >= cfg.training.steps:
@@ -408,10 +476,10 @@ class Trainer:
                 stats = self.train_step(batches, step, sync=log_due or save_due)
             data_wait_s += stats.data_wait_s
             state.step, state.skipped_steps = step, self.guard.skipped
-            state.tokens_seen += tokens_per_step
+            state.tokens_seen += tokens_global
             if log_due:
                 dist.all_reduce(stats.loss_sum, group=self.info.dims.dp_group)
-                loss = stats.loss_sum.item() / (self.global_batch * cfg.training.seq_len)  # waits for the device
+                loss = stats.loss_sum.item() / tokens_global  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
                                       memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)

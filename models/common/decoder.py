@@ -37,6 +37,10 @@ class Decoder(nn.Module):
     makes two separate tensors of the pair (:func:`torchtitan_lite.init.materialize` re-ties them); after
     FSDP2 ``fully_shard`` the tie survives ``to_empty`` (FSDP modules swap tensors in place; torch 2.13).
 
+    A pipeline stage (``torchtitan_lite/distributed/pipeline.py``) is this model with the layers it does not own
+    deleted and ``tok_embeddings`` (all but the first stage) or ``norm`` and ``output`` (all but the last) set to
+    ``None``; :meth:`forward` then maps hidden states to hidden states, as torchtitan's stages do.
+
     Buffers ``rope_cos``/``rope_sin`` (fp32 ``(max_seq_len, rope_dim)``, non-persistent: not in the state
     dict) are created empty and filled by :meth:`init_buffers`.
     """
@@ -68,28 +72,37 @@ class Decoder(nn.Module):
         device = self.rope_cos.device if buffer_device is None else buffer_device
         self.rope_cos, self.rope_sin = self.rope_tables(device)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits of the next token at every position.
+    def forward(self, tokens: torch.Tensor, seqlen: int | None = None) -> torch.Tensor:
+        """Logits of the next token at every position; on a pipeline stage, what the stage owns of that.
 
         Args:
-            tokens: int64 ``(bs, seqlen)`` token ids in ``[0, vocab_size)``, ``seqlen <= max_seq_len``.
+            tokens: int64 ``(bs, seqlen)`` token ids in ``[0, vocab_size)``, ``seqlen <= max_seq_len``; on a
+                stage without ``tok_embeddings`` (``None``: not the first pipeline stage) the hidden states
+                ``(bs, seqlen, dim)`` the previous stage returned.
+            seqlen: the batch's sequence length where ``tokens`` do not show it (hidden states sharded along the
+                sequence by sequence parallelism, on a later pipeline stage); default ``tokens.shape[1]``.
 
         Returns:
-            ``(bs, seqlen, vocab_size)`` logits in the compute dtype.
+            ``(bs, seqlen, vocab_size)`` logits in the compute dtype; on a stage without ``output`` (``None``: not
+            the last), the hidden states ``(bs, seqlen, dim)`` after its layers.
 
         Raises:
-            ValueError: ``tokens`` is not 2-D, or ``seqlen`` exceeds ``max_seq_len`` (the message names the
-                model class and both lengths).
+            ValueError: ``tokens`` is not 2-D (first stage) or 3-D (later stages), or ``seqlen`` exceeds
+                ``max_seq_len`` (the message names the model class and both lengths).
         """
         name = type(self).__name__
-        if tokens.dim() != 2:
-            raise ValueError(f"{name}: tokens must be (bs, seqlen), got shape {tuple(tokens.shape)}")
-        seqlen = tokens.shape[1]
+        first = self.tok_embeddings is not None
+        if tokens.dim() != (2 if first else 3):
+            expected = "tokens (bs, seqlen)" if first else "hidden states (bs, seqlen, dim)"
+            raise ValueError(f"{name}: expected {expected}, got shape {tuple(tokens.shape)}")
+        seqlen = tokens.shape[1] if seqlen is None else seqlen
         if seqlen > self.args.max_seq_len:
             raise ValueError(f"{name}: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
                              "raise model max_seq_len or lower training.seq_len")
         cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
-        h = self.tok_embeddings(tokens)  # (bs, seqlen, dim)
+        h = self.tok_embeddings(tokens) if first else tokens  # (bs, seqlen, dim)
         for layer in self.layers.values():
             h = layer(h, cos, sin)
+        if self.output is None:
+            return h
         return self.output(self.norm(h))  # (bs, seqlen, vocab_size)

@@ -10,6 +10,7 @@ from models import HookReport, TrainingHooks
 from models.common.expert_bias import update_expert_bias
 from models.common.moe import collect_expert_load, moe_layers
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.distributed.pipeline import gather_stages
 
 
 def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:
@@ -41,17 +42,20 @@ class MoETrainingHooks(TrainingHooks):
     ``models/common/moe.py``). After each optimizer step the counts of every layer are summed over
     ``parallel_dims.dp_group`` (one all-reduce, :func:`collect_expert_load`) and move the expert biases
     (:func:`models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
-    the device. :meth:`report` reads the last step's counts (:func:`expert_load_report`).
+    the device. :meth:`report` reads the last step's counts (:func:`expert_load_report`); under pipeline
+    parallelism each stage counts its own layers and the report gathers them from every stage.
 
     Args:
         model: the parallelized model.
         parallel_dims: the run's layout.
-        micro_batches: micro-batches per rank per optimizer step.
+        micro_batches: model forwards per rank per optimizer step (gradient-accumulation micro-batches times
+            pipeline micro-batches).
     """
 
     def __init__(self, model: nn.Module, parallel_dims: ParallelDims, micro_batches: int):
         self.model = model
         self.group = parallel_dims.dp_group
+        self.pp_group = parallel_dims.pp_mesh.get_group() if parallel_dims.pp > 1 else None
         self.loads: dict[str, torch.Tensor] = {}
         for moe in moe_layers(model).values():
             moe.aux_loss_scale = 1.0 / (parallel_dims.dp_degree * micro_batches)
@@ -61,4 +65,8 @@ class MoETrainingHooks(TrainingHooks):
         update_expert_bias(self.model, self.loads)
 
     def report(self, step: int) -> HookReport:
-        return expert_load_report(step, self.loads)
+        loads = self.loads
+        if self.pp_group is not None:
+            local = {name: counts.cpu() for name, counts in loads.items()}
+            loads = {name: counts for stage in gather_stages(local, self.pp_group) for name, counts in stage.items()}
+        return expert_load_report(step, loads)

@@ -4,7 +4,9 @@ Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``
 and ``meta.json`` (format, step, model, flavor, model args, world size, parallel layout), written last. The
 checkpoint folder is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's
 ``<dump_folder>/checkpoint/step-N``), so re-running a command resumes. DCP state-dict keys: ``model`` and
-``optimizer`` (``get_state_dict``: sharded DTensors, resharded on load for any world size and layout),
+``optimizer`` (``get_state_dict``: sharded DTensors, resharded on load for any world size and layout; the optimizer
+state flattened to one key per parameter, ``state.<fqn>.<key>`` and ``param_groups.<fqn>.<hyperparameter>``, so that
+pipeline stages, each holding other parameters, write and read their own keys, as torchtitan does),
 ``lr_scheduler``, ``train_state``, per data-parallel rank ``dataloader.dp_rank_<d>`` (the ranks of a
 tensor-parallel group hold the same one) and per global rank ``rng.rank_<r>``. With another data-parallel degree
 every rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is global; a streaming one's is refused);
@@ -26,16 +28,26 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.errors import UserError
 
 META_FILE = "meta.json"
 """Per-checkpoint description, written last by rank 0."""
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version of the layout above, stored in ``meta.json`` (2: the map-style loader state is ``windows_consumed``;
-3: ``layout`` in ``meta.json``, data loader states keyed by data-parallel rank, RNG states by global rank)."""
+3: ``layout`` in ``meta.json``, data loader states keyed by data-parallel rank, RNG states by global rank; 4: the
+optimizer state flattened per parameter)."""
+_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+"""``get_state_dict`` / ``set_optimizer_state_dict`` options: one optimizer key per parameter (see the module
+docstring); nested ``param_groups`` lists would be one key that every pipeline stage writes with its own
+parameters, and DCP keeps one rank's."""
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
 _STEP_RE = re.compile(r"^step-(\d+)$")
@@ -215,7 +227,7 @@ class Checkpointer:
     def _state(self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int) -> dict[str, Any]:
         """The DCP state dict of the ``parts`` to save or load into; the data loader's under data-parallel rank
         ``data_rank``."""
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_OPTIONS)
         state: dict[str, Any] = {"model": model_sd}
         if "optimizer" in parts:
             state["optimizer"] = optim_sd
@@ -315,7 +327,7 @@ class Checkpointer:
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.model, state["model"])
         if "optimizer" in state:
-            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=_OPTIONS)
         if "lr_scheduler" in state:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if "dataloader" in parts:

@@ -20,7 +20,8 @@ def log_weight_histograms(writer: SummaryWriter | None, model: nn.Module, step: 
     """Write one histogram per tensor (``weights/<names>``) at ``step`` (0 = at init).
 
     Each DTensor is gathered in full, one at a time (peak extra memory: the largest tensor), on every
-    rank; non-finite values are dropped from the histogram (TensorBoard rejects them).
+    rank; non-finite values are dropped from the histogram (TensorBoard rejects them). Under pipeline parallelism
+    rank 0's writer gets the tensors of rank 0's stages only.
     """
     for names, tensor in sorted(tensor_groups(model), key=lambda group: group[0]):
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
@@ -43,7 +44,9 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     group. Each rank adds the squares of its local shards, each divided by the number of ranks holding a copy of
     that shard (the sizes of its DTensor's non-sharded mesh dimensions; a plain tensor: every rank), and one
     ``all_reduce`` over all ranks sums them: any layout (FSDP, TP, HSDP, stages on other ranks) counts every element
-    once (exactly when the copies are a power of two, else up to rounding).
+    once (exactly when the copies are a power of two, else up to rounding). The reduced vector has every rank's
+    groups: ranks holding different tensors (pipeline stages) agree on them with one ``all_gather_object`` (groups
+    in rank order, each rank's in model order).
     """
     groups: dict[str, int] = {}
     indices: list[int] = []
@@ -60,14 +63,20 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
         else:
             local, copies = grad, world
         squares.append(local.detach().float().square().sum() / copies)
+    names = list(groups)
+    if world > 1:
+        gathered: list[list[str] | None] = [None] * world
+        dist.all_gather_object(gathered, names)
+        names = list(dict.fromkeys(name for rank_names in gathered for name in rank_names))
     if not squares:
         return {}
+    slot = [names.index(name) for name in groups]  # local group index -> position in names
     values = torch.stack(squares)
-    sums = torch.zeros(len(groups), device=values.device).index_add_(
-        0, torch.tensor(indices, device=values.device), values)
+    sums = torch.zeros(len(names), device=values.device).index_add_(
+        0, torch.tensor([slot[i] for i in indices], device=values.device), values)
     if world > 1:
         dist.all_reduce(sums)
-    return dict(zip(groups, sums.sqrt().tolist()))
+    return dict(zip(names, sums.sqrt().tolist()))
 
 
 def log_layer_grad_norms(writer: SummaryWriter | None, model: nn.Module, step: int) -> dict[str, float]:

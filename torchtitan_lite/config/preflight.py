@@ -277,23 +277,43 @@ def _check_layout_fits_model(config: JobConfig, sources: dict[str, str]) -> None
             raise ConfigError(f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
                               f"parallelism splits the sequence); pick a multiple of {tp} or "
                               "--parallelism.enable_sequence_parallel=false")
+    if par.pipeline_parallel_degree > 1:
+        _check_pipeline(config, args, sources)
+
+
+def _check_pipeline(config: JobConfig, args: Any, sources: dict[str, str]) -> None:
+    """Under ``pipeline_parallel_degree`` > 1: untied embeddings (the first stage owns the embedding, the last the
+    output), no Hugging Face export (it writes the whole model from one rank),
+    ``pipeline_parallel_microbatch_size`` dividing ``training.local_batch_size``, and a split into stages
+    the schedule runs (:func:`torchtitan_lite.distributed.pipeline.stage_layer_ids`, the one place those rules
+    live)."""
+    from torchtitan_lite.distributed.pipeline import stage_layer_ids
+
+    par = config.parallelism
     pp, pp_key = par.pipeline_parallel_degree, _where(sources, "parallelism.pipeline_parallel_degree")
-    if pp > 1:
-        n_layers = args.n_layers
-        if pp > n_layers:
-            raise ConfigError(f"{pp_key}: {pp} pipeline stages but the model has {n_layers} layers; use at most "
-                              f"{n_layers} stages")
-        per_stage = par.pipeline_parallel_layers_per_stage
-        if per_stage is not None:
-            stages = -(-n_layers // per_stage)
-            if stages % pp:
-                raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_layers_per_stage')}: {per_stage} "
-                                  f"layers per stage make {stages} stages of the {n_layers}-layer model, not a "
-                                  f"multiple of pipeline_parallel_degree {pp}")
-        micro, local = par.pipeline_parallel_microbatch_size, config.training.local_batch_size
-        if local % micro:
-            raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
-                              f"divide training.local_batch_size {local}; pick a divisor")
+    if getattr(args, "tie_embeddings", False):
+        raise ConfigError(f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
+                          f"tok_embeddings, the last the output), but {config.model.name} flavor {config.model.flavor} "
+                          "ties them; use an untied flavor or --model.tie_embeddings=false")
+    if config.checkpoint.export_hf is not None:
+        raise ConfigError(f"{_where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole model "
+                          f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint with "
+                          "pipeline_parallel_degree 1 (--checkpoint.load_path=<step-N folder> --training.steps=N "
+                          "trains nothing and exports)")
+    micro, local = par.pipeline_parallel_microbatch_size, config.training.local_batch_size
+    if local % micro:
+        raise ConfigError(f"{_where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
+                          f"divide training.local_batch_size {local}; pick a divisor")
+    key = ("pipeline_parallel_split_points" if par.pipeline_parallel_split_points else
+           "pipeline_parallel_layers_per_stage" if par.pipeline_parallel_layers_per_stage is not None else
+           "pipeline_parallel_degree")
+    try:
+        stage_layer_ids(args.n_layers, pp, par.pipeline_parallel_schedule, n_microbatches=local // micro,
+                        layers_per_stage=par.pipeline_parallel_layers_per_stage,
+                        split_points=par.pipeline_parallel_split_points)
+    except ValueError as err:
+        raise ConfigError(f"{_where(sources, f'parallelism.{key}')} with pipeline_parallel_schedule "
+                          f"{par.pipeline_parallel_schedule}: {err}") from None
 
 
 def check_world_size(config: JobConfig, world_size: int) -> None:

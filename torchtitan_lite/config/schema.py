@@ -164,6 +164,10 @@ class Parallelism:
     pipeline_parallel_layers_per_stage: int | None = bounded(None, ge=1)
     """Layers per (virtual) pipeline stage; unset = the layers split evenly into one stage per rank (or the
     schedule's stages per rank). The stages (layers / this) must be a multiple of ``pipeline_parallel_degree``."""
+    pipeline_parallel_split_points: list[int] = field(default_factory=list)
+    """Explicit stage boundaries instead: the first layer id of every stage after the first, increasing (e.g.
+    ``[3]`` puts layers 0-2 on stage 0 and the rest on stage 1); [] = an even split. The first stage also owns
+    the embedding, the last the final norm, the output and the loss."""
     fsdp_reshard_after_forward: bool = True
     """Free the gathered parameters after forward (less memory, one more all-gather in backward)."""
     comm_timeout_seconds: int = bounded(300, ge=1)

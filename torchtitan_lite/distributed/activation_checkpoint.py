@@ -91,9 +91,9 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         return model
     layers = _layers(model)
     every = selective_every(selective_ac_option) if mode == "selective" else 1
-    for layer_id, (key, block) in enumerate(list(layers.items())):
+    for key, block in list(layers.items()):
         if every is None:
             layers[key] = checkpoint_wrapper(block, context_fn=_op_policy_context)
-        elif (layer_id + 1) % every == 0:
+        elif (int(key) + 1) % every == 0:  # the layer id, also on a pipeline stage that holds later layers only
             layers[key] = checkpoint_wrapper(block)
     return model

@@ -28,7 +28,10 @@ def _layers(model: nn.Module) -> nn.ModuleDict:
 
 
 def is_tied(model: nn.Module) -> bool:
-    """Whether ``model.output.weight is model.tok_embeddings.weight`` (one tensor, two names)."""
+    """Whether ``model.output.weight is model.tok_embeddings.weight`` (one tensor, two names); ``False`` on a
+    pipeline stage that lacks either module (``None``)."""
+    if model.output is None or model.tok_embeddings is None:
+        return False
     return model.output.weight is model.tok_embeddings.weight
 
 
@@ -44,7 +47,8 @@ def apply_fsdp(
 
     Groups (one all-gather / reduce-scatter each), after torchtitan's llama3 ``apply_fsdp``: each block; the
     output group ``[norm, output]``, with ``tok_embeddings`` when tied (a tensor in two groups would be
-    sharded twice), kept unsharded after forward (backward starts with it); the root. Parameters stay in
+    sharded twice), kept unsharded after forward (backward starts with it); the root. On a pipeline stage the
+    modules it lacks (``None``) are left out, and the output group with them. Parameters stay in
     their dtype (fp32), compute in ``param_dtype``, gradients reduce in ``reduce_dtype`` and are SUMMED over
     ranks (see the note on gradient reduction semantics).
 
@@ -70,10 +74,11 @@ def apply_fsdp(
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in _layers(model).values():
         fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
-    output_group = [model.norm, model.output]
+    output_group = [module for module in (model.norm, model.output) if module is not None]  # a stage may lack them
     if is_tied(model):
         output_group = [model.tok_embeddings, *output_group]
-    fully_shard(output_group, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=False)
+    if output_group:
+        fully_shard(output_group, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=False)
     fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
     for module in model.modules():
         if isinstance(module, FSDPModule):

@@ -145,15 +145,18 @@ def apply_embedding_and_output_tp(model: nn.Module, mesh: DeviceMesh, *, sequenc
     """
     tied = is_tied(model)
     layout = residual_layout(sequence_parallel)
-    parallelize_module(model, mesh, {
+    plan = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=layout),
         **norm_plan("norm", sequence_parallel),
         "output": ColwiseParallel(input_layouts=layout, output_layouts=Shard(-1) if loss_parallel else Replicate(),
                                   use_local_output=not loss_parallel),
-    })
+    }
+    parallelize_module(model, mesh, {name: style for name, style in plan.items()
+                                     if getattr(model, name) is not None})  # a pipeline stage lacks some
     if tied:
         model.output.weight = model.tok_embeddings.weight
-    model.tok_embeddings.register_forward_hook(_plain_output)
+    if model.tok_embeddings is not None:
+        model.tok_embeddings.register_forward_hook(_plain_output)
 
 
 def _plain_output(module: nn.Module, inputs: Any, output: Any) -> Any:

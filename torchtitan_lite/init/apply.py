@@ -103,13 +103,16 @@ class InitResult:
     table: dict[str, ResolvedTensor]
 
 
-def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = ()
+def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = (), *, partial: bool = False
                  ) -> list[tuple[ResolvedTensor, torch.Tensor]]:
     """Match every parameter / persistent buffer of ``model`` to its plan entry.
 
+    ``partial``: ``model`` holds only some of the plan's tensors (a rank's pipeline stages), so entries may match
+    none of them.
+
     Raises:
-        ValueError: a tensor matches no entry, an entry matches no tensor, or a ``skip`` name is not
-            a tensor of the model (each message names the culprit).
+        ValueError: a tensor matches no entry, an entry matches no tensor (unless ``partial``), or a ``skip``
+            name is not a tensor of the model (each message names the culprit).
         RuntimeError: two canonical names share a 128-bit digest (their streams would coincide).
     """
     groups = tensor_groups(model)
@@ -137,7 +140,7 @@ def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = ()
         loaded = any(n in skip_set for n in names)
         resolved.append((ResolvedTensor(name, names, pattern, spec, loaded), tensor))
     unused = [p for p, _ in plan.entries if p not in used_patterns]
-    if unused:
+    if unused and not partial:
         raise ValueError(f"init plan of {plan.model}: entries {unused} match no parameter or persistent "
                          f"buffer; remove them or fix the pattern")
     return resolved
@@ -150,19 +153,20 @@ def _fill(tensor: torch.Tensor, value: float) -> None:
 
 
 def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collection[str] = (),
-                 buffer_device: torch.device | str | None = None) -> InitResult:
+                 buffer_device: torch.device | str | None = None, partial: bool = False) -> InitResult:
     """Initialize every parameter and persistent buffer of ``model`` (materialized: plain, wrapped or
     FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
     Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one call per
     tensor, independent of sharding; fills set the local shard. ``seed`` is in ``[0, 2**64)``; tensors named
-    in ``skip`` (any alias) are untouched.
+    in ``skip`` (any alias) are untouched. ``partial``: ``model`` is a rank's pipeline stages (see
+    :func:`resolve_plan`); each tensor still draws from its canonical name, so the values are the whole model's.
 
     Raises:
         ValueError: bad seed, or see :func:`resolve_plan`.
     """
     InitKey(seed, "init_weights")  # validates the seed before any tensor is touched
-    resolved = resolve_plan(model, plan, skip)
+    resolved = resolve_plan(model, plan, skip, partial=partial)
     counts = [0, 0, 0, 0]
     for entry, tensor in resolved:
         numel = tensor.numel()
