@@ -312,23 +312,36 @@ def format_help(root: type, title: str) -> str:
     return "\n".join(lines)
 
 
+NOT_SAVED = ("job.config_file", "job.print_config")
+"""Keys a saved config leaves out: the file to load (command line only) and ``print_config`` (a file holding it
+would only print)."""
+
+
+def config_dict(config: Any) -> dict[str, dict[str, Any]]:
+    """The sectioned dataclass instance ``config`` as ``{section: {key: value}}`` (tables as dicts), without
+    :data:`NOT_SAVED`: what :func:`format_toml` writes."""
+    return {section.name: {f.name: getattr(getattr(config, section.name), f.name)
+                           for f in dataclasses.fields(getattr(config, section.name))
+                           if f"{section.name}.{f.name}" not in NOT_SAVED}
+            for section in dataclasses.fields(config)}
+
+
 def format_toml(config: Any) -> str:
-    """The sectioned dataclass instance ``config`` as TOML text; ``None`` values appear as comments."""
+    """The sectioned dataclass instance ``config`` as TOML text that loads back as the same config
+    (:func:`config_dict`); ``None`` values appear as comments."""
     lines: list[str] = []
-    for section in dataclasses.fields(config):
-        value = getattr(config, section.name)
-        lines.append(f"[{section.name}]")
+    for section, values in config_dict(config).items():
+        lines.append(f"[{section}]")
         tables = []
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
+        for name, item in values.items():
             if isinstance(item, dict):
-                tables.append((f.name, item))
+                tables.append((name, item))
             elif item is None:
-                lines.append(f"# {f.name} is unset")
+                lines.append(f"# {name} is unset")
             else:
-                lines.append(f"{f.name} = {_toml_value(item)}")
+                lines.append(f"{name} = {_toml_value(item)}")
         for name, table in tables:
-            lines.append(f"\n[{section.name}.{name}]")
+            lines.append(f"\n[{section}.{name}]")
             lines.extend(f"{key} = {_toml_value(item)}" for key, item in table.items())
         lines.append("")
     return "\n".join(lines)
