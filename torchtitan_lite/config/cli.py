@@ -293,8 +293,10 @@ def suggestion(name: str, candidates: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def format_help(root: type, title: str) -> str:
-    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)`` and its doc."""
+def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, str]] = {}) -> str:
+    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)`` and its doc;
+    ``set_by`` maps keys (``section.key``, or ``section.table.name`` for a table's item) to ``(value, where)``,
+    shown under the key as ``this run: value (where)``."""
     lines = [title, ""]
     section_docs = field_docs(root)
     for section in dataclasses.fields(root):
@@ -302,11 +304,15 @@ def format_help(root: type, title: str) -> str:
         lines.append(f"[{section.name}]  {section_docs[section.name]}")
         hints, docs, defaults = typing.get_type_hints(cls), field_docs(cls), cls()
         for f in dataclasses.fields(cls):
+            key = f"{section.name}.{f.name}"
             default = getattr(defaults, f.name)
             shown = "{}" if isinstance(default, dict) else _toml_value(default)
             limits = bounds_text(f.metadata)
-            lines.append(f"  --{section.name}.{f.name}  {type_name(hints[f.name])} = {shown}"
-                         + (f"  ({limits})" if limits else ""))
+            lines.append(f"  --{key}  {type_name(hints[f.name])} = {shown}" + (f"  ({limits})" if limits else ""))
+            for given, (value, where) in set_by.items():
+                if given == key or given.startswith(key + "."):
+                    item = given.removeprefix(key).removeprefix(".")
+                    lines.append(f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} ({where})")
             lines.extend(f"      {doc_line}" for doc_line in docs[f.name].splitlines())
         lines.append("")
     return "\n".join(lines)
