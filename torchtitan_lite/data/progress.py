@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -13,26 +14,29 @@ from tqdm import tqdm
 class ProgressLines:
     """Prints ``tokenizing: 30% (11 of 37 documents), 6.2 s`` each time another ``every_percent`` of ``total`` is
     done, once ``after_s`` seconds have passed (a short phase prints nothing), and a last line at 100%.
-    Used like a ``tqdm`` bar: ``with ProgressLines(...) as bar: bar.update(k)``.
+    Used like a ``tqdm`` bar: ``with ProgressLines(...) as bar: bar.update(k)``. ``clock`` gives the time in
+    seconds (``time.perf_counter``).
 
     Raises:
         ValueError: ``total < 0`` or ``every_percent`` not in ``(0, 100]``.
     """
 
-    def __init__(self, total: int, desc: str, unit: str, *, every_percent: float = 10.0, after_s: float = 5.0):
+    def __init__(self, total: int, desc: str, unit: str, *, every_percent: float = 10.0, after_s: float = 5.0,
+                 clock: Callable[[], float] = time.perf_counter):
         if total < 0 or not 0 < every_percent <= 100:
             raise ValueError(f"ProgressLines: need total >= 0 and every_percent in (0, 100], got {total}, "
                              f"{every_percent}")
         self.total, self.desc, self.unit = total, desc, unit
         self.every_percent, self.after_s = every_percent, after_s
         self.done, self._printed_percent, self._printed = 0, 0.0, False
-        self._start = time.perf_counter()
+        self._clock = clock
+        self._start = clock()
 
     def update(self, n: int = 1) -> None:
         """``n`` more units are done."""
         self.done += n
         percent = 100.0 * self.done / self.total if self.total else 100.0
-        seconds = time.perf_counter() - self._start
+        seconds = self._clock() - self._start
         if seconds >= self.after_s and (percent >= self._printed_percent + self.every_percent or
                                         (percent >= 100 and self._printed)):
             print(f"{self.desc}: {percent:.0f}% ({self.done:,} of {self.total:,} {self.unit}s), {seconds:.1f} s",
