@@ -299,9 +299,9 @@ class Trainer:
             result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
             skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
             size = format_bytes(folder_bytes(path))
+            saved = f", saved at step {result.step}" if result.step != train_state.step else ""
             return train_state, result.loaded_names, lambda n: [
-                f"resumed at step {train_state.step} from {path} ({size}, saved at step {result.step}): "
-                f"{n} model tensors loaded{skipped}"]
+                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}"]
         if cp.initial_load_hf is None:
             return TrainState(), [], lambda n: []
         adapter = state_dict_adapter(cfg.model.name, self.args)
