@@ -333,7 +333,7 @@ class Trainer:
         if self.report is None:
             return
         if self.info.rank == 0:
-            print(self.report, flush=True)
+            print(f"{self.report.by_pattern()}\n\n{self.report}", flush=True)
             paths = write_init_report(self.report, self.run_folder)
         self.metrics.log_text([init_report_summary(self.report)] + (
             [f"init report written to {paths[0]} and {paths[1]}"] if self.info.rank == 0 else []))
