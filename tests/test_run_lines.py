@@ -20,17 +20,21 @@ torch.set_num_threads(1)
 PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")
 
 
-def run(tmp: Path, capsys, *extra: str) -> tuple[Trainer, list[str]]:
-    """Train ``TINY_MODEL``/``TINY_RUN`` on ``tmp/data.txt`` in this process; the trainer and its printed lines."""
-    args = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp / 'data.txt'}", f"--job.dump_folder={tmp / 'out'}",
-            "--checkpoint.interval=2", *extra]
-    trainer, stop = Trainer(parse_args(args)), StopRequest()
+def train(argv: list[str], capsys) -> tuple[Trainer, list[str]]:
+    """Train ``argv`` in this process; the trainer and its printed lines."""
+    trainer, stop = Trainer(parse_args(argv)), StopRequest()
     try:
         trainer.train(stop)
     finally:
         stop.restore()
         dist.destroy_process_group()
     return trainer, capsys.readouterr().out.splitlines()
+
+
+def run(tmp: Path, capsys, *extra: str) -> tuple[Trainer, list[str]]:
+    """Train ``TINY_MODEL``/``TINY_RUN`` on ``tmp/data.txt`` (:func:`train`)."""
+    return train([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp / 'data.txt'}",
+                  f"--job.dump_folder={tmp / 'out'}", "--checkpoint.interval=2", *extra], capsys)
 
 
 def test_start_up_prints_each_phase_with_its_seconds_then_the_run_folder(tmp_path, capsys):
@@ -88,13 +92,7 @@ def test_a_140_kb_folder_of_text_trains_with_validation_at_the_debug_batch(tmp_p
             "--training.global_batch_size=16", "--training.steps=2", "--lr_scheduler.warmup_steps=1",
             "--validation.freq=2", "--validation.enable=true", "--training.num_threads=1", "--checkpoint.enable=false",
             "--metrics.enable_tensorboard=false"]
-    trainer, stop = Trainer(parse_args(args)), StopRequest()
-    try:
-        trainer.train(stop)
-    finally:
-        stop.restore()
-        dist.destroy_process_group()
-    lines = capsys.readouterr().out.splitlines()
+    trainer, lines = train(args, capsys)
     data = next(line for line in lines if line.startswith("data ("))
     total = trainer.data.total.tokens
     assert trainer.data.validation_size.tokens == 16 * 256 + 1 and trainer.data.validation_size.windows == 16
