@@ -221,29 +221,7 @@ class Trainer:
             lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
-        begin = time.perf_counter()
-        self.train_state, loaded, describe_load = self._load_at_start()
-        load_s, begin = time.perf_counter() - begin, time.perf_counter()
-        self.plan = self.spec.init_plan(self.args)
-        self.init_result = res = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
-                                              buffer_device=info.device)
-        self.fingerprint = model_fingerprint(self.model)
-        self.expected = expected_step1_loss(self.model, self.plan)
-        self.check_step1 = not loaded
-        debug = config.debug
-        self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
-        init_s = time.perf_counter() - begin
-        self.load_lines = describe_load(res.skipped_tensors)
-        if self.load_lines:
-            say.phase("load", self.load_lines[0], seconds=load_s)
-            for line in self.load_lines[1:]:
-                say.note(line)
-        say.phase("init", f"{res.initialized_tensors} tensors ({res.initialized_elements:,} elements) initialized, "
-                          f"{res.skipped_tensors} loaded; fingerprint {self.fingerprint}", seconds=init_s)
-        if self.check_step1:
-            say.note(self.expected.describe())
-        if deterministic_line:
-            say.note(deterministic_line)
+        self.train_state = self._load_and_init()
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps, device=info.device)
         self.run_folder = self._run_folder()
@@ -256,9 +234,12 @@ class Trainer:
             peak_flops=peak_flops(info.device, dtype))
         kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
             [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
+        if deterministic_line:
+            say.note(deterministic_line)
         say.note(f"run folder {self.run_folder}: {', '.join(kept)}; start-up took {say.total_s():.1f} s")
         self.metrics.log_text(say.lines, echo=False)
         self._log_init_report()
+        debug = config.debug
         self.tensorboard = config.metrics.enable_tensorboard
         if self.tensorboard and debug.histogram_freq >= 0:
             log_weight_histograms(self.metrics.writer, self.model, self.train_state.step)
@@ -266,6 +247,32 @@ class Trainer:
                                      steps=debug.profile_steps, rank=info.rank, device=info.device)
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
+
+    def _load_and_init(self) -> TrainState:
+        """Load what there is to load (:meth:`_load_at_start`), initialize the rest from the init plan, and print
+        the ``load`` and ``init`` lines (and, for a fresh init, the expected step-1 loss); the train state."""
+        begin = time.perf_counter()
+        train_state, loaded, describe_load = self._load_at_start()
+        load_s, begin = time.perf_counter() - begin, time.perf_counter()
+        self.plan = self.spec.init_plan(self.args)
+        self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
+                                              buffer_device=self.info.device)
+        self.fingerprint = model_fingerprint(self.model)
+        self.expected = expected_step1_loss(self.model, self.plan)
+        self.check_step1 = not loaded
+        self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
+        init_s = time.perf_counter() - begin
+        self.load_lines = describe_load(res.skipped_tensors)
+        if self.load_lines:
+            self.startup.phase("load", self.load_lines[0], seconds=load_s)
+            for line in self.load_lines[1:]:
+                self.startup.note(line)
+        self.startup.phase("init", f"{res.initialized_tensors} tensors ({res.initialized_elements:,} elements) "
+                                   f"initialized, {res.skipped_tensors} loaded; fingerprint {self.fingerprint}",
+                           seconds=init_s)
+        if self.check_step1:
+            self.startup.note(self.expected.describe())
+        return train_state
 
     def _build_data(self, tokenizer) -> DataLoaders:
         """The training and validation loaders (:func:`build_dataloaders`) and their start-up line; a validation
