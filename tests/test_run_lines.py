@@ -3,6 +3,7 @@ windows, epochs), the checkpoint save and load lines, and a small folder of one'
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 
 from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
+from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.train import Trainer
@@ -55,7 +57,12 @@ def test_start_up_prints_each_phase_with_its_seconds_then_the_run_folder(tmp_pat
     assert start[start.index(by_phase["init"]) + 1].startswith("expected step-1 loss ")
     assert re.fullmatch(rf"run folder {re.escape(trainer.run_folder)}: config.toml, run.json; start-up took "
                         r"\d+\.\d s", start[-1])
-    assert sorted(p.name for p in Path(trainer.run_folder).iterdir()) == ["config.toml", "run.json"]
+    folder = Path(trainer.run_folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.toml", "run.json"]
+    assert (folder / "config.toml").read_text() == format_toml(trainer.config)  # loads back: test_config_output
+    run_json = json.loads((folder / "run.json").read_text())
+    assert (run_json["world_size"], run_json["local_world_size"]) == (1, 1)
+    assert run_json["config"] == json.loads(json.dumps(config_dict(trainer.config)))
 
 
 def test_saves_print_step_folder_size_and_seconds_and_a_resume_says_where_it_resumed(tmp_path, capsys):
