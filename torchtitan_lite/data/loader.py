@@ -41,7 +41,8 @@ SPLITS = ("train", "validation")
 LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 """File extension -> ``datasets`` builder name."""
 
-_ENCODE_CHUNK = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+_ENCODE_DOCUMENTS = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+_ENCODE_CHARACTERS = 2**20  # and characters (past its first document): a progress line can come every few seconds
 
 
 def local_data_files(path: str | Path) -> tuple[str, list[str]]:
@@ -128,12 +129,25 @@ def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.
     eos = np.array([tokenizer.eos_id], dtype=np.int32)
     parts = []
     with progress(len(documents), "tokenizing", unit="document") as bar:
-        for start in range(0, len(documents), _ENCODE_CHUNK):
-            chunk = list(documents[start : start + _ENCODE_CHUNK])
+        for chunk in _encode_chunks(documents):
             for ids in tokenizer.encode_batch(chunk):
                 parts += [np.asarray(ids, dtype=np.int32), eos]
             bar.update(len(chunk))
     return torch.from_numpy(np.concatenate(parts))
+
+
+def _encode_chunks(documents: Sequence[str]) -> Iterator[list[str]]:
+    """``documents`` in consecutive runs of at most ``_ENCODE_DOCUMENTS`` documents and ``_ENCODE_CHARACTERS``
+    characters (a longer document alone)."""
+    start = 0
+    while start < len(documents):
+        end, characters = start + 1, len(documents[start])
+        while (end < len(documents) and end - start < _ENCODE_DOCUMENTS
+               and characters + len(documents[end]) <= _ENCODE_CHARACTERS):
+            characters += len(documents[end])
+            end += 1
+        yield list(documents[start:end])
+        start = end
 
 
 MAX_HELD_OUT_SHARE = 0.1
