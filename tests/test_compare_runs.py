@@ -111,7 +111,8 @@ def test_runs_are_labelled_by_the_settings_that_differ_in_one_order_everywhere(t
     assert labels_of([one, plain]) == [one, plain] and labels_of([plain, write_run(tmp_path / "b", [])]) == ["r1", "b"]
     assert main([two, one]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1:3] == [f"  run 0: training.seed=7  ({two}; steps 1-5)", f"  run 1: training.seed=42  ({one}; steps 1-5)"]
+    assert out[1:3] == [f"  run 0: training.seed=7  ({two}; steps 1-5)",
+                        f"  run 1: training.seed=42  ({one}; steps 1-5)"]
     assert out[-1].startswith("run 1 (training.seed=42) vs run 0 (training.seed=7): 5 common steps (1-5)")
     with pytest.raises(CompareError, match="--names: give one distinct name per run"):
         labels_of([one, two], ["same", "same"])

@@ -81,7 +81,8 @@ def test_run_train_sh_writes_every_ranks_output_to_the_run_folder_and_leaves_no_
     logged = (run / "logs" / "rank0.log").read_text().splitlines()
     # torchrun tails a worker's stdout and stderr separately: lines of the two may come in another order there
     assert sorted(logged) == sorted(console) and len(logged) > 10
-    assert [line for line in logged if line.startswith("step ")] == [line for line in console if line.startswith("step ")]
+    steps = [[line for line in lines if line.startswith("step ")] for lines in (logged, console)]
+    assert steps[0] == steps[1]
     rank1 = (run / "logs" / "rank1.log").read_text()
     assert "checkpoint saved: " in rank1 and "done: step 3 of 3" in rank1
     assert sorted(p.name for p in run.iterdir()) == ["config.toml", "logs", "run.json", "tb"]

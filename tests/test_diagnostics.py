@@ -81,7 +81,8 @@ def test_expected_step1_loss_of_debug_flavors_from_the_plan():
     ffn = 4 * 256 * 768 * s2**2 * silu_square_mean(s * 16) * s**2 * 256
     assert e.ffn_norm_sq == pytest.approx(ffn) and ffn == pytest.approx(0.1016, abs=1e-4)
     assert e.embedding_norm_sq == pytest.approx(256 * s**2)
-    assert e.cos == pytest.approx(math.sqrt(256 * s**2 / (256 * s**2 + ffn))) and e.cos == pytest.approx(0.704, abs=1e-3)
+    assert e.cos == pytest.approx(math.sqrt(256 * s**2 / (256 * s**2 + ffn)))
+    assert e.cos == pytest.approx(0.704, abs=1e-3)
     assert e.self_logit == pytest.approx(256 * 0.02 * STD3 * e.cos)  # cos <= 1 gave 5.05
     assert e.high == pytest.approx(LN_V + 0.0667, abs=1e-4)  # cos <= 1 gave + 0.1194
 

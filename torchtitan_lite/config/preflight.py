@@ -310,7 +310,8 @@ def help_text(argv: list[str] = ()) -> str:
     if sources:
         title += (f"\n\n'this run:' marks a value set by {config.job.config_file or 'the command line'}"
                   + (" or the command line" if config.job.config_file else "") + "; '=' gives the default")
-    return format_help(JobConfig, title, set_by={key: (_value_of(config, key), where) for key, where in sources.items()})
+    set_by = {key: (_value_of(config, key), where) for key, where in sources.items()}
+    return format_help(JobConfig, title, set_by=set_by)
 
 
 def _value_of(config: JobConfig, key: str) -> Any:
