@@ -8,8 +8,8 @@
 # Environment:
 #   NGPU           processes on this node, one per device (default 1; on a CPU, processes sharing its cores)
 #   CONFIG_FILE    TOML file (default train_configs/qwen3_debug.toml)
-#   LOG_RANK       local rank whose output is shown (default 0); every rank's output also goes to torchrun's
-#                  log folder
+#   LOG_RANK       local rank whose output is shown (default 0); every rank's output also goes to
+#                  <run folder>/logs/rank<N>.log (written by the trainer)
 #   TORCHRUN_ARGS  more torchrun arguments, e.g. for two nodes:
 #                  "--nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
@@ -63,8 +63,11 @@ if [[ -n "$printed" ]]; then
     exit 0
 fi
 
-log=$(mktemp "${TMPDIR:-/tmp}/run_train.XXXXXX")
-trap 'rm -f "$log"' EXIT
+# torchrun's per-rank files (--tee writes through them) go to a temporary folder removed at exit, not to a
+# torchelastic_* folder of its own that nothing removes.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/run_train.XXXXXX")
+log=$logs/console.log
+trap 'rm -rf "$logs"' EXIT
 # SIGTERM/SIGINT: forward to torchrun, which forwards to the workers; they finish the step, save and exit 0.
 pid=""
 signalled=""
@@ -79,7 +82,7 @@ trap 'forward INT' INT
 # on the console; the full output of the launcher goes to $log as well, to find the error line below.
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
 "$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" \
-    --role rank --tee 3 $TORCHRUN_ARGS \
+    --role rank --tee 3 --log-dir "$logs/torchrun" $TORCHRUN_ARGS \
     -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" > >(tee "$log") 2>&1 &
 pid=$!
 while true; do  # a trapped signal interrupts wait; wait again until torchrun has exited

@@ -15,6 +15,7 @@ import statistics
 import time
 
 import torch
+from machine_load import reported_load
 from torch import nn
 
 from torchtitan_lite.init.apply import init_weights, materialize
@@ -128,4 +129,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with reported_load():
+        main()

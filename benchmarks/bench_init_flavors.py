@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from machine_load import reported_load
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
@@ -154,6 +155,12 @@ def main() -> None:
         dist.destroy_process_group()
         print(json.dumps(timing.__dict__))
         return
+    with reported_load():
+        report(opts)
+
+
+def report(opts: argparse.Namespace) -> None:
+    """The table of every flavor in ``opts.flavors``, each measured in a child process."""
     budget = int(opts.max_shard_gib * 2**30 // 4)
     header = (f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} {'materialize s':>13} "
               f"{'init s':>8} {'ns/element':>10}")

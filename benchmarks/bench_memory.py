@@ -31,6 +31,7 @@ import time
 import weakref
 
 import torch
+from machine_load import reported_load
 
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.optimizer import build_optimizer
@@ -135,4 +136,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with reported_load():
+        main()

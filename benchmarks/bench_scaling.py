@@ -35,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine_load import reported_load
+
 REPO = Path(__file__).resolve().parents[1]
 STEP_LINE = re.compile(r"step\s+(\d+)\s+loss\s+\S+.*?\btps ([\d,]+)")
 RUNS = ((1, 1), (1, 2), (2, 1))  # (ranks, threads per rank)
@@ -109,4 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with reported_load():
+        main()

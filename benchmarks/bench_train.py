@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import torch
+from machine_load import reported_load
 
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.init.apply import init_weights, materialize
@@ -96,4 +97,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with reported_load():
+        main()

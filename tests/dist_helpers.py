@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch.distributed as dist
@@ -19,12 +20,14 @@ def torchrun_script(script: str | Path, nproc: int, args: list[str] = (), *, tee
     """``torchrun --standalone --nproc_per_node=nproc script args`` from the repo root, one thread per rank.
 
     ``tee``: torchrun's ``--tee 3``, which writes each rank's lines whole, prefixed ``[default<rank>]:``, so
-    lines of several ranks never interleave.
+    lines of several ranks never interleave. torchrun's log folder is a temporary one, removed after the run
+    (without ``--log-dir`` torchrun leaves a ``torchelastic_*`` folder behind).
     """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           *(["--tee", "3"] if tee else []), str(script), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="torchrun_logs_") as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "--log-dir", logs, *(["--tee", "3"] if tee else []), str(script), *args]
+        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def launcher_copy(folder: Path) -> Path:

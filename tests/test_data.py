@@ -97,6 +97,18 @@ def test_packing_joins_documents_with_eos_and_cuts_overlapping_windows(toy_token
     assert windows[0][0].tolist() == [1, 2, 3] and windows[0][1].tolist() == [2, 3, 0]
 
 
+def test_tokenizing_in_chunks_of_characters_gives_the_same_stream(toy_tokenizer, monkeypatch):
+    from torchtitan_lite.data import loader
+
+    docs = _docs(10)  # 13 characters, then 27 each
+    whole = tokenize_documents(toy_tokenizer, docs)
+    monkeypatch.setattr(loader, "_ENCODE_CHARACTERS", 60)
+    assert [len(chunk) for chunk in loader._encode_chunks(docs)] == [2, 2, 2, 2, 2]
+    assert torch.equal(tokenize_documents(toy_tokenizer, docs), whole)
+    monkeypatch.setattr(loader, "_ENCODE_CHARACTERS", 10)  # a document longer than that goes alone
+    assert [len(chunk) for chunk in loader._encode_chunks(docs)] == [1] * 10
+
+
 def test_shakespeare_loader_shapes_and_sizes():
     tok = build_tokenizer()
     loader = build_dataloader(dataset="shakespeare", tokenizer=tok, seq_len=256, local_batch_size=3, seed=0)

@@ -18,7 +18,13 @@ from torchtitan_lite.components.tb_extras import layer_grad_norms, log_layer_gra
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.spec import InitPlan, trunc_normal
-from torchtitan_lite.init.step1 import InitCheckError, check_step1_loss, expected_step1_loss, mean_log_partition
+from torchtitan_lite.init.step1 import (
+    InitCheckError,
+    check_step1_loss,
+    expected_step1_loss,
+    mean_log_partition,
+    silu_square_mean,
+)
 
 torch.set_num_threads(1)
 
@@ -69,9 +75,57 @@ def test_expected_step1_loss_of_debug_flavors_from_the_plan():
     e = expected_step1_loss(tied, qwen3_init_plan(qwen3_flavors["debug"]))
     assert e.output_names == ("output.weight", "tok_embeddings.weight")
     assert e.logit_std == pytest.approx(16 * 0.02 * STD3)
-    assert e.self_logit == pytest.approx(256 * 0.02 * STD3)
     assert e.low == pytest.approx(LN_V + 0.0498, abs=1e-4)
-    assert e.high == pytest.approx(LN_V + 0.1194, abs=1e-4)
+    # 4 feed-forward branches (hidden 768, w2 at 0.02 / sqrt(8)) each add 256 * 768 * s2^2 * M(0.3157) * s3^2 * 256
+    s, s2 = 0.02 * STD3, 0.02 / math.sqrt(8) * STD3
+    ffn = 4 * 256 * 768 * s2**2 * silu_square_mean(s * 16) * s**2 * 256
+    assert e.ffn_norm_sq == pytest.approx(ffn) and ffn == pytest.approx(0.1016, abs=1e-4)
+    assert e.embedding_norm_sq == pytest.approx(256 * s**2)
+    assert e.cos == pytest.approx(math.sqrt(256 * s**2 / (256 * s**2 + ffn)))
+    assert e.cos == pytest.approx(0.704, abs=1e-3)
+    assert e.self_logit == pytest.approx(256 * 0.02 * STD3 * e.cos)  # cos <= 1 gave 5.05
+    assert e.high == pytest.approx(LN_V + 0.0667, abs=1e-4)  # cos <= 1 gave + 0.1194
+
+
+def test_silu_square_mean_matches_numerical_integration():
+    from scipy import integrate
+
+    for sigma in (0.05, 0.3157, 0.63, 2.0):
+        density = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+        silu = lambda a: a / (1 + math.exp(-a))  # noqa: E731
+        reference = integrate.quad(lambda z: silu(sigma * z) ** 2 * density(z), -12, 12, epsabs=1e-14)[0]
+        assert silu_square_mean(sigma) == pytest.approx(reference, rel=1e-7)
+    assert silu_square_mean(0.01) == pytest.approx(0.01**2 / 4, rel=1e-3)  # silu(a) ~ a / 2 near 0
+
+
+def test_the_tied_06b_expectation_is_tight_where_cos_le_1_spanned_8_nats():
+    args = qwen3_flavors["0.6b"]
+    with torch.device("meta"):
+        model = Qwen3Model(args)
+    e = expected_step1_loss(model, qwen3_init_plan(args))
+    assert e.low == pytest.approx(math.log(151936) + 0.1993, abs=1e-4)
+    assert e.high - e.low < 1e-3  # 28 feed-forward branches: cos(embedding, residual) <= 0.115
+    assert e.cos == pytest.approx(0.115, abs=1e-3)
+
+
+@pytest.mark.parametrize("flavor,layers,vocab", [("debug", 4, 2048), ("0.6b", 6, 8192)])
+def test_measured_log_partition_and_loss_lie_in_the_tied_range(flavor, layers, vocab):
+    # 0.6b's shapes (dim 1024, hidden 3072, plan of the 28-layer model) on 6 blocks, the vocabulary cut to 8192
+    # so that the model fits a test; E[ln sum exp z] is the loss without the noise of the target logit.
+    full = dataclasses.replace(qwen3_flavors[flavor], vocab_size=vocab)
+    plan = qwen3_init_plan(full)
+    with torch.device("meta"):
+        model = Qwen3Model(dataclasses.replace(full, n_layers=layers, max_seq_len=64))
+    init_weights(materialize(model, "cpu"), plan, 0, buffer_device="cpu")
+    e = expected_step1_loss(model, plan)
+    tokens = torch.randint(0, 2048, (4, 65), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = model(tokens[:, :-1]).float()
+    log_partition = torch.logsumexp(logits, -1).mean().item()
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+    assert e.high - e.low < 0.02
+    assert e.low - 0.005 <= log_partition <= e.high + 0.005
+    assert abs(loss - log_partition) < 4 * e.logit_std / math.sqrt(256)  # the target logit: mean 0, std sigma
 
 
 @pytest.mark.parametrize("flavor", ["debug", "debug_untied"])

@@ -154,5 +154,5 @@ def test_sigterm_to_run_train_sh_saves_at_the_step_reached_exits_0_and_resumes(t
     resumed = subprocess.run(["./run_train.sh", *args[:-1], f"--training.steps={step + 1}"], cwd=REPO,
                              env={**env(), "NGPU": "2"}, capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert f"resumed from {tmp_path / 'out' / 'checkpoint' / f'step-{step}'} (step {step})" in resumed.stdout
+    assert f"resumed at step {step} from {tmp_path / 'out' / 'checkpoint' / f'step-{step}'} (" in resumed.stdout
     assert re.search(rf"^\[rank0\]:step +{step + 1} ", resumed.stdout, re.M)

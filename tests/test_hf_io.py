@@ -103,7 +103,8 @@ def test_import_loads_everything_draws_nothing_and_round_trips_bitwise(hf_folder
         close()
     assert calls == []
     assert (result.initialized_tensors, result.skipped_tensors) == (0, 13)
-    assert trainer.load_lines == [f"imported {folder}: 14 model tensors loaded; missing (initialized): none"]
+    # 13 tensors, as in the init line: the tied output.weight = tok_embeddings.weight counts once
+    assert trainer.load_lines == [f"imported {folder}: 13 model tensors loaded; missing (initialized): none"]
     assert same_logits
     first, second = load_file(folder / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
     assert first.keys() == second.keys() and "lm_head.weight" not in first
@@ -124,7 +125,7 @@ def test_missing_tensors_are_initialized_and_listed(hf_folder, tmp_path):
         wq = trainer.model.layers["0"].attention.wq.weight.full_tensor()
     finally:
         close()
-    assert trainer.load_lines == [f"imported {partial}: 12 model tensors loaded; missing (initialized): "
+    assert trainer.load_lines == [f"imported {partial}: 11 model tensors loaded; missing (initialized): "
                                   "layers.0.attention.q_norm.weight, norm.weight"]
     assert (trainer.init_result.initialized_tensors, trainer.init_result.skipped_tensors) == (2, 11)
     assert torch.equal(norm, torch.ones(64))  # the init plan's RMSNorm weight

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
     assert main(DEBUG + ["--layers", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
-    assert "expected step-1 loss 7.6745..7.7441" in out
+    assert "expected step-1 loss 7.6745..7.6913" in out
     assert "init report: 24 tensors, none flagged" in out  # 11 per block, tied output, final norm
     rows = {r["name"]: r for r in json.loads((tmp_path / "init_report.json").read_text())}
     assert rows["layers.1.attention.wo.weight"]["expected_std"] == pytest.approx(0.02 / 8**0.5 * 0.9865784)
@@ -58,3 +59,48 @@ def test_a_budget_cuts_the_block_count_to_what_fits():
 def test_bad_layer_count_exits_2(capsys):
     assert main(DEBUG + ["--layers", "9"]) == 2
     assert "--layers 9: the model has 4 blocks; pass 1..4" in capsys.readouterr().err
+
+
+def _table(out: str, first_header: str) -> list[str]:
+    """The lines of the aligned table whose header starts with ``first_header``, up to the next empty line."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first_header))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+def test_summary_per_pattern_comes_first_with_aligned_columns(capsys):
+    assert main(DEBUG + ["--layers", "2"]) == 0
+    out = capsys.readouterr().out
+    summary = _table(out, "pattern ")
+    assert out.index(summary[0]) < out.index("\nname ")  # before the per-tensor rows
+    assert len(summary) == 1 + 13  # one line per plan entry
+    header = summary[0]
+    spec_at, std_end = header.index("spec"), header.index("std (measured)") + len("std (measured)")
+    wo = next(line for line in summary if line.startswith("layers.*.attention.wo.weight "))
+    assert wo.split()[1:4] == ["2", "131,072", "trunc_normal(std=0.007071,"]  # 2 blocks of 256 x 256
+    for line in summary[1:]:
+        assert line[spec_at - 2:spec_at] == "  " and line[spec_at] != " "  # every spec starts in the spec column
+        assert line[std_end - 1] != " " and line[std_end] == " "  # the measured stds end where their header does
+    assert re.search(r"^layers\.\*\.attention\.wo\.weight +2 +131,072 .* init +0\.00\d+\.\.0\.00\d+ +0\.006976$",
+                     wo)
+    rows = _table(out, "name ")
+    rows = rows[:next(i for i, line in enumerate(rows) if line.startswith("init report:"))]
+    spec_at = rows[0].index("spec")
+    assert len(rows) == 1 + 24 and all(line[spec_at - 2:spec_at] == "  " and line[spec_at:].startswith(
+        ("trunc_normal", "ones")) for line in rows[1:])
+
+
+def test_pattern_summary_counts_tensors_elements_and_each_flag():
+    from torchtitan_lite.init.report import pattern_summary
+
+    text = pattern_summary([
+        ("layers.*.w", "normal(std=0.02)", 100, "init", 0.0199, 0.02, ["std off"]),
+        ("layers.*.w", "normal(std=0.02)", 100, "loaded", 0.0301, 0.02, ["std off", "kurtosis off"]),
+        ("norm.weight", "ones", 8, "init", None, 0.0, []),
+    ])
+    lines = text.splitlines()
+    assert lines[1].split("  ")[0] == "layers.*.w"
+    assert re.fullmatch(r"layers\.\*\.w +2 +200 +normal\(std=0\.02\) +init,loaded +0\.0199\.\.0\.0301 +0\.02 +"
+                        r"std off x2, kurtosis off", lines[1])
+    assert re.fullmatch(r"norm\.weight +1 +8 +ones +init +- +0", lines[2])

@@ -142,3 +142,45 @@ def test_scalars_and_lines_given_by_a_model_are_written_and_printed(tmp_path, ca
     acc = EventAccumulator(str(tmp_path / "tb")).Reload()
     assert [(e.step, e.value) for e in acc.Scalars("moe/layers.1.moe/max_load")] == [(3, 3.0)]
     assert [(e.step, e.value) for e in acc.Scalars("moe/layers.1.moe/min_load")] == [(3, 0.0)]
+
+
+def test_eta_is_the_moving_average_of_the_last_steps_without_the_first_step_and_pauses(tmp_path):
+    # step 1: 30 s of warm-up; steps 2-25: 1 s each; steps 26-40: 3 s each; a 100 s validation pause after step 20
+    logger = _logger(tmp_path, log_freq=1, total_steps=100, enable_tensorboard=False, eta_window=10)
+    elapsed, lines = 0.0, {}
+    for step in range(1, 41):
+        elapsed += 30.0 if step == 1 else 1.0 if step <= 25 else 3.0
+        lines[step] = _step(logger, step, elapsed_s=elapsed)
+        if step == 20:
+            logger.add_pause(100.0)
+            elapsed += 100.0
+    assert lines[1].endswith("eta 0:49:30")  # only step 1 is known: 30 s * 99 steps
+    assert lines[2].endswith("eta 0:01:38")  # step 1 left out: 1 s * 98
+    assert "tps 1,000 " in lines[21] and lines[21].endswith("eta 0:01:19")  # the pause is not a step: 1 s * 79
+    assert lines[30].endswith("eta 0:02:20")  # steps 21-30: five of 1 s, five of 3 s -> 2 s * 70
+    assert lines[40].endswith("eta 0:03:00")  # steps 31-40: 3 s * 60
+
+
+def test_step_time_average_keeps_whole_windows_covering_the_last_steps():
+    from torchtitan_lite.components.metrics import StepTimeAverage
+
+    average = StepTimeAverage(window=20)
+    assert average.seconds_per_step() is None
+    average.add(1, 50.0)  # the first step of the run
+    assert average.seconds_per_step() == 50.0
+    for _ in range(3):
+        average.add(10, 10.0)  # windows of 10 steps (log_freq = 10) at 1 s per step
+    average.add(10, 30.0)  # 3 s per step: the last two windows (20 steps) remain
+    assert average.seconds_per_step() == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="need steps >= 1 and seconds >= 0, got 0, 1.0"):
+        average.add(0, 1.0)
+
+
+def test_paused_time_is_left_out_of_throughput(tmp_path):
+    logger = _logger(tmp_path, log_freq=5, enable_tensorboard=False)
+    _step(logger, 1, elapsed_s=1.0)
+    with logger.paused():
+        pass  # a real pause measures its own wall time; this one is ~0 s
+    logger.add_pause(2.0)  # e.g. a validation of 2 s after step 1
+    line = _step(logger, 5, elapsed_s=7.0)  # 4 steps in 6 s, 2 of them paused: 4000 tokens in 4 s
+    assert "tps 1,000 " in line and line.endswith("eta 0:01:35")  # 1 s per step * 95

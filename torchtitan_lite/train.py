@@ -23,10 +23,12 @@ same global count (``distributed/pipeline.py``, the note on the loss).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -43,6 +45,7 @@ from torchtitan_lite.components.checkpoint import (
     find_checkpoint,
     model_args_json,
 )
+from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
 from torchtitan_lite.components.generation import generate
@@ -50,14 +53,22 @@ from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler
-from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
+from torchtitan_lite.components.metrics import (
+    MetricsLogger,
+    StartupLog,
+    folder_bytes,
+    format_bytes,
+    format_duration,
+    make_run_folder,
+)
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
 from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit, tokenizer_path
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.loader import build_dataloader
+from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.distributed.devices import peak_memory_bytes
@@ -133,9 +144,9 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
 
-def model_on_meta(config: JobConfig) -> tuple[nn.Module, object, object]:
-    """``(model, spec, args)``: the whole model of the config built on ``torch.device("meta")`` (no memory, no
-    values)."""
+def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
+    """``(model, spec, args)``: the configured model on meta (no memory, no RNG). The config was checked against
+    the model (vocab, ``seq_len``, selective k) by ``config.preflight``."""
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):
@@ -143,16 +154,17 @@ def model_on_meta(config: JobConfig) -> tuple[nn.Module, object, object]:
     return model, spec, args
 
 
-def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
-    """Model on meta -> ``spec.parallelize`` (:func:`parallel_options`) -> ``to_empty`` on the device.
-
-    Returns ``(model, spec, args)``, uninitialized. The config was checked against the model (vocab,
-    ``seq_len``, selective k) by ``config.preflight``. Pipeline parallelism: :func:`build_pipelined_model`.
-    """
-    model, spec, args = model_on_meta(config)
+def parallelize_model(model: nn.Module, spec, config: JobConfig, info: DistInfo) -> nn.Module:
+    """``spec.parallelize`` (:func:`parallel_options`), then ``to_empty`` on the device: uninitialized."""
     model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
     materialize(model, info.device)
-    return model, spec, args
+    return model
+
+
+def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
+    """:func:`build_meta_model` -> :func:`parallelize_model`: ``(model, spec, args)``, uninitialized."""
+    model, spec, args = build_meta_model(config)
+    return parallelize_model(model, spec, config, info), spec, args
 
 
 def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, object, object]:
@@ -161,7 +173,7 @@ def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, 
     (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the rest of the
     run sees as the model. The config checked the split and the untied embeddings (``config.preflight``).
     """
-    model, spec, args = model_on_meta(config)
+    model, spec, args = build_meta_model(config)
     par, training = config.parallelism, config.training
     pipeline = build_pipeline(
         model, info.dims, spec.parallelize, parallel_options(config, info.device), device=info.device,
@@ -201,22 +213,40 @@ def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Te
 class Trainer:
     """One training run, built from a validated :class:`JobConfig` on every rank."""
 
-    def __init__(self, config: JobConfig):
+    def __init__(self, config: JobConfig, startup: StartupLog | None = None, console: ConsoleLog | None = None):
+        """Build the run, printing a line per start-up phase (:class:`StartupLog`; ``startup`` already holds the
+        config line when given). ``console``: the worker's :class:`ConsoleLog`, opened as
+        ``<run folder>/logs/rank<N>.log`` once the run folder exists."""
         self.config = config
+        self.startup = say = startup or StartupLog()
         self.info = info = init_distributed(config)
-        self.deterministic_line = enable_deterministic() if config.debug.deterministic else None
+        deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
-        self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
+        self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
+        dtype = compute_dtype(config, info.device)
+        say.phase("process group", f"{info.backend}, world size {info.world_size}, {self._layout_text()}; device "
+                                   f"{info.device}, compute dtype {str(dtype).removeprefix('torch.')}, threads per rank "
+                                   f"{torch.get_num_threads()}")
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
+        say.note(f"global batch {self.global_batch} x {config.training.seq_len} tokens = "
+                 f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per "
+                 "data-parallel rank")
+        self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
+        self.data = self._build_data(tokenizer)
+        self.train_loader, self.val_loader = self.data.train, self.data.validation
+        self.whole, self.spec, self.args = build_meta_model(config)  # the whole model's names, shapes and ties
+        self.n_params = sum(p.numel() for p in self.whole.parameters())
+        say.phase("model", f"{config.model.name} flavor {config.model.flavor} on meta: {self.n_params:,} parameters "
+                           f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size "
+                           f"{self.args.vocab_size}, tokenizer vocab {tokenizer.vocab_size}")
         self.pipeline: Pipeline | None = None
         forwards = self.accum  # model forwards per rank per step
         if info.dims.pp > 1:
-            self.pipeline, self.spec, self.args = build_pipelined_model(config, info)
+            self.pipeline, _, _ = build_pipelined_model(config, info)
             self.model = self.pipeline.model
             forwards *= self.pipeline.n_microbatches
         else:
-            self.model, self.spec, self.args = build_model(config, info)
-        self.whole, _, _ = model_on_meta(config)  # the whole model's names, shapes and ties, whatever this rank holds
+            self.model = parallelize_model(build_meta_model(config)[0], self.spec, config, info)
         self.loss_fn = build_loss_fn(config, info.device)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
@@ -229,45 +259,34 @@ class Trainer:
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
             decay_ratio=sched.decay_ratio, decay_type=sched.decay_type, min_lr_factor=sched.min_lr_factor)
-        data_kwargs = dict(
-            dataset=config.training.dataset, dataset_path=config.training.dataset_path,
-            hf_dataset_name=config.training.hf_dataset_name, hf_dataset_config=config.training.hf_dataset_config,
-            streaming=config.training.streaming, text_column=config.training.text_column, tokenizer=tokenizer,
-            seq_len=config.training.seq_len, local_batch_size=config.training.local_batch_size,
-            dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree, seed=config.training.seed,
-            pin_memory=info.device.type != "cpu")
-        self.train_loader = build_dataloader(split="train", **data_kwargs)
-        self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
+        say.phase("parallelize", f"{self._memory_and_compile_line()}; materialized on {info.device}")
+        if self.pipeline is not None:
+            say.note(self.pipeline.describe())
         cp = config.checkpoint
         self.checkpointer = Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
             lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
-        self.train_state, loaded, self.load_lines = self._load_at_start()
-        self.plan = self.spec.init_plan(self.args)
-        self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
-                                        buffer_device=info.device, partial=self.pipeline is not None)
-        self.fingerprint = model_fingerprint(self.model)
-        self.n_params = sum(p.numel() for p in self.whole.parameters())
-        self.expected = expected_step1_loss(self.whole, self.plan)
-        self.check_step1 = not loaded
-        debug = config.debug
-        self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
-        if self.pipeline is not None and self.report is not None:
-            self.report = InitReport([row for part in gather_stages(self.report, self.pipeline.group)
-                                      for row in part.rows])
+        self.train_state = self._load_and_init()
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps, device=info.device)
         self.run_folder = self._run_folder()
-        dtype = compute_dtype(config, info.device)
+        log_path = console.open(Path(self.run_folder) / "logs" / f"rank{info.rank}.log") if console else None
         self.metrics = MetricsLogger(
             self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
             tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
             total_steps=config.training.steps, world_size=info.world_size,
             num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
             peak_flops=peak_flops(info.device, dtype))
-        self._log_header(tokenizer, dtype)
+        kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
+            [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
+        if deterministic_line:
+            say.note(deterministic_line)
+        say.note(f"run folder {self.run_folder}: {', '.join(kept)}; start-up took {say.total_s():.1f} s")
+        self.metrics.log_text(say.lines, echo=False)
+        self._log_init_report()
+        debug = config.debug
         self.tensorboard = config.metrics.enable_tensorboard
         if self.tensorboard and debug.histogram_freq >= 0:
             log_weight_histograms(self.metrics.writer, self.model, self.train_state.step)
@@ -276,9 +295,60 @@ class Trainer:
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
 
-    def _load_at_start(self) -> tuple[TrainState, list[str], list[str]]:
-        """``(train_state, loaded model names, log lines)``: resume from a checkpoint if there is one to resume,
-        else import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], [])``.
+    def _load_and_init(self) -> TrainState:
+        """Load what there is to load (:meth:`_load_at_start`), initialize the rest from the init plan, and print
+        the ``load`` and ``init`` lines (and, for a fresh init, the expected step-1 loss); the train state."""
+        begin = time.perf_counter()
+        train_state, loaded, describe_load = self._load_at_start()
+        load_s, begin = time.perf_counter() - begin, time.perf_counter()
+        self.plan = self.spec.init_plan(self.args)
+        self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
+                                              buffer_device=self.info.device, partial=self.pipeline is not None)
+        self.fingerprint = model_fingerprint(self.model)
+        self.expected = expected_step1_loss(self.whole, self.plan)
+        self.check_step1 = not loaded
+        self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
+        counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
+                              device=self.info.device)
+        if self.pipeline is not None:  # each stage initialized its own tensors
+            dist.all_reduce(counts, group=self.pipeline.group)
+            if self.report is not None:
+                self.report = InitReport([row for part in gather_stages(self.report, self.pipeline.group)
+                                          for row in part.rows])
+        initialized, elements, skipped = counts.tolist()
+        init_s = time.perf_counter() - begin
+        self.load_lines = describe_load(skipped)
+        if self.load_lines:
+            self.startup.phase("load", self.load_lines[0], seconds=load_s)
+            for line in self.load_lines[1:]:
+                self.startup.note(line)
+        self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
+                                   f"fingerprint {self.fingerprint}", seconds=init_s)
+        if self.check_step1:
+            self.startup.note(self.expected.describe())
+        return train_state
+
+    def _build_data(self, tokenizer) -> DataLoaders:
+        """The training and validation loaders (:func:`build_dataloaders`) and their start-up line; a validation
+        split too small for one batch per rank leaves validation off with one warning line."""
+        cfg, info = self.config, self.info
+        t = cfg.training
+        data = build_dataloaders(
+            validation=cfg.validation.enable, min_val_windows=self.global_batch, dataset=t.dataset,
+            dataset_path=t.dataset_path, hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
+            streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
+            local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
+            seed=t.seed, pin_memory=info.device.type != "cpu")
+        self.startup.phase("data", data.describe(t.steps, self.global_batch))
+        if data.validation_off:
+            self.startup.note(f"warning: validation off: {data.validation_off}")
+        return data
+
+    def _load_at_start(self) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
+        """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to resume, else
+        import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], ...)``; ``lines(n)``
+        describes what was loaded given ``n``, the count of loaded tensors (a tied pair counts once, as in the
+        init line).
 
         Raises:
             CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
@@ -289,54 +359,40 @@ class Trainer:
         if path is not None:
             result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
             skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
-            return train_state, result.loaded_names, [
-                f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
+            size = format_bytes(folder_bytes(path))
+            saved = f", saved at step {result.step}" if result.step != train_state.step else ""
+            return train_state, result.loaded_names, lambda n: [
+                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}"]
         if cp.initial_load_hf is None:
-            return TrainState(), [], []
+            return TrainState(), [], lambda n: []
         imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
                                   allow_unexpected=cp.initial_load_hf_allow_unexpected)
-        return TrainState(), imported.loaded, imported.describe(cp.initial_load_hf)
+        return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf)
 
-    def _run_folder(self):
-        """The run folder, named and created on rank 0 and broadcast to the others."""
+    def _run_folder(self) -> str:
+        """The run folder, named and created on rank 0 (with ``config.toml``, the resolved config, and
+        ``run.json``: world size, ranks per node, the command line) and broadcast to the others."""
         holder = [None]
         if self.info.rank == 0:
-            holder[0] = str(make_run_folder(self.config.job.dump_folder, self.config.model.name,
-                                            self.config.model.flavor))
+            cfg = self.config
+            folder = make_run_folder(cfg.job.dump_folder, cfg.model.name, cfg.model.flavor)
+            (folder / "config.toml").write_text(format_toml(cfg), encoding="utf-8")
+            run = {"world_size": self.info.world_size, "local_world_size": self.info.local_world_size,
+                   "argv": sys.argv[1:], "config": config_dict(cfg)}
+            (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+            holder[0] = str(folder)
         dist.broadcast_object_list(holder, src=0)
         return holder[0]
 
-    def _log_header(self, tokenizer, dtype: torch.dtype) -> None:
-        cfg, info, res = self.config, self.info, self.init_result
-        counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
-                              device=info.device)
-        if self.pipeline is not None:  # each stage initialized its own tensors
-            dist.all_reduce(counts, group=self.pipeline.group)
-        initialized, elements, skipped = counts.tolist()
-        lines = [
-            f"model {cfg.model.name} flavor {cfg.model.flavor}: {self.n_params:,} parameters "
-            f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size {self.args.vocab_size}, "
-            f"tokenizer vocab {tokenizer.vocab_size}",
-            f"device {info.device} ({info.backend}), world size {info.world_size}, {self._layout_text()}, compute dtype "
-            f"{str(dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
-            f"global batch {self.global_batch} x {cfg.training.seq_len} tokens = "
-            f"{self.global_batch * cfg.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per data-parallel rank",
-            self._memory_and_compile_line(),
-            *([self.pipeline.describe()] if self.pipeline is not None else []),
-            f"init: {initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
-            f"fingerprint {self.fingerprint}",
-            self.expected.describe(),
-            *self.load_lines,
-            *([self.deterministic_line] if self.deterministic_line else []),
-            f"run folder {self.run_folder}",
-        ]
-        self.metrics.log_text(lines)
-        if self.report is not None:
-            if info.rank == 0:
-                print(self.report, flush=True)
-                paths = write_init_report(self.report, self.run_folder)
-            self.metrics.log_text([init_report_summary(self.report)] + (
-                [f"init report written to {paths[0]} and {paths[1]}"] if info.rank == 0 else []))
+    def _log_init_report(self) -> None:
+        """``debug.init_report``: the report printed (rank 0), its summary line, its files in the run folder."""
+        if self.report is None:
+            return
+        if self.info.rank == 0:
+            print(f"{self.report.by_pattern()}\n\n{self.report}", flush=True)
+            paths = write_init_report(self.report, self.run_folder)
+        self.metrics.log_text([init_report_summary(self.report)] + (
+            [f"init report written to {paths[0]} and {paths[1]}"] if self.info.rank == 0 else []))
 
     def _layout_text(self) -> str:
         """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always)."""
@@ -488,7 +544,8 @@ class Trainer:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq
             if self.tensorboard and freq > 0 and step % freq == 0:
-                log_weight_histograms(self.metrics.writer, self.model, step)
+                with self.metrics.paused():
+                    log_weight_histograms(self.metrics.writer, self.model, step)
             summary_due = step % cfg.validation.freq == 0 or step == cfg.training.steps
             if log_due or summary_due:
                 report = self.hooks.report(step)
@@ -496,20 +553,22 @@ class Trainer:
                 if summary_due and report.summary is not None:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
-                self.metrics.log_validation(step, self.validate())
-                if cfg.validation.sample_prompt is not None:
-                    self.metrics.log_sample(step, cfg.validation.sample_prompt, self.sample())
+                with self.metrics.paused():
+                    self.metrics.log_validation(step, self.validate())
+                    if cfg.validation.sample_prompt is not None:
+                        self.metrics.log_sample(step, cfg.validation.sample_prompt, self.sample())
             if stop.agreed(self.info.cpu_group):
                 saved = self._save(force=True)
                 self.metrics.log_text([f"stopped by a signal after step {step}; " + (
                     f"checkpoint saved: {saved}" if saved else "checkpoint.enable = false: nothing saved")])
                 break
             if save_due:
-                self._save(force=False)
+                with self.metrics.paused():
+                    self._save(force=False)
         self.profiler.close()
         if self.profiler.written:
             self.metrics.log_text([f"profile written: {', '.join(map(str, self.profiler.written))}"])
-        self.checkpointer.finish()
+        self._log_saved(self.checkpointer.finish(), None)
         if cfg.checkpoint.export_hf is not None and not stop.signal_name:
             export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args), self.tokenizer,
                       dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank,
@@ -528,20 +587,66 @@ class Trainer:
         if not self.config.checkpoint.enable:
             return None
         self.guard.check(self.train_state.step)
+        self._log_saved(self.checkpointer.finish(), None)  # a background save of an earlier step
+        begin = time.perf_counter()
         path = self.checkpointer.save(self.train_state)
-        return (self.checkpointer.finish() or path) if force else path
+        path = (self.checkpointer.finish() or path) if force else path
+        if path is None:
+            self.metrics.log_line(f"checkpoint step {self.train_state.step}: writing in the background "
+                                  f"({time.perf_counter() - begin:.1f} s of training time)")
+        self._log_saved(path, time.perf_counter() - begin)
+        return path
+
+    def _log_saved(self, path: str | None, seconds: float | None) -> None:
+        """The line of a completed save at ``path`` (nothing for ``None``): size and seconds (``None``: written in
+        the background)."""
+        if path is not None:
+            took = f"in {seconds:.1f} s" if seconds is not None else "written in the background"
+            self.metrics.log_line(f"checkpoint saved: {path} ({format_bytes(folder_bytes(path))}) {took}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of each worker: train and return 0, or print a :class:`~torchtitan_lite.errors.UserError` as
     one line and return 2 (raised while building the run: ``input error: ...``) or 1 (while training:
-    ``error: ...``). Any other exception propagates with its traceback."""
-    config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
+    ``error: ...``). Any other exception propagates with its traceback. The worker's output is also written to
+    ``<run folder>/logs/rank<N>.log`` (:class:`ConsoleLog`), a traceback included."""
+    console = ConsoleLog()
+    try:
+        return _run(sys.argv[1:] if argv is None else argv, console)
+    except BaseException:
+        console.copy_exception()
+        raise
+    finally:
+        console.close()
+
+
+def _without_config_file(argv: list[str]) -> list[str]:
+    """The command line without ``--job.config_file X`` / ``--job.config_file=X``."""
+    kept, skip_next = [], False
+    for arg in argv:
+        if skip_next or arg.startswith("--job.config_file="):
+            skip_next = False
+            continue
+        skip_next = arg == "--job.config_file"
+        if not skip_next:
+            kept.append(arg)
+    return kept
+
+
+def _run(argv: list[str], console: ConsoleLog) -> int:
+    """:func:`main` with the console log in place."""
+    startup = StartupLog()
+    config = load_config_or_exit(argv)
+    given = _without_config_file(argv)
+    imports = f"; {startup.import_s:.1f} s of imports before it" if startup.import_s is not None else ""
+    startup.phase("config", f"{config.job.config_file or 'the defaults'}"
+                            + (f" with {' '.join(given)}" if given else "") + imports
+                            + (f'; job "{config.job.description}"' if config.job.description else ""))
     stop = StopRequest()
     finished = False
     try:
         try:
-            trainer = Trainer(config)
+            trainer = Trainer(config, startup, console)
         except UserError as err:
             print(f"input error: {err}", file=sys.stderr, flush=True)
             return 2

@@ -1,4 +1,5 @@
-"""Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the run folder.
+"""Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the ETA, start-up phase times,
+the run folder.
 
 Tokens/s and TFLOPs are PER DEVICE (torchtitan's convention); MFU = achieved FLOP/s / the device's peak
 FLOP/s (PaLM, arXiv 2204.02311, App. B), from ``ModelSpec.num_flops_per_token``.
@@ -6,9 +7,11 @@ FLOP/s (PaLM, arXiv 2204.02311, App. B), from ``ModelSpec.num_flops_per_token``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -57,6 +60,101 @@ def format_step_line(
     )
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux ``/proc``: its start time in clock ticks since boot against
+    the uptime), or ``None`` where that is not available."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return max(float(uptime.read().split()[0]) - started, 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StartupLog:
+    """The start-up lines of a run: one per phase (config, process group, data, model, parallelize, load, init)
+    with its seconds, printed as the phase ends (a long start is never silent), and kept for TensorBoard.
+
+    :meth:`phase` prints ``<phase> (<seconds> s): <detail>``, the seconds since the previous phase ended (or the
+    log was made) unless given; :meth:`note` prints a line that is no phase. ``import_s`` is how long the process
+    ran before the log was made (its imports), or ``None`` where unknown (:func:`process_age_s`).
+    """
+
+    def __init__(self) -> None:
+        self.import_s = process_age_s()
+        self._start = self._last = time.perf_counter()
+        self.lines: list[str] = []
+
+    def phase(self, name: str, detail: str, *, seconds: float | None = None) -> str:
+        """End phase ``name`` now; print and return its line, e.g. ``data (2.3 s): shakespeare: ...``."""
+        now = time.perf_counter()
+        seconds, self._last = now - self._last if seconds is None else seconds, now
+        return self.note(f"{name} ({seconds:.1f} s): {detail}")
+
+    def note(self, line: str) -> str:
+        """Print and keep ``line``."""
+        print(line, flush=True)
+        self.lines.append(line)
+        return line
+
+    def total_s(self) -> float:
+        """Seconds since the log was made."""
+        return time.perf_counter() - self._start
+
+
+def format_bytes(n: int) -> str:
+    """``1536 -> "1.5 KiB"``: B, KiB, MiB, GiB, TiB, 3 significant digits."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{n} B" if unit == "B" else f"{value:.3g} {unit}"
+
+
+def folder_bytes(path: str | Path) -> int:
+    """Total size of the files under ``path``, in bytes (0 for a missing folder)."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+class StepTimeAverage:
+    """Mean seconds per training step over the last ``window`` or more steps: the ETA's basis.
+
+    The steps between two log lines come as one sample ``(steps, seconds)``, their wall time without the pauses
+    of the trainer (validation, checkpoint saves). The first sample of a run (its first step: allocator and
+    kernel warm-up, compile) is used only until a second one exists. The oldest samples are dropped while the
+    others still cover ``window`` steps.
+
+    Raises:
+        ValueError: ``window < 1``, or a sample with ``steps < 1`` or negative ``seconds``.
+    """
+
+    def __init__(self, window: int):
+        if window < 1:
+            raise ValueError(f"StepTimeAverage: window must be >= 1 step, got {window}")
+        self.window = window
+        self._samples: list[tuple[int, float]] = []
+        self._first: tuple[int, float] | None = None
+
+    def add(self, steps: int, seconds: float) -> None:
+        """Add the time of ``steps`` consecutive steps."""
+        if steps < 1 or not seconds >= 0:
+            raise ValueError(f"StepTimeAverage.add: need steps >= 1 and seconds >= 0, got {steps}, {seconds}")
+        if self._first is None:
+            self._first = (steps, seconds)
+            return
+        self._samples.append((steps, seconds))
+        while len(self._samples) > 1 and sum(n for n, _ in self._samples[1:]) >= self.window:
+            self._samples.pop(0)
+
+    def seconds_per_step(self) -> float | None:
+        """The mean over the kept samples (the first sample alone until another exists); ``None`` before any."""
+        samples = self._samples or ([self._first] if self._first else [])
+        if not samples:
+            return None
+        return sum(s for _, s in samples) / sum(n for n, _ in samples)
+
+
 def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Path:
     """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time; ``-2``, ``-3``,
     ... when taken). Call on rank 0 and broadcast the path.
@@ -80,7 +178,9 @@ class MetricsLogger:
     """Prints the step log line every ``log_freq`` steps and writes TensorBoard scalars on rank 0.
 
     A line is due (:meth:`due`) on the first, every ``log_freq``-th and the last step (the trainer reads values
-    on the host only then); throughput, data wait and ETA cover the window since the previous line. Every
+    on the host only then); throughput and data wait cover the window since the previous line, less the
+    trainer's pauses in it (:meth:`paused`: validation, checkpoint saves); the ETA is the remaining steps times
+    the mean step time of the last ``eta_window`` steps (:class:`StepTimeAverage`). Every
     rank prints; rank 0 writes TensorBoard into ``<run_folder>/<tb_subfolder>``: ``loss/train``,
     ``loss/validation`` (nats/token), ``grad_norm``, ``lr``, ``tps``, ``tflops``, ``mfu`` (percent, known peak
     only), ``memory_gib``, ``data_wait_ms`` (per step), ``tokens_seen`` (``step * tokens_per_step * world_size``).
@@ -91,10 +191,11 @@ class MetricsLogger:
         world_size: devices (ranks) of the run, for ``tokens_seen``.
         num_flops_per_token: training FLOPs per token (forward + backward), > 0.
         peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU ``n/a``).
+        eta_window: steps the ETA's mean step time covers (at least).
 
     Raises:
-        ValueError: ``log_freq``, ``total_steps``, ``world_size`` or ``num_flops_per_token`` out of
-            range, or ``peak_flops`` not ``None`` and not > 0.
+        ValueError: ``log_freq``, ``total_steps``, ``world_size``, ``eta_window`` or ``num_flops_per_token`` out
+            of range, or ``peak_flops`` not ``None`` and not > 0.
     """
 
     def __init__(
@@ -109,6 +210,7 @@ class MetricsLogger:
         world_size: int,
         num_flops_per_token: float,
         peak_flops: float | None,
+        eta_window: int = 20,
     ):
         for name, value in (("log_freq", log_freq), ("total_steps", total_steps), ("world_size", world_size)):
             if value < 1:
@@ -127,6 +229,21 @@ class MetricsLogger:
         )
         self._window_start_step: int | None = None
         self._window_start_s = 0.0
+        self._paused_s = 0.0
+        self._step_times = StepTimeAverage(eta_window)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside is a pause (validation, a checkpoint save): left out of throughput and ETA."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_pause(time.perf_counter() - begin)
+
+    def add_pause(self, seconds: float) -> None:
+        """Leave ``seconds`` of the current window out of its throughput and the ETA."""
+        self._paused_s += seconds
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` (1-based) gets a line: the run's first step, every ``log_freq``-th, the last."""
@@ -150,7 +267,8 @@ class MetricsLogger:
             loss: the step's global mean token loss; ``grad_norm``: before clipping.
             tokens_per_step: this device's share of the step's tokens (all micro-batches): the global batch's
                 tokens / ``world_size``.
-            elapsed_s: wall seconds since the loop started, read after the device finished the step.
+            elapsed_s: wall seconds since the loop started, read after the device finished the step (pauses
+                included: :meth:`paused` takes them out).
             memory_bytes: peak memory (``devices.peak_memory_bytes``) or ``None``.
             data_wait_s: seconds this rank waited for batches since the previous line.
 
@@ -162,11 +280,12 @@ class MetricsLogger:
         if self._window_start_step is None:
             self._window_start_step = step - 1
         steps = step - self._window_start_step
-        window_s = max(elapsed_s - self._window_start_s, 1e-9)
+        window_s = max(elapsed_s - self._window_start_s - self._paused_s, 1e-9)
+        self._step_times.add(steps, window_s)
         tps = tokens_per_step * steps / window_s
         flops = self.num_flops_per_token * tps
         mfu = None if self.peak_flops is None else flops / self.peak_flops
-        eta_s = window_s / steps * max(self.total_steps - step, 0)
+        eta_s = self._step_times.seconds_per_step() * max(self.total_steps - step, 0)
         line = format_step_line(
             step, loss=loss, grad_norm=grad_norm, lr=lr, tps=tps, tflops=flops / 1e12, mfu=mfu,
             memory_bytes=memory_bytes, data_wait_s=data_wait_s / steps, elapsed_s=elapsed_s, eta_s=eta_s,
@@ -185,6 +304,7 @@ class MetricsLogger:
                 self.writer.add_scalar(tag, value, step)
         self._window_start_step = step
         self._window_start_s = elapsed_s
+        self._paused_s = 0.0
         return line
 
     def log_validation(self, step: int, loss: float) -> str:
@@ -214,10 +334,11 @@ class MetricsLogger:
         """Print one line of the run's output (e.g. a model's summary of a step)."""
         print(line, flush=True)
 
-    def log_text(self, lines: Iterable[str]) -> None:
-        """Print ``lines`` and store them as TensorBoard text ``run/header``."""
+    def log_text(self, lines: Iterable[str], *, echo: bool = True) -> None:
+        """Print ``lines`` (unless ``echo`` is false: printed already) and store them as TensorBoard text
+        ``run/header``."""
         lines = list(lines)
-        for line in lines:
+        for line in lines if echo else ():
             print(line, flush=True)
         if self.writer is not None:
             self.writer.add_text("run/header", "\n".join("    " + line for line in lines))

@@ -293,8 +293,10 @@ def suggestion(name: str, candidates: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def format_help(root: type, title: str) -> str:
-    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)`` and its doc."""
+def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, str]] = {}) -> str:
+    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)`` and its doc;
+    ``set_by`` maps keys (``section.key``, or ``section.table.name`` for a table's item) to ``(value, where)``,
+    shown under the key as ``this run: value (where)``."""
     lines = [title, ""]
     section_docs = field_docs(root)
     for section in dataclasses.fields(root):
@@ -302,33 +304,50 @@ def format_help(root: type, title: str) -> str:
         lines.append(f"[{section.name}]  {section_docs[section.name]}")
         hints, docs, defaults = typing.get_type_hints(cls), field_docs(cls), cls()
         for f in dataclasses.fields(cls):
+            key = f"{section.name}.{f.name}"
             default = getattr(defaults, f.name)
             shown = "{}" if isinstance(default, dict) else _toml_value(default)
             limits = bounds_text(f.metadata)
-            lines.append(f"  --{section.name}.{f.name}  {type_name(hints[f.name])} = {shown}"
-                         + (f"  ({limits})" if limits else ""))
+            lines.append(f"  --{key}  {type_name(hints[f.name])} = {shown}" + (f"  ({limits})" if limits else ""))
+            for given, (value, where) in set_by.items():
+                if given == key or given.startswith(key + "."):
+                    item = given.removeprefix(key).removeprefix(".")
+                    lines.append(f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} ({where})")
             lines.extend(f"      {doc_line}" for doc_line in docs[f.name].splitlines())
         lines.append("")
     return "\n".join(lines)
 
 
+NOT_SAVED = ("job.config_file", "job.print_config")
+"""Keys a saved config leaves out: the file to load (command line only) and ``print_config`` (a file holding it
+would only print)."""
+
+
+def config_dict(config: Any) -> dict[str, dict[str, Any]]:
+    """The sectioned dataclass instance ``config`` as ``{section: {key: value}}`` (tables as dicts), without
+    :data:`NOT_SAVED`: what :func:`format_toml` writes."""
+    return {section.name: {f.name: getattr(getattr(config, section.name), f.name)
+                           for f in dataclasses.fields(getattr(config, section.name))
+                           if f"{section.name}.{f.name}" not in NOT_SAVED}
+            for section in dataclasses.fields(config)}
+
+
 def format_toml(config: Any) -> str:
-    """The sectioned dataclass instance ``config`` as TOML text; ``None`` values appear as comments."""
+    """The sectioned dataclass instance ``config`` as TOML text that loads back as the same config
+    (:func:`config_dict`); ``None`` values appear as comments."""
     lines: list[str] = []
-    for section in dataclasses.fields(config):
-        value = getattr(config, section.name)
-        lines.append(f"[{section.name}]")
+    for section, values in config_dict(config).items():
+        lines.append(f"[{section}]")
         tables = []
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
+        for name, item in values.items():
             if isinstance(item, dict):
-                tables.append((f.name, item))
+                tables.append((name, item))
             elif item is None:
-                lines.append(f"# {f.name} is unset")
+                lines.append(f"# {name} is unset")
             else:
-                lines.append(f"{f.name} = {_toml_value(item)}")
+                lines.append(f"{name} = {_toml_value(item)}")
         for name, table in tables:
-            lines.append(f"\n[{section.name}.{name}]")
+            lines.append(f"\n[{section}.{name}]")
             lines.extend(f"{key} = {_toml_value(item)}" for key, item in table.items())
         lines.append("")
     return "\n".join(lines)

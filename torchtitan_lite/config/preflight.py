@@ -13,6 +13,7 @@ that disagrees with the folder is an error naming the field: ``torchtitan_lite/c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -49,6 +50,22 @@ def parse_args(argv: list[str]) -> JobConfig:
     Raises:
         ConfigError: any problem, one line naming the key and where it was set.
     """
+    config, sources = _read(argv)
+    _check_cross_fields(config, sources)
+    _check_activation_checkpoint_and_compile(config, sources)
+    _model_from_hf_folder(config, sources)
+    _check_model(config, sources)
+    _check_model_fit(config, sources)
+    _check_layout_fits_model(config, sources)
+    return config
+
+
+def _read(argv: list[str]) -> tuple[JobConfig, dict[str, str]]:
+    """The config the file and command line set, and where each key given was set (keys and types checked only).
+
+    Raises:
+        ConfigError: a bad file, key or value.
+    """
     pairs = split_cli(argv, lambda key: is_bool(field_type(JobConfig, key)))
     config, sources = JobConfig(), {}
     for key, value in pairs:
@@ -61,13 +78,7 @@ def parse_args(argv: list[str]) -> JobConfig:
     for key, value in pairs:
         set_value(config, key, value, COMMAND_LINE)
         sources[key] = COMMAND_LINE
-    _check_cross_fields(config, sources)
-    _check_activation_checkpoint_and_compile(config, sources)
-    _model_from_hf_folder(config, sources)
-    _check_model(config, sources)
-    _check_model_fit(config, sources)
-    _check_layout_fits_model(config, sources)
-    return config
+    return config, sources
 
 
 def _read_toml(path: str) -> list[tuple[str, Any, str]]:
@@ -448,11 +459,30 @@ def _check_writable(key: str, path: str) -> None:
         raise ConfigError(f"{key}: cannot create {path!r}: {parent} is not a writable folder")
 
 
-def help_text() -> str:
-    """The ``--help`` text: every key with its type, default, bounds and documentation."""
+def help_text(argv: list[str] = ()) -> str:
+    """The ``--help`` text: every key with its type, default, bounds and documentation, and under each key that
+    the config file or the command line in ``argv`` sets, its value there (``this run: 400
+    (train_configs/qwen3_debug.toml line 16)``). A file or value that does not read is named in the title."""
     title = ("usage: run_train.sh [--section.key=value ...]   (also: --section.key value; bare --flag = true;\n"
              "       none/null unsets an optional key; lists are comma-separated)")
-    return format_help(JobConfig, title)
+    try:
+        config, sources = _read([arg for arg in argv if arg not in ("--help", "-h")])
+        with contextlib.suppress(ConfigError):
+            _check_model(config, sources)  # types the model.overrides given on the command line
+    except ConfigError as err:
+        return format_help(JobConfig, f"{title}\n\nthe values of this run are not shown: {err}")
+    if sources:
+        title += (f"\n\n'this run:' marks a value set by {config.job.config_file or 'the command line'}"
+                  + (" or the command line" if config.job.config_file else "") + "; '=' gives the default")
+    set_by = {key: (_value_of(config, key), where) for key, where in sources.items()}
+    return format_help(JobConfig, title, set_by=set_by)
+
+
+def _value_of(config: JobConfig, key: str) -> Any:
+    """The value of ``section.key`` or ``section.table.name`` in ``config``."""
+    section, name, *item = key.split(".")
+    value = getattr(getattr(config, section), name)
+    return value[item[0]] if item else value
 
 
 def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobConfig:
@@ -464,7 +494,7 @@ def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobCo
     exits 2.
     """
     if "--help" in argv or "-h" in argv:
-        print(help_text())
+        print(help_text(argv))
         sys.exit(0)
     try:
         config = parse_args(argv)

@@ -19,7 +19,8 @@ class Job:
     config_file: str | None = None
     """TOML file to load (command line only); unset = the defaults below (the debug job)."""
     dump_folder: str = "./outputs"
-    """Base folder of runs: each run writes its logs, TensorBoard events and checkpoints in a subfolder."""
+    """Base folder of runs: each run writes its config (``config.toml``, ``run.json``), every rank's output
+    (``logs/rank<N>.log``) and TensorBoard events in a timestamped subfolder; checkpoints in ``checkpoint.folder``."""
     description: str = ""
     """Free text describing the job, printed at start."""
     print_config: bool = False

@@ -3,8 +3,8 @@
 Sources: ``dataset="shakespeare"``, the plays of :mod:`~torchtitan_lite.data.corpus` (one document per
 play; ``validation`` is ``the-tempest``, ``train`` the other 37); local files (``dataset_path``: a
 ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of one format, read by ``datasets.load_dataset``;
-a ``.txt`` file is one document, other rows are documents from ``text_column``; the last
-``max(1, round(val_fraction * n_tokens))`` tokens are the validation split); ``dataset="hf"``, a hub dataset.
+a ``.txt`` file is one document, other rows are documents from ``text_column``; the end of the token stream is
+the validation split, 1% or one global batch, see :func:`held_out_tokens`); ``dataset="hf"``, a hub dataset.
 
 Packing: every document's ids and the EOS, concatenated into one int32 stream of ``n_tokens`` ids held in
 memory. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``; ``input_ids = window[:-1]`` and
@@ -20,6 +20,7 @@ stream order, forever; it resumes on the same world size only. The loader runs i
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -40,7 +41,8 @@ SPLITS = ("train", "validation")
 LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 """File extension -> ``datasets`` builder name."""
 
-_ENCODE_CHUNK = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+_ENCODE_DOCUMENTS = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+_ENCODE_CHARACTERS = 2**20  # and characters (past its first document): a progress line can come every few seconds
 
 
 def local_data_files(path: str | Path) -> tuple[str, list[str]]:
@@ -126,19 +128,46 @@ def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.
     """All documents' token ids, each followed by ``tokenizer.eos_id``, as one int32 tensor ``(n_tokens,)``."""
     eos = np.array([tokenizer.eos_id], dtype=np.int32)
     parts = []
-    with progress(len(documents), "tokenizing", unit="doc") as bar:
-        for start in range(0, len(documents), _ENCODE_CHUNK):
-            chunk = list(documents[start : start + _ENCODE_CHUNK])
+    with progress(len(documents), "tokenizing", unit="document") as bar:
+        for chunk in _encode_chunks(documents):
             for ids in tokenizer.encode_batch(chunk):
                 parts += [np.asarray(ids, dtype=np.int32), eos]
             bar.update(len(chunk))
     return torch.from_numpy(np.concatenate(parts))
 
 
-def split_tokens(tokens: torch.Tensor, split: str, val_fraction: float) -> torch.Tensor:
-    """The ``split`` part of a local dataset's token stream ``(n_tokens,)``: validation is the last
-    ``max(1, round(val_fraction * n_tokens))`` tokens, train the others."""
-    cut = tokens.numel() - max(1, round(val_fraction * tokens.numel()))
+def _encode_chunks(documents: Sequence[str]) -> Iterator[list[str]]:
+    """``documents`` in consecutive runs of at most ``_ENCODE_DOCUMENTS`` documents and ``_ENCODE_CHARACTERS``
+    characters (a longer document alone)."""
+    start = 0
+    while start < len(documents):
+        end, characters = start + 1, len(documents[start])
+        while (end < len(documents) and end - start < _ENCODE_DOCUMENTS
+               and characters + len(documents[end]) <= _ENCODE_CHARACTERS):
+            characters += len(documents[end])
+            end += 1
+        yield list(documents[start:end])
+        start = end
+
+
+MAX_HELD_OUT_SHARE = 0.1
+"""The largest share of a local dataset's tokens held out to give validation its minimum (:func:`held_out_tokens`)."""
+
+
+def held_out_tokens(n_tokens: int, val_fraction: float, *, seq_len: int, min_windows: int = 0) -> int:
+    """Tokens at the end of a local dataset's stream of ``n_tokens`` held out for validation:
+    ``max(1, round(val_fraction * n_tokens))``, raised to ``min_windows * seq_len + 1`` (``min_windows`` whole
+    windows, the trainer's one global batch) when it holds fewer and that is at most :data:`MAX_HELD_OUT_SHARE`
+    of the tokens (else left as it is: too little data for validation)."""
+    held = max(1, round(val_fraction * n_tokens))
+    need = min_windows * seq_len + 1
+    return need if held < need <= MAX_HELD_OUT_SHARE * n_tokens else held
+
+
+def split_tokens(tokens: torch.Tensor, split: str, held_out: int) -> torch.Tensor:
+    """The ``split`` part of a local dataset's token stream ``(n_tokens,)``: validation is the last ``held_out``
+    tokens, train the others."""
+    cut = tokens.numel() - held_out
     return tokens[cut:] if split == "validation" else tokens[:cut]
 
 
@@ -329,6 +358,92 @@ def _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
 
 
+@dataclass(frozen=True)
+class SplitSize:
+    """The size of a map-style split: ``documents`` (``None`` for a part of a local stream, cut by tokens),
+    ``tokens`` and ``windows`` (:class:`PackedWindows`)."""
+
+    documents: int | None
+    tokens: int
+    windows: int
+
+    def describe(self, seq_len: int) -> str:
+        """``37 documents, 1,759,944 tokens = 6,874 windows of 256``."""
+        docs = "" if self.documents is None else f"{self.documents:,} document{'s' * (self.documents != 1)}, "
+        return f"{docs}{self.tokens:,} tokens = {self.windows:,} windows of {seq_len}"
+
+
+@dataclass
+class DataLoaders:
+    """What :func:`build_dataloaders` built.
+
+    Attributes:
+        train, validation: the loaders (``validation`` ``None`` when not asked for or not possible).
+        name: the source, for messages.
+        seq_len: tokens per window.
+        total: the whole token stream of a local dataset (``None`` otherwise).
+        train_size, validation_size: ``None`` when streamed (size unknown) or not built.
+        validation_off: why validation is off although it was asked for, or ``None``.
+    """
+
+    train: StatefulDataLoader
+    validation: StatefulDataLoader | None
+    name: str
+    seq_len: int
+    total: SplitSize | None = None
+    train_size: SplitSize | None = None
+    validation_size: SplitSize | None = None
+    validation_off: str | None = None
+
+    def describe(self, steps: int, global_batch: int) -> str:
+        """One line: tokens, windows and the epochs ``steps`` of ``global_batch`` windows cover, e.g.
+        ``shakespeare: train 37 documents, 1,759,944 tokens = 6,874 windows of 256, 400 steps x 16 windows =
+        0.93 epochs; validation 1 document, 36,778 tokens = 143 windows of 256``."""
+        if self.train_size is None:
+            return f"{self.name}: streamed, size unknown (epochs not counted)"
+        epochs = steps * global_batch / self.train_size.windows
+        text = (f"{self.name}: " + (f"{self.total.describe(self.seq_len).split(' = ')[0]}; " if self.total else "")
+                + f"train {self.train_size.describe(self.seq_len)}, {steps:,} steps x {global_batch:,} windows = "
+                f"{epochs:.3g} epochs")
+        if self.validation_size is not None:
+            where = "the last " if self.total else ""
+            return text + f"; validation {where}{self.validation_size.describe(self.seq_len)}"
+        return text + ("; validation off (see the warning)" if self.validation_off else "; no validation")
+
+
+def _loader(ds: IterableDataset, local_batch_size: int, pin_memory: bool) -> StatefulDataLoader:
+    with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in recent torch
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+        return StatefulDataLoader(ds, batch_size=local_batch_size, collate_fn=collate_windows, num_workers=0,
+                                  pin_memory=pin_memory)
+
+
+def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
+                       seq_len, dp_rank, dp_world_size, **_) -> StreamingWindows:
+    if dataset_path is not None:
+        stream, text_column = _load_local(dataset_path, text_column, streaming=True)
+        name = f"dataset_path {dataset_path}"
+    else:
+        stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
+        name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
+    return StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len, dp_rank=dp_rank,
+                            dp_world_size=dp_world_size, name=name, restart=split == "validation")
+
+
+def _split_tokens(split: str, *, dataset, dataset_path, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
+                  **_) -> tuple[torch.Tensor, int, str]:
+    """``(tokens, documents, source name)`` of a map-style split (local files: the whole stream)."""
+    documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
+                                     hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
+    return tokenize_documents(tokenizer, documents), len(documents), name
+
+
+def _map_dataset(split: str, windows: PackedWindows, *, local_batch_size, dp_rank, dp_world_size, seed,
+                 **_) -> IterableDataset:
+    ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
+    return GlobalWindowStream(windows, seed=seed, **ranks) if split == "train" else OrderedWindows(windows, **ranks)
+
+
 def build_dataloader(
     *,
     dataset: str = "shakespeare",
@@ -345,6 +460,7 @@ def build_dataloader(
     seed: int = 0,
     split: str = "train",
     val_fraction: float = 0.01,
+    min_val_windows: int = 0,
     pin_memory: bool = False,
 ) -> StatefulDataLoader:
     """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)`` (module docstring).
@@ -359,7 +475,8 @@ def build_dataloader(
         text_column: the text column of ``.jsonl``/``.parquet``/hub rows.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
-        val_fraction: local files: the fraction of the token stream (its end) held out for validation.
+        val_fraction, min_val_windows: local files: the part of the token stream (its end) held out for
+            validation (:func:`held_out_tokens`).
         pin_memory: batches in page-locked memory, for ``non_blocking`` copies to an accelerator.
 
     Raises:
@@ -368,30 +485,67 @@ def build_dataloader(
         InputError: a missing ``dataset_path``, an unknown file extension, a missing text column, no
             documents, fewer tokens than one window, or too few validation windows for one batch per rank.
     """
+    kw = dict(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
+              hf_dataset_config=hf_dataset_config, text_column=text_column, tokenizer=tokenizer, seq_len=seq_len,
+              local_batch_size=local_batch_size, dp_rank=dp_rank, dp_world_size=dp_world_size, seed=seed)
     _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
                 val_fraction)
-    ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if streaming:
-        if dataset_path is not None:
-            stream, text_column = _load_local(dataset_path, text_column, streaming=True)
-            name = f"dataset_path {dataset_path}"
-        else:
-            stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
-            name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
-        ds = StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len,
-                              dp_rank=dp_rank, dp_world_size=dp_world_size, name=name, restart=split == "validation")
+        return _loader(_streaming_dataset(split, **kw), local_batch_size, pin_memory)
+    tokens, _, name = _split_tokens(split, **kw)
+    if dataset_path is not None:
+        held = held_out_tokens(tokens.numel(), val_fraction, seq_len=seq_len, min_windows=min_val_windows)
+        tokens, name = split_tokens(tokens, split, held), f"{name} ({split})"
+    return _loader(_map_dataset(split, PackedWindows(tokens, seq_len, name), **kw), local_batch_size, pin_memory)
+
+
+def build_dataloaders(*, validation: bool, min_val_windows: int, streaming: bool = False,
+                      val_fraction: float = 0.01, pin_memory: bool = False, **kw: Any) -> DataLoaders:
+    """The training loader and, with ``validation``, the validation loader of one run, with their sizes.
+
+    Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is tokenized once per source
+    (local files: once for both splits). A local dataset holds out :func:`held_out_tokens` with
+    ``min_val_windows`` (the trainer's global batch, so validation gets at least one batch on every rank when
+    the data allows); a validation split with fewer windows than ``local_batch_size * dp_world_size`` leaves
+    validation off, saying why in ``validation_off``, instead of failing.
+
+    Raises:
+        ValueError, InputError: as :func:`build_dataloader` (the training split).
+    """
+    seq_len, local_batch_size, dp_world_size = kw["seq_len"], kw["local_batch_size"], kw.get("dp_world_size", 1)
+    _check_args(kw.get("dataset", "shakespeare"), kw.get("dataset_path"), streaming, seq_len, local_batch_size,
+                kw.get("dp_rank", 0), dp_world_size, "train", val_fraction)
+    if streaming:
+        train = _loader(_streaming_dataset("train", **kw), local_batch_size, pin_memory)
+        val = _loader(_streaming_dataset("validation", **kw), local_batch_size, pin_memory) if validation else None
+        return DataLoaders(train, val, train.dataset.name, seq_len)
+    tokens, documents, name = _split_tokens("train", **kw)
+    total, splits = None, {}
+    if kw.get("dataset_path") is not None:
+        total = SplitSize(documents, tokens.numel(), (tokens.numel() - 1) // seq_len)
+        held = held_out_tokens(tokens.numel(), val_fraction, seq_len=seq_len, min_windows=min_val_windows)
+        splits = {s: (split_tokens(tokens, s, held), None, f"{name} ({s})") for s in SPLITS}
     else:
-        documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
-                                         hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
-        tokens = tokenize_documents(tokenizer, documents)
-        if dataset_path is not None:
-            tokens, name = split_tokens(tokens, split, val_fraction), f"{name} ({split})"
-        windows = PackedWindows(tokens, seq_len, name)
-        if split == "train":
-            ds = GlobalWindowStream(windows, seed=seed, **ranks)
-        else:
-            ds = OrderedWindows(windows, **ranks)
-    with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in recent torch
-        warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
-        return StatefulDataLoader(ds, batch_size=local_batch_size, collate_fn=collate_windows, num_workers=0,
-                                  pin_memory=pin_memory)
+        splits["train"] = (tokens, documents, name)
+        if validation:
+            splits["validation"] = _split_tokens("validation", **kw)
+    source = name if total is not None else name.rsplit(" (", 1)[0]  # shakespeare (train) -> shakespeare
+    train_tokens, train_documents, train_name = splits["train"]
+    train_windows = PackedWindows(train_tokens, seq_len, train_name)
+    result = DataLoaders(_loader(_map_dataset("train", train_windows, **kw), local_batch_size, pin_memory), None,
+                         source, seq_len, total, SplitSize(train_documents, train_tokens.numel(), len(train_windows)))
+    if not validation:
+        return result
+    val_tokens, val_documents, val_name = splits["validation"]
+    n_windows, need = max(val_tokens.numel() - 1, 0) // seq_len, local_batch_size * dp_world_size
+    if n_windows < need:
+        share = f" (at most {MAX_HELD_OUT_SHARE:.0%} of the data is held out)" if total is not None else ""
+        result.validation_off = (
+            f"{val_name} has {val_tokens.numel():,} tokens = {n_windows} windows of {seq_len}, fewer than one "
+            f"batch per rank (local_batch_size * data-parallel ranks = {need}){share}; use more data, a smaller "
+            "seq_len or local_batch_size, or --validation.enable=false")
+        return result
+    val_windows = PackedWindows(val_tokens, seq_len, val_name)
+    result.validation = _loader(_map_dataset("validation", val_windows, **kw), local_batch_size, pin_memory)
+    result.validation_size = SplitSize(val_documents, val_tokens.numel(), len(val_windows))
+    return result

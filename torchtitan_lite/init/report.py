@@ -16,8 +16,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Collection, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -54,17 +56,48 @@ def truncated_normal_moments(alpha: float, beta: float) -> tuple[float, float, f
     return m1, math.sqrt(var), central4 / (var * var) - 3.0
 
 
+def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], *, right: Collection[int] = ()) -> str:
+    """``rows`` of cells under ``header`` as aligned columns: each as wide as its widest cell, two spaces apart,
+    the columns whose index is in ``right`` right-aligned (numbers), trailing spaces removed."""
+    table = [list(header), *map(list, rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    right = set(right)
+    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in table)
+
+
+def pattern_summary(tensors: Iterable[tuple[str, str, int, str, float | None, float, Sequence[str]]]) -> str:
+    """One line per plan pattern over ``(pattern, spec, elements, status, measured std or None, expected std,
+    flags)`` per tensor: pattern, tensor count, elements, spec, statuses, the range of the measured stds
+    (``-`` on meta), expected std and each flag with the number of tensors that raised it (``std off x2``)."""
+    groups: dict[str, list[tuple]] = {}
+    for item in tensors:
+        groups.setdefault(item[0], []).append(item)
+    rows = []
+    for pattern, items in groups.items():
+        stds = [std for *_, std, _, _ in items if std is not None and math.isfinite(std)]
+        measured = "-" if not stds else f"{min(stds):.4g}" + ("" if min(stds) == max(stds) else f"..{max(stds):.4g}")
+        statuses = sorted({status for _, _, _, status, *_ in items})
+        flags = Counter(flag for *_, item_flags in items for flag in item_flags)
+        rows.append([pattern, str(len(items)), f"{sum(n for _, _, n, *_ in items):,}", items[0][1], ",".join(statuses),
+                     measured, f"{items[0][5]:.4g}", ", ".join(f"{f} x{c}" if c > 1 else f for f, c in flags.items())])
+    return text_table(["pattern", "tensors", "elements", "spec", "status", "std (measured)", "exp std", "flags"],
+                      rows, right=(1, 2, 5, 6))
+
+
 @dataclass
 class InitReportRow:
     """One tensor of the report. Statistics are over the full (gathered) tensor, in float64.
 
     ``at_bound`` is the fraction of values within ``1e-6 * std`` of a bound (``trunc_normal`` only);
-    ``status`` is ``init``, ``tied`` (initialized, several names) or ``loaded`` (skipped).
+    ``status`` is ``init``, ``tied`` (initialized, several names) or ``loaded`` (skipped); ``pattern`` is the plan
+    entry that gave ``spec``.
     """
 
     name: str
     names: list[str]
     spec: str
+    pattern: str
     shape: list[int]
     dtype: str
     status: str
@@ -87,16 +120,17 @@ class InitReport:
     rows: list[InitReportRow]
 
     def __str__(self) -> str:
-        header = (f"{'name':<40} {'spec':<34} {'shape':<14} {'status':<6} {'mean':>10} {'std':>10} "
-                  f"{'exp std':>10} {'min':>10} {'max':>10} {'at bound':>9} {'ex.kurt':>8} {'exp':>8}  flags")
-        lines = [header]
-        for r in self.rows:
-            lines.append(
-                f"{r.name:<40} {r.spec:<34} {'x'.join(map(str, r.shape)):<14} {r.status:<6} {r.mean:>10.3g} "
-                f"{r.std:>10.4g} {r.expected_std:>10.4g} {r.min:>10.3g} {r.max:>10.3g} {r.at_bound:>9.2g} "
-                f"{r.excess_kurtosis:>8.3f} {r.expected_excess_kurtosis:>8.3f}  {','.join(r.flags)}"
-            )
-        return "\n".join(lines)
+        header = ["name", "spec", "shape", "status", "mean", "std", "exp std", "min", "max", "at bound", "ex.kurt",
+                  "exp", "flags"]
+        rows = [[r.name, r.spec, "x".join(map(str, r.shape)), r.status, f"{r.mean:.3g}", f"{r.std:.4g}",
+                 f"{r.expected_std:.4g}", f"{r.min:.3g}", f"{r.max:.3g}", f"{r.at_bound:.2g}",
+                 f"{r.excess_kurtosis:.3f}", f"{r.expected_excess_kurtosis:.3f}", ",".join(r.flags)] for r in self.rows]
+        return text_table(header, rows, right=range(4, 12))
+
+    def by_pattern(self) -> str:
+        """:func:`pattern_summary` of the rows: one line per plan entry, before the per-tensor rows."""
+        return pattern_summary((r.pattern, r.spec, math.prod(r.shape), r.status, r.std, r.expected_std, r.flags)
+                               for r in self.rows)
 
     def write_json(self, path: str) -> None:
         """Write the rows as a JSON list (non-finite numbers as ``null``)."""
@@ -159,8 +193,9 @@ def _row(entry, tensor: torch.Tensor) -> InitReportRow:
         if n > _MIN_NUMEL_KURTOSIS_CHECK and abs(kurt - expected_kurt) > _KURTOSIS_TOLERANCE:
             flags.append("kurtosis off")
     status = "loaded" if entry.loaded else ("tied" if entry.tied else "init")
-    return InitReportRow(entry.name, list(entry.names), spec.describe(), list(tensor.shape), str(tensor.dtype).removeprefix("torch."),
-                         status, mean, std, lo, hi, at_bound, kurt, expected_mean, expected_std, expected_kurt, flags)
+    return InitReportRow(entry.name, list(entry.names), spec.describe(), entry.pattern, list(tensor.shape),
+                         str(tensor.dtype).removeprefix("torch."), status, mean, std, lo, hi, at_bound, kurt,
+                         expected_mean, expected_std, expected_kurt, flags)
 
 
 def init_report(model: nn.Module, plan: InitPlan, result: InitResult) -> InitReport:

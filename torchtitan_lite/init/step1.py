@@ -12,20 +12,34 @@ exactly solvable model of disordered systems", Phys. Rev. B 24, 2613, 1981): ``l
 largest of the ``n`` logits dominates) above. Untied: ``E[loss] = ln V + sigma^2 / 2`` for small sigma.
 
 Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in the
-residual stream, so the self-logit ``z_t = h . e_t = g sqrt(dim) |e_t| cos(e_t, x)`` (``|e_t| = s sqrt(dim)``,
-``x`` the last residual stream) depends on how much the residual branches add, which the plan does not
-tell: a tied model gets a range from ``cos = 0`` (the untied value) to ``cos = 1`` (``z_t = g dim s``,
-``E[loss] = logaddexp(partition of the V - 1 other rows, z_t)``), tight when the embedding dominates (a tied
-output left at std 1: a loss in the hundreds). Accuracy against measured losses: ``docs/benchmarks.md``. The
-step-1 loss is that of the first optimizer step of a freshly initialized model (never on resume).
+residual stream ``x = e_t + B`` (``B`` the sum of the blocks' branch outputs), so the self-logit is
+``z_t = h . e_t = g sqrt(dim) (|e_t|^2 + B . e_t) / |x|`` with ``|e_t|^2 = dim s^2``. ``B`` is independent of
+``e_t``'s direction at init (zero-mean weights), so ``E[B . e_t] = 0`` and ``|x|^2 = |e_t|^2 + |B|^2``;
+``|B|^2`` is at least ``F``, the sum over the dense SwiGLU feed-forward branches the plan describes (pre-norm:
+each branch sees ``u = RMSNorm(x)``, ``|u|^2 = g_ffn^2 dim``, whatever the depth; ``a = w1 u`` and ``b = w3 u``
+have iid components ``N(0, s1^2 |u|^2)`` and ``N(0, s3^2 |u|^2)``; the output ``w2 (silu(a) * b)`` has
+``E|y|^2 = dim * hidden * s2^2 * M(s1 |u|) * s3^2 |u|^2`` with ``M(sigma) = E[silu(sigma Z)^2]`` by Gauss-Hermite
+quadrature). Attention branches and any block the estimate does not recognize (MoE, MLA) are left out of ``F``:
+that can only make ``|x|`` smaller, so the self-logit ``mu = g sqrt(dim) |e|^2 / sqrt(|e|^2 + F)`` is an upper
+end (``cos(e_t, x) <= |e| / sqrt(|e|^2 + F)``; ``F = 0`` gives the plain bound ``cos <= 1``). ``z_t`` varies
+from token to token: ``|e_t|^2`` has relative std ``sqrt(2 / dim)`` (a chi-square with ``dim`` degrees) and
+``B . e_t`` std ``|B| |e| / sqrt(dim)``, so ``z_t ~ N(mu, tau^2)`` with ``tau^2 = mu^2 2 / dim + g^2 |e|^2 F /
+(|e|^2 + F)``. The range of a tied model goes from the untied value (``low``, no self-logit) to
+``high = E[logaddexp(partition of the V - 1 other rows, z_t)]`` (Gauss-Hermite over ``z_t``). This is tight when
+the embedding dominates (a tied output left at std 1: a loss in the hundreds) and when the branches do (deep
+models: the self-logit vanishes). Measured against it: ``docs/benchmarks.md``. The step-1 loss is that of the
+first optimizer step of a freshly initialized model (never on resume).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import numpy as np
+import torch
 from torch import nn
 
 from torchtitan_lite.errors import UserError
@@ -48,10 +62,14 @@ class Step1Expectation:
 
     Attributes:
         low: expected mean token cross-entropy without the tied self-logit (``cos = 0``), nats.
-        high: with the full tied self-logit (``cos = 1``); equal to ``low`` when untied, nats.
+        high: with the tied self-logit at its upper end (``mu``, spread ``tau``); ``low`` when untied, nats.
         ln_vocab: ``ln(vocab_size)``, nats.
         logit_std: std of the logits of rows independent of ``h`` (``sigma``).
-        self_logit: the tied self-logit bound ``g dim s`` (0.0 when untied).
+        self_logit: the tied self-logit's upper end ``mu = g sqrt(dim) |e| cos`` (0.0 when untied).
+        self_logit_std: its spread over tokens ``tau`` (0.0 when untied).
+        cos: the upper end of ``cos(e_t, x)`` (0.0 when untied).
+        ffn_norm_sq: ``F``, the squared norm the recognized feed-forward branches add to the residual stream.
+        embedding_norm_sq: ``|e|^2 = dim s^2`` (0.0 when untied).
         output_names: every name of the output projection's tensor (two when tied).
         output_spec: the plan's winning spec for that tensor.
     """
@@ -63,6 +81,10 @@ class Step1Expectation:
     self_logit: float
     output_names: tuple[str, ...]
     output_spec: InitSpec
+    self_logit_std: float = 0.0
+    cos: float = 0.0
+    ffn_norm_sq: float = 0.0
+    embedding_norm_sq: float = 0.0
 
     @property
     def tied(self) -> bool:
@@ -70,12 +92,14 @@ class Step1Expectation:
         return len(self.output_names) > 1
 
     def describe(self) -> str:
-        """One line, e.g. ``expected step-1 loss 7.6745..7.7441 = ln V 7.6246 + 0.0498..0.1194 (...)``."""
+        """One line, e.g. ``expected step-1 loss 7.6745..7.6918 = ln V 7.6246 + 0.0498..0.0672 (...)``."""
         ln_v = self.ln_vocab
         if self.tied:
             values = (f"{self.low:.4f}..{self.high:.4f} = ln V {ln_v:.4f} + "
                       f"{self.low - ln_v:.4f}..{self.high - ln_v:.4f}")
-            extra = f", tied self-logit 0..{self.self_logit:.3g}"
+            extra = (f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "
+                     f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to |e|^2 "
+                     f"{self.embedding_norm_sq:.3g}")
         else:
             values, extra = f"{self.low:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}", ""
         return (f"expected step-1 loss {values} (logit std {self.logit_std:.3g}{extra}; "
@@ -139,12 +163,54 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     s = _effective_std(out_spec)
     sigma = gain * math.sqrt(dim) * s
     low = mean_log_partition(sigma, vocab_size)
-    high, self_logit = low, 0.0
-    if len(out_names) > 1:
-        self_logit = gain * dim * s
-        others = mean_log_partition(sigma, vocab_size - 1)
-        high = max(low, max(others, self_logit) + math.log1p(math.exp(-abs(others - self_logit))))  # logaddexp
-    return Step1Expectation(low, high, math.log(vocab_size), sigma, self_logit, out_names, out_spec)
+    if len(out_names) == 1:
+        return Step1Expectation(low, low, math.log(vocab_size), sigma, 0.0, out_names, out_spec)
+    e_sq, ffn_sq = dim * s * s, _ffn_norm_sq(groups, plan)
+    cos = math.sqrt(e_sq / (e_sq + ffn_sq)) if e_sq > 0 else 0.0
+    mu = gain * math.sqrt(dim * e_sq) * cos
+    tau = math.sqrt(mu * mu * 2.0 / dim + gain * gain * e_sq * ffn_sq / (e_sq + ffn_sq)) if e_sq > 0 else 0.0
+    others = mean_log_partition(sigma, vocab_size - 1)
+    nodes, weights = _GAUSS_HERMITE
+    high = max(low, sum(w * float(np.logaddexp(others, mu + tau * z)) for z, w in zip(nodes, weights)))
+    return Step1Expectation(low, high, math.log(vocab_size), sigma, mu, out_names, out_spec, tau, cos, ffn_sq, e_sq)
+
+
+_GAUSS_HERMITE = (lambda x, w: (x, w / math.sqrt(2.0 * math.pi)))(*np.polynomial.hermite_e.hermegauss(64))
+"""Nodes and weights of ``E[f(Z)] = sum w_i f(x_i)`` for a standard normal ``Z`` (64 points)."""
+
+
+def silu_square_mean(sigma: float) -> float:
+    """``M(sigma) = E[silu(sigma Z)^2]`` for a standard normal ``Z`` (Gauss-Hermite quadrature)."""
+    nodes, weights = _GAUSS_HERMITE
+    a = sigma * nodes
+    return float(np.sum(weights * (a / (1.0 + np.exp(-a))) ** 2))
+
+
+def _ffn_norm_sq(groups: dict[tuple[str, ...], torch.Tensor], plan: InitPlan) -> float:
+    """``F``: the expected squared norm that the dense SwiGLU feed-forward branches (``layers.<i>.feed_forward``
+    ``.w1/.w3`` ``(hidden, dim)``, ``.w2`` ``(dim, hidden)`` after ``layers.<i>.ffn_norm``, a constant fill) add to
+    the residual stream at init (module note); blocks without one add nothing."""
+    by_name = {name: (names, tensor) for names, tensor in groups.items() for name in names}
+    total = 0.0
+    for name in by_name:
+        match = _FFN_W1.fullmatch(name)
+        parts = {k: by_name.get(f"{match.group(1)}.{k}") for k in _FFN_PARTS} if match else {}
+        if not match or None in parts.values():
+            continue
+        specs = {k: _winning_spec(plan, names, "tensor") for k, (names, _) in parts.items()}
+        (hidden, dim), shapes = parts["feed_forward.w1.weight"][1].shape, {k: tuple(t.shape) for k, (_, t) in parts.items()}
+        if (shapes["feed_forward.w3.weight"] != (hidden, dim) or shapes["feed_forward.w2.weight"] != (dim, hidden)
+                or specs["ffn_norm.weight"].kind not in ("ones", "constant")):
+            continue
+        norm = specs["ffn_norm.weight"]
+        u_sq = (1.0 if norm.kind == "ones" else norm.value ** 2) * dim
+        s1, s2, s3 = (_effective_std(specs[f"feed_forward.{w}.weight"]) for w in ("w1", "w2", "w3"))
+        total += dim * hidden * s2 * s2 * silu_square_mean(s1 * math.sqrt(u_sq)) * s3 * s3 * u_sq
+    return total
+
+
+_FFN_W1 = re.compile(r"(layers\.[^.]+)\.feed_forward\.w1\.weight")
+_FFN_PARTS = ("ffn_norm.weight", "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight")
 
 
 def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: float, strict: bool = False,

@@ -2,8 +2,9 @@
 
 Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
 no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
-with ``training.seed`` and prints the init report (per tensor: spec, measured std vs expected,
-min/max, mass at the bounds, excess kurtosis, tied/loaded, flags) and the expected step-1 loss.
+with ``training.seed`` and prints the expected step-1 loss and the init report: a summary per plan pattern
+(tensors, elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
+expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns.
 
 Options (before or among the usual ``--section.key=value`` overrides):
   ``--layers N``   build only the first N blocks. The plan is that of the FULL model (residual stds
@@ -29,7 +30,14 @@ from models import get_model_spec
 from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
-from torchtitan_lite.init.report import init_report, init_report_summary, truncated_normal_moments, write_init_report
+from torchtitan_lite.init.report import (
+    init_report,
+    init_report_summary,
+    pattern_summary,
+    text_table,
+    truncated_normal_moments,
+    write_init_report,
+)
 from torchtitan_lite.init.step1 import expected_step1_loss
 
 GIB = 2**30
@@ -80,21 +88,22 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int) -> tuple[in
 
 
 def plan_table(model: torch.nn.Module, plan) -> str:
-    """The resolved plan of a (meta) model as a table: name, spec, shape, status, expected std and kurtosis."""
-    lines = [f"{'name':<48} {'spec':<34} {'shape':<16} {'status':<6} {'exp std':>10} {'exp ex.kurt':>11}"]
+    """The resolved plan of a (meta) model: per plan pattern a summary line (:func:`pattern_summary`), then per
+    tensor its name, spec, shape, status, expected std and kurtosis, in aligned columns."""
+    summary, rows = [], []
     for entry, tensor in resolve_plan(model, plan):
         spec = entry.spec
         if spec.kind == "trunc_normal":
             _, factor, kurt = truncated_normal_moments(-spec.cutoff, spec.cutoff)
-            std, kurt_text = f"{spec.std * factor:.4g}", f"{kurt:.3f}"
-        elif spec.kind == "normal":
-            std, kurt_text = f"{spec.std:.4g}", f"{0.0:.3f}"
+            std, kurt_text = spec.std * factor, f"{kurt:.3f}"
         else:
-            std, kurt_text = "0", "-"
-        name = " = ".join(entry.names)
-        lines.append(f"{name:<48} {spec.describe():<34} {'x'.join(map(str, tensor.shape)):<16} "
-                     f"{'tied' if entry.tied else 'init':<6} {std:>10} {kurt_text:>11}")
-    return "\n".join(lines)
+            std, kurt_text = (spec.std, f"{0.0:.3f}") if spec.kind == "normal" else (0.0, "-")
+        status = "tied" if entry.tied else "init"
+        summary.append((entry.pattern, spec.describe(), tensor.numel(), status, None, std, ()))
+        rows.append([" = ".join(entry.names), spec.describe(), "x".join(map(str, tensor.shape)), status,
+                     f"{std:.4g}", kurt_text])
+    return (pattern_summary(summary) + "\n\n"
+            + text_table(["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)))
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -136,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     model = materialize(_build_meta(spec, dataclasses.replace(args, n_layers=layers)), "cpu")
     result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
     report = init_report(model, plan, result)
+    print(report.by_pattern())
+    print()
     print(report)
     print(init_report_summary(report))
     print(f"fingerprint of what was initialized: {model_fingerprint(model)}")

@@ -1,0 +1,74 @@
+"""What the config prints: ``--help`` with the values a config file (and the command line) set, and a
+``--job.print_config`` output that loads as a config file and trains the same run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
+
+from torchtitan_lite.components.faults import StopRequest
+from torchtitan_lite.config import preflight as cfg
+from torchtitan_lite.config.cli import config_dict
+from torchtitan_lite.train import Trainer
+
+torch.set_num_threads(1)
+DEBUG = "train_configs/qwen3_debug.toml"
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cfg.load_config_or_exit([*argv, "--help"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_with_a_config_file_shows_its_values_beside_the_defaults(capsys):
+    text = _help(capsys, "--job.config_file", DEBUG, "--training.seed=7", "--model.overrides.max_seq_len=512")
+    assert f"'this run:' marks a value set by {DEBUG} or the command line; '=' gives the default" in text
+    assert f"  --training.steps  int = 200  (>= 1)\n      this run: 400 ({DEBUG} line 17)\n" in text
+    assert f"  --checkpoint.enable  bool = true\n      this run: false ({DEBUG} line 58)\n" in text
+    assert "  --training.seed  int = 42  (>= 0)\n      this run: 7 (command line)\n" in text  # the file says 42
+    assert "  --model.overrides  table = {}\n      this run: max_seq_len = 512 (command line)\n" in text
+    assert "  --training.dataset_path  str | None = none\n      Train on local" in text  # not set: default only
+    assert _help(capsys) == cfg.help_text() + "\n"  # no file, no options: the defaults only, as in README
+
+
+def test_help_names_a_config_file_that_does_not_read_and_still_shows_the_defaults(tmp_path, capsys):
+    text = _help(capsys, "--job.config_file", str(tmp_path / "missing.toml"))
+    missing = tmp_path / "missing.toml"
+    assert f"the values of this run are not shown: job.config_file (command line): no such file '{missing}'" in text
+    assert "  --training.steps  int = 200  (>= 1)\n      Optimizer steps to train." in text
+
+
+def _train(argv: list[str]) -> list[float]:
+    """Train in this process; the loss of every step (read back from the log lines' values)."""
+    trainer, stop, losses = Trainer(cfg.parse_args(argv)), StopRequest(), []
+    log_step = trainer.metrics.log_step
+    trainer.metrics.log_step = lambda step, **kw: (losses.append(kw["loss"]), log_step(step, **kw))[1]
+    try:
+        trainer.train(stop)
+    finally:
+        stop.restore()
+        dist.destroy_process_group()
+    return losses
+
+
+def test_print_config_output_is_a_config_file_that_trains_the_same_run(tmp_path, capsys):
+    data = text_file(tmp_path, n_plays=1)
+    argv = ["--job.config_file", DEBUG, *TINY_MODEL, *TINY_RUN, "--training.steps=2", "--checkpoint.enable=false",
+            f"--training.dataset_path={data}", f"--job.dump_folder={tmp_path / 'out'}"]
+    with pytest.raises(SystemExit) as stop:
+        cfg.load_config_or_exit([*argv, "--job.print_config"])
+    assert stop.value.code == 0
+    printed = capsys.readouterr().out
+    assert not re.search(r"^(# )?(print_config|config_file)\b", printed, re.M)
+    saved = tmp_path / "saved.toml"
+    saved.write_text(printed)
+    again = cfg.load_config_or_exit(["--job.config_file", str(saved)])
+    assert config_dict(again) == config_dict(cfg.parse_args(argv)) and not again.job.print_config
+    first = _train(argv)
+    assert _train(["--job.config_file", str(saved)]) == first and len(first) == 2
