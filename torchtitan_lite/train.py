@@ -367,7 +367,7 @@ class Trainer:
             return TrainState(), [], lambda n: []
         imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
                                   allow_unexpected=cp.initial_load_hf_allow_unexpected)
-        return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf)
+        return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf, n)
 
     def _run_folder(self) -> str:
         """The run folder, named and created on rank 0 (with ``config.toml``, the resolved config, and

@@ -65,9 +65,11 @@ class HFImport:
     unexpected: list[str]
     bytes_read: int
 
-    def describe(self, folder: str) -> list[str]:
-        """The log lines of the import of ``folder``: loaded and missing, skipped tensors by reason, ignored ones."""
-        lines = [f"imported {folder}: {len(self.loaded)} model tensors loaded; missing (initialized): "
+    def describe(self, folder: str, n_loaded: int | None = None) -> list[str]:
+        """The log lines of the import of ``folder``: loaded and missing, skipped tensors by reason, ignored ones.
+        ``n_loaded``: the loaded count to print (the init line's, a tied pair once); default ``len(loaded)``."""
+        n_loaded = len(self.loaded) if n_loaded is None else n_loaded
+        lines = [f"imported {folder}: {n_loaded} model tensors loaded; missing (initialized): "
                  f"{', '.join(self.missing) or 'none'}"]
         reasons: dict[str, list[str]] = {}
         for name, reason in self.skipped.items():
