@@ -35,21 +35,35 @@ from torch import nn
 from models import get_model_spec
 from torchtitan_lite.components.checkpoint import (
     Checkpointer,
+    CheckpointError,
+    FolderLock,
     TrainState,
+    check_leftovers,
     checkpoint_folder,
+    expected_bytes,
     find_checkpoint,
+    free_bytes,
     model_args_json,
+    remove_leftovers,
 )
+from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
 from torchtitan_lite.components.determinism import enable_deterministic
-from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
+from torchtitan_lite.components.faults import (
+    NonFiniteGuard,
+    Stopped,
+    StopRequest,
+    exit_with_launcher,
+    report_outcome,
+)
 from torchtitan_lite.components.hf_io import export_hf, import_hf, state_dict_adapter
-from torchtitan_lite.components.lr_schedule import build_lr_scheduler
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule
 from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
 from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.config.cli import ConfigError, format_toml
+from torchtitan_lite.config.preflight import build_model_args, check_memory, load_config, load_config_or_exit
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
@@ -158,16 +172,24 @@ def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Te
 
 
 class Trainer:
-    """One training run, built from a validated :class:`JobConfig` on every rank."""
+    """One training run, built from a validated :class:`JobConfig` on every rank.
 
-    def __init__(self, config: JobConfig):
+    ``stop``: when given, a stop request agreed between the start-up phases raises
+    :class:`~torchtitan_lite.components.faults.Stopped` (nothing was trained, nothing is saved).
+    """
+
+    def __init__(self, config: JobConfig, stop: StopRequest | None = None):
         self.config = config
         self.info = info = init_distributed(config)
+        self.stop = stop
+        self._phase_done("the process group start")
+        memory_warning = check_memory(config, info.world_size, info.local_world_size)
         self.deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
         tokenizer = build_tokenizer(config.model.tokenizer_path)
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         self.model, self.spec, self.args = build_model(config, info)
+        self._phase_done("the model build")
         self.loss_fn = build_loss_fn(config, info.device)
         self.hooks = self.spec.training_hooks(self.model, info.dims, self.accum)
         opt = config.optimizer
@@ -188,18 +210,25 @@ class Trainer:
             pin_memory=info.device.type != "cpu")
         self.train_loader = build_dataloader(split="train", **data_kwargs)
         self.val_loader = build_dataloader(split="validation", **data_kwargs) if config.validation.enable else None
+        self._phase_done("loading the data")
         cp = config.checkpoint
+        values = config_values(config)
         self.checkpointer = Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
             lr_scheduler=self.scheduler, dataloader=self.train_loader, rank=info.rank, world_size=info.world_size,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
-            meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
+            meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args),
+                  "config": values, "lr_schedule": schedule_settings(values)})
         self.train_state, loaded, self.load_lines = self._load_at_start()
+        self._phase_done("loading the checkpoint" if self.train_state.step else "the checkpoint check")
+        self.lock, folder_lines = self._hold_checkpoint_folder()
+        self.load_lines += folder_lines + ([memory_warning] if memory_warning else [])
         self.plan = self.spec.init_plan(self.args)
         self.init_result = init_weights(self.model, self.plan, config.training.seed, skip=loaded,
                                         buffer_device=info.device)
         self.fingerprint = model_fingerprint(self.model)
         self.expected = expected_step1_loss(self.model, self.plan)
+        self._phase_done("the weight init")
         self.check_step1 = not loaded
         debug = config.debug
         self.report = init_report(self.model, self.plan, self.init_result) if debug.init_report else None
@@ -222,9 +251,18 @@ class Trainer:
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
 
+    def _phase_done(self, phase: str) -> None:
+        """A safe point between start-up phases: raise ``Stopped`` on every rank if a stop was requested."""
+        if self.stop is not None:
+            self.stop.check(phase, self.info.cpu_group)
+
     def _load_at_start(self) -> tuple[TrainState, list[str], list[str]]:
         """``(train_state, loaded model names, log lines)``: resume from a checkpoint if there is one to resume,
         else import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], [])``.
+
+        On resume the LR schedule continues as the checkpoint followed it, or with
+        ``checkpoint.reset_lr_schedule`` as this run's settings say, from the resumed step (see
+        ``components/checkpoint/resume.py``); a line lists the settings that differ from the checkpoint's.
 
         Raises:
             CheckpointError, HFError: see :meth:`Checkpointer.load` and ``hf_io.import_hf``.
@@ -235,8 +273,16 @@ class Trainer:
         if path is not None:
             result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
             skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
-            return train_state, result.loaded_names, [
-                f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors loaded{skipped}"]
+            lines = [f"resumed from {path} (step {result.step}): {len(result.loaded_names)} model tensors "
+                     f"loaded{skipped}"]
+            now, saved_schedule = self.checkpointer.meta["config"], result.meta["lr_schedule"]
+            if "lr_scheduler" not in result.excluded:
+                schedule = schedule_settings(now) if cp.reset_lr_schedule else saved_schedule
+                follow_schedule(self.scheduler, **schedule)
+                self.checkpointer.meta["lr_schedule"] = schedule
+            changed = resume_line(result.meta["config"], now, saved_schedule, reset=cp.reset_lr_schedule,
+                                  step=self.scheduler.last_epoch)
+            return train_state, result.loaded_names, lines + ([changed] if changed else [])
         if cp.initial_load_hf is None:
             return TrainState(), [], []
         adapter = state_dict_adapter(cfg.model.name, self.args)
@@ -247,6 +293,39 @@ class Trainer:
         if imported.unexpected:
             lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
         return TrainState(), imported.loaded, lines
+
+    def _hold_checkpoint_folder(self) -> tuple[FolderLock | None, list[str]]:
+        """With ``checkpoint.enable``, before this run writes anything: rank 0 takes the checkpoint folder's lock,
+        refuses a ``step-N`` that is not a complete checkpoint, removes the ``*.tmp`` leftovers of killed runs and
+        warns when fewer than two checkpoints fit in the free space; the ranks agree. ``(lock or None, lines)``.
+
+        Raises:
+            CheckpointError: on every rank, the folder is in use by another run or holds a bad ``step-N``.
+        """
+        if not self.config.checkpoint.enable:
+            return None, []
+        folder, lock, lines = self.checkpointer.folder, None, []
+        outcome: list = [None]
+        if self.info.rank == 0:
+            try:
+                lock = FolderLock(folder)
+                lock.acquire()
+                check_leftovers(folder)
+                lines = [f"removed {name} from {folder}: left by an interrupted save or deletion"
+                         for name in remove_leftovers(folder)]
+                need, free = expected_bytes(self.model), free_bytes(folder)
+                if free < 2 * need:
+                    lines.append(f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
+                                 "(parameters and AdamW moments): fewer than two fit; free space or set "
+                                 "checkpoint.folder to a larger disk")
+            except CheckpointError as err:
+                if lock is not None:
+                    lock.release()
+                outcome[0] = err
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[0] is not None:
+            raise outcome[0]
+        return lock, lines
 
     def _run_folder(self):
         """The run folder, named and created on rank 0 and broadcast to the others."""
@@ -355,17 +434,27 @@ class Trainer:
 
     def train(self, stop: StopRequest) -> None:
         """Train from the resumed step to ``training.steps``; validate every ``validation.freq`` steps and at
-        the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
+        the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed (after a step
+        or a save); the checkpoint folder's lock is released at the end."""
+        try:
+            self._train(stop)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _train(self, stop: StopRequest) -> None:
         cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
+        self.checkpointer.restore_rng()
         tokens_per_step = self.global_batch * cfg.training.seq_len // self.info.dims.dp_degree
         start = time.perf_counter()
         self.model.train()
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
                                    "nothing to train"])
-        data_wait_s = 0.0
+        data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
         for step in range(state.step + 1, cfg.training.steps + 1):
+            step_start = time.perf_counter()
             log_due = self.metrics.due(step)
             save_due = cfg.checkpoint.enable and (step % cfg.checkpoint.interval == 0 or step == cfg.training.steps)
             with self.profiler.step(step):
@@ -393,23 +482,31 @@ class Trainer:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
+            step_s = max(step_s, time.perf_counter() - step_start)
+            saved = None
+            if save_due:
+                save_start = time.perf_counter()
+                saved = self._save(force=False)
+                save_s = max(save_s or 0.0, time.perf_counter() - save_start)
+            if self.info.rank == 0:
+                stop.publish_budget(step_s, save_s, expected_bytes(self.model))
             if stop.agreed(self.info.cpu_group):
-                saved = self._save(force=True)
+                saved = (self.checkpointer.finish() or saved) if save_due else self._save(force=True)
                 self.metrics.log_text([f"stopped by a signal after step {step}; " + (
                     f"checkpoint saved: {saved}" if saved else "checkpoint.enable = false: nothing saved")])
+                stopped = True
                 break
-            if save_due:
-                self._save(force=False)
         self.profiler.close()
         if self.profiler.written:
             self.metrics.log_text([f"profile written: {', '.join(map(str, self.profiler.written))}"])
         self.checkpointer.finish()
-        if cfg.checkpoint.export_hf is not None and not stop.signal_name:
+        if cfg.checkpoint.export_hf is not None and not stopped:
             export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args),
                       dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank)
             self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
-        self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
-                               f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
+        if not stopped:
+            self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
+                                   f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
         self.metrics.close()
 
     def _save(self, force: bool) -> str | None:
@@ -426,27 +523,48 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of each worker: train and return 0, or print a :class:`~torchtitan_lite.errors.UserError` as
-    one line and return 2 (raised while building the run: ``input error: ...``) or 1 (while training:
-    ``error: ...``). Any other exception propagates with its traceback."""
-    config = load_config_or_exit(sys.argv[1:] if argv is None else argv)
+    """Entry point of each worker: train and return 0; or print one line and return its status: a
+    :class:`~torchtitan_lite.errors.UserError` raised while reading the config (``config error: ...``, 2) or
+    building the run (``input error: ...``, 2) or while training (``error: ...``, 1), or a stop request before the
+    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status goes to the
+    control folder and 0 is returned (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other
+    exception propagates with its traceback. Launched by torchrun, the worker ends when torchrun or the launcher
+    dies (:func:`~torchtitan_lite.components.faults.exit_with_launcher`)."""
     stop = StopRequest()
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        exit_with_launcher()
+    args = sys.argv[1:] if argv is None else argv
+    if "--help" in args or "-h" in args:
+        load_config_or_exit(args)
     finished = False
     try:
         try:
-            trainer = Trainer(config)
+            config = load_config(args)
+            if config.job.print_config:
+                print(format_toml(config), end="")
+                return 0
+            trainer = Trainer(config, stop)
+        except Stopped as done:
+            finished = True
+            return _say(0, str(done), to_stdout=True)
+        except ConfigError as err:
+            return _say(2, f"config error: {err}")
         except UserError as err:
-            print(f"input error: {err}", file=sys.stderr, flush=True)
-            return 2
+            return _say(2, f"input error: {err}")
         trainer.train(stop)
         finished = True
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 1
+        return _say(1, f"error: {err}")
     finally:
         stop.restore()
         shutdown_distributed(in_step=finished)
     return 0
+
+
+def _say(code: int, line: str, *, to_stdout: bool = False) -> int:
+    """Print ``line`` (to stderr) and return the exit status for ``code`` (see :func:`main`)."""
+    print(line, file=sys.stdout if to_stdout else sys.stderr, flush=True)
+    return report_outcome(code, line)
 
 
 def exit_after(code: int) -> None:

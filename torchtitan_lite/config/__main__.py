@@ -1,9 +1,13 @@
 """``python -m torchtitan_lite.config <args>``: validate the configuration and exit 0 silently, or print one
-``config error: ...`` line and exit 2 (``--help`` and ``--job.print_config`` print and exit 0)."""
+``config error: ...`` line and exit 2 (``--help`` and ``--job.print_config`` print and exit 0). With the environment
+variable ``TORCHTITAN_LITE_WORLD_SIZE`` (set by ``run_train.sh``) the memory estimate is also checked for that world
+size."""
 
+import os
 import sys
 
-from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.config.preflight import WORLD_SIZE_ENV, load_config_or_exit
 
-load_config_or_exit(sys.argv[1:])
+world_size = os.environ.get(WORLD_SIZE_ENV, "")
+load_config_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)
 sys.exit(0)

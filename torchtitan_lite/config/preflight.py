@@ -78,6 +78,9 @@ def _read_toml(path: str) -> list[tuple[str, Any, str]]:
         data = tomli.loads(text)
     except (UnicodeDecodeError, tomli.TOMLDecodeError) as err:
         raise ConfigError(f"job.config_file: {path} is not valid TOML: {err}") from None
+    if not data:
+        raise ConfigError(f"job.config_file: empty config file {path}; remove CONFIG_FILE to train the defaults "
+                          "(train_configs/qwen3_debug.toml), or give the file some [section] keys")
     entries = []
     for key, value in flatten_toml(data):
         line = toml_line(text, key)
@@ -95,6 +98,11 @@ def _where(sources: dict[str, str], key: str) -> str:
 
 def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     """Rules that involve several keys (the world size is checked at run time)."""
+    for key, value in (("job.dump_folder", config.job.dump_folder), ("checkpoint.folder", config.checkpoint.folder),
+                       ("metrics.save_tb_folder", config.metrics.save_tb_folder)):
+        if not value.strip():
+            raise ConfigError(f"{_where(sources, key)}: is empty, which would write into the current folder (or the "
+                              "folder above); name a folder, e.g. the default")
     training = config.training
     gbs, lbs = training.global_batch_size, training.local_batch_size
     if gbs != -1 and (gbs < 1 or gbs % lbs):
@@ -228,16 +236,19 @@ def build_model_args(config: JobConfig) -> Any:
 def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
-    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer reads and
-    its vocab fits the model's (checked here only); ``job.dump_folder``, the checkpoint folder and
-    ``checkpoint.export_hf`` can be created; the checkpoint to resume (if any) is complete, intact and from
-    the same model; else the ``checkpoint.initial_load_hf`` folder matches the model.
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist (a folder holds data files);
+    the tokenizer reads and its vocab fits the model's (checked here only); ``job.dump_folder``, the checkpoint
+    folder and ``checkpoint.export_hf`` can be created; no other run holds the checkpoint folder's lock and no
+    ``step-N`` in it is anything but a complete checkpoint; the checkpoint to resume (if any) is complete, intact
+    (sizes and ``meta.json``; the data files' checksums are verified when it is loaded) and from the same model;
+    else the ``checkpoint.initial_load_hf`` folder matches the model.
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.
     """
     from torchtitan_lite.components import checkpoint as ckpt
     from torchtitan_lite.components.hf_io import HFError, check_hf_folder
+    from torchtitan_lite.data.loader import local_data_files
     from torchtitan_lite.data.tokenizer import build_tokenizer
 
     for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
@@ -245,6 +256,11 @@ def check_paths(config: JobConfig) -> None:
                       ("checkpoint.load_path", config.checkpoint.load_path)):
         if path is not None and not os.path.exists(path):
             raise ConfigError(f"{key}: no such file or folder {path!r}")
+    if config.training.dataset_path is not None:
+        try:
+            local_data_files(config.training.dataset_path)
+        except InputError as err:
+            raise ConfigError(f"training.dataset_path: {err}") from None
     args = build_model_args(config)
     try:
         tokenizer = build_tokenizer(config.model.tokenizer_path)
@@ -262,6 +278,9 @@ def check_paths(config: JobConfig) -> None:
     if cp.export_hf is not None:
         _check_writable("checkpoint.export_hf", cp.export_hf)
     try:
+        if cp.enable:
+            ckpt.check_unlocked(folder)
+            ckpt.check_leftovers(folder)
         path = ckpt.find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
         if path is not None:
             meta = ckpt.read_meta(path)
@@ -291,8 +310,61 @@ def help_text() -> str:
     return format_help(JobConfig, title)
 
 
-def load_config_or_exit(argv: list[str]) -> JobConfig:
-    """:func:`parse_args` + :func:`check_paths` for entry points.
+WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"
+"""Environment variable through which ``run_train.sh`` tells ``python -m torchtitan_lite.config`` the world size it
+is about to launch; unset (or not a number): the memory estimate is checked only when the workers start."""
+
+
+def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank run needs (:mod:`torchtitan_lite.config.memory`: parameters,
+    gradients, AdamW moments and activations from the model's shapes) against its device's memory, or on CPU the
+    host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
+
+    Raises:
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not available.
+    """
+    from models import get_model_spec
+    from torchtitan_lite.config.memory import estimate_rank_memory, fit_problem, memory_limit, meta_parameter_count
+    from torchtitan_lite.distributed.devices import device_type
+    from torchtitan_lite.errors import LaunchError
+
+    try:
+        kind = device_type(config.training.device)
+    except LaunchError as err:
+        raise ConfigError(f"training.device: {err}") from None
+    args = build_model_args(config)
+    n_params = meta_parameter_count(get_model_spec(config.model.name).model_cls, args)
+    fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
+    estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
+                                    local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
+                                    ac_mode=config.activation_checkpoint.mode)
+    total, available, name = memory_limit(kind)
+    problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
+                          available=available, name=name, world_size=world_size)
+    if problem is None:
+        return None
+    level, text = problem
+    if level == "error":
+        raise ConfigError(f"memory: the model has {n_params:,} parameters and {text}")
+    return f"warning: {text}"
+
+
+def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
+    """:func:`parse_args` + :func:`check_paths` (+ the error part of :func:`check_memory` when ``world_size`` is
+    given).
+
+    Raises:
+        ConfigError: the first problem.
+    """
+    config = parse_args(argv)
+    check_paths(config)
+    if world_size is not None:
+        check_memory(config, world_size)
+    return config
+
+
+def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobConfig:
+    """:func:`load_config` for entry points.
 
     ``--help``/``-h``: prints :func:`help_text` and exits 0. ``--job.print_config``: prints the resolved
     config as TOML and exits 0. A :class:`ConfigError` is printed as ``config error: <line>`` on stderr and
@@ -302,8 +374,7 @@ def load_config_or_exit(argv: list[str]) -> JobConfig:
         print(help_text())
         sys.exit(0)
     try:
-        config = parse_args(argv)
-        check_paths(config)
+        config = load_config(argv, world_size)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)

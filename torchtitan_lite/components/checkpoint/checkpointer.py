@@ -1,13 +1,14 @@
-"""Distributed checkpoints (``torch.distributed.checkpoint``, DCP): atomic step folders, discovery, resume.
+"""Distributed checkpoints (``torch.distributed.checkpoint``, DCP): save and load the training state.
 
 Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``__<rank>_0.distcp`` per rank)
-and ``meta.json`` (format, step, model, flavor, model args, world size), written last. The checkpoint folder
+and ``meta.json`` (format, step, model, flavor, model args, world size, the run's config, the LR schedule it
+followed, and the size and checksum of every file: :mod:`.integrity`), written last. The checkpoint folder
 is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's ``<dump_folder>/checkpoint/step-N``), so
 re-running a command resumes. DCP state-dict keys: ``model`` and ``optimizer`` (``get_state_dict``: sharded
 DTensors, resharded on load for any world size), ``lr_scheduler``, ``train_state``, and per rank
 ``dataloader.dp_rank_<r>`` and ``rng.dp_rank_<r>``. On another world size the RNG states are skipped and every
 rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is global; a streaming one's is refused).
-Saves are atomic (``step-N.tmp`` renamed when complete) and may run in the background; see
+Saves are atomic (``step-N.tmp`` renamed when complete, :mod:`.storage`) and may run in the background; see
 ``docs/design.md``, "Checkpoints: atomic and async saves".
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,100 +24,29 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_optimizer_state_dict
 
-from torchtitan_lite.errors import UserError
+from torchtitan_lite.components.checkpoint.integrity import (
+    FORMAT_VERSION,
+    describe_files,
+    read_meta,
+    seal,
+    verify_files,
+)
+from torchtitan_lite.components.checkpoint.storage import (
+    META_FILE,
+    CheckpointError,
+    complete_steps,
+    free_bytes,
+    is_no_space,
+    publish,
+    remove_step,
+    write_json,
+)
 
-META_FILE = "meta.json"
-"""Per-checkpoint description, written last by rank 0."""
-FORMAT_VERSION = 2
-"""Version of the layout above, stored in ``meta.json`` (2: the map-style loader state is ``windows_consumed``)."""
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
-_STEP_RE = re.compile(r"^step-(\d+)$")
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint that cannot be used: one line naming the file or key and what to do."""
-
-
-def checkpoint_folder(dump_folder: str, folder: str) -> str:
-    """Absolute path of the checkpoint folder: ``folder`` under ``dump_folder`` (an absolute ``folder`` wins)."""
-    return os.path.abspath(os.path.join(dump_folder, folder))
-
-
-def complete_steps(folder: str) -> list[int]:
-    """Steps of the complete checkpoints in ``folder`` (``step-N`` with ``meta.json``), ascending."""
-    if not os.path.isdir(folder):
-        return []
-    steps = []
-    for name in os.listdir(folder):
-        match = _STEP_RE.match(name)
-        if match and os.path.isfile(os.path.join(folder, name, META_FILE)):
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
-def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = None) -> str | None:
-    """The checkpoint to resume from, or ``None`` for a fresh start: ``load_path`` (a ``step-N`` folder anywhere)
-    if given, else in ``folder`` the latest complete one (``load_step = -1``) or ``step-<load_step>``.
-
-    Raises:
-        CheckpointError: ``load_path`` or the requested step does not exist (message lists what exists).
-    """
-    if load_path is not None:
-        if not os.path.isdir(load_path):
-            raise CheckpointError(f"checkpoint.load_path: no such folder {load_path!r}; point it at a step-N "
-                                  "checkpoint folder")
-        return os.path.abspath(load_path)
-    steps = complete_steps(folder)
-    if load_step == -1:
-        return os.path.join(folder, f"step-{steps[-1]}") if steps else None
-    if load_step not in steps:
-        raise CheckpointError(f"checkpoint.load_step: no complete checkpoint step-{load_step} in {folder} "
-                              f"(complete: {', '.join(f'step-{s}' for s in steps) or 'none'}); "
-                              "pick one of these or -1 for the latest")
-    return os.path.join(folder, f"step-{load_step}")
-
-
-def read_meta(path: str) -> dict[str, Any]:
-    """``meta.json`` of the checkpoint at ``path``, after checking that it parses, that DCP's ``.metadata``
-    reads and that every data file it references exists and is long enough (truncated or deleted shards).
-
-    Raises:
-        CheckpointError: the first problem found, naming the file.
-    """
-    meta_path = os.path.join(path, META_FILE)
-    try:
-        with open(meta_path, encoding="utf-8") as handle:
-            meta = json.load(handle)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path}: no {META_FILE}, so it is incomplete or not a checkpoint; "
-                              "point checkpoint.load_path at a step-N folder written by this trainer") from None
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {meta_path} is corrupt ({err}); load another step with "
-                              "checkpoint.load_step or delete this folder") from None
-    found = meta.get("format") if isinstance(meta, dict) else meta
-    if found != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {meta_path}: format {found!r} is not {FORMAT_VERSION}; it was not "
-                              "written by this version of the trainer")
-    try:
-        metadata = dcp.FileSystemReader(path).read_metadata()
-    except Exception as err:  # DCP raises whatever unpickling or reading the file raised
-        raise CheckpointError(f"checkpoint {os.path.join(path, '.metadata')} is missing or corrupt "
-                              f"({type(err).__name__}: {err}); load another step with checkpoint.load_step "
-                              "or delete this folder") from None
-    needed: dict[str, int] = {}
-    for info in metadata.storage_data.values():
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
-    for name, size in sorted(needed.items()):
-        file = os.path.join(path, name)
-        actual = os.path.getsize(file) if os.path.isfile(file) else None
-        if actual is None or actual < size:
-            found = "missing" if actual is None else f"{actual} bytes, expected at least {size}"
-            raise CheckpointError(f"checkpoint file {file} is {found} (truncated or deleted); load another "
-                                  "step with checkpoint.load_step or delete this folder")
-    return meta
 
 
 def model_args_json(args) -> dict[str, Any]:
@@ -156,13 +85,23 @@ class TrainState:
 @dataclass
 class LoadResult:
     """What :meth:`Checkpointer.load` restored from the checkpoint folder ``path`` of step ``step``:
-    ``loaded_names`` (model state names, for ``init_weights(skip=...)``) and the ``excluded`` parts
-    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new world size)."""
+    ``loaded_names`` (model state names, for ``init_weights(skip=...)``), the ``excluded`` parts
+    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new world size) and the checkpoint's ``meta.json``."""
 
     path: str
     step: int
     loaded_names: list[str]
     excluded: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def expected_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a checkpoint of ``model`` trained with AdamW: every parameter three times (the weights and the two
+    moments, in the parameters' dtype) and the persistent buffers once (global sizes: the same on every rank;
+    DCP's metadata, a few KiB per tensor, comes on top)."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return 3 * params + buffers
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -182,9 +121,10 @@ class Checkpointer:
     """Saves and loads the training state of one run (call every method on every rank).
 
     Args:
-        folder: the checkpoint folder (:func:`checkpoint_folder`).
+        folder: the checkpoint folder (:func:`~.storage.checkpoint_folder`).
         dataloader: a ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data.loader` training set.
-        meta: what ``meta.json`` records besides step and world size: ``model``, ``flavor``, ``model_args``.
+        meta: what ``meta.json`` records besides step, world size and files: ``model``, ``flavor``, ``model_args``,
+            ``config``, ``lr_schedule`` (the caller may update it between saves).
         keep_latest_k: complete checkpoints to keep (0 = all).
         async_mode: ``"disabled"`` or ``"async"`` (a background write; :meth:`finish` completes it).
     """
@@ -197,8 +137,8 @@ class Checkpointer:
         self.lr_scheduler, self.dataloader = lr_scheduler, dataloader
         self.rank, self.world_size, self.device = rank, world_size, device
         self.meta, self.keep_latest_k, self.async_mode = meta, keep_latest_k, async_mode
-        self._pending: tuple[Any, str, int] | None = None
-        self._cleaned = False
+        self._pending: tuple[Any, str, int, int] | None = None
+        self._rng: dict[str, torch.Tensor] | None = None
         self._async_group = dist.new_group(backend="gloo") if async_mode == "async" else None
 
     def _state(self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int) -> dict[str, Any]:
@@ -219,68 +159,109 @@ class Checkpointer:
 
     def save(self, train_state: TrainState) -> str | None:
         """Save everything as ``step-<train_state.step>``, atomically; its path, or ``None`` while an async
-        write continues (:meth:`finish` completes it)."""
+        write continues (:meth:`finish` completes it).
+
+        Raises:
+            CheckpointError: the file system is full (one line: bytes needed and free); the partial save is
+                removed, the previous checkpoints are untouched.
+        """
         self.finish()
-        final = os.path.join(self.folder, f"step-{train_state.step}")
-        tmp = final + ".tmp"
+        tmp = os.path.join(self.folder, f"step-{train_state.step}.tmp")
         if self.rank == 0:
             os.makedirs(self.folder, exist_ok=True)
-            if not self._cleaned:
-                for name in os.listdir(self.folder):
-                    if name.endswith(".tmp"):
-                        shutil.rmtree(os.path.join(self.folder, name))
-                self._cleaned = True
+        free = free_bytes(self.folder)
         dist.barrier()
         state = self._state(train_state, (*EXCLUDABLE, "rng"), self.rank)
-        if self.async_mode == "async":
-            future = dcp.async_save(state, checkpoint_id=tmp, process_group=self._async_group)
-            self._pending = (future, tmp, train_state.step)
-            return None
-        dcp.save(state, checkpoint_id=tmp)
-        self._pending = (None, tmp, train_state.step)
+        try:
+            if self.async_mode == "async":
+                future = dcp.async_save(state, checkpoint_id=tmp, process_group=self._async_group)
+                self._pending = (future, tmp, train_state.step, free)
+                return None
+            dcp.save(state, checkpoint_id=tmp)
+        except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
+            self._failed(err, tmp, free)
+        self._pending = (None, tmp, train_state.step, free)
         return self.finish()
 
+    def _failed(self, err: BaseException, tmp: str, free: int) -> None:
+        """After a failed write into ``tmp`` (on every rank: DCP gathers the failures of all ranks): a full file
+        system becomes one :class:`CheckpointError`, with the partial save removed; anything else is re-raised."""
+        if not is_no_space(err):
+            raise err
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        latest = complete_steps(self.folder)
+        intact = f"the last complete checkpoint step-{latest[-1]} is intact" if latest else "no checkpoint was saved"
+        raise CheckpointError(
+            f"no space left on device writing {tmp}: {expected_bytes(self.model):,} bytes needed, {free:,} free; "
+            f"{intact}; free space or set checkpoint.folder to a larger disk, then run again to resume") from None
+
     def finish(self) -> str | None:
-        """Complete the pending save (wait, barrier, ``meta.json``, rename, prune); its path, or ``None``."""
+        """Complete the pending save: wait for it, record the size and checksum of each file (every rank those it
+        wrote, rank 0 also ``.metadata``), write ``meta.json``, rename ``step-N.tmp`` to ``step-N``, delete
+        checkpoints beyond ``keep_latest_k``. Its path, or ``None`` if none is pending.
+
+        Raises:
+            CheckpointError: as :meth:`save` (a full file system while the files or ``meta.json`` were written).
+        """
         if self._pending is None:
             return None
-        future, tmp, step = self._pending
+        future, tmp, step, free = self._pending
         self._pending = None
         if future is not None:
-            future.result()
+            try:
+                future.result()
+            except (Exception, CheckpointException) as err:
+                self._failed(err, tmp, free)
         dist.barrier()
+        mine = sorted(n for n in os.listdir(tmp) if n.startswith(f"__{self.rank}_")) + (
+            [".metadata"] if self.rank == 0 else [])
+        files: list[dict[str, Any] | None] = [None] * self.world_size
+        dist.all_gather_object(files, describe_files(tmp, mine))
         final = tmp.removesuffix(".tmp")
+        failure: list[BaseException | None] = [None]
         if self.rank == 0:
-            meta = {"format": FORMAT_VERSION, "step": step, "world_size": self.world_size, **self.meta}
-            with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as handle:
-                json.dump(meta, handle, indent=1)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if os.path.exists(final):  # resumed from an older step: replace the newer one of the old run
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-            self._prune()
-        dist.barrier()
+            try:
+                self._publish(tmp, final, step, {k: v for part in files for k, v in part.items()})
+            except OSError as err:
+                failure[0] = err
+        dist.broadcast_object_list(failure, src=0)
+        if failure[0] is not None:
+            self._failed(failure[0], tmp, free)
         return final
 
-    def _prune(self) -> None:
-        """Delete complete checkpoints beyond the latest ``keep_latest_k`` (rank 0)."""
+    def _publish(self, tmp: str, final: str, step: int, files: dict[str, dict[str, Any]]) -> None:
+        """Rank 0: check that ``files`` covers every file DCP's ``.metadata`` references, write ``meta.json``,
+        publish, prune."""
+        referenced = {info.relative_path for info in dcp.FileSystemReader(tmp).read_metadata().storage_data.values()}
+        missing = sorted(referenced - files.keys())
+        files.update(describe_files(tmp, missing))
+        meta = seal({"format": FORMAT_VERSION, "step": step, "world_size": self.world_size, **self.meta,
+                     "files": files})
+        write_json(os.path.join(tmp, META_FILE), meta)
+        publish(tmp, final)
         if self.keep_latest_k:
-            for step in complete_steps(self.folder)[: -self.keep_latest_k]:
-                shutil.rmtree(os.path.join(self.folder, f"step-{step}"))
+            for old in complete_steps(self.folder)[: -self.keep_latest_k]:
+                remove_step(self.folder, old)
 
     def load(self, path: str, exclude: tuple[str, ...] = ()) -> tuple[LoadResult, TrainState]:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
-        Reads ``meta.json`` with :func:`read_meta` (the model match was checked before launch by
-        ``config.check_paths``). With another world size the RNG states are skipped (``LoadResult.excluded``)
-        and every rank loads rank 0's data loader state (``dataset.world_size_invariant`` must be true).
+        Reads ``meta.json`` (:func:`~.integrity.read_meta`) and verifies the size and checksum of every file
+        (:func:`~.integrity.verify_files`) before any tensor is read. The optimizer's hyperparameters (``lr``,
+        ``betas``, ``eps``, ``weight_decay`` of each param group) stay this run's: the checkpoint restores its
+        state (steps, moments); the trainer sets the learning rate from the LR schedule it follows. The RNG
+        states are applied by :meth:`restore_rng`. With another world size the RNG states are skipped
+        (``LoadResult.excluded``) and every rank loads rank 0's data loader state
+        (``dataset.world_size_invariant`` must be true).
 
         Raises:
-            CheckpointError: an incomplete or corrupt folder, an unknown part in ``exclude``, or a world size
-                that differs while the data loader state of a streaming data set is to be loaded.
+            CheckpointError: an incomplete or corrupt folder (nothing is loaded or modified), an unknown part in
+                ``exclude``, or a world size that differs while the data loader state of a streaming data set is
+                to be loaded.
         """
         meta = read_meta(path)
+        verify_files(path, meta, self.rank, self.world_size)
         bad = sorted(set(exclude) - set(EXCLUDABLE))
         if bad:
             raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
@@ -300,13 +281,24 @@ class Checkpointer:
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.model, state["model"])
         if "optimizer" in state:
+            hyperparameters = [{k: v for k, v in group.items() if k != "params"}
+                               for group in self.optimizer.param_groups]
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+            for group, own in zip(self.optimizer.param_groups, hyperparameters):
+                group.update(own)
         if "lr_scheduler" in state:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if "dataloader" in parts:
             self.dataloader.load_state_dict(state[f"dataloader.dp_rank_{data_rank}"])
         if "rng" in parts:
-            _set_rng_state(state[f"rng.dp_rank_{self.rank}"], self.device)
+            self._rng = state[f"rng.dp_rank_{self.rank}"]
         train_state = TrainState(**state["train_state"]) if "train_state" in state else TrainState()
-        result = LoadResult(path, int(meta["step"]), sorted(state["model"]), excluded)
+        result = LoadResult(path, int(meta["step"]), sorted(state["model"]), excluded, meta)
         return result, train_state
+
+    def restore_rng(self) -> None:
+        """Apply the RNG states of the loaded checkpoint (if any), once: call right before the first step (building
+        the data loader's iterator draws from the global generator, as it did in the run that saved)."""
+        if self._rng is not None:
+            _set_rng_state(self._rng, self.device)
+            self._rng = None
