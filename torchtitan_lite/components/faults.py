@@ -96,8 +96,6 @@ class StopRequest:
         ``DistInfo.cpu_group``; ``None`` = the default group, then gloo)."""
         flag = torch.tensor([1 if self.requested() else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-        if flag.item() and self.signal_name is None:
-            self.signal_name = "a stop request of another rank"
         return bool(flag.item())
 
     def check(self, phase: str, group: dist.ProcessGroup | None = None) -> None:
@@ -106,7 +104,8 @@ class StopRequest:
         ``phase``: what was just done, for the message (``"the model build"``).
         """
         if self.agreed(group):
-            raise Stopped(f"stopped by {self.signal_name} after {phase}, before the first step; nothing to save")
+            raise Stopped(f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, before the "
+                          "first step; nothing to save")
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
         """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control

@@ -184,17 +184,21 @@ class Checkpointer:
         return self.finish()
 
     def _failed(self, err: BaseException, tmp: str, free: int) -> None:
-        """After a failed write into ``tmp`` (on every rank: DCP gathers the failures of all ranks): a full file
-        system becomes one :class:`CheckpointError`, with the partial save removed; anything else is re-raised."""
-        if not is_no_space(err):
+        """After a failed write into ``tmp`` (on every rank: DCP gathers the failures of all ranks; the ranks follow
+        rank 0's verdict): a full file system becomes one :class:`CheckpointError`, with the partial save removed;
+        anything else is re-raised."""
+        needed = expected_bytes(self.model)
+        verdict = [is_no_space(err, free_bytes(self.folder), needed)]
+        dist.broadcast_object_list(verdict, src=0)  # rank 0 holds every rank's failure
+        if not verdict[0]:
             raise err
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         latest = complete_steps(self.folder)
         intact = f"the last complete checkpoint step-{latest[-1]} is intact" if latest else "no checkpoint was saved"
         raise CheckpointError(
-            f"no space left on device writing {tmp}: {expected_bytes(self.model):,} bytes needed, {free:,} free; "
-            f"{intact}; free space or set checkpoint.folder to a larger disk, then run again to resume") from None
+            f"no space left on device writing {tmp}: {needed:,} bytes needed, {free:,} free; {intact}; free space or "
+            "set checkpoint.folder to a larger disk, then run again to resume") from None
 
     def finish(self) -> str | None:
         """Complete the pending save: wait for it, record the size and checksum of each file (every rank those it

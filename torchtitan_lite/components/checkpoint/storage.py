@@ -168,9 +168,11 @@ def free_bytes(path: str) -> int:
     return shutil.disk_usage(existing).free
 
 
-def is_no_space(error: BaseException) -> bool:
-    """Whether ``error``, a DCP ``CheckpointException`` (per-rank failures) or any exception, or one it was raised
-    from, is ``ENOSPC`` (or ``EDQUOT``, a full quota)."""
+def is_no_space(error: BaseException, free_now: int, needed: int) -> bool:
+    """Whether a save that failed with ``error`` (a DCP ``CheckpointException`` holding per-rank failures, or any
+    exception) failed for lack of space: ``ENOSPC``/``EDQUOT`` in it or in what it was raised from, or fewer than
+    ``needed`` bytes left free now (``free_now``: torch's zip writer reports a short write as ``unexpected pos``,
+    with no errno)."""
     seen: set[int] = set()
     pending: list[BaseException] = [error]
     while pending:
@@ -184,4 +186,4 @@ def is_no_space(error: BaseException) -> bool:
         if isinstance(failures, dict):
             pending.extend(exc for exc, _ in failures.values() if isinstance(exc, BaseException))
         pending.extend(e for e in (err.__cause__, err.__context__) if e is not None)
-    return False
+    return free_now < needed
