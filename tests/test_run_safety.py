@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import xxhash
 from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
+from fault_helpers import alive
 from torch.distributed.checkpoint.api import CheckpointException
 
 from torchtitan_lite import train as train_module
@@ -354,9 +355,9 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
         middle.kill()  # the parent (torchrun's place) dies: PR_SET_PDEATHSIG
         middle.wait()
         deadline = time.monotonic() + 10
-        while _running(worker) and time.monotonic() < deadline:
+        while alive({worker}) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _running(worker)
+        assert not alive({worker})
         lone = subprocess.Popen([sys.executable, "-c", child], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, env={**env(), "TORCHTITAN_LITE_LAUNCHER_PID": str(launcher.pid)})
         assert lone.stdout.readline() == "armed\n"
@@ -369,10 +370,3 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
             proc.kill()
             proc.wait()
 
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 import xxhash
@@ -29,9 +29,10 @@ _SEAL = "meta_xxh3_128"
 _CHUNK = 8 << 20  # bytes per read
 
 
-def file_digest(path: str) -> str:
-    """XXH3-128 of the bytes of the file ``path``, as 32 hex digits (read in 8 MiB chunks)."""
-    digest = xxhash.xxh3_128()
+def file_digest(path: str, algorithm: Callable[[], Any] = xxhash.xxh3_128) -> str:
+    """The checksum of the bytes of the file ``path`` (read in 8 MiB chunks) as hex digits: XXH3-128 (32 digits),
+    or ``algorithm()``'s, any ``hashlib``-like object (for comparisons)."""
+    digest = algorithm()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as handle:
