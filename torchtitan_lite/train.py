@@ -2,15 +2,18 @@
 
 Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
 run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> optimizer ->
-data -> load (checkpoint or HF weights) -> init of what was not loaded -> loop (forward, loss, backward,
-clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars -> checkpoints every
-``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``) -> HF export.
+data -> load (checkpoint or HF weights) -> the checkpoint folder's lock -> init of what was not loaded -> loop
+(forward, loss, backward, clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars ->
+checkpoints every ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``; a stop
+request between the start-up phases ends the run with nothing to save) -> HF export.
 
-Exit status of ``main``: 0 (done, or stopped by a signal after saving); 2 for a
-:class:`~torchtitan_lite.errors.UserError` raised while building the run (data, checkpoint, HF folder, launch;
-one ``input error: ...`` line); 1 for one raised while training (non-finite loss, strict init check; one
-``error: ...`` line) and for any other exception, a bug, which propagates with its traceback. Nothing is
-written to disk before the inputs are checked.
+Exit status of ``main``: 0 (done, or stopped by a signal after saving or before the first step); 2 for a
+:class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run (data,
+checkpoint, checkpoint folder, HF folder, launch; one ``config error: ...`` or ``input error: ...`` line); 1 for
+one raised while training (non-finite loss, strict init check, a full disk; one ``error: ...`` line) and for any
+other exception, a bug, which propagates with its traceback. Under ``run_train.sh`` the worker hands that status
+to the launcher and exits 0 (``faults.report_outcome``). Nothing is written to disk before the inputs are
+checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the world size: each rank runs ``accum = global / (local * world)`` micro-batches. Each micro-batch
@@ -453,6 +456,7 @@ class Trainer:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
                                    "nothing to train"])
         data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
+        checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):
             step_start = time.perf_counter()
             log_due = self.metrics.due(step)
@@ -489,7 +493,7 @@ class Trainer:
                 saved = self._save(force=False)
                 save_s = max(save_s or 0.0, time.perf_counter() - save_start)
             if self.info.rank == 0:
-                stop.publish_budget(step_s, save_s, expected_bytes(self.model))
+                stop.publish_budget(step_s, save_s, checkpoint_bytes)
             if stop.agreed(self.info.cpu_group):
                 saved = (self.checkpointer.finish() or saved) if save_due else self._save(force=True)
                 self.metrics.log_text([f"stopped by a signal after step {step}; " + (
