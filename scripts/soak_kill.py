@@ -56,7 +56,8 @@ def main() -> None:
 
     def check_resume(lines: list[str], before: list[int], label: str) -> None:
         """Count the run as resumed from the latest complete checkpoint before it, or as lost."""
-        start = next((int(m.group(1)) for line in lines if (m := re.search(r"resumed from .* \(step (\d+)\)", line))), 0)
+        found = [int(m.group(1)) for line in lines if (m := re.search(r"resumed from .* \(step (\d+)\)", line))]
+        start = found[0] if found else 0
         if before and start == before[-1]:
             counts["resumed"] += 1
         elif before:

@@ -46,13 +46,17 @@ class Run:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n" + "\n".join(self.lines[-30:]))
+                raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n" + self.tail()) from None
             if line is None:
                 self._queue.put(None)
-                raise AssertionError(f"the run ended without a line matching {pattern!r}:\n" + "\n".join(self.lines[-30:]))
+                raise AssertionError(f"the run ended without a line matching {pattern!r}:\n" + self.tail())
             self.lines.append(line)
             if match := re.search(pattern, line):
                 return match
+
+    def tail(self) -> str:
+        """The last 30 lines read so far."""
+        return "\n".join(self.lines[-30:])
 
     def finish(self, timeout: float = 240) -> tuple[int, list[str]]:
         """Wait for the end: ``(exit status, every output line)``."""

@@ -74,8 +74,8 @@ def assert_resumes_one_step_bitwise(data, dump, step: int) -> None:
     assert code == 0, "\n".join(lines[-30:])
     assert any(f"(step {step})" in line and "resumed from" in line for line in lines), "\n".join(lines)
     reference = dump.parent / "reference"
-    code, lines = run(args(data, reference, *CONSTANT_LR, f"--training.steps={step + 1}", "--checkpoint.interval=100000"),
-                      nproc=2)
+    code, lines = run(args(data, reference, *CONSTANT_LR, f"--training.steps={step + 1}",
+                           "--checkpoint.interval=100000"), nproc=2)
     assert code == 0, "\n".join(lines[-30:])
     assert shard_digests(dump / "checkpoint" / f"step-{step + 1}") == shard_digests(
         reference / "checkpoint" / f"step-{step + 1}")
@@ -234,7 +234,8 @@ def test_sigterm_while_the_workers_load_data_exits_0_with_nothing_saved(data, fo
     # about 5 s after the start on an idle machine: the workers are past the config check, building the run
     work = launcher_copy(tmp_path)
     train_py = work / "torchtitan_lite" / "train.py"
-    train_py.write_text(train_py.read_text().replace('\nif __name__ == "__main__":', SLOW_DATA + '\nif __name__ == "__main__":'))
+    main_block = '\nif __name__ == "__main__":'
+    train_py.write_text(train_py.read_text().replace(main_block, SLOW_DATA + main_block))
     with_step2(four_steps, tmp_path / "out")
     before = tree_digest(tmp_path / "out")
     launched = Run(args(data, tmp_path / "out"), nproc=2, cwd=work)
@@ -348,8 +349,9 @@ def test_an_empty_dump_folder_and_an_empty_config_file_exit_2_before_torchrun(da
     assert code == 2 and lines == ["config error: job.dump_folder (command line): is empty, which would write into "
                                    "the current folder (or the folder above); name a folder, e.g. the default"]
     (tmp_path / "empty.toml").write_text("# nothing here\n")
-    code, lines = run([f"--job.dump_folder={tmp_path / 'out'}"], extra_env={"CONFIG_FILE": str(tmp_path / "empty.toml")})
-    assert code == 2 and lines == [f"config error: job.config_file: empty config file {tmp_path / 'empty.toml'}; remove "
-                                   "CONFIG_FILE to train the defaults (train_configs/qwen3_debug.toml), or give the "
-                                   "file some [section] keys"]
+    empty = tmp_path / "empty.toml"
+    code, lines = run([f"--job.dump_folder={tmp_path / 'out'}"], extra_env={"CONFIG_FILE": str(empty)})
+    assert code == 2 and lines == [f"config error: job.config_file: empty config file {empty}; remove CONFIG_FILE to "
+                                   "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
+                                   "[section] keys"]
     assert not (tmp_path / "out").exists()

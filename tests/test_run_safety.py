@@ -69,8 +69,8 @@ def test_read_meta_refuses_an_edited_meta_json_and_a_changed_metadata_naming_the
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / ".metadata").write_bytes(b"METADATA")
     with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint file {folder}/.metadata does not match the xxh3_128 "
-                                                   r"checksum recorded when it was saved .*: the file is corrupt; delete "
-                                                   r"this folder to start fresh"):
+                                                   r"checksum recorded when it was saved .*: the file is corrupt; "
+                                                   r"delete this folder to start fresh"):
         integrity.read_meta(str(folder))
 
 
@@ -133,8 +133,8 @@ def test_a_second_lock_names_the_holder_the_probe_sees_it_and_release_frees_it(t
     lock = ckpt.FolderLock(str(tmp_path / "checkpoint"))
     lock.acquire()
     holder = rf"\(host {re.escape(socket.gethostname())}, PID {os.getpid()}, since [\d: -]+\)"
-    with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint folder {tmp_path / 'checkpoint'} is in use by another "
-                                                   rf"run {holder}; wait for it to end"):
+    busy = rf"^checkpoint folder {tmp_path / 'checkpoint'} is in use by another run {holder}; wait for it to end"
+    with pytest.raises(ckpt.CheckpointError, match=busy):
         ckpt.FolderLock(str(tmp_path / "checkpoint")).acquire()
     with pytest.raises(ckpt.CheckpointError, match=holder):
         ckpt.check_unlocked(str(tmp_path / "checkpoint"))
@@ -319,8 +319,9 @@ def test_fit_problem_errors_when_clearly_impossible_and_warns_when_tight():
     assert fit_problem(MemoryEstimate(3 * GIB, 1 * GIB), ranks_sharing=2, **kw)[0] == "warning"
     assert fit_problem(MemoryEstimate(11 * GIB, 0), ranks_sharing=1, **kw)[0] == "error"
     level, text = fit_problem(MemoryEstimate(1 * GIB, 20 * GIB), ranks_sharing=1, **kw)
-    assert level == "error" and text.startswith("the run needs about 21.0 GiB (1.0 GiB parameters, gradients and AdamW "
-                                                "moments over 1 rank(s) + 20.0 GiB activations) of 10.0 GiB host memory")
+    assert level == "error" and text.startswith(
+        "the run needs about 21.0 GiB (1.0 GiB parameters, gradients and AdamW moments over 1 rank(s) + 20.0 GiB "
+        "activations) of 10.0 GiB host memory")
 
 
 def test_check_memory_refuses_a_model_that_cannot_fit_and_passes_the_debug_model():
@@ -364,7 +365,8 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
         launcher.send_signal(signal.SIGKILL)  # the launcher dies: the watchdog
         launcher.wait()
         assert lone.wait(timeout=10) == 1
-        assert lone.stderr.read() == "error: the launcher is gone; this worker exits (the last complete checkpoint is kept)\n"
+        assert lone.stderr.read() == ("error: the launcher is gone; this worker exits (the last complete checkpoint "
+                                      "is kept)\n")
     finally:
         for proc in (launcher, middle):
             proc.kill()
