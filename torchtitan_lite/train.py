@@ -303,7 +303,8 @@ class Trainer:
         warns when fewer than two checkpoints fit in the free space; the ranks agree. ``(lock or None, lines)``.
 
         Raises:
-            CheckpointError: on every rank, the folder is in use by another run or holds a bad ``step-N``.
+            CheckpointError: on every rank, the folder is in use by another run, holds a bad ``step-N`` or cannot
+                be written.
         """
         if not self.config.checkpoint.enable:
             return None, []
@@ -321,10 +322,11 @@ class Trainer:
                     lines.append(f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
                                  "(parameters and AdamW moments): fewer than two fit; free space or set "
                                  "checkpoint.folder to a larger disk")
-            except CheckpointError as err:
+            except (CheckpointError, OSError) as err:
                 if lock is not None:
                     lock.release()
-                outcome[0] = err
+                outcome[0] = err if isinstance(err, CheckpointError) else CheckpointError(
+                    f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder")
         dist.broadcast_object_list(outcome, src=0)
         if outcome[0] is not None:
             raise outcome[0]
