@@ -38,7 +38,8 @@ from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.init.spec import InitPlan
 
-__all__ = ["HookReport", "ModelSpec", "TrainingHooks", "get_model_spec", "model_names", "no_training_hooks"]
+__all__ = ["HookReport", "ModelSpec", "TrainingHooks", "get_model_spec", "hf_family", "model_names",
+           "no_training_hooks"]
 
 
 class HookReport(NamedTuple):
@@ -85,9 +86,8 @@ class ModelSpec:
             attention), used for MFU.
         parallelize: ``(model, parallel_dims, options) -> nn.Module`` (see the module docstring).
         training_hooks: ``(model, parallel_dims, micro_batches) -> TrainingHooks`` (see the module docstring).
-        state_dict_adapter: ``args -> adapter`` between our names and Hugging Face's (``hf_name``, ``our_name``,
-            ``hf_names_to_save``, ``to_hf_config``, ``args_from_hf_config``; see
-            ``models/qwen3/state_dict_adapter.py``), or ``None`` when the family has none.
+        state_dict_adapter: the class between our model and Hugging Face's (``config.json`` keys and tensors, both
+            ways; its contract is in ``models/common/hf_adapter.py``), or ``None`` when the family has none.
     """
 
     name: str
@@ -112,6 +112,17 @@ def get_model_spec(name: str) -> ModelSpec:
     if name not in _FAMILIES:
         raise ValueError(f"unknown model '{name}'; known models: {', '.join(_FAMILIES)}")
     return importlib.import_module(f"models.{name}").model_spec
+
+
+def hf_family(model_type: str | None, architectures: list[str] | None) -> str | None:
+    """The family whose state-dict adapter reads a ``config.json`` of ``model_type`` (or, without one, whose
+    architecture is the first of ``architectures``); ``None`` when none does."""
+    for name in _FAMILIES:
+        adapter = get_model_spec(name).state_dict_adapter
+        if adapter is not None and (adapter.model_type == model_type if model_type else
+                                    bool(architectures) and adapter.architecture == architectures[0]):
+            return name
+    return None
 
 
 def model_names() -> tuple[str, ...]:

@@ -14,7 +14,9 @@ from safetensors.torch import load_file, save_file
 
 import torchtitan_lite.init.apply as init_module
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.components.hf_io import HFError, export_hf, state_dict_adapter
+from torchtitan_lite.components.hf.args import state_dict_adapter
+from torchtitan_lite.components.hf.export import export_hf
+from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import check_paths, parse_args
 from torchtitan_lite.init.apply import named_state_tensors
@@ -58,7 +60,7 @@ def hf_folder(tmp_path_factory):
     try:
         randomize(trainer.model)
         folder = tmp / "hf"
-        export_hf(trainer.model, str(folder), state_dict_adapter("qwen3", trainer.args))
+        export_hf(trainer.model, str(folder), state_dict_adapter("qwen3", trainer.args), trainer.tokenizer)
         tokens = torch.randint(0, 2048, (2, 16), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             logits = trainer.model(tokens)
@@ -72,7 +74,7 @@ def test_logits_equal_transformers_qwen3(tmp_path, tied):
     trainer = build(tmp_path, f"--model.tie_embeddings={str(tied).lower()}")
     try:
         randomize(trainer.model)
-        export_hf(trainer.model, str(tmp_path / "hf"), state_dict_adapter("qwen3", trainer.args))
+        export_hf(trainer.model, str(tmp_path / "hf"), state_dict_adapter("qwen3", trainer.args), trainer.tokenizer)
         tokens = torch.randint(0, 2048, (2, 24), generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
             ours = trainer.model(tokens)
@@ -96,7 +98,7 @@ def test_import_loads_everything_draws_nothing_and_round_trips_bitwise(hf_folder
         result = trainer.init_result
         with torch.no_grad():
             same_logits = torch.equal(trainer.model(tokens), logits)
-        export_hf(trainer.model, str(tmp_path / "again"), state_dict_adapter("qwen3", trainer.args))
+        export_hf(trainer.model, str(tmp_path / "again"), state_dict_adapter("qwen3", trainer.args), trainer.tokenizer)
     finally:
         close()
     assert calls == []
@@ -155,8 +157,8 @@ def test_preflight_rejects_an_hf_model_of_another_size(hf_folder, tmp_path):
     config = json.loads((other / "config.json").read_text())
     config["intermediate_size"] = 96
     (other / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match=r"^checkpoint.initial_load_hf: .*config.json has hidden_dim = 96 but the "
-                                          r"model has 128; set --model.overrides.hidden_dim=96"):
+    with pytest.raises(ConfigError, match=r"^checkpoint.initial_load_hf: .*config.json has hidden_dim = 96 but "
+                                          r"model.overrides.hidden_dim = 128; drop the override"):
         check_paths(parse_args(argv(tmp, f"--checkpoint.initial_load_hf={other}")))
     with pytest.raises(ConfigError, match=r"^checkpoint.initial_load_hf: no such folder"):
         check_paths(parse_args(argv(tmp, f"--checkpoint.initial_load_hf={tmp_path / 'nowhere'}")))

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import models
-from models import ModelSpec, get_model_spec, model_names
+from models import ModelSpec, get_model_spec, hf_family, model_names
 
 ENGINE = Path(__file__).resolve().parents[1] / "torchtitan_lite"
 
@@ -60,4 +60,6 @@ def test_every_family_has_a_complete_spec():
         assert all(callable(f) for f in (spec.model_cls, spec.init_plan, spec.num_flops_per_token, spec.parallelize,
                                          spec.training_hooks)), name
         assert spec.flavors and "debug" in spec.flavors, name
-        assert (spec.state_dict_adapter is not None) == (name == "qwen3"), name
+        adapter = spec.state_dict_adapter  # every family imports and exports HF (issue 15)
+        assert adapter is not None and callable(adapter.args_from_hf_config), name
+        assert hf_family(adapter.model_type, None) == hf_family(None, [adapter.architecture]) == name

@@ -58,7 +58,10 @@ from torchtitan_lite.components.faults import (
     exit_with_launcher,
     report_outcome,
 )
-from torchtitan_lite.components.hf_io import export_hf, import_hf, state_dict_adapter
+from torchtitan_lite.components.generation import generate
+from torchtitan_lite.components.hf.args import state_dict_adapter
+from torchtitan_lite.components.hf.export import export_hf
+from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule
 from torchtitan_lite.components.metrics import MetricsLogger, format_duration, make_run_folder
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
@@ -66,7 +69,13 @@ from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.config.cli import ConfigError, format_toml
-from torchtitan_lite.config.preflight import build_model_args, check_memory, load_config, load_config_or_exit
+from torchtitan_lite.config.preflight import (
+    build_model_args,
+    check_memory,
+    load_config,
+    load_config_or_exit,
+    tokenizer_path,
+)
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
@@ -189,7 +198,7 @@ class Trainer:
         memory_warning = check_memory(config, info.world_size, info.local_world_size)
         self.deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
-        tokenizer = build_tokenizer(config.model.tokenizer_path)
+        self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         self.model, self.spec, self.args = build_model(config, info)
         self._phase_done("the model build")
@@ -268,7 +277,7 @@ class Trainer:
         ``components/checkpoint/resume.py``); a line lists the settings that differ from the checkpoint's.
 
         Raises:
-            CheckpointError, HFError: see :meth:`Checkpointer.load` and ``hf_io.import_hf``.
+            CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
         """
         cfg, cp = self.config, self.config.checkpoint
         folder = checkpoint_folder(cfg.job.dump_folder, cp.folder)
@@ -288,14 +297,9 @@ class Trainer:
             return train_state, result.loaded_names, lines + ([changed] if changed else [])
         if cp.initial_load_hf is None:
             return TrainState(), [], []
-        adapter = state_dict_adapter(cfg.model.name, self.args)
-        imported = import_hf(self.model, cp.initial_load_hf, adapter,
-                             allow_unexpected=cp.initial_load_hf_allow_unexpected)
-        lines = [f"imported {cp.initial_load_hf}: {len(imported.loaded)} model tensors loaded; missing (initialized): "
-                 f"{', '.join(imported.missing) or 'none'}"]
-        if imported.unexpected:
-            lines.append(f"ignored tensors of {cp.initial_load_hf}: {', '.join(imported.unexpected)}")
-        return TrainState(), imported.loaded, lines
+        imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
+                                  allow_unexpected=cp.initial_load_hf_allow_unexpected)
+        return TrainState(), imported.loaded, imported.describe(cp.initial_load_hf)
 
     def _hold_checkpoint_folder(self) -> tuple[FolderLock | None, list[str]]:
         """With ``checkpoint.enable``, before this run writes anything: rank 0 takes the checkpoint folder's lock,
@@ -437,6 +441,16 @@ class Trainer:
         dist.all_reduce(totals, group=self.info.dims.dp_group)
         return (totals[0] / totals[1]).item()
 
+    def sample(self) -> str:
+        """The greedy continuation of ``validation.sample_prompt`` (``validation.sample_tokens`` tokens; every rank
+        runs the same forwards, so FSDP gathers as in validation and all ranks get the same text)."""
+        cfg = self.config.validation
+        self.model.eval()
+        ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
+                       device=self.info.device, eos_id=self.tokenizer.eos_id)
+        self.model.train()
+        return self.tokenizer.decode(ids)
+
     def train(self, stop: StopRequest) -> None:
         """Train from the resumed step to ``training.steps``; validate every ``validation.freq`` steps and at
         the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed (after a step
@@ -488,6 +502,8 @@ class Trainer:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 self.metrics.log_validation(step, self.validate())
+                if cfg.validation.sample_prompt is not None:
+                    self.metrics.log_sample(step, cfg.validation.sample_prompt, self.sample())
             step_s = max(step_s, time.perf_counter() - step_start)
             saved = None
             if save_due:
@@ -507,8 +523,9 @@ class Trainer:
             self.metrics.log_text([f"profile written: {', '.join(map(str, self.profiler.written))}"])
         self.checkpointer.finish()
         if cfg.checkpoint.export_hf is not None and not stopped:
-            export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args),
-                      dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank)
+            export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args), self.tokenizer,
+                      dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank,
+                      source_folder=cfg.checkpoint.initial_load_hf)
             self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
         if not stopped:
             self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "

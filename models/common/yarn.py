@@ -24,13 +24,16 @@ def yarn_inv_freq(
     beta_fast: float,
     beta_slow: float,
     device: torch.device | str | None = None,
+    truncate: bool = False,
 ) -> torch.Tensor:
     """YaRN's "NTK-by-parts" frequencies: interpolate the slow dimensions, keep the fast ones.
 
     With ``d = head_dim / 2`` base frequencies ``f_i = theta ** (-2i / head_dim)``, a dimension that
     turns ``r`` times over the original context has index
     ``i(r) = d * ln(original_max_seq_len / (2 pi r)) / ln(theta)`` (paper eq. 17-18). With
-    ``low = i(beta_fast)`` and ``high = i(beta_slow)`` (not rounded: ``truncate=False``), the ramp
+    ``low = i(beta_fast)`` and ``high = i(beta_slow)`` (rounded down and up with ``truncate``, as the DeepSeek-V3
+    reference's ``find_correction_range`` and HF's default; GPT-OSS does not round), clamped to
+    ``[0, head_dim - 1]`` (HF ``find_correction_range``; the published configs never reach the bounds), the ramp
     ``gamma_i = 1 - clamp((i - low) / (high - low), 0, 1)`` mixes
     ``inv_freq_i = f_i / factor * (1 - gamma_i) + f_i * gamma_i``: dimensions below ``low``
     (more than ``beta_fast`` turns) are kept, those above ``high`` (less than ``beta_slow`` turns)
@@ -43,6 +46,7 @@ def yarn_inv_freq(
         original_max_seq_len: context length of pre-training before extension (GPT-OSS: 4096).
         beta_fast, beta_slow: turn counts bounding the ramp (GPT-OSS: 32 and 1).
         device: where to build the result.
+        truncate: round ``low`` down and ``high`` up (DeepSeek-V3: true; GPT-OSS: false).
 
     Returns:
         fp32 ``(head_dim // 2,)`` angular frequencies in radians per position.
@@ -69,6 +73,11 @@ def yarn_inv_freq(
         return half * math.log(original_max_seq_len / (turns * 2 * math.pi)) / math.log(theta)
 
     low, high = dim_of_turns(beta_fast), dim_of_turns(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # HF linear_ramp_factor: no division by zero
     idx = torch.arange(half, dtype=torch.float32, device=device)
     base_freq = 1.0 / theta ** (2 * idx / head_dim)
     keep = 1 - ((idx - low) / (high - low)).clamp(0, 1)  # 1: extrapolate (keep), 0: interpolate

@@ -12,6 +12,7 @@ from models.deepseek_v3.flops import num_flops_per_token
 from models.deepseek_v3.init_plan import deepseek_v3_init_plan
 from models.deepseek_v3.model import DeepSeekV3Model
 from models.deepseek_v3.parallelize import parallelize_deepseek_v3
+from models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
 
 model_spec = ModelSpec(
     name="deepseek_v3",
@@ -21,6 +22,7 @@ model_spec = ModelSpec(
     num_flops_per_token=num_flops_per_token,
     parallelize=parallelize_deepseek_v3,
     training_hooks=MoETrainingHooks,
+    state_dict_adapter=DeepSeekV3StateDictAdapter,
 )
 
 __all__ = ["DeepSeekV3Model", "DeepSeekV3ModelArgs", "deepseek_v3_flavors", "deepseek_v3_init_plan", "model_spec"]

@@ -32,6 +32,11 @@ from models.common.routers import TokenChoiceTopKRouter
 from models.common.yarn import yarn_inv_freq
 from models.deepseek_v3.args import DeepSeekV3ModelArgs
 
+LATENT_NORM_EPS = 1e-6
+"""Epsilon of the latent RMSNorms ``q_norm`` and ``kv_norm``, whatever ``norm_eps`` is (reference ``MLA.__init__``:
+``RMSNorm(self.kv_lora_rank)`` with its default 1e-6; HF ``DeepseekV3RMSNorm(config.kv_lora_rank)``). Moonlight's
+``rms_norm_eps`` 1e-5 applies to the block and final norms only."""
+
 
 def softmax_scale(args: DeepSeekV3ModelArgs) -> float:
     """``qk_head_dim ** -0.5``, times ``mscale ** 2`` with ``mscale = 0.1 * rope_mscale * ln(rope_factor) + 1``
@@ -68,10 +73,10 @@ class MLA(nn.Module):
             self.wq = nn.Linear(args.dim, q_out, bias=False)
         else:
             self.wq_a = nn.Linear(args.dim, args.q_lora_rank, bias=False)
-            self.q_norm = RMSNorm(args.q_lora_rank, eps=args.norm_eps)
+            self.q_norm = RMSNorm(args.q_lora_rank, eps=LATENT_NORM_EPS)
             self.wq_b = nn.Linear(args.q_lora_rank, q_out, bias=False)
         self.wkv_a = nn.Linear(args.dim, args.kv_lora_rank + args.qk_rope_head_dim, bias=False)
-        self.kv_norm = RMSNorm(args.kv_lora_rank, eps=args.norm_eps)
+        self.kv_norm = RMSNorm(args.kv_lora_rank, eps=LATENT_NORM_EPS)
         self.wkv_b = nn.Linear(args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False)
         self.wo = nn.Linear(args.n_heads * args.v_head_dim, args.dim, bias=False)
 
@@ -153,12 +158,13 @@ class DeepSeekV3Model(Decoder):
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The tables, each fp32 ``(max_seq_len, qk_rope_head_dim)`` on ``device``.
 
-        With YaRN the frequencies are :func:`models.common.yarn.yarn_inv_freq`'s and cos/sin are NOT
-        scaled: DeepSeek puts the attention temperature into the softmax scale (:func:`softmax_scale`).
+        With YaRN the frequencies are :func:`models.common.yarn.yarn_inv_freq`'s with the ramp bounds rounded
+        (``truncate``, the reference's ``find_correction_range``) and cos/sin are NOT scaled: DeepSeek puts the
+        attention temperature into the softmax scale (:func:`softmax_scale`).
         """
         a = self.args
         inv_freq = None
         if a.uses_yarn:
             inv_freq = yarn_inv_freq(a.qk_rope_head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
-                                     a.rope_beta_fast, a.rope_beta_slow, device=device)
+                                     a.rope_beta_fast, a.rope_beta_slow, device=device, truncate=True)
         return rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta, inv_freq=inv_freq, device=device)

@@ -10,6 +10,7 @@ from models.gpt_oss.flops import num_flops_per_token
 from models.gpt_oss.init_plan import gpt_oss_init_plan
 from models.gpt_oss.model import GptOssModel
 from models.gpt_oss.parallelize import parallelize_gpt_oss
+from models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
 
 model_spec = ModelSpec(
     name="gpt_oss",
@@ -19,6 +20,7 @@ model_spec = ModelSpec(
     num_flops_per_token=num_flops_per_token,
     parallelize=parallelize_gpt_oss,
     training_hooks=MoETrainingHooks,
+    state_dict_adapter=GptOssStateDictAdapter,
 )
 
 __all__ = ["GptOssModel", "GptOssModelArgs", "gpt_oss_flavors", "gpt_oss_init_plan", "model_spec"]

@@ -10,6 +10,7 @@ from models.qwen3_moe.flops import num_flops_per_token
 from models.qwen3_moe.init_plan import qwen3_moe_init_plan
 from models.qwen3_moe.model import Qwen3MoeModel
 from models.qwen3_moe.parallelize import parallelize_qwen3_moe
+from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
 
 model_spec = ModelSpec(
     name="qwen3_moe",
@@ -19,6 +20,7 @@ model_spec = ModelSpec(
     num_flops_per_token=num_flops_per_token,
     parallelize=parallelize_qwen3_moe,
     training_hooks=MoETrainingHooks,
+    state_dict_adapter=Qwen3MoeStateDictAdapter,
 )
 
 __all__ = ["Qwen3MoeModel", "Qwen3MoeModelArgs", "model_spec", "qwen3_moe_flavors", "qwen3_moe_init_plan"]

@@ -192,6 +192,15 @@ class MetricsLogger:
             self.writer.add_scalar("loss/validation", loss, step)
         return line
 
+    def log_sample(self, step: int, prompt: str, continuation: str) -> str:
+        """Print, write (TensorBoard text ``validation/sample``) and return ``step  12  sample: <prompt> -> <text>``
+        (``repr`` quoting, so newlines stay on the line)."""
+        line = f"step {step:>3}  sample: {prompt!r} -> {continuation!r}"
+        print(line, flush=True)
+        if self.writer is not None:
+            self.writer.add_text("validation/sample", f"**{prompt}**{continuation}", step)
+        return line
+
     def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
         """Write ``scalars`` (TensorBoard tag -> value, e.g. from a model's training hooks) at ``step`` (rank 0)."""
         if self.writer is not None:

@@ -6,7 +6,9 @@ Every problem is a :class:`ConfigError` whose message is one line naming the key
 prints ``config error: <line>`` to stderr and exits 2, before any process group, folder or file exists.
 
 Model arguments: ``[model.overrides]`` (or ``--model.overrides.<field>=value``) replaces fields of the
-flavor's args dataclass; :func:`build_model_args` applies them.
+flavor's args dataclass; :func:`build_model_args` applies them. With ``checkpoint.initial_load_hf`` the family and
+the sizes come from the folder's ``config.json`` (``model.flavor`` then defaults to ``hf``; a flavor or an override
+that disagrees with the folder is an error naming the field: ``torchtitan_lite/components/hf/args.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def parse_args(argv: list[str]) -> JobConfig:
         sources[key] = COMMAND_LINE
     _check_cross_fields(config, sources)
     _check_activation_checkpoint_and_compile(config, sources)
+    _model_from_hf_folder(config, sources)
     _check_model(config, sources)
     _check_model_fit(config, sources)
     return config
@@ -136,6 +139,9 @@ def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     if training.streaming and training.dataset == "shakespeare" and training.dataset_path is None:
         raise ConfigError(f"{_where(sources, 'training.streaming')}: the shakespeare plays are read in memory; "
                           "streaming is for training.dataset_path or dataset = \"hf\"")
+    if config.validation.sample_prompt is not None and not config.validation.enable:
+        raise ConfigError(f"{_where(sources, 'validation.sample_prompt')}: samples are written at each validation, "
+                          "and validation.enable is false; enable validation or unset the prompt")
     if training.streaming and training.dataset_path is not None and config.validation.enable:
         raise ConfigError(f"{_where(sources, 'validation.enable')}: a streamed local dataset (training.dataset_path "
                           "with training.streaming) has no validation split; set --validation.enable=false, or "
@@ -161,19 +167,54 @@ def _check_activation_checkpoint_and_compile(config: JobConfig, sources: dict[st
                               f"{suggestion(backend, known)}; known: {', '.join(known)}")
 
 
+def _model_from_hf_folder(config: JobConfig, sources: dict[str, str]) -> None:
+    """With ``checkpoint.initial_load_hf``: ``model.name`` becomes the folder's family and ``model.flavor`` becomes
+    ``hf`` (every size from the folder), unless they were given where ``initial_load_hf`` was or later (in the same
+    file, or on the command line): then a different family is an error and the flavor must agree with the folder
+    (so ``run_train.sh --checkpoint.initial_load_hf=DIR`` works with any config file)."""
+    from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family
+    from torchtitan_lite.components.hf.folder import HFError
+
+    folder = config.checkpoint.initial_load_hf
+    if folder is None:
+        if config.model.flavor == HF_FLAVOR:
+            raise ConfigError(f"{_where(sources, 'model.flavor')}: 'hf' takes the sizes from "
+                              "checkpoint.initial_load_hf, which is not set; set it or pick a flavor")
+        return
+    try:
+        family, _ = folder_family(folder)
+    except HFError as err:
+        raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None
+    level = _precedence(sources, "checkpoint.initial_load_hf")
+    if _precedence(sources, "model.name") >= level and config.model.name != family:
+        raise ConfigError(f"{_where(sources, 'model.name')}: {config.model.name!r} but checkpoint.initial_load_hf "
+                          f"{folder} holds a {family} model (config.json model_type); drop model.name or use "
+                          f"{family}")
+    config.model.name = family
+    if _precedence(sources, "model.flavor") < level:
+        config.model.flavor = HF_FLAVOR
+
+
+def _precedence(sources: dict[str, str], key: str) -> int:
+    """Where ``key`` was set: 0 default, 1 the config file, 2 the command line."""
+    return 0 if key not in sources else 2 if sources[key] == COMMAND_LINE else 1
+
+
 def _check_model(config: JobConfig, sources: dict[str, str]) -> None:
     """``model.name``, ``model.flavor`` and ``model.overrides`` against the registry; coerces overrides."""
     from models import get_model_spec, model_names
+    from torchtitan_lite.components.hf.args import HF_FLAVOR
+    from torchtitan_lite.components.hf.folder import HFError
 
     model = config.model
     if model.name not in model_names():
         raise ConfigError(f"{_where(sources, 'model.name')}: unknown model {model.name!r}; "
                           f"known models: {', '.join(model_names())}")
     flavors = get_model_spec(model.name).flavors
-    if model.flavor not in flavors:
+    if model.flavor not in flavors and model.flavor != HF_FLAVOR:
         raise ConfigError(f"{_where(sources, 'model.flavor')}: {model.name} has no flavor {model.flavor!r}; "
-                          f"flavors: {', '.join(flavors)}")
-    args = flavors[model.flavor]
+                          f"flavors: {', '.join(flavors)}, or hf (the sizes of checkpoint.initial_load_hf)")
+    args = flavors.get(model.flavor, flavors["debug"])
     hints = typing.get_type_hints(type(args))
     fields = {f.name for f in dataclasses.fields(args)}
     for name, value in model.overrides.items():
@@ -194,6 +235,8 @@ def _check_model(config: JobConfig, sources: dict[str, str]) -> None:
         raise ConfigError(f"{_where(sources, 'model.tie_embeddings')}: {model.name} has no tied-embedding option")
     try:
         build_model_args(config)
+    except HFError as err:
+        raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None
     except (ValueError, TypeError) as err:
         keys = ", ".join(f"model.overrides.{name}" for name in model.overrides) or "model.tie_embeddings"
         raise ConfigError(f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}") from None
@@ -218,36 +261,54 @@ def _check_model_fit(config: JobConfig, sources: dict[str, str]) -> None:
 
 
 def build_model_args(config: JobConfig) -> Any:
-    """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set) applied.
+    """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set) applied; with
+    ``checkpoint.initial_load_hf``, the folder's ``config.json`` values on top of the flavor, then the changes
+    (``components/hf/args.py``).
 
     Raises:
         ValueError/TypeError: from the args dataclass's own checks (``parse_args`` turns them into a
             :class:`ConfigError`).
+        HFError: the folder's config cannot be read or disagrees with the flavor or an override.
     """
     from models import get_model_spec
+    from torchtitan_lite.components.hf.args import model_args_from_hf
 
     model = config.model
     changes = dict(model.overrides)
     if model.tie_embeddings is not None:
         changes["tie_embeddings"] = model.tie_embeddings
+    if config.checkpoint.initial_load_hf is not None:
+        return model_args_from_hf(config.checkpoint.initial_load_hf, model.name, model.flavor, changes)
     return dataclasses.replace(get_model_spec(model.name).flavors[model.flavor], **changes)
+
+
+def tokenizer_path(config: JobConfig) -> str | None:
+    """The run's ``tokenizer.json``: the one in ``checkpoint.initial_load_hf`` when the folder has one, else
+    ``model.tokenizer_path`` (``None``: the bundled tokenizer)."""
+    folder = config.checkpoint.initial_load_hf
+    if folder is not None and os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return os.path.join(folder, "tokenizer.json")
+    return config.model.tokenizer_path
 
 
 def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
     Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist (a folder holds data files);
-    the tokenizer reads and its vocab fits the model's (checked here only); ``job.dump_folder``, the checkpoint
-    folder and ``checkpoint.export_hf`` can be created; no other run holds the checkpoint folder's lock and no
-    ``step-N`` in it is anything but a complete checkpoint; the checkpoint to resume (if any) is complete, intact
-    (sizes and ``meta.json``; the data files' checksums are verified when it is loaded) and from the same model;
-    else the ``checkpoint.initial_load_hf`` folder matches the model.
+    the tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's (checked here only);
+    ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
+    export); the checkpoint to resume (if any) is complete, intact (sizes and ``meta.json``; the data files'
+    checksums are verified when it is loaded) and from the same model; else the ``checkpoint.initial_load_hf``
+    folder's files hold what the model needs, with the right shapes. (A run that writes the checkpoint folder:
+    also :func:`check_checkpoint_folder`.)
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.
     """
+    from models import get_model_spec
     from torchtitan_lite.components import checkpoint as ckpt
-    from torchtitan_lite.components.hf_io import HFError, check_hf_folder
+    from torchtitan_lite.components.hf.folder import HFError
+    from torchtitan_lite.components.hf.load import check_hf_folder
     from torchtitan_lite.data.loader import local_data_files
     from torchtitan_lite.data.tokenizer import build_tokenizer
 
@@ -263,13 +324,14 @@ def check_paths(config: JobConfig) -> None:
             raise ConfigError(f"training.dataset_path: {err}") from None
     args = build_model_args(config)
     try:
-        tokenizer = build_tokenizer(config.model.tokenizer_path)
+        tokenizer = build_tokenizer(tokenizer_path(config))
     except InputError as err:
         raise ConfigError(f"model.tokenizer_path: {err}") from None
     if tokenizer.vocab_size > args.vocab_size:
         raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
                           f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
                           f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer")
+    _check_sample_prompt(config, tokenizer, args.max_seq_len)
     cp = config.checkpoint
     folder = ckpt.checkpoint_folder(config.job.dump_folder, cp.folder)
     _check_writable("job.dump_folder", config.job.dump_folder)
@@ -277,18 +339,33 @@ def check_paths(config: JobConfig) -> None:
         _check_writable("checkpoint.folder", folder)
     if cp.export_hf is not None:
         _check_writable("checkpoint.export_hf", cp.export_hf)
+        if get_model_spec(config.model.name).state_dict_adapter is None:
+            raise ConfigError(f"checkpoint.export_hf: model {config.model.name} has no Hugging Face state-dict "
+                              "adapter (ModelSpec.state_dict_adapter); unset checkpoint.export_hf")
     try:
-        if cp.enable:
-            ckpt.check_unlocked(folder)
-            ckpt.check_leftovers(folder)
         path = ckpt.find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
         if path is not None:
             meta = ckpt.read_meta(path)
             ckpt.check_compatible(meta, path, config.model.name, config.model.flavor, ckpt.model_args_json(args))
         elif cp.initial_load_hf is not None:
-            check_hf_folder(cp.initial_load_hf, config.model.name, args)
-    except (ckpt.CheckpointError, HFError) as err:
+            check_hf_folder(cp.initial_load_hf, config.model.name, args,
+                            allow_unexpected=cp.initial_load_hf_allow_unexpected)
+    except ckpt.CheckpointError as err:
         raise ConfigError(str(err)) from None
+    except HFError as err:
+        raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None
+
+
+def _check_sample_prompt(config: JobConfig, tokenizer, max_seq_len: int) -> None:
+    """``validation.sample_prompt`` has tokens, and with ``validation.sample_tokens`` fits in ``max_seq_len``."""
+    prompt = config.validation.sample_prompt
+    if prompt is None:
+        return
+    n = len(tokenizer.encode(prompt))
+    if n == 0 or n + config.validation.sample_tokens > max_seq_len:
+        raise ConfigError(f"validation.sample_prompt: {n} tokens + validation.sample_tokens "
+                          f"{config.validation.sample_tokens} must be between 1 and the model's max_seq_len "
+                          f"{max_seq_len}; shorten the prompt or the sample")
 
 
 def _check_writable(key: str, path: str) -> None:
@@ -349,15 +426,36 @@ def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None =
     return f"warning: {text}"
 
 
+def check_checkpoint_folder(config: JobConfig) -> None:
+    """For a run that will write its checkpoint folder (``checkpoint.enable``): no other run holds the folder's
+    lock, and no ``step-N`` in it is anything but a complete checkpoint (a save of step N would fail on it after
+    training). Reads only.
+
+    Raises:
+        ConfigError: one line naming the folder and the holder or the entry.
+    """
+    from torchtitan_lite.components import checkpoint as ckpt
+
+    if not config.checkpoint.enable:
+        return
+    folder = ckpt.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)
+    try:
+        ckpt.check_unlocked(folder)
+        ckpt.check_leftovers(folder)
+    except ckpt.CheckpointError as err:
+        raise ConfigError(str(err)) from None
+
+
 def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
-    """:func:`parse_args` + :func:`check_paths` (+ the error part of :func:`check_memory` when ``world_size`` is
-    given).
+    """:func:`parse_args` + :func:`check_paths` + :func:`check_checkpoint_folder` (+ the error part of
+    :func:`check_memory` when ``world_size`` is given): the checks of a training run.
 
     Raises:
         ConfigError: the first problem.
     """
     config = parse_args(argv)
     check_paths(config)
+    check_checkpoint_folder(config)
     if world_size is not None:
         check_memory(config, world_size)
     return config

@@ -31,13 +31,16 @@ class Model:
     """``[model]``: model family, flavor, tokenizer and argument overrides."""
 
     name: str = "qwen3"
-    """Model family in the registry (``models.model_names()``)."""
+    """Model family in the registry (``models.model_names()``); with ``checkpoint.initial_load_hf`` the folder's
+    family (``config.json`` ``model_type``)."""
     flavor: str = "debug"
-    """Size of the family (a key of its flavor table, e.g. ``debug``, ``0.6b``)."""
+    """Size of the family (a key of its flavor table, e.g. ``debug``, ``0.6b``), or ``hf``: every size from the
+    ``config.json`` of ``checkpoint.initial_load_hf`` (the default when that is set)."""
     tie_embeddings: bool | None = None
     """Share ``output.weight`` with ``tok_embeddings.weight``; unset = the flavor's default."""
     tokenizer_path: str | None = None
-    """A Hugging Face ``tokenizer.json``; unset = the bundled byte-level BPE (vocab 2048)."""
+    """A Hugging Face ``tokenizer.json``; unset = the bundled byte-level BPE (vocab 2048). The ``tokenizer.json``
+    of ``checkpoint.initial_load_hf``, when the folder has one, is used instead."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Fields of the flavor's args dataclass to replace, as the table ``[model.overrides]`` or
     ``--model.overrides.<field>=value`` (e.g. ``max_seq_len = 2048``)."""
@@ -176,6 +179,11 @@ class Validation:
     """Validate every this many steps (and after the last step)."""
     steps: int = bounded(4, ge=1)
     """Batches per validation."""
+    sample_prompt: str | None = None
+    """Text whose greedy continuation is printed and written to TensorBoard (text ``validation/sample``) at each
+    validation, to watch the model learn; unset = none."""
+    sample_tokens: int = bounded(32, ge=1)
+    """Tokens of that continuation (prompt + these must fit in the model's ``max_seq_len``)."""
 
 
 @dataclass
@@ -218,13 +226,15 @@ class Checkpoint:
     async_mode: Literal["disabled", "async"] = "disabled"
     """``async``: write checkpoints in a background thread while training goes on."""
     initial_load_hf: str | None = None
-    """A local Hugging Face folder (``config.json`` + ``*.safetensors``) to start from when no checkpoint
-    is resumed; its tensors are not re-initialized, missing ones are initialized and listed."""
+    """A local Hugging Face folder (``config.json`` + ``*.safetensors``, or an index of shards) to start from when
+    no checkpoint is resumed. Its ``config.json`` gives the model family and sizes (a flavor or override that
+    disagrees is an error); each rank reads only its shards; MXFP4/FP8 checkpoints are dequantized; its tensors are
+    not re-initialized, missing ones are initialized and listed."""
     initial_load_hf_allow_unexpected: bool = False
     """Ignore (and list) tensors of ``initial_load_hf`` that the model has no place for, instead of failing."""
     export_hf: str | None = None
-    """Write the trained model to this folder in Hugging Face format (``config.json`` + ``model.safetensors``)
-    at the end of training (relative to the working directory)."""
+    """Write the trained model to this folder in Hugging Face format (``config.json``, ``model.safetensors``,
+    ``tokenizer.json`` and ``tokenizer_config.json``) at the end of training (relative to the working directory)."""
     export_hf_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """dtype of the exported weights."""
 

@@ -108,7 +108,7 @@ def _check_digest(path: str, name: str, recorded: str) -> None:
 def verify_files(path: str, meta: dict[str, Any], rank: int, world_size: int) -> None:
     """Check the size and checksum of every file in ``meta["files"]`` (from :func:`read_meta`); rank ``r`` reads
     every ``world_size``-th file from the ``r``-th, and the ranks agree (``all_gather_object`` on the default group,
-    a collective). Modifies nothing.
+    a collective; one process without a process group checks every file alone). Modifies nothing.
 
     Raises:
         CheckpointError: on every rank, the first bad file by name.
@@ -121,8 +121,10 @@ def verify_files(path: str, meta: dict[str, Any], rank: int, world_size: int) ->
         except CheckpointError as err:
             problem = (name, str(err))
             break
-    problems: list[tuple[str, str] | None] = [None] * world_size
-    dist.all_gather_object(problems, problem)
+    problems: list[tuple[str, str] | None] = [problem]
+    if dist.is_initialized():
+        problems = [None] * world_size
+        dist.all_gather_object(problems, problem)
     found = sorted(p for p in problems if p is not None)
     if found:
         raise CheckpointError(found[0][1])
