@@ -372,3 +372,34 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
             proc.kill()
             proc.wait()
 
+
+
+def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in_one_line(tmp_path, capsys):
+    from torchtitan_lite import generate
+
+    text_file(tmp_path, n_plays=1)
+    job = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
+           f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2"]
+    trainer, stop = Trainer(parse_args(job)), StopRequest()
+    try:
+        trainer.train(stop)
+    finally:
+        stop.restore()
+        dist.destroy_process_group()
+    step2 = tmp_path / "out" / "checkpoint" / "step-2"
+    running = ckpt.FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine
+    running.acquire()
+    tool = ["--prompt", "ROMEO:", "--max_new_tokens", "2", *job, f"--checkpoint.load_path={step2}"]
+    try:
+        assert generate.main(tool) == 0
+        shard = step2 / "__0_0.distcp"
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        shard.write_bytes(bytes(data))
+        capsys.readouterr()
+        assert generate.main(tool) == 2
+    finally:
+        running.release()
+    assert re.fullmatch(rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when it "
+                        r"was saved .*: the file is corrupt; delete this folder to start fresh .*",
+                        capsys.readouterr().err.strip().splitlines()[-1])
