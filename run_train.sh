@@ -14,17 +14,21 @@
 #                  "--nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
 #
-#   TORCH_ELASTIC_SHUTDOWN_TIMEOUT  seconds torchrun waits for the workers after forwarding SIGTERM/SIGINT
-#                  before it SIGKILLs them (default 30): finishing a step and saving must fit in it
+# Stopping: SIGTERM or SIGINT (Ctrl-C) asks the workers to finish the current step (or the start-up phase), save
+# and exit 0; they print one line saying what was saved. torchrun ignores both signals (it would SIGKILL the workers
+# after TORCH_ELASTIC_SHUTDOWN_TIMEOUT and print a traceback): the request goes to the workers through the run's
+# control folder (torchtitan_lite/components/faults.py). The launcher waits as long as the trainer says a stop
+# needs (twice its longest step and save so far, plus 60 s), then kills the workers; a second signal kills them at
+# once. If the launcher or torchrun is killed (kill -9 of the process group), the workers exit within seconds.
 #
-# Exit status: 2 and one "config error: ..." line on bad configuration, parallel degrees that do not multiply to
-# NGPU x nodes included (before torchrun starts: torchrun would turn a worker's 2 into 1 and add a long
-# traceback), or one "input error: ..." line when a worker
-# found bad input (data, tokenizer, checkpoint, HF folder, launch) before training; 1 on a failure during
-# training (non-finite loss, strict init check), with the worker's own "error: ..." line as the last line of
-# output, and on a bug (any other exception: the worker's traceback is above the final "error: training
-# failed" line); 0 on success, and on SIGTERM/SIGINT once the workers saved a checkpoint and stopped
-# (torchrun itself then reports 1: the workers' "stopped by a signal" line decides).
+# Exit status (README, "Faults", lists the last line of each case): 0 on success, and on SIGTERM/SIGINT once the
+# workers saved a checkpoint and stopped (or stopped before the first step, with nothing to save); 2 and one
+# "config error: ..." line on bad configuration, parallel degrees that do not multiply to NGPU x nodes included
+# (before torchrun starts), or one "input error: ..." line when a
+# worker found bad input (data, tokenizer, checkpoint, a checkpoint folder in use by another run, HF folder,
+# launch) before training; 1 and one "error: ..." line on a failure during training (non-finite loss, strict init
+# check, a full disk while saving), when the workers had to be killed after a stop request, and on a bug (any other
+# exception: the worker's traceback is above the final "error: training failed" line).
 set -euo pipefail
 
 NGPU=${NGPU:-1}
@@ -51,62 +55,103 @@ if [[ "$NGPU" =~ ^[0-9]+$ && "$nnodes" =~ ^[0-9]+$ ]]; then
     world_size=$(( NGPU * nnodes ))
 fi
 
-# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output.
-status=0
-printed=$(TORCHTITAN_LITE_WORLD_SIZE="$world_size" "$PYTHON" -m torchtitan_lite.config \
-    --job.config_file "$CONFIG_FILE" "$@") || status=$?
+# The run's control folder: the stop request, the workers' outcomes, the seconds a stop may take, the console log.
+control=$(mktemp -d "${TMPDIR:-/tmp}/run_train.XXXXXX")
+trap 'rm -rf "$control"' EXIT
+pid=""
+signalled=""
+stop_time=0
+killed=""
+deadline=""
+on_signal() {  # $1: TERM or INT
+    if [[ -n "$signalled" ]]; then
+        killed="a second SIG$1"
+        if [[ -n "$pid" ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+        return
+    fi
+    signalled="SIG$1"
+    stop_time=$SECONDS
+    printf '%s\n' "$signalled" > "$control/stop"
+    if [[ -f "$control/stop_within_s" ]]; then deadline=$(( SECONDS + $(cat "$control/stop_within_s") )); fi
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+
+wait_for_pid() {  # wait until $pid exits, its status in $status; after a stop request poll, and kill $pid at the
+    status=0      # deadline (at once with the argument "now")
+    while true; do
+        if [[ -n "$signalled" ]] && kill -0 "$pid" 2>/dev/null; then
+            if [[ -z "$killed" && ( "${1:-}" == now || ( -n "$deadline" && $SECONDS -ge $deadline ) ) ]]; then
+                killed="no stop within $(( SECONDS - stop_time )) s"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+            sleep 1 || true
+            continue
+        fi
+        status=0
+        wait "$pid" || status=$?
+        kill -0 "$pid" 2>/dev/null || return 0
+    done
+}
+
+# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output. It
+# ignores SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
+( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" exec "$PYTHON" -m torchtitan_lite.config \
+    --job.config_file "$CONFIG_FILE" "$@" ) > "$control/printed" &
+pid=$!
+wait_for_pid now
+if [[ -n "$signalled" ]]; then
+    echo "stopped by a signal ($signalled) before the first step; nothing to save"
+    exit 0
+fi
 if [[ $status -ne 0 ]]; then
     exit "$status"
 fi
-if [[ -n "$printed" ]]; then
-    printf '%s\n' "$printed"
+if [[ -s "$control/printed" ]]; then
+    cat "$control/printed"
     exit 0
 fi
 
-# torchrun's per-rank files (--tee writes through them) go to a temporary folder removed at exit, not to a
-# torchelastic_* folder of its own that nothing removes.
-logs=$(mktemp -d "${TMPDIR:-/tmp}/run_train.XXXXXX")
-log=$logs/console.log
-trap 'rm -rf "$logs"' EXIT
-# SIGTERM/SIGINT: forward to torchrun, which forwards to the workers; they finish the step, save and exit 0.
-pid=""
-signalled=""
-forward() {
-    signalled=$1
-    if [[ -n "$pid" ]]; then kill -s "$1" "$pid" 2>/dev/null || true; fi
-}
-trap 'forward TERM' TERM
-trap 'forward INT' INT
-
 # --tee 3 prefixes each worker line with [rank<local rank>]: and --local-ranks-filter keeps LOG_RANK's lines
-# on the console; the full output of the launcher goes to $log as well, to find the error line below.
+# on the console; the full output of the launcher goes to the log as well, to find an error line below. torchrun
+# and tee ignore SIGTERM/SIGINT (Ctrl-C reaches the whole foreground process group): see "Stopping" above.
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
-"$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" \
-    --role rank --tee 3 --log-dir "$logs/torchrun" $TORCHRUN_ARGS \
-    -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" > >(tee "$log") 2>&1 &
+( trap '' INT TERM; TORCHTITAN_LITE_CONTROL="$control" TORCHTITAN_LITE_LAUNCHER_PID=$$ exec "$PYTHON" \
+    -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
+    --log-dir "$control/torchrun" --signals-to-handle=SIGHUP,SIGQUIT $TORCHRUN_ARGS -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" \
+    ) > >(trap '' INT TERM; exec tee "$control/log") 2>&1 &
 pid=$!
-while true; do  # a trapped signal interrupts wait; wait again until torchrun has exited
-    status=0
-    wait "$pid" || status=$?
-    kill -0 "$pid" 2>/dev/null || break
-done
+wait_for_pid
 wait  # the tee of the process substitution: the log is complete
+if [[ -n "$killed" ]]; then
+    echo "error: the workers did not stop after $signalled and were killed ($killed); the last complete" \
+        "checkpoint is kept" >&2
+    exit 1
+fi
+
+# Each worker wrote its outcome (status and line) to the control folder and exited 0: repeat the worst one, the
+# shown rank's if it has it, as the final line.
+code=0
+line=""
+for rank_file in "$control/outcome.$LOG_RANK" "$control"/outcome.*; do
+    if [[ -f "$rank_file" ]] && (( $(head -n 1 "$rank_file") > code )); then
+        code=$(head -n 1 "$rank_file")
+        line=$(sed -n 2p "$rank_file")
+    fi
+done
+if [[ $code -ne 0 ]]; then
+    echo "$line" >&2
+    exit "$code"
+fi
 if [[ $status -eq 0 ]]; then
     exit 0
 fi
-if [[ -n "$signalled" ]] && grep -qE "^\[rank${LOG_RANK}\]:[[:space:]]*stopped by a signal after step" "$log"; then
-    exit 0
-fi
-
-# The trainer reports a failure as one "error: <message>" line; repeat the shown rank's last one (or any
-# rank's, if the shown rank was only stopped because another failed) as the final line.
+# A bug (or a worker that ended itself, e.g. after its launcher died): the worker's traceback or "error: ..." line
+# is above; repeat the shown rank's last error line (or any rank's) as the final line.
 strip='s/^\[rank[0-9]+\]:[[:space:]]*//'
-line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*(input )?error: " "$log" | tail -n 1 | sed -E "$strip" || true)
+line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*error: " "$control/log" | tail -n 1 | sed -E "$strip" || true)
 if [[ -z "$line" ]]; then
-    line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*(input )?error: ' "$log" | tail -n 1 | sed -E "$strip" || true)
+    line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*error: ' "$control/log" | tail -n 1 | sed -E "$strip" || true)
 fi
 echo "${line:-error: training failed (torchrun exit status $status); see the output above}" >&2
-if [[ "$line" == "input error: "* ]]; then
-    exit 2
-fi
 exit 1

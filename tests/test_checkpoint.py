@@ -49,12 +49,12 @@ def test_sigkill_before_rename_leaves_the_previous_checkpoint_and_the_next_run_r
     killed = run_plain("kill_before_rename", str(tmp_path / "x.pt"), *argv(tmp_path))
     assert killed.returncode == -9
     folder = tmp_path / "out" / "checkpoint"
-    assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-4.tmp"]
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4.tmp"]
     assert (folder / "step-4.tmp" / ".metadata").is_file() and not (folder / "step-4.tmp" / "meta.json").exists()
     assert checkpoint.complete_steps(str(folder)) == [2]
     resumed = result(run_plain("train", str(tmp_path / "y.pt"), *argv(tmp_path)))
     assert sorted(resumed["losses"]) == ["3", "4"] and resumed["steps"] == [2, 4]
-    assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-4"]
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4"]
 
 
 def test_discovery_accepts_only_complete_step_folders(tmp_path):
@@ -119,7 +119,7 @@ def preflight(*args: str) -> subprocess.CompletedProcess:
 def corrupt_truncate(step):
     shard = step / "__0_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
-    return r"checkpoint file .*step-2/__0_0.distcp is 100 bytes, expected at least \d+ \(truncated or deleted\)"
+    return r"checkpoint file .*step-2/__0_0.distcp is 100 bytes, expected \d+ \(truncated or overwritten\)"
 
 
 def corrupt_meta(step):
@@ -129,7 +129,7 @@ def corrupt_meta(step):
 
 def corrupt_metadata(step):
     (step / ".metadata").unlink()
-    return r"checkpoint .*step-2/.metadata is missing or corrupt"
+    return r"checkpoint file .*step-2/.metadata is missing \(deleted\)"
 
 
 @pytest.mark.parametrize("corrupt", [corrupt_truncate, corrupt_meta, corrupt_metadata])

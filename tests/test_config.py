@@ -216,7 +216,7 @@ def test_help_lists_every_key_with_type_default_and_doc(capsys):
             assert f"--{section.name}.{name}  " in text
             assert doc.splitlines()[0] in text
     assert '--training.device  "auto" | "cpu" | "cuda" | "npu" | "xpu" = "auto"' in text
-    assert "--training.steps  int = 200  (>= 1)" in text
+    assert "--training.steps  int = 200  (>= 1, <= 1000000000000)" in text
     assert "--model.tokenizer_path  str | None = none" in text
 
 

@@ -102,7 +102,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3})
     assert re.match(r"step 3: loss nan, gradient norm nan; the update was not applied", str(error))
     assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
-    assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == ["step-2"]
+    assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == [".lock", "step-2"]
     assert torch.equal(final, seen[3])  # the weights of step 2: the bad update never reached the optimizer
 
 
@@ -112,7 +112,7 @@ def test_nan_between_log_steps_is_caught_at_the_next_log_step_and_never_saved(tm
     trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3}, "--metrics.log_freq=4")
     assert re.match(r"step 3: loss nan, gradient norm nan; the update of step 3 was applied", str(error))
     assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
-    assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == ["step-2"]
+    assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == [".lock", "step-2"]
     assert not torch.isfinite(final).all()  # the NaN update went in (no sync at step 3): nothing saved from it
 
 

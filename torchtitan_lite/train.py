@@ -2,15 +2,18 @@
 
 Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
 run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> optimizer ->
-data -> load (checkpoint or HF weights) -> init of what was not loaded -> loop (forward, loss, backward,
-clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars -> checkpoints every
-``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``) -> HF export.
+data -> load (checkpoint or HF weights) -> the checkpoint folder's lock -> init of what was not loaded -> loop
+(forward, loss, backward, clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars ->
+checkpoints every ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``; a stop
+request between the start-up phases ends the run with nothing to save) -> HF export.
 
-Exit status of ``main``: 0 (done, or stopped by a signal after saving); 2 for a
-:class:`~torchtitan_lite.errors.UserError` raised while building the run (data, checkpoint, HF folder, launch;
-one ``input error: ...`` line); 1 for one raised while training (non-finite loss, strict init check; one
-``error: ...`` line) and for any other exception, a bug, which propagates with its traceback. Nothing is
-written to disk before the inputs are checked.
+Exit status of ``main``: 0 (done, or stopped by a signal after saving or before the first step); 2 for a
+:class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run (data,
+checkpoint, checkpoint folder, HF folder, launch; one ``config error: ...`` or ``input error: ...`` line); 1 for
+one raised while training (non-finite loss, strict init check, a full disk; one ``error: ...`` line) and for any
+other exception, a bug, which propagates with its traceback. Under ``run_train.sh`` the worker hands that status
+to the launcher and exits 0 (``faults.report_outcome``). Nothing is written to disk before the inputs are
+checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
@@ -40,19 +43,32 @@ from torch.distributed.tensor import DTensor
 from models import get_model_spec
 from torchtitan_lite.components.checkpoint import (
     Checkpointer,
+    CheckpointError,
+    FolderLock,
     TrainState,
+    check_leftovers,
     checkpoint_folder,
+    expected_bytes,
     find_checkpoint,
+    free_bytes,
     model_args_json,
+    remove_leftovers,
 )
+from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
 from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.components.determinism import enable_deterministic
-from torchtitan_lite.components.faults import NonFiniteGuard, StopRequest
+from torchtitan_lite.components.faults import (
+    NonFiniteGuard,
+    Stopped,
+    StopRequest,
+    exit_with_launcher,
+    report_outcome,
+)
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.components.lr_schedule import build_lr_scheduler
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule
 from torchtitan_lite.components.metrics import (
     MetricsLogger,
     StartupLog,
@@ -65,8 +81,14 @@ from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm
 from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.config.cli import config_dict, format_toml
-from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit, tokenizer_path
+from torchtitan_lite.config.cli import ConfigError, config_dict, format_toml
+from torchtitan_lite.config.preflight import (
+    build_model_args,
+    check_memory,
+    load_config,
+    load_config_or_exit,
+    tokenizer_path,
+)
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
@@ -211,15 +233,23 @@ def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Te
 
 
 class Trainer:
-    """One training run, built from a validated :class:`JobConfig` on every rank."""
+    """One training run, built from a validated :class:`JobConfig` on every rank.
 
-    def __init__(self, config: JobConfig, startup: StartupLog | None = None, console: ConsoleLog | None = None):
+    ``stop``: when given, a stop request agreed between the start-up phases raises
+    :class:`~torchtitan_lite.components.faults.Stopped` (nothing was trained, nothing is saved).
+    """
+
+    def __init__(self, config: JobConfig, stop: StopRequest | None = None, startup: StartupLog | None = None,
+                 console: ConsoleLog | None = None):
         """Build the run, printing a line per start-up phase (:class:`StartupLog`; ``startup`` already holds the
         config line when given). ``console``: the worker's :class:`ConsoleLog`, opened as
         ``<run folder>/logs/rank<N>.log`` once the run folder exists."""
         self.config = config
         self.startup = say = startup or StartupLog()
         self.info = info = init_distributed(config)
+        self.stop = stop
+        self._phase_done("the process group start")
+        memory_warning = check_memory(config, info.world_size, info.local_world_size)
         deterministic_line = enable_deterministic() if config.debug.deterministic else None
         torch.manual_seed(config.training.seed)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
@@ -234,6 +264,7 @@ class Trainer:
         self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
         self.data = self._build_data(tokenizer)
         self.train_loader, self.val_loader = self.data.train, self.data.validation
+        self._phase_done("loading the data")
         self.whole, self.spec, self.args = build_meta_model(config)  # the whole model's names, shapes and ties
         self.n_params = sum(p.numel() for p in self.whole.parameters())
         say.phase("model", f"{config.model.name} flavor {config.model.flavor} on meta: {self.n_params:,} parameters "
@@ -247,8 +278,8 @@ class Trainer:
             forwards *= self.pipeline.n_microbatches
         else:
             self.model = parallelize_model(build_meta_model(config)[0], self.spec, config, info)
+        self._phase_done("the model build")
         self.loss_fn = build_loss_fn(config, info.device)
-        self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
         opt = config.optimizer
         self.optimizer = build_optimizer(
@@ -263,12 +294,14 @@ class Trainer:
         if self.pipeline is not None:
             say.note(self.pipeline.describe())
         cp = config.checkpoint
+        values = config_values(config)
         self.checkpointer = Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
             lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims,
             device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
-            meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args)})
-        self.train_state = self._load_and_init()
+            meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args),
+                  "config": values, "lr_schedule": schedule_settings(values)})
+        self.train_state = self._load_and_init(memory_warning)
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps, device=info.device)
         self.run_folder = self._run_folder()
@@ -295,17 +328,27 @@ class Trainer:
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
 
-    def _load_and_init(self) -> TrainState:
-        """Load what there is to load (:meth:`_load_at_start`), initialize the rest from the init plan, and print
-        the ``load`` and ``init`` lines (and, for a fresh init, the expected step-1 loss); the train state."""
+    def _phase_done(self, phase: str) -> None:
+        """A safe point between start-up phases: raise ``Stopped`` on every rank if a stop was requested."""
+        if self.stop is not None:
+            self.stop.check(phase, self.info.cpu_group)
+
+    def _load_and_init(self, memory_warning: str | None) -> TrainState:
+        """Load what there is to load (:meth:`_load_at_start`), take the checkpoint folder
+        (:meth:`_hold_checkpoint_folder`), initialize the rest from the init plan, and print the ``load`` and
+        ``init`` lines (and, for a fresh init, the expected step-1 loss; ``memory_warning`` if any); the train
+        state."""
         begin = time.perf_counter()
         train_state, loaded, describe_load = self._load_at_start()
+        self._phase_done("loading the checkpoint" if train_state.step else "the checkpoint check")
+        self.lock, folder_lines = self._hold_checkpoint_folder()
         load_s, begin = time.perf_counter() - begin, time.perf_counter()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
                                               buffer_device=self.info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
         self.expected = expected_step1_loss(self.whole, self.plan)
+        self._phase_done("the weight init")
         self.check_step1 = not loaded
         self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
         counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
@@ -320,8 +363,8 @@ class Trainer:
         self.load_lines = describe_load(skipped)
         if self.load_lines:
             self.startup.phase("load", self.load_lines[0], seconds=load_s)
-            for line in self.load_lines[1:]:
-                self.startup.note(line)
+        for line in self.load_lines[1:] + folder_lines + ([memory_warning] if memory_warning else []):
+            self.startup.note(line)
         self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
                                    f"fingerprint {self.fingerprint}", seconds=init_s)
         if self.check_step1:
@@ -350,6 +393,10 @@ class Trainer:
         describes what was loaded given ``n``, the count of loaded tensors (a tied pair counts once, as in the
         init line).
 
+        On resume the LR schedule continues as the checkpoint followed it, or with
+        ``checkpoint.reset_lr_schedule`` as this run's settings say, from the resumed step (see
+        ``components/checkpoint/resume.py``); a line lists the settings that differ from the checkpoint's.
+
         Raises:
             CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
         """
@@ -361,13 +408,56 @@ class Trainer:
             skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
             size = format_bytes(folder_bytes(path))
             saved = f", saved at step {result.step}" if result.step != train_state.step else ""
+            now, saved_schedule = self.checkpointer.meta["config"], result.meta["lr_schedule"]
+            if "lr_scheduler" not in result.excluded:
+                schedule = schedule_settings(now) if cp.reset_lr_schedule else saved_schedule
+                follow_schedule(self.scheduler, **schedule)
+                self.checkpointer.meta["lr_schedule"] = schedule
+            changed = resume_line(result.meta["config"], now, saved_schedule, reset=cp.reset_lr_schedule,
+                                  step=self.scheduler.last_epoch)
             return train_state, result.loaded_names, lambda n: [
-                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}"]
+                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
+                *([changed] if changed else [])]
         if cp.initial_load_hf is None:
             return TrainState(), [], lambda n: []
         imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
                                   allow_unexpected=cp.initial_load_hf_allow_unexpected)
         return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf, n)
+
+    def _hold_checkpoint_folder(self) -> tuple[FolderLock | None, list[str]]:
+        """With ``checkpoint.enable``, before this run writes anything: rank 0 takes the checkpoint folder's lock,
+        refuses a ``step-N`` that is not a complete checkpoint, removes the ``*.tmp`` leftovers of killed runs and
+        warns when fewer than two checkpoints fit in the free space; the ranks agree. ``(lock or None, lines)``.
+
+        Raises:
+            CheckpointError: on every rank, the folder is in use by another run, holds a bad ``step-N`` or cannot
+                be written.
+        """
+        if not self.config.checkpoint.enable:
+            return None, []
+        folder, lock, lines = self.checkpointer.folder, None, []
+        outcome: list = [None]
+        if self.info.rank == 0:
+            try:
+                lock = FolderLock(folder)
+                lock.acquire()
+                check_leftovers(folder)
+                lines = [f"removed {name} from {folder}: left by an interrupted save or deletion"
+                         for name in remove_leftovers(folder)]
+                need, free = expected_bytes(self.model), free_bytes(folder)
+                if free < 2 * need:
+                    lines.append(f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
+                                 "(parameters and AdamW moments): fewer than two fit; free space or set "
+                                 "checkpoint.folder to a larger disk")
+            except (CheckpointError, OSError) as err:
+                if lock is not None:
+                    lock.release()
+                outcome[0] = err if isinstance(err, CheckpointError) else CheckpointError(
+                    f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder")
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[0] is not None:
+            raise outcome[0]
+        return lock, lines
 
     def _run_folder(self) -> str:
         """The run folder, named and created on rank 0 (with ``config.toml``, the resolved config, and
@@ -514,9 +604,18 @@ class Trainer:
 
     def train(self, stop: StopRequest) -> None:
         """Train from the resumed step to ``training.steps``; validate every ``validation.freq`` steps and at
-        the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed."""
+        the end; save every ``checkpoint.interval`` steps, at the end, and when ``stop`` is agreed (after a step
+        or a save); the checkpoint folder's lock is released at the end."""
+        try:
+            self._train(stop)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _train(self, stop: StopRequest) -> None:
         cfg, state = self.config, self.train_state
         batches = iter(self.train_loader)
+        self.checkpointer.restore_rng()
         tokens_global = self.global_batch * cfg.training.seq_len
         tokens_per_device = tokens_global / self.info.world_size  # the ranks of a tensor/pipeline group share them
         start = time.perf_counter()
@@ -524,8 +623,10 @@ class Trainer:
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
                                    "nothing to train"])
-        data_wait_s = 0.0
+        data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
+        checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):
+            step_start = time.perf_counter()
             log_due = self.metrics.due(step)
             save_due = cfg.checkpoint.enable and (step % cfg.checkpoint.interval == 0 or step == cfg.training.steps)
             with self.profiler.step(step):
@@ -557,25 +658,33 @@ class Trainer:
                     self.metrics.log_validation(step, self.validate())
                     if cfg.validation.sample_prompt is not None:
                         self.metrics.log_sample(step, cfg.validation.sample_prompt, self.sample())
+            step_s = max(step_s, time.perf_counter() - step_start)
+            saved = None
+            if save_due:
+                save_start = time.perf_counter()
+                with self.metrics.paused():
+                    saved = self._save(force=False)
+                save_s = max(save_s or 0.0, time.perf_counter() - save_start)
+            if self.info.rank == 0:
+                stop.publish_budget(step_s, save_s, checkpoint_bytes)
             if stop.agreed(self.info.cpu_group):
-                saved = self._save(force=True)
+                saved = (self.checkpointer.finish() or saved) if save_due else self._save(force=True)
                 self.metrics.log_text([f"stopped by a signal after step {step}; " + (
                     f"checkpoint saved: {saved}" if saved else "checkpoint.enable = false: nothing saved")])
+                stopped = True
                 break
-            if save_due:
-                with self.metrics.paused():
-                    self._save(force=False)
         self.profiler.close()
         if self.profiler.written:
             self.metrics.log_text([f"profile written: {', '.join(map(str, self.profiler.written))}"])
         self._log_saved(self.checkpointer.finish(), None)
-        if cfg.checkpoint.export_hf is not None and not stop.signal_name:
+        if cfg.checkpoint.export_hf is not None and not stopped:
             export_hf(self.model, cfg.checkpoint.export_hf, state_dict_adapter(cfg.model.name, self.args), self.tokenizer,
                       dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank,
                       source_folder=cfg.checkpoint.initial_load_hf)
             self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
-        self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
-                               f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
+        if not stopped:
+            self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
+                                   f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
         self.metrics.close()
 
     def _save(self, force: bool) -> str | None:
@@ -606,9 +715,13 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of each worker: train and return 0, or print a :class:`~torchtitan_lite.errors.UserError` as
-    one line and return 2 (raised while building the run: ``input error: ...``) or 1 (while training:
-    ``error: ...``). Any other exception propagates with its traceback. The worker's output is also written to
+    """Entry point of each worker: train and return 0; or print one line and return its status: a
+    :class:`~torchtitan_lite.errors.UserError` raised while reading the config (``config error: ...``, 2) or
+    building the run (``input error: ...``, 2) or while training (``error: ...``, 1), or a stop request before the
+    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status goes to the
+    control folder and 0 is returned (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other
+    exception propagates with its traceback. Launched by torchrun, the worker ends when torchrun or the launcher
+    dies (:func:`~torchtitan_lite.components.faults.exit_with_launcher`). The worker's output is also written to
     ``<run folder>/logs/rank<N>.log`` (:class:`ConsoleLog`), a traceback included."""
     console = ConsoleLog()
     try:
@@ -633,32 +746,48 @@ def _without_config_file(argv: list[str]) -> list[str]:
     return kept
 
 
-def _run(argv: list[str], console: ConsoleLog) -> int:
+def _run(args: list[str], console: ConsoleLog) -> int:
     """:func:`main` with the console log in place."""
     startup = StartupLog()
-    config = load_config_or_exit(argv)
-    given = _without_config_file(argv)
-    imports = f"; {startup.import_s:.1f} s of imports before it" if startup.import_s is not None else ""
-    startup.phase("config", f"{config.job.config_file or 'the defaults'}"
-                            + (f" with {' '.join(given)}" if given else "") + imports
-                            + (f'; job "{config.job.description}"' if config.job.description else ""))
     stop = StopRequest()
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        exit_with_launcher()
+    if "--help" in args or "-h" in args:
+        load_config_or_exit(args)
     finished = False
     try:
         try:
-            trainer = Trainer(config, startup, console)
+            config = load_config(args)
+            if config.job.print_config:
+                print(format_toml(config), end="")
+                return 0
+            given = _without_config_file(args)
+            imports = f"; {startup.import_s:.1f} s of imports before it" if startup.import_s is not None else ""
+            startup.phase("config", f"{config.job.config_file or 'the defaults'}"
+                                    + (f" with {' '.join(given)}" if given else "") + imports
+                                    + (f'; job "{config.job.description}"' if config.job.description else ""))
+            trainer = Trainer(config, stop, startup, console)
+        except Stopped as done:
+            finished = True
+            return _say(0, str(done), to_stdout=True)
+        except ConfigError as err:
+            return _say(2, f"config error: {err}")
         except UserError as err:
-            print(f"input error: {err}", file=sys.stderr, flush=True)
-            return 2
+            return _say(2, f"input error: {err}")
         trainer.train(stop)
         finished = True
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
-        return 1
+        return _say(1, f"error: {err}")
     finally:
         stop.restore()
         shutdown_distributed(in_step=finished)
     return 0
+
+
+def _say(code: int, line: str, *, to_stdout: bool = False) -> int:
+    """Print ``line`` (to stderr) and return the exit status for ``code`` (see :func:`main`)."""
+    print(line, file=sys.stdout if to_stdout else sys.stderr, flush=True)
+    return report_outcome(code, line)
 
 
 def exit_after(code: int) -> None:

@@ -1,9 +1,19 @@
-"""Faults during training: stop requests (SIGTERM/SIGINT) and non-finite losses or gradient norms.
+"""Faults during a run: stop requests (SIGTERM/SIGINT), a launcher that dies, non-finite losses or gradient norms.
 
-Note: on preemption. ``run_train.sh`` forwards SIGTERM/SIGINT to torchrun, which forwards it to the workers
-and SIGKILLs them after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (30 s by default). :class:`StopRequest` turns the
-signal into a flag; after each step the ranks agree on it (one all-reduce on a CPU group: the signal may
-reach them in different steps), save and return, so the workers exit 0.
+Note: on stopping. ``run_train.sh`` does not pass SIGTERM/SIGINT to torchrun (which would SIGKILL the workers after
+its ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and print a traceback): torchrun ignores both, and the launcher creates the
+file ``stop`` in the run's control folder (:data:`CONTROL_ENV`). :class:`StopRequest` turns a signal that reaches a
+worker directly (a scheduler that signals every process, or ``kill`` of a worker) and that file into one request.
+At safe points the ranks agree on it (one all-reduce on a CPU group: the request may reach them at different
+moments): after each step, after a save, and between the start-up phases; then the worker saves (or, before the
+first step, has nothing to save), prints one line and exits 0. The time a stop needs is measured (the longest step
+and save so far) and written to the control folder (:meth:`StopRequest.publish_budget`): the launcher waits that
+long before it kills the workers.
+
+Note: on orphans. torchrun starts each worker in a new session, so a ``kill -9`` of the launcher's process group
+does not reach them. :func:`exit_with_launcher` makes the kernel SIGKILL a worker when its parent (torchrun) dies
+(``PR_SET_PDEATHSIG``, Linux) and starts a watchdog thread that ends the worker within a second or two when its
+parent changes or the launcher process (:data:`LAUNCHER_PID_ENV`) is gone.
 
 Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device, with
 tensor ops only, the first step whose local loss or global gradient norm was not finite; the ranks agree on
@@ -16,7 +26,13 @@ to ``max_skipped_steps`` times in the run, at one host sync per step.
 
 from __future__ import annotations
 
+import ctypes
+import math
+import os
 import signal
+import sys
+import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,29 +49,139 @@ class NonFiniteError(UserError, RuntimeError):
     """A non-finite loss or gradient norm that the policy does not (or no longer) allow to skip."""
 
 
+CONTROL_ENV = "TORCHTITAN_LITE_CONTROL"
+"""Environment variable naming the run's control folder (set by ``run_train.sh``): it holds ``stop`` (created by
+the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (rank 0: the seconds a stop may take)
+and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`)."""
+LAUNCHER_PID_ENV = "TORCHTITAN_LITE_LAUNCHER_PID"
+"""Environment variable with the PID of ``run_train.sh``; the workers exit when that process is gone."""
+SAVE_BYTES_PER_S = 50 * 2**20
+"""Write speed assumed for a save before the first one is timed (a slow network file system)."""
+
+
+class Stopped(Exception):
+    """A stop request agreed before the first step: nothing to save (``main`` prints the message and exits 0)."""
+
+
 class StopRequest:
     """Records SIGTERM/SIGINT instead of dying (handlers of :data:`STOP_SIGNALS` replaced in this process, main
-    thread only, until :meth:`restore`); :meth:`agreed` tells every rank whether any got one. Repeated
-    signals are harmless."""
+    thread only, until :meth:`restore`) and sees the launcher's ``stop`` file; :meth:`agreed` tells every rank
+    whether any got either. Repeated signals are harmless.
 
-    def __init__(self):
+    Args:
+        control: the control folder (default: :data:`CONTROL_ENV`, unset = no launcher to listen to).
+    """
+
+    def __init__(self, control: str | None = None):
         self.signal_name: str | None = None
+        self.control = control if control is not None else os.environ.get(CONTROL_ENV)
+        self._budget_s = 0
         self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
 
     def _handle(self, signum: int, frame) -> None:
         self.signal_name = signal.Signals(signum).name
 
+    def requested(self) -> bool:
+        """Whether this process got a stop signal or the launcher asked for a stop (no collective)."""
+        if self.signal_name is None and self.control is not None:
+            try:
+                with open(os.path.join(self.control, "stop"), encoding="utf-8") as handle:
+                    self.signal_name = handle.read().strip() or "SIGTERM"
+            except FileNotFoundError:
+                pass
+        return self.signal_name is not None
+
     def agreed(self, group: dist.ProcessGroup | None = None) -> bool:
-        """Whether any rank received a stop signal (a collective on ``group``, a gloo group such as
+        """Whether any rank received a stop request (a collective on ``group``, a gloo group such as
         ``DistInfo.cpu_group``; ``None`` = the default group, then gloo)."""
-        flag = torch.tensor([1 if self.signal_name else 0], dtype=torch.int32)
+        flag = torch.tensor([1 if self.requested() else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
         return bool(flag.item())
+
+    def check(self, phase: str, group: dist.ProcessGroup | None = None) -> None:
+        """Between start-up phases: raise :class:`Stopped` (on every rank) if a stop was requested.
+
+        ``phase``: what was just done, for the message (``"the model build"``).
+        """
+        if self.agreed(group):
+            raise Stopped(f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, before the "
+                          "first step; nothing to save")
+
+    def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
+        """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
+        folder (rank 0's call; when it grows by 10% or more). ``step_s``: the longest step so far (with validation);
+        ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
+        :data:`SAVE_BYTES_PER_S`)."""
+        save = save_s if save_s is not None else save_bytes / SAVE_BYTES_PER_S
+        budget = math.ceil(2 * (step_s + save) + 60)
+        if self.control is None or budget < 1.1 * self._budget_s:
+            return
+        self._budget_s = budget
+        path = os.path.join(self.control, "stop_within_s")
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(f"{budget}\n")
+        os.replace(path + ".tmp", path)
 
     def restore(self) -> None:
         """Reinstall the signal handlers that were there before."""
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def report_outcome(code: int, line: str | None) -> int:
+    """The exit status for torchrun: under ``run_train.sh`` (:data:`CONTROL_ENV` set) write ``code`` and ``line`` to
+    ``outcome.<LOCAL_RANK>`` in the control folder and return 0, so that torchrun adds no failure report to a
+    user error or a stop that this worker already printed as one line (the launcher exits with ``code``);
+    elsewhere return ``code``."""
+    control = os.environ.get(CONTROL_ENV)
+    if control is None:
+        return code
+    path = os.path.join(control, f"outcome.{os.environ.get('LOCAL_RANK', '0')}")
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(f"{code}\n{line or ''}\n")
+    os.replace(path + ".tmp", path)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def exit_with_launcher(poll_s: float = 1.0) -> None:
+    """Let this worker not outlive torchrun or the launcher (see the module notes): ``PR_SET_PDEATHSIG`` = SIGKILL
+    where the platform has ``prctl``, and a daemon thread that every ``poll_s`` seconds checks the parent PID and
+    the process of :data:`LAUNCHER_PID_ENV`, and otherwise prints one line and ends the process (status 1)."""
+    parent = os.getppid()
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    launcher_pid = int(launcher) if launcher and launcher.isdigit() else None
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+
+    def watch() -> None:
+        while True:
+            gone = ("torchrun" if os.getppid() != parent else
+                    "the launcher" if launcher_pid is not None and not _alive(launcher_pid) else None)
+            if gone:
+                print(f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
+                      file=sys.stderr, flush=True)
+                os._exit(1)
+            time.sleep(poll_s)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
 
 
 class NonFiniteGuard:

@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from models import get_model_spec
-from torchtitan_lite.components.checkpoint import checkpoint_folder, find_checkpoint
+from torchtitan_lite.components.checkpoint import checkpoint_folder, find_checkpoint, read_meta, verify_files
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.config.cli import ConfigError
@@ -90,7 +90,9 @@ def weights_source(config: JobConfig) -> tuple[str, str] | None:
 
 
 def _load_checkpoint(model: nn.Module, path: str) -> list[str]:
-    """Load the model part of the DCP checkpoint ``path`` into the plain ``model``; the names loaded."""
+    """Load the model part of the DCP checkpoint ``path`` into the plain ``model``, after checking the checksum of
+    every file (:func:`~torchtitan_lite.components.checkpoint.verify_files`); the names loaded."""
+    verify_files(path, read_meta(path), rank=0, world_size=1)
     state = {"model": get_model_state_dict(model)}
     with warnings.catch_warnings():  # DCP warns that no process group means one process, which is the intent
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")

@@ -101,3 +101,39 @@ def build_lr_scheduler(
 def _factor_at_index(index: int, **kwargs) -> float:
     """``LambdaLR``'s 0-based ``last_epoch`` -> factor of training step ``index + 1``."""
     return wsd_lr_factor(index + 1, **kwargs)
+
+
+SCHEDULE_KEYS = {"lr": "optimizer.lr", "warmup_steps": "lr_scheduler.warmup_steps", "steps": "training.steps",
+                 "decay_ratio": "lr_scheduler.decay_ratio", "decay_type": "lr_scheduler.decay_type",
+                 "min_lr_factor": "lr_scheduler.min_lr_factor"}
+"""The settings that define the LR of every step (the arguments of :func:`follow_schedule`) -> their config keys."""
+
+
+def follow_schedule(
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    *,
+    lr: float,
+    warmup_steps: int,
+    steps: int,
+    decay_ratio: float,
+    decay_type: str,
+    min_lr_factor: float,
+) -> None:
+    """Make ``scheduler`` (from :func:`build_lr_scheduler`) follow the schedule of these settings from the step it
+    has reached (``last_epoch`` steps done): peak LR ``lr``, and every param group's LR set now to that of the next
+    step. Used on resume, where the settings are the checkpoint's or, when asked, this run's.
+
+    Raises:
+        ValueError: see :func:`check_wsd_args`.
+    """
+    kwargs = dict(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
+                  min_lr_factor=min_lr_factor)
+    check_wsd_args(**kwargs)
+    factor = functools.partial(_factor_at_index, **kwargs)
+    groups = scheduler.optimizer.param_groups
+    scheduler.lr_lambdas = [factor] * len(groups)
+    scheduler.base_lrs = [lr] * len(groups)
+    for group in groups:
+        group["initial_lr"] = lr
+        group["lr"] = lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() returns

@@ -1,7 +1,7 @@
 """``python -m torchtitan_lite.config <args>``: validate the configuration and exit 0 silently, or print one
 ``config error: ...`` line and exit 2 (``--help`` and ``--job.print_config`` print and exit 0). With the environment
-variable ``TORCHTITAN_LITE_WORLD_SIZE`` (set by ``run_train.sh``) the parallel degrees are also checked against
-that world size."""
+variable ``TORCHTITAN_LITE_WORLD_SIZE`` (set by ``run_train.sh``) the parallel degrees and the memory estimate are
+also checked for that world size."""
 
 import os
 import sys

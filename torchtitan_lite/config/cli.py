@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
 import re
 import textwrap
 import types
@@ -128,16 +129,23 @@ def coerce(value: Any, tp: Any, *, from_cli: bool) -> Any:
             raise BadValue(f"expected a table of key = value, got {value!r}")
         return dict(value)
     if from_cli and isinstance(value, str):
-        return _parse_cli_scalar(value, tp)
+        return _finite(_parse_cli_scalar(value, tp))
     if tp is bool and isinstance(value, bool):
         return value
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return _finite(float(value))
     if tp is str and isinstance(value, str):
         return value
     raise BadValue(f"expected {type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _finite(value: Any) -> Any:
+    """``value``, unless it is a float that is infinite or NaN (no setting takes one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadValue(f"must be a finite number, got {value!r}")
+    return value
 
 
 def _parse_cli_scalar(text: str, tp: Any) -> Any:

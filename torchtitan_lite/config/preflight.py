@@ -93,6 +93,9 @@ def _read_toml(path: str) -> list[tuple[str, Any, str]]:
         data = tomli.loads(text)
     except (UnicodeDecodeError, tomli.TOMLDecodeError) as err:
         raise ConfigError(f"job.config_file: {path} is not valid TOML: {err}") from None
+    if not data:
+        raise ConfigError(f"job.config_file: empty config file {path}; remove CONFIG_FILE to train the defaults "
+                          "(train_configs/qwen3_debug.toml), or give the file some [section] keys")
     entries = []
     for key, value in flatten_toml(data):
         line = toml_line(text, key)
@@ -110,6 +113,11 @@ def _where(sources: dict[str, str], key: str) -> str:
 
 def _check_cross_fields(config: JobConfig, sources: dict[str, str]) -> None:
     """Rules that involve several keys (the world size: :func:`check_world_size`)."""
+    for key, value in (("job.dump_folder", config.job.dump_folder), ("checkpoint.folder", config.checkpoint.folder),
+                       ("metrics.save_tb_folder", config.metrics.save_tb_folder)):
+        if not value.strip():
+            raise ConfigError(f"{_where(sources, key)}: is empty, which would write into the current folder (or the "
+                              "folder above); name a folder, e.g. the default")
     training = config.training
     gbs, lbs = training.global_batch_size, training.local_batch_size
     if gbs != -1 and (gbs < 1 or gbs % lbs):
@@ -344,7 +352,8 @@ def check_world_size(config: JobConfig, world_size: int) -> None:
 
 WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"
 """Environment variable through which ``run_train.sh`` tells ``python -m torchtitan_lite.config`` the world size it
-is about to launch; unset (or not a number): the degrees are checked against it only when the workers start."""
+is about to launch (NGPU x nodes); unset (or not a number): the degrees and the memory estimate are checked only
+when the workers start."""
 
 
 def build_model_args(config: JobConfig) -> Any:
@@ -381,11 +390,13 @@ def tokenizer_path(config: JobConfig) -> str | None:
 def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
-    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer
-    (:func:`tokenizer_path`) reads and its vocab fits the model's (checked here only); ``job.dump_folder``, the
-    checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can export); the checkpoint to
-    resume (if any) is complete, intact and from the same model; else the ``checkpoint.initial_load_hf`` folder's
-    files hold what the model needs, with the right shapes.
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist (a folder holds data files);
+    the tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's (checked here only);
+    ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
+    export); the checkpoint to resume (if any) is complete, intact (sizes and ``meta.json``; the data files'
+    checksums are verified when it is loaded) and from the same model; else the ``checkpoint.initial_load_hf``
+    folder's files hold what the model needs, with the right shapes. (A run that writes the checkpoint folder:
+    also :func:`check_checkpoint_folder`.)
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.
@@ -394,6 +405,7 @@ def check_paths(config: JobConfig) -> None:
     from torchtitan_lite.components import checkpoint as ckpt
     from torchtitan_lite.components.hf.folder import HFError
     from torchtitan_lite.components.hf.load import check_hf_folder
+    from torchtitan_lite.data.loader import local_data_files
     from torchtitan_lite.data.tokenizer import build_tokenizer
 
     for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
@@ -401,6 +413,11 @@ def check_paths(config: JobConfig) -> None:
                       ("checkpoint.load_path", config.checkpoint.load_path)):
         if path is not None and not os.path.exists(path):
             raise ConfigError(f"{key}: no such file or folder {path!r}")
+    if config.training.dataset_path is not None:
+        try:
+            local_data_files(config.training.dataset_path)
+        except InputError as err:
+            raise ConfigError(f"training.dataset_path: {err}") from None
     args = build_model_args(config)
     try:
         tokenizer = build_tokenizer(tokenizer_path(config))
@@ -485,9 +502,79 @@ def _value_of(config: JobConfig, key: str) -> Any:
     return value[item[0]] if item else value
 
 
+def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank run needs (:mod:`torchtitan_lite.config.memory`: parameters,
+    gradients, AdamW moments and activations from the model's shapes) against its device's memory, or on CPU the
+    host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
+
+    Raises:
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not available.
+    """
+    from models import get_model_spec
+    from torchtitan_lite.config.memory import estimate_rank_memory, fit_problem, memory_limit, meta_parameter_count
+    from torchtitan_lite.distributed.devices import device_type
+    from torchtitan_lite.errors import LaunchError
+
+    try:
+        kind = device_type(config.training.device)
+    except LaunchError as err:
+        raise ConfigError(f"training.device: {err}") from None
+    args = build_model_args(config)
+    n_params = meta_parameter_count(get_model_spec(config.model.name).model_cls, args)
+    fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
+    estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
+                                    local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
+                                    ac_mode=config.activation_checkpoint.mode)
+    total, available, name = memory_limit(kind)
+    problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
+                          available=available, name=name, world_size=world_size)
+    if problem is None:
+        return None
+    level, text = problem
+    if level == "error":
+        raise ConfigError(f"memory: the model has {n_params:,} parameters and {text}")
+    return f"warning: {text}"
+
+
+def check_checkpoint_folder(config: JobConfig) -> None:
+    """For a run that will write its checkpoint folder (``checkpoint.enable``): no other run holds the folder's
+    lock, and no ``step-N`` in it is anything but a complete checkpoint (a save of step N would fail on it after
+    training). Reads only.
+
+    Raises:
+        ConfigError: one line naming the folder and the holder or the entry.
+    """
+    from torchtitan_lite.components import checkpoint as ckpt
+
+    if not config.checkpoint.enable:
+        return
+    folder = ckpt.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)
+    try:
+        ckpt.check_unlocked(folder)
+        ckpt.check_leftovers(folder)
+    except ckpt.CheckpointError as err:
+        raise ConfigError(str(err)) from None
+
+
+def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
+    """:func:`parse_args` + :func:`check_paths` + :func:`check_checkpoint_folder` (+ :func:`check_world_size` and the
+    error part of :func:`check_memory` when ``world_size`` is given): the checks of a training run.
+
+    Raises:
+        ConfigError: the first problem.
+    """
+    config = parse_args(argv)
+    if world_size is not None:
+        check_world_size(config, world_size)
+    check_paths(config)
+    check_checkpoint_folder(config)
+    if world_size is not None:
+        check_memory(config, world_size)
+    return config
+
+
 def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobConfig:
-    """:func:`parse_args` + :func:`check_paths` (+ :func:`check_world_size` when ``world_size`` is given) for
-    entry points.
+    """:func:`load_config` for entry points.
 
     ``--help``/``-h``: prints :func:`help_text` and exits 0. ``--job.print_config``: prints the resolved
     config as TOML and exits 0. A :class:`ConfigError` is printed as ``config error: <line>`` on stderr and
@@ -497,10 +584,7 @@ def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobCo
         print(help_text(argv))
         sys.exit(0)
     try:
-        config = parse_args(argv)
-        if world_size is not None:
-            check_world_size(config, world_size)
-        check_paths(config)
+        config = load_config(argv, world_size)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)

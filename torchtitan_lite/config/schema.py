@@ -72,7 +72,7 @@ class Training:
     -1 = ``local_batch_size *`` the data-parallel degree."""
     seq_len: int = bounded(256, ge=1)
     """Tokens per training sequence."""
-    steps: int = bounded(200, ge=1)
+    steps: int = bounded(200, ge=1, le=10**12)
     """Optimizer steps to train."""
     max_norm: float = bounded(1.0, gt=0)
     """Clip the global gradient norm to this value."""
@@ -253,6 +253,9 @@ class Checkpoint:
     """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume a streaming dataset with another
     number of ranks (the data order then restarts), or all four to load the model weights only and start
     at step 0."""
+    reset_lr_schedule: bool = False
+    """On resume, follow this run's LR schedule (``optimizer.lr``, ``[lr_scheduler]``, ``training.steps``) from the
+    resumed step; off: the checkpoint's schedule continues (a line warns when this run's differs)."""
     async_mode: Literal["disabled", "async"] = "disabled"
     """``async``: write checkpoints in a background thread while training goes on."""
     initial_load_hf: str | None = None

@@ -1,0 +1,92 @@
+"""Will the run fit in memory? An estimate per rank from the model's shapes against the device or host memory,
+checked before the model is built (``config.preflight.load_config``).
+
+Per rank, FSDP2 sharding everything over the ``world_size`` ranks: the fp32 parameters, their fp32 gradients and
+AdamW's two fp32 moments (16 bytes per parameter / world size), plus the activations of one micro-batch, which are
+not sharded. Activations per block without checkpointing: ``s b h (34 + 5 a s / h)`` bytes at 2 bytes per value
+(Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198,
+Sec. 4.1; ``s`` seq_len, ``b`` local batch, ``h`` dim, ``a`` heads), scaled to the compute dtype; with
+``activation_checkpoint.mode = "full"`` each block keeps only its input (``s b h`` values) and one block's
+activations are live at a time (Sec. 5); the output logits and their gradient add ``2 s b V`` fp32 values. On a CPU
+the ranks of a node share the host memory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+GIB = 2**30
+TIGHT = 0.9
+"""A run that needs more than this fraction of the memory gets a warning."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one rank needs: ``states`` (parameters, gradients, optimizer moments) and ``activations``."""
+
+    states: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.states + self.activations
+
+
+def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int, local_batch_size: int,
+                         compute_bytes: int, ac_mode: str) -> MemoryEstimate:
+    """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args ``args``
+    (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``); ``compute_bytes`` per activation value (4 fp32, 2 bf16)."""
+    states = 16 * n_params // world_size
+    s, b, h, a = seq_len, local_batch_size, args.dim, args.n_heads
+    block = s * b * h * (34 + 5 * a * s / h) * compute_bytes / 2
+    blocks = (args.n_layers * s * b * h * compute_bytes + block) if ac_mode == "full" else args.n_layers * block
+    logits = 2 * s * b * args.vocab_size * 4
+    return MemoryEstimate(states, int(blocks + logits))
+
+
+def memory_limit(device_kind: str) -> tuple[int, int, str]:
+    """``(total, available, name)`` bytes of the memory one rank of ``device_kind`` uses: a device's own memory
+    (total both times), or on CPU the host's physical memory and what it has available now (``MemAvailable``)."""
+    if device_kind != "cpu":
+        from torchtitan_lite.distributed.devices import device_module
+
+        total = device_module(device_kind).get_device_properties(0).total_memory
+        return total, total, f"{device_kind} device memory"
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = total
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total, available, "host memory"
+
+
+def fit_problem(estimate: MemoryEstimate, *, ranks_sharing: int, total: int, available: int, name: str,
+                world_size: int) -> tuple[str, str] | None:
+    """``("error" | "warning", text)`` when ``ranks_sharing`` ranks of ``estimate`` each do not fit in the memory
+    (``total`` bytes; ``available`` now), or ``None``: an error when even the parameters, gradients and optimizer
+    moments exceed the total, or everything exceeds it twice; a warning above :data:`TIGHT` of what is available."""
+    need = estimate.total * ranks_sharing
+    states = estimate.states * ranks_sharing
+    numbers = (f"about {need / GIB:,.1f} GiB ({states / GIB:,.1f} GiB parameters, gradients and AdamW moments over "
+               f"{world_size} rank(s) + {estimate.activations * ranks_sharing / GIB:,.1f} GiB activations"
+               + (f", for {ranks_sharing} ranks" if ranks_sharing > 1 else "") + f") of {total / GIB:,.1f} GiB {name}")
+    if states > total or need > 2 * total:
+        return "error", (f"the run needs {numbers}; use a smaller model, more ranks, a smaller "
+                         "training.local_batch_size or training.seq_len, or activation_checkpoint.mode = \"full\"")
+    if need > TIGHT * available:
+        return "warning", (f"the run may not fit: it needs {numbers} ({available / GIB:,.1f} GiB available now)")
+    return None
+
+
+def meta_parameter_count(model_cls, args) -> int:
+    """Parameters of ``model_cls(args)`` built on the meta device (no memory; a tied weight counts once)."""
+    with torch.device("meta"):
+        model = model_cls(args)
+    return sum(p.numel() for p in model.parameters())
