@@ -56,7 +56,7 @@ def main() -> None:
 
     def check_resume(lines: list[str], before: list[int], label: str) -> None:
         """Count the run as resumed from the latest complete checkpoint before it, or as lost."""
-        found = [int(m.group(1)) for line in lines if (m := re.search(r"resumed from .* \(step (\d+)\)", line))]
+        found = [int(m.group(1)) for line in lines if (m := re.search(r"resumed at step (\d+) from ", line))]
         start = found[0] if found else 0
         if before and start == before[-1]:
             counts["resumed"] += 1

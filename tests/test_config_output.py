@@ -29,7 +29,7 @@ def _help(capsys, *argv: str) -> str:
 def test_help_with_a_config_file_shows_its_values_beside_the_defaults(capsys):
     text = _help(capsys, "--job.config_file", DEBUG, "--training.seed=7", "--model.overrides.max_seq_len=512")
     assert f"'this run:' marks a value set by {DEBUG} or the command line; '=' gives the default" in text
-    assert f"  --training.steps  int = 200  (>= 1)\n      this run: 400 ({DEBUG} line 17)\n" in text
+    assert f"  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      this run: 400 ({DEBUG} line 17)\n" in text
     assert f"  --checkpoint.enable  bool = true\n      this run: false ({DEBUG} line 58)\n" in text
     assert "  --training.seed  int = 42  (>= 0)\n      this run: 7 (command line)\n" in text  # the file says 42
     assert "  --model.overrides  table = {}\n      this run: max_seq_len = 512 (command line)\n" in text
@@ -41,7 +41,7 @@ def test_help_names_a_config_file_that_does_not_read_and_still_shows_the_default
     text = _help(capsys, "--job.config_file", str(tmp_path / "missing.toml"))
     missing = tmp_path / "missing.toml"
     assert f"the values of this run are not shown: job.config_file (command line): no such file '{missing}'" in text
-    assert "  --training.steps  int = 200  (>= 1)\n      Optimizer steps to train." in text
+    assert "  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      Optimizer steps to train." in text
 
 
 def _train(argv: list[str]) -> list[float]:

@@ -77,8 +77,10 @@ def test_run_train_sh_writes_every_ranks_output_to_the_run_folder_and_leaves_no_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "out").iterdir() if p.name.startswith("qwen3-debug-")]
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["rank0.log", "rank1.log"]
-    console = [_strip_rank(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("[rank0]:")]
-    logged = (run / "logs" / "rank0.log").read_text().splitlines()
+    # lines end at "\n" only: a progress bar's "\r" updates (HF datasets) stay within their line on both sides
+    console = [_strip_rank(line) for line in (proc.stdout + proc.stderr).split("\n") if line.startswith("[rank0]:")]
+    with open(run / "logs" / "rank0.log", newline="") as handle:
+        logged = handle.read().rstrip("\n").split("\n")
     # torchrun tails a worker's stdout and stderr separately: lines of the two may come in another order there
     assert sorted(logged) == sorted(console) and len(logged) > 10
     steps = [[line for line in lines if line.startswith("step ")] for lines in (logged, console)]

@@ -163,6 +163,6 @@ def test_run_train_sh_prints_the_layout_and_the_single_process_fingerprint(runs,
     proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**env(), "NGPU": "4", "CONFIG_FILE": CASES["qwen3"][1]})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "world size 4, layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)," in proc.stdout
+    assert "world size 4, layout dp_shard 2 x tp 2 (sequence parallel, loss parallel); device" in proc.stdout
     (fingerprint,) = re.findall(r"fingerprint ([0-9a-f]{16})", proc.stdout)
     assert fingerprint == runs["1"]["qwen3"]["fingerprint"]
