@@ -42,7 +42,8 @@ def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
     for layout, (nproc, options) in LAYOUTS.items():
         out = folder / layout
         out.mkdir()
-        proc = torchrun_script(WORKER, nproc, [str(out), str(data), *options], timeout=900)
+        proc = torchrun_script(WORKER, nproc, [str(out), str(data), f"--cases={','.join(MODELS)}", *options],
+                               timeout=900)
         assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         results[layout] = {model: torch.load(out / f"{model}.pt") for model in MODELS}
     return results
