@@ -10,7 +10,8 @@ parameters, the gradients of step 1 before clipping (gathered) and the number of
 global loss and gradient norm of every step, the init fingerprint, the host reads of the two quiet steps, per
 rank ``{tensor: [local elements, drawn, bound]}`` where ``bound`` is the local box grown to tile boundaries, the
 expert choices of every sequence of step 1 (``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks)
-and the MoE routers' expert biases after the last step.
+the MoE layers' expert loads of step 1 as the training hooks summed them (``{layer: (num_experts,)}``) and the
+routers' expert biases after the last step.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
         losses.append(stats.loss_sum.item() / tokens)
         norms.append(stats.grad_norm.item())
         if step == 1:
+            loads = {layer: counts.clone() for layer, counts in getattr(trainer.hooks, "loads", {}).items()}
             for handle in handles:
                 handle.remove()
     train_module.clip_grad_norm_ = real_clip
@@ -138,7 +140,7 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     if trainer.info.rank == 0:
         torch.save({"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
                     "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank,
-                    "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias},
+                    "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias, "loads": loads},
                    f"{out}/{name}.pt")
     trainer.metrics.close()
 

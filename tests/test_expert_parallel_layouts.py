@@ -7,7 +7,7 @@ on ep4: every initial parameter gathered equals the 1-process init bitwise and t
 rank draws only its local elements; every sequence's expert choices at step 1 equal one process's; the step-1 loss
 is within 1e-5 (relative) of one process, 10 steps within 1e-4, the step-1 gradients within 1e-5 (absolute); the
 expert biases after 10 steps within 1e-6; the steps between log steps read the host exactly once per MoE layer and
-micro-batch forward (the all-to-all split sizes).
+micro-batch forward (the all-to-all split sizes); the expert loads of step 1 are global and those of one process.
 """
 
 from __future__ import annotations
@@ -95,6 +95,17 @@ def test_expert_biases_after_10_steps_equal_one_process(runs, layout):
     assert list(one) == ["layers.1.moe"] and other.keys() == one.keys()
     assert one["layers.1.moe"].abs().max() > 0  # the bias did move
     assert (other["layers.1.moe"] - one["layers.1.moe"]).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize(("layout", "model"), CASES)
+def test_the_expert_loads_of_step_1_are_global_and_equal_one_process(runs, layout, model):
+    """Summed over the data-parallel ranks (tensor-parallel replicas counted once): every (token, expert) pair of
+    the 8 x 32 tokens, top-2."""
+    one, other = runs["1"][model]["loads"], runs[layout][model]["loads"]
+    assert len(one) == MOE_LAYERS[model] and other.keys() == one.keys()
+    for layer, counts in one.items():
+        assert counts.sum() == 8 * 32 * 2
+        assert torch.equal(other[layer], counts)
 
 
 def test_expert_gradients_live_on_their_own_mesh_that_clipping_combines(runs):
