@@ -145,6 +145,24 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     trainer.metrics.close()
 
 
+def run_layouts(folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]) -> dict[str, dict[str, dict]]:
+    """Launch this worker once per layout (``name: (processes, options, models)``) under ``folder`` on one play of
+    text; returns ``layout -> model -> what the worker saved`` (for the tests' module fixtures)."""
+    from ckpt_helpers import text_file
+    from dist_helpers import REPO, torchrun_script
+
+    data = text_file(folder, n_plays=1)
+    results = {}
+    for layout, (nproc, options, models) in layouts.items():
+        out = folder / layout
+        out.mkdir()
+        proc = torchrun_script(REPO / "tests" / "dist_layout_worker.py", nproc,
+                               [str(out), str(data), f"--cases={','.join(models)}", *options], timeout=900)
+        assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        results[layout] = {model: torch.load(out / f"{model}.pt") for model in models}
+    return results
+
+
 def main() -> None:
     out, data, *layout = sys.argv[1:]
     names = list(CASES)

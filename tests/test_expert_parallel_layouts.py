@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ckpt_helpers import text_file
-from dist_helpers import REPO, torchrun_script
+from dist_layout_worker import run_layouts
 
 pytestmark = pytest.mark.multiprocess
 
-WORKER = REPO / "tests" / "dist_layout_worker.py"
 MODELS = ("qwen3_moe", "gpt_oss", "deepseek_v3")
 LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "1": (1, [], MODELS),
@@ -36,17 +34,7 @@ MOE_LAYERS = {"qwen3_moe": 2, "gpt_oss": 2, "deepseek_v3": 1}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
     """layout -> model -> what the worker saved."""
-    folder = tmp_path_factory.mktemp("ep_layouts")
-    data = text_file(folder, n_plays=1)
-    results = {}
-    for layout, (nproc, options, models) in LAYOUTS.items():
-        out = folder / layout
-        out.mkdir()
-        proc = torchrun_script(WORKER, nproc, [str(out), str(data), f"--cases={','.join(models)}", *options],
-                               timeout=900)
-        assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        results[layout] = {model: torch.load(out / f"{model}.pt") for model in models}
-    return results
+    return run_layouts(tmp_path_factory.mktemp("ep_layouts"), LAYOUTS)
 
 
 @pytest.mark.parametrize(("layout", "model"), CASES)
