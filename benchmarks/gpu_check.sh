@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU (or NGPU, with tensor parallelism TP
-# and pipeline parallelism PP)
+# GPU check: train Qwen3-0.6B (train_configs/qwen3_0.6b.toml) on ONE GPU (or NGPU, with tensor parallelism TP,
+# pipeline parallelism PP and, for an MoE config, expert parallelism EP)
 # for a few dozen steps with bf16 compute and torch.compile, then print tokens/s, MFU and peak memory per device.
 # About 5 minutes on an H100/H200 (compile takes the first minute or two); exits non-zero on any failure.
 #
@@ -11,6 +11,8 @@
 #   bash benchmarks/gpu_check.sh
 #   NGPU=2 TP=2 bash benchmarks/gpu_check.sh      # the tensor-parallel variant on a machine with 2 GPUs
 #   NGPU=2 PP=2 bash benchmarks/gpu_check.sh      # the pipeline-parallel variant
+#   NGPU=8 EP=8 CONFIG_FILE=train_configs/deepseek_v3_16b.toml bash benchmarks/gpu_check.sh   # expert parallel
+#     (8 GPUs of 80 GB: 16B parameters x 16 B / 8 = 32 GB of model state per GPU; not yet run on GPUs here)
 #
 # Needs no network: it trains on the bundled Shakespeare text with the bundled 2048-token tokenizer (the
 # model keeps Qwen3's 151,936-row vocabulary: same FLOPs and memory as with Qwen3's own tokenizer), 4
@@ -23,12 +25,16 @@
 #   TP           tensor-parallel degree, default 1 (NGPU / (TP * PP) ranks are FSDP2 data-parallel ranks)
 #   PP           pipeline-parallel degree, default 1; PP=2 NGPU=2 is the pipeline variant: two 1F1B stages of
 #                14 layers, 4 micro-batches of one sequence per step, untied embeddings (a pipeline needs them)
+#   EP           expert-parallel degree (MoE configs), default 1; borrowed from the FSDP x TP ranks, it divides
+#                NGPU / PP. With EP > 1 compile is off (EP under torch.compile is not checked yet; EXTRA_ARGS
+#                "--compile.enable=true" turns it on)
 #   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
 #   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
 #                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
 #                  bash benchmarks/gpu_check.sh
-#                (add NGPU=2 PP=2 for the pipeline's CPU dry run)
+#                (add NGPU=2 PP=2 for the pipeline's CPU dry run, or NGPU=2 EP=2
+#                CONFIG_FILE=train_configs/qwen3_moe_debug.toml for expert parallelism's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +43,7 @@ STEPS=${STEPS:-40}
 NGPU=${NGPU:-1}
 TP=${TP:-1}
 PP=${PP:-1}
+EP=${EP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
@@ -51,6 +58,15 @@ fi
 if (( NGPU % (TP * PP) )); then
     echo "gpu_check: TP=$TP x PP=$PP does not divide NGPU=$NGPU" >&2
     exit 2
+fi
+compile=true
+if [[ "$EP" != 1 ]]; then
+    if (( (NGPU / PP) % EP )); then
+        echo "gpu_check: EP=$EP does not divide NGPU / PP = $(( NGPU / PP )) (expert parallelism borrows those ranks)" >&2
+        exit 2
+    fi
+    layout+=(--parallelism.expert_parallel_degree="$EP")
+    compile=false
 fi
 REQUIRE_GPU=$REQUIRE_GPU NGPU=$NGPU "$PYTHON" - <<'EOF'
 import os
@@ -74,7 +90,7 @@ NGPU=$NGPU LOG_RANK=$(seq -s, 0 $((NGPU - 1))) CONFIG_FILE="$CONFIG_FILE" ./run_
     --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP) )) \
     --parallelism.tensor_parallel_degree="$TP" "${layout[@]}" \
     --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
-    --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=true --training.compute_dtype=bfloat16 \
+    --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=$compile --training.compute_dtype=bfloat16 \
     "${extra[@]}" 2>&1 | tee "$log"
 
 "$PYTHON" - "$log" "$STEPS" <<'EOF'

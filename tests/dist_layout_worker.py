@@ -7,8 +7,11 @@ parallelism, clipping and optimizer are the trainer's own), counts the elements 
 spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps, then two more as the trainer runs steps between log
 steps (``sync=False``) while counting host reads, and writes ``OUT/<case>.pt`` from rank 0: the gathered initial
 parameters, the gradients of step 1 before clipping (gathered) and the number of distinct meshes they live on, the
-global loss and gradient norm of every step, the init fingerprint, the host reads of the two quiet steps and, per
-rank, ``{tensor: [local elements, drawn, bound]}`` where ``bound`` is the local box grown to tile boundaries.
+global loss and gradient norm of every step, the init fingerprint, the host reads of the two quiet steps, per
+rank ``{tensor: [local elements, drawn, bound]}`` where ``bound`` is the local box grown to tile boundaries, the
+expert choices of every sequence of step 1 (``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks)
+the MoE layers' expert loads of step 1 as the training hooks summed them (``{layer: (num_experts,)}``) and the
+routers' expert biases after the last step.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
 import torchtitan_lite.train as train_module
+from models.common.moe import moe_layers
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
@@ -33,8 +37,9 @@ CASES = {
     "qwen3_untied": ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.flavor=debug_untied"],
     "gpt_oss": ["--job.config_file", "train_configs/gpt_oss_debug.toml"],
     "deepseek_v3": ["--job.config_file", "train_configs/deepseek_v3_debug.toml"],
+    "qwen3_moe": ["--job.config_file", "train_configs/qwen3_moe_debug.toml"],
 }
-"""Qwen3 tied and untied; GPT-OSS (biases, sinks, MoE); DeepSeek-V3 (MLA, a dense and an MoE block)."""
+"""Qwen3 tied and untied; GPT-OSS (biases, sinks, MoE); DeepSeek-V3 (MLA, a dense and an MoE block); Qwen3-MoE."""
 RUN = ["--model.overrides.n_layers=2", "--training.seq_len=32", "--training.local_batch_size=2",
        "--training.global_batch_size=8", f"--training.steps={STEPS + 2}", "--lr_scheduler.warmup_steps=2",
        "--validation.enable=false", "--training.num_threads=1", "--metrics.enable_tensorboard=false",
@@ -78,6 +83,20 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
 
 
+def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
+    """Hooks that record, in training forwards, each sequence's token ids and each MoE layer's expert choices
+    ``(seqlen, k)`` of it: returns the dict ``{token ids: {layer: choices}}`` they fill and the hook handles."""
+    routes, current = {}, []
+    handles = [model.register_forward_pre_hook(lambda module, args: current.__setitem__(slice(None), [args[0]]))]
+    for layer, moe in moe_layers(model).items():
+        def hook(module, args, out, layer=layer):
+            tokens = current[0]
+            for seq, choice in zip(tokens, out.indices.view(*tokens.shape, -1)):
+                routes.setdefault(tuple(seq.tolist()), {})[layer] = choice.clone()
+        handles.append(moe.router.register_forward_hook(hook))
+    return routes, handles
+
+
 def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> None:
     counts.clear()
     config = parse_args([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
@@ -96,6 +115,7 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
         return real_clip(parameters, max_norm, pp_mesh=pp_mesh)
 
     train_module.clip_grad_norm_ = capturing_clip
+    routes, handles = record_routes(model)
     tokens = trainer.global_batch * config.training.seq_len
     batches, losses, norms = iter(trainer.train_loader), [], []
     for step in range(1, STEPS + 1):
@@ -103,18 +123,44 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
         dist.all_reduce(stats.loss_sum, group=trainer.info.dims.dp_group)
         losses.append(stats.loss_sum.item() / tokens)
         norms.append(stats.grad_norm.item())
+        if step == 1:
+            loads = {layer: counts.clone() for layer, counts in getattr(trainer.hooks, "loads", {}).items()}
+            for handle in handles:
+                handle.remove()
     train_module.clip_grad_norm_ = real_clip
     host_batches = iter([next(batches) for _ in range(2 * trainer.accum)])  # the loader reads host tensors only
     with HostReads() as quiet:
         for step in (STEPS + 1, STEPS + 2):
             trainer.train_step(host_batches, step, sync=False)
-    per_rank = [None] * dist.get_world_size()
+    per_rank, all_routes = [None] * dist.get_world_size(), [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, dict(counts))
+    dist.all_gather_object(all_routes, routes)
+    bias = {layer: moe.router.expert_bias.clone() for layer, moe in moe_layers(model).items()
+            if hasattr(moe.router, "expert_bias")}
     if trainer.info.rank == 0:
         torch.save({"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
-                    "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank},
+                    "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank,
+                    "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias, "loads": loads},
                    f"{out}/{name}.pt")
     trainer.metrics.close()
+
+
+def run_layouts(folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]) -> dict[str, dict[str, dict]]:
+    """Launch this worker once per layout (``name: (processes, options, models)``) under ``folder`` on one play of
+    text; returns ``layout -> model -> what the worker saved`` (for the tests' module fixtures)."""
+    from ckpt_helpers import text_file
+    from dist_helpers import REPO, torchrun_script
+
+    data = text_file(folder, n_plays=1)
+    results = {}
+    for layout, (nproc, options, models) in layouts.items():
+        out = folder / layout
+        out.mkdir()
+        proc = torchrun_script(REPO / "tests" / "dist_layout_worker.py", nproc,
+                               [str(out), str(data), f"--cases={','.join(models)}", *options], timeout=900)
+        assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        results[layout] = {model: torch.load(out / f"{model}.pt") for model in models}
+    return results
 
 
 def main() -> None:

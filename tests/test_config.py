@@ -99,6 +99,18 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: parallelism.tensor_parallel_degree (command line): 2 does not divide training.seq_len 255 "
         "(sequence parallelism splits the sequence); pick a multiple of 2 or "
         "--parallelism.enable_sequence_parallel=false"),
+    "expert parallelism on a dense model": (
+        "2", "", ["--parallelism.expert_parallel_degree=2"],
+        "config error: parallelism.expert_parallel_degree (command line): 2 needs a mixture-of-experts model, but "
+        "qwen3 has no experts; set it to 1"),
+    "ep not dividing the experts": (
+        "3", "", ["--parallelism.expert_parallel_degree=3", "--model.name=gpt_oss"],
+        "config error: parallelism.expert_parallel_degree (command line): 3 does not divide the model's num_experts 8 "
+        "(each rank holds whole experts); pick an expert_parallel_degree that divides it"),
+    "ep beyond the ranks it borrows": (
+        "2", "", ["--parallelism.expert_parallel_degree=4", "--model.name=gpt_oss"],
+        "config error: [parallelism] for world size 2 (NGPU x nodes): expert_parallel_degree 4 must divide "
+        "data_parallel_shard_degree 2 * tensor_parallel_degree 1 = 2 (expert parallelism borrows those ranks)"),
     "more stages than layers": (
         "8", "", ["--parallelism.pipeline_parallel_degree=8", "--model.tie_embeddings=false"],
         "config error: parallelism.pipeline_parallel_degree (command line) with pipeline_parallel_schedule 1F1B: 8 "

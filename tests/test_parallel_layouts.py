@@ -19,6 +19,7 @@ import pytest
 import torch
 from ckpt_helpers import env, text_file
 from dist_helpers import REPO, torchrun_script
+from dist_layout_worker import run_layouts
 
 pytestmark = pytest.mark.multiprocess
 
@@ -36,16 +37,8 @@ PARALLEL = [layout for layout in LAYOUTS if layout != "1"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
     """layout -> model -> what the worker saved."""
-    folder = tmp_path_factory.mktemp("layouts")
-    data = text_file(folder, n_plays=1)
-    results = {}
-    for layout, (nproc, options) in LAYOUTS.items():
-        out = folder / layout
-        out.mkdir()
-        proc = torchrun_script(WORKER, nproc, [str(out), str(data), *options], timeout=900)
-        assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        results[layout] = {model: torch.load(out / f"{model}.pt") for model in MODELS}
-    return results
+    return run_layouts(tmp_path_factory.mktemp("layouts"),
+                       {layout: (nproc, options, MODELS) for layout, (nproc, options) in LAYOUTS.items()})
 
 
 @pytest.mark.parametrize("layout", PARALLEL)

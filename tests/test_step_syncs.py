@@ -1,4 +1,5 @@
-"""The training step reads nothing from the device between log steps (issue 8: no hidden host-device syncs).
+"""The training step reads nothing from the device between log steps (issue 8: no hidden host-device syncs), except
+the all-to-all split sizes under expert parallelism (issue 14: one per MoE layer and micro-batch forward).
 
 Counted on CPU with :class:`sync_helpers.HostReads` around the call ``Trainer.train`` makes on a step that is
 neither a log nor a checkpoint step: ``train_step(sync=False)``, which for MoE models includes the training hooks'
@@ -10,8 +11,10 @@ over a gloo group).
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.distributed as dist
 from ckpt_helpers import TINY_RUN, text_file
+from dist_helpers import REPO, torchrun_script
 from sync_helpers import HostReads
 
 from models.common.moe_hooks import MoETrainingHooks
@@ -47,3 +50,21 @@ def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, config):
     finally:
         trainer.metrics.close()
         dist.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("ac_mode", "per_layer_and_micro_batch"), [("none", 1), ("full", 2)])
+def test_expert_parallel_steps_read_the_split_sizes_once_per_moe_layer_and_forward(tmp_path, ac_mode,
+                                                                                   per_layer_and_micro_batch):
+    """Under expert parallelism the all-to-all needs its split sizes on the host: one read per MoE layer and
+    micro-batch forward (``torchtitan_lite/distributed/expert_parallel.py``), a second one where full activation
+    checkpointing recomputes the layer in backward. Qwen3-MoE, 2 MoE blocks, ep2 on 2 ranks, 2 quiet steps of 2
+    micro-batches per rank (``tests/dist_layout_worker.py``)."""
+    data = text_file(tmp_path, n_plays=1)
+    proc = torchrun_script(REPO / "tests" / "dist_layout_worker.py", 2, [
+        str(tmp_path), str(data), "--cases=qwen3_moe", "--parallelism.expert_parallel_degree=2",
+        f"--activation_checkpoint.mode={ac_mode}"], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps, micro_batches, moe_layers = 2, 2, 2
+    assert torch.load(tmp_path / "qwen3_moe.pt")["host_reads"] == (
+        steps * micro_batches * moe_layers * per_layer_and_micro_batch)

@@ -489,6 +489,8 @@ class Trainer:
         dims, par = self.info.dims, self.config.parallelism
         degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard), ("tp", dims.tp)]
         text = "layout " + " x ".join(f"{name} {n}" for name, n in degrees if n > 1 or name == "dp_shard")
+        if dims.ep > 1:
+            text += f", experts ep {dims.ep} x efsdp {dims.dp_shard * dims.tp // dims.ep}"
         if dims.tp > 1:
             parts = [name for name, on in (("sequence parallel", par.enable_sequence_parallel),
                                            ("loss parallel", self.loss_parallel)) if on]

@@ -2,7 +2,9 @@
 matmul per projection over all experts (``models/common/token_dispatch.py``, no host sync).
 
 Both classes map ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` to
-``out[t] = sum_j weights[t, j] * expert_{indices[t, j]}(x[t])``, ``(T, dim)`` in the dtype of ``x``.
+``out[t] = sum_j weights[t, j] * expert_{indices[t, j]}(x[t])``, ``(T, dim)`` in the dtype of ``x``. Under expert
+parallelism (``torchtitan_lite/distributed/expert_parallel.py``) their parameters are ``Shard(0)`` DTensors and the
+forward runs the rank's experts (:func:`local_experts`) on the rows sent to them, ``indices`` then local expert ids.
 """
 
 from __future__ import annotations
@@ -12,11 +14,18 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 """Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` -> ``(..., hidden_dim)``."""
+
+
+def local_experts(param: torch.Tensor) -> torch.Tensor:
+    """The rank's experts of a stacked parameter ``(E, ...)``: the local shard of a DTensor (expert parallelism),
+    else the tensor itself."""
+    return param.to_local() if isinstance(param, DTensor) else param
 
 
 def clamped_swiglu(x: torch.Tensor, limit: float = 7.0, alpha: float = 1.702) -> torch.Tensor:
@@ -76,11 +85,13 @@ class GroupedExperts(nn.Module):
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """See the module docstring: ``x`` ``(T, dim)``, int64 ``indices`` in ``[0, num_experts)`` and
         ``weights`` ``(T, k)`` -> ``(T, dim)``."""
-        plan = dispatch(indices, self.num_experts)
-        h = grouped_linear(scatter_rows(x, plan), self.mlp1_weight, plan)  # (num_rows, 2 * hidden_dim)
-        h = self.activation(h + self.mlp1_bias.index_select(0, plan.group_expert))  # (num_rows, hidden_dim)
-        out = grouped_linear(h, self.mlp2_weight, plan)  # (num_rows, dim)
-        out = out + self.mlp2_bias.index_select(0, plan.group_expert)
+        mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias = (local_experts(p) for p in (
+            self.mlp1_weight, self.mlp1_bias, self.mlp2_weight, self.mlp2_bias))
+        plan = dispatch(indices, mlp1_weight.shape[0])
+        h = grouped_linear(scatter_rows(x, plan), mlp1_weight, plan)  # (num_rows, 2 * hidden_dim)
+        h = self.activation(h + mlp1_bias.index_select(0, plan.group_expert))  # (num_rows, hidden_dim)
+        out = grouped_linear(h, mlp2_weight, plan)  # (num_rows, dim)
+        out = out + mlp2_bias.index_select(0, plan.group_expert)
         return combine(out, weights, plan, indices.shape[0])
 
 
@@ -105,7 +116,8 @@ class GroupedSwiGLUExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """See the module docstring: ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` -> ``(T, dim)``."""
-        plan = dispatch(indices, self.num_experts)
+        w1, w2, w3 = (local_experts(p) for p in (self.w1, self.w2, self.w3))
+        plan = dispatch(indices, w1.shape[0])
         buffer = scatter_rows(x, plan)  # (num_rows, dim)
-        h = F.silu(grouped_linear(buffer, self.w1, plan)) * grouped_linear(buffer, self.w3, plan)
-        return combine(grouped_linear(h, self.w2, plan), weights, plan, indices.shape[0])
+        h = F.silu(grouped_linear(buffer, w1, plan)) * grouped_linear(buffer, w3, plan)
+        return combine(grouped_linear(h, w2, plan), weights, plan, indices.shape[0])

@@ -1,5 +1,5 @@
-"""The parallelize body every family shares: tensor parallelism (the family's block plan) -> activation
-checkpointing -> compile -> FSDP2 (torchtitan's order), through the engine's helpers in
+"""The parallelize body every family shares: tensor parallelism (the family's block plan) -> expert parallelism ->
+activation checkpointing -> compile -> FSDP2 (torchtitan's order), through the engine's helpers in
 ``torchtitan_lite/distributed/``."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
+from models.common.moe import moe_layers
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
+from torchtitan_lite.distributed.expert_parallel import ExpertParallel
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
@@ -26,7 +28,10 @@ GPT-OSS's sinks, :func:`torchtitan_lite.distributed.tensor_parallel.shard_parame
 def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
                         block_plan: BlockPlan) -> nn.Module:
     """Tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
-    block over ``parallel_dims.tp_mesh``), then :func:`apply_ac_compile_fsdp`, in place.
+    block over ``parallel_dims.tp_mesh``), expert parallelism when ``parallel_dims.ep > 1`` (every MoE layer's
+    ``experts`` split by whole experts over ``parallel_dims.ep_mesh``, tokens dispatched by all-to-all:
+    :class:`~torchtitan_lite.distributed.expert_parallel.ExpertParallel`), then :func:`apply_ac_compile_fsdp`, in
+    place.
 
     Returns:
         ``model`` (now an FSDP2 module, its tensor-parallel parameters 2-D or 3-D DTensors).
@@ -37,13 +42,17 @@ def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: 
                                       loss_parallel=options.loss_parallel)
         for block in model.layers.values():
             parallelize_module(block, mesh, block_plan(block, mesh, options.sequence_parallel))
+    if parallel_dims.ep > 1:
+        for moe in moe_layers(model).values():
+            parallelize_module(moe.experts, parallel_dims.ep_mesh,
+                               ExpertParallel(parallel_dims.tp_mesh if parallel_dims.tp > 1 else None))
     return apply_ac_compile_fsdp(model, parallel_dims, options)
 
 
 def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
     """Per block of ``model.layers``: activation checkpointing (``options.ac_mode``), ``torch.compile`` when
-    ``options.compile``, then ``fully_shard`` over ``parallel_dims.fsdp_mesh`` (blocks, the output group, the root),
-    in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
+    ``options.compile``, then ``fully_shard`` over ``parallel_dims.fsdp_mesh`` (blocks, the output group, the root;
+    under expert parallelism each MoE layer's ``experts`` first, over ``parallel_dims.efsdp_mesh``), in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
 
     Args:
         model: a decoder built on meta (the model contract of ``models/__init__.py``), not yet sharded (tensor
@@ -60,5 +69,7 @@ def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options
     apply_activation_checkpointing(model, options.ac_mode, options.selective_ac_option)
     if options.compile:
         apply_compile(model, backend=options.compile_backend)
+    experts = [moe.experts for moe in moe_layers(model).values()] if parallel_dims.ep > 1 else []
     return apply_fsdp(model, parallel_dims.fsdp_mesh, param_dtype=options.param_dtype,
-                      reduce_dtype=options.reduce_dtype, reshard_after_forward=options.reshard_after_forward)
+                      reduce_dtype=options.reduce_dtype, reshard_after_forward=options.reshard_after_forward,
+                      expert_modules=experts, expert_mesh=parallel_dims.efsdp_mesh if experts else None)

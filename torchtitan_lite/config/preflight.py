@@ -280,7 +280,8 @@ them: attention heads (column-wise q/k/v), key/value heads (GQA: each rank keeps
 
 def _check_layout_fits_model(config: JobConfig, sources: dict[str, str]) -> None:
     """The parallel degrees fit the model: ``tensor_parallel_degree`` divides every :data:`TP_SPLIT_FIELDS` field
-    the model has (and ``training.seq_len`` under sequence parallelism); ``pipeline_parallel_degree`` has a layer
+    the model has (and ``training.seq_len`` under sequence parallelism); ``expert_parallel_degree`` > 1 needs experts
+    and divides ``num_experts``; ``pipeline_parallel_degree`` has a layer
     per stage, its stages are a multiple of it, and ``pipeline_parallel_microbatch_size`` divides
     ``training.local_batch_size``. (The product of the degrees against the world size: :func:`check_world_size`.)"""
     par = config.parallelism
@@ -296,6 +297,16 @@ def _check_layout_fits_model(config: JobConfig, sources: dict[str, str]) -> None
             raise ConfigError(f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
                               f"parallelism splits the sequence); pick a multiple of {tp} or "
                               "--parallelism.enable_sequence_parallel=false")
+    ep = par.expert_parallel_degree
+    if ep > 1:
+        experts = getattr(args, "num_experts", None)
+        ep_key = _where(sources, "parallelism.expert_parallel_degree")
+        if experts is None:
+            raise ConfigError(f"{ep_key}: {ep} needs a mixture-of-experts model, but {config.model.name} has no "
+                              "experts; set it to 1")
+        if experts % ep:
+            raise ConfigError(f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
+                              "whole experts); pick an expert_parallel_degree that divides it")
     if par.pipeline_parallel_degree > 1:
         _check_pipeline(config, args, sources)
 

@@ -148,6 +148,12 @@ class Parallelism:
     tensor_parallel_degree: int = bounded(1, ge=1)
     """Tensor parallelism (Megatron-LM, arXiv 1909.08053): each block's matmuls split over this many ranks, which
     see the same batches; it must divide the attention (and key/value) heads and the vocabulary. 1 = off."""
+    expert_parallel_degree: int = bounded(1, ge=1)
+    """Expert parallelism (MoE models): each MoE layer's experts split by whole experts over this many ranks, the
+    tokens sent to their experts by all-to-all. The ranks are borrowed from ``data_parallel_shard_degree *
+    tensor_parallel_degree`` (innermost first, torchtitan's layout; it must divide that product and the model's
+    ``num_experts``), not added to the world size; the experts are FSDP-sharded over the
+    ``data_parallel_shard_degree * tensor_parallel_degree / expert_parallel_degree`` ranks left. 1 = off."""
     enable_sequence_parallel: bool = True
     """With tensor parallelism: shard the activations between blocks (norms, residual) along the sequence
     (arXiv 2205.05198), ``training.seq_len`` then a multiple of ``tensor_parallel_degree``; off: replicated."""

@@ -11,6 +11,8 @@ a divide factor alone gives ``PREMUL_SUM``, which gloo rejects).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -42,10 +44,13 @@ def apply_fsdp(
     param_dtype: torch.dtype,
     reduce_dtype: torch.dtype,
     reshard_after_forward: bool,
+    expert_modules: Sequence[nn.Module] = (),
+    expert_mesh: DeviceMesh | None = None,
 ) -> nn.Module:
     """Shard ``model`` with FSDP2 (``fully_shard``, Shard(0) on ``mesh``), in place.
 
-    Groups (one all-gather / reduce-scatter each), after torchtitan's llama3 ``apply_fsdp``: each block; the
+    Groups (one all-gather / reduce-scatter each), after torchtitan's llama3 ``apply_fsdp``: each of
+    ``expert_modules`` over ``expert_mesh`` (expert parallelism: torchtitan's ``dp_shard_mod_ep`` sharding); each block; the
     output group ``[norm, output]``, with ``tok_embeddings`` when tied (a tensor in two groups would be
     sharded twice), kept unsharded after forward (backward starts with it); the root. On a pipeline stage the
     modules it lacks (``None``) are left out, and the output group with them. Parameters stay in
@@ -60,6 +65,9 @@ def apply_fsdp(
         param_dtype, reduce_dtype: compute and gradient reduce-scatter dtypes.
         reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3) or keep
             them until backward (one all-gather less per block).
+        expert_modules: modules (inside the blocks) whose parameters are sharded by whole experts over the
+            expert-parallel mesh; each becomes its own group over ``expert_mesh``.
+        expert_mesh: the mesh the experts are FSDP-sharded over (1-D, or 2-D for HSDP), with ``expert_modules``.
 
     Returns:
         ``model`` itself, an ``FSDPModule`` with ``DTensor`` parameters.
@@ -72,6 +80,8 @@ def apply_fsdp(
         raise ValueError(f"apply_fsdp needs a 1-D (FSDP) or 2-D (HSDP) data-parallel mesh, got a {mesh.ndim}-D "
                          f"mesh {mesh}")
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for experts in expert_modules:
+        fully_shard(experts, mesh=expert_mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
     for block in _layers(model).values():
         fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
     output_group = [module for module in (model.norm, model.output) if module is not None]  # a stage may lack them

@@ -80,13 +80,15 @@ class ParallelDims:
         """
         return cls(dp_replicate=parallelism.data_parallel_replicate_degree,
                    dp_shard=parallelism.data_parallel_shard_degree, tp=parallelism.tensor_parallel_degree,
-                   pp=parallelism.pipeline_parallel_degree, world_size=world_size)
+                   pp=parallelism.pipeline_parallel_degree, ep=parallelism.expert_parallel_degree,
+                   world_size=world_size)
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
         """Create the world mesh and its views over the default process group (call once, on every rank), and the
         flattened ``dp_replicate_dp_shard`` (HSDP), ``dp_shard_tp`` (TP) and ``dp_replicate_dp_shard_tp`` (both)
-        meshes of the layouts that have them: a DTensor reduced over the dimensions of its FSDP x TP mesh (a
-        gradient norm) then takes one collective instead of one per dimension."""
+        meshes of the layouts that have them, and under expert parallelism ``efsdp_ep`` (``dp_replicate_efsdp_ep``
+        with HSDP): a DTensor reduced over the dimensions of its FSDP x TP or experts' mesh (a gradient norm) then
+        takes one collective instead of one per dimension."""
         world = init_device_mesh(device_type, (self.world_size,), mesh_dim_names=("world",))
         self._meshes = {
             "world": world,
@@ -102,6 +104,9 @@ class ParallelDims:
             self._meshes["sparse"] = world._unflatten(
                 0, (self.pp, self.dp_replicate, self.dp_shard * self.tp // self.ep, self.ep),
                 ("pp", "dp_replicate", "efsdp", "ep"))
+            sparse = self._meshes["sparse"]
+            names = ("dp_replicate", "efsdp", "ep") if self.dp_replicate > 1 else ("efsdp", "ep")
+            sparse[names]._flatten("_".join(names))  # one collective where an expert DTensor reduces over these dims
         return world
 
     def _view(self, name: str) -> DeviceMesh:
