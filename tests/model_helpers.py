@@ -164,3 +164,20 @@ def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed
         sink = sinks.view(1, -1, 1, 1).expand(bs, -1, T, 1)
         probs = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
     return torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(bs, T, -1)
+
+
+def train_to_the_end(config):
+    """The :class:`~torchtitan_lite.train.Trainer` of ``config`` (a ``JobConfig``), trained to its last step in
+    this process (1 rank); the process group is destroyed after, also on an error."""
+    import torch.distributed as dist
+
+    from torchtitan_lite.components.faults import StopRequest
+    from torchtitan_lite.train import Trainer
+
+    trainer, stop = Trainer(config), StopRequest()
+    try:
+        trainer.train(stop)
+    finally:
+        stop.restore()
+        dist.destroy_process_group()
+    return trainer

@@ -10,12 +10,11 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, WORKER, env, result, text_file, tree_digest
+from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from torchtitan_lite.components import checkpoint
-from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.train import Trainer
 
@@ -29,13 +28,7 @@ def train_in_process(tmp, *args: str) -> Trainer:
     """Run the Trainer of ``argv(tmp, *args)`` to the end in this process (1 rank)."""
     if not (tmp / "data.txt").exists():
         text_file(tmp, n_plays=1)
-    trainer, stop = Trainer(parse_args(argv(tmp, *args))), StopRequest()
-    try:
-        trainer.train(stop)
-    finally:
-        stop.restore()
-        dist.destroy_process_group()
-    return trainer
+    return train_to_the_end(parse_args(argv(tmp, *args)))
 
 
 def run_plain(*args: str) -> subprocess.CompletedProcess:

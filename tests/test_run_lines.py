@@ -8,10 +8,9 @@ import re
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
+from model_helpers import train_to_the_end
 
-from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
 from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.config.preflight import parse_args
@@ -24,12 +23,7 @@ PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")
 
 def train(argv: list[str], capsys) -> tuple[Trainer, list[str]]:
     """Train ``argv`` in this process; the trainer and its printed lines."""
-    trainer, stop = Trainer(parse_args(argv)), StopRequest()
-    try:
-        trainer.train(stop)
-    finally:
-        stop.restore()
-        dist.destroy_process_group()
+    trainer = train_to_the_end(parse_args(argv))
     return trainer, capsys.readouterr().out.splitlines()
 
 

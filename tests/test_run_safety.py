@@ -19,6 +19,7 @@ import torch.distributed as dist
 import xxhash
 from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
 from fault_helpers import alive
+from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.api import CheckpointException
 
 from torchtitan_lite import train as train_module
@@ -264,12 +265,7 @@ def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked
     text_file(tmp_path, n_plays=1)
     config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
                          f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2"])
-    trainer, stop = Trainer(config), StopRequest()
-    try:
-        trainer.train(stop)
-    finally:
-        stop.restore()
-        dist.destroy_process_group()
+    train_to_the_end(config)
     saved = schedule_settings(config_values(config))
     shape = {k: v for k, v in saved.items() if k != "lr"}
     lines, lr, schedule = _resume(tmp_path, "--optimizer.lr=0.001")
@@ -380,12 +376,7 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
     text_file(tmp_path, n_plays=1)
     job = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
            f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2"]
-    trainer, stop = Trainer(parse_args(job)), StopRequest()
-    try:
-        trainer.train(stop)
-    finally:
-        stop.restore()
-        dist.destroy_process_group()
+    train_to_the_end(parse_args(job))
     step2 = tmp_path / "out" / "checkpoint" / "step-2"
     running = ckpt.FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine
     running.acquire()
