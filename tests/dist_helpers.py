@@ -15,18 +15,19 @@ import torch.distributed as dist
 REPO = Path(__file__).resolve().parents[1]
 
 
-def torchrun_script(script: str | Path, nproc: int, args: list[str] = (), *, tee: bool = False,
+def torchrun_script(script: str | Path, nproc: int, args: list[str] = (), *,
                     timeout: float = 240) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node=nproc script args`` from the repo root, one thread per rank.
 
-    ``tee``: torchrun's ``--tee 3``, which writes each rank's lines whole, prefixed ``[default<rank>]:``, so
-    lines of several ranks never interleave. torchrun's log folder is a temporary one, removed after the run
-    (without ``--log-dir`` torchrun leaves a ``torchelastic_*`` folder behind).
+    With torchrun's ``--tee 3``, which writes each rank's lines whole, prefixed ``[default<rank>]:``: the lines of
+    several ranks never interleave (a ``RESULT`` line longer than a pipe's atomic write would, on a shared pipe).
+    torchrun's log folder is a temporary one, removed after the run (without ``--log-dir`` torchrun leaves a
+    ``torchelastic_*`` folder behind).
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory(prefix="torchrun_logs_") as logs:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "--log-dir", logs, *(["--tee", "3"] if tee else []), str(script), *args]
+               "--log-dir", logs, "--tee", "3", str(script), *args]
         return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 

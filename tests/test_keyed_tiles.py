@@ -105,7 +105,7 @@ def test_dtensor_placements_on_a_2d_mesh_equal_the_single_process_init_and_draw_
     """Shard on either dim, Replicate, two shardings of one dim, a 3-D tensor, and TP + FSDP (_StridedShard):
     every rank draws at most its box grown to tile boundaries (S0_S1: 300 x 260 cut off the tiles), exactly its
     box where the cuts fall on tile boundaries (all other cases)."""
-    results = rank_results(torchrun_script(REPO / "tests" / "dist_placement_init_worker.py", 4, tee=True, timeout=180))
+    results = rank_results(torchrun_script(REPO / "tests" / "dist_placement_init_worker.py", 4, timeout=180))
     assert len(results) == 4
     cases = results[0]["cases"]
     assert "_StridedShard" in cases["fsdp_tp.0.weight"]["placements"]

@@ -75,14 +75,21 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
 def _load_local(
     path: str, text_column: str, *, streaming: bool
 ) -> tuple[datasets.Dataset | datasets.IterableDataset, str]:
-    """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files)."""
+    """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files). HF datasets'
+    progress bar for converting the files is off while they load: its carriage-return updates garble the rank logs,
+    and the run prints its own data and tokenizing lines."""
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
         raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
-    if builder == "text":
-        return datasets.load_dataset("text", data_files=files, split="train", streaming=streaming,
-                                     sample_by="document"), "text"
-    return datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming), text_column
+    options = {"sample_by": "document"} if builder == "text" else {}
+    bars_were_off = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming, **options)
+    finally:
+        if not bars_were_off:
+            datasets.enable_progress_bars()
+    return ds, "text" if builder == "text" else text_column
 
 
 def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
