@@ -46,7 +46,8 @@ def rank_results(proc: subprocess.CompletedProcess) -> list[dict]:
     lines = [line for line in proc.stdout.splitlines() if "RESULT " in line]
     assert proc.returncode == 0 and lines, (f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                                            f"{proc.stderr[-3000:]}")
-    return [json.loads(line.split("RESULT ", 1)[1]) for line in lines]
+    decoder = json.JSONDecoder()  # raw_decode: each object, whatever other output shares its line
+    return [decoder.raw_decode(part)[0] for line in lines for part in line.split("RESULT ")[1:]]
 
 
 def leave_together() -> None:
