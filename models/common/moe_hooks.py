@@ -61,10 +61,12 @@ class MoETrainingHooks(TrainingHooks):
             moe.aux_loss_scale = 1.0 / (parallel_dims.dp_degree * micro_batches)
 
     def after_optimizer_step(self, step: int) -> None:
+        """Sum the step's expert loads over the data-parallel ranks and move DeepSeek-V3's expert biases."""
         self.loads = collect_expert_load(self.model, self.group)
         update_expert_bias(self.model, self.loads)
 
     def report(self, step: int) -> HookReport:
+        """The step's expert-load scalars (min/max vs balanced per layer) and summary line, gathered over stages."""
         loads = self.loads
         if self.pp_group is not None:
             local = {name: counts.cpu() for name, counts in loads.items()}

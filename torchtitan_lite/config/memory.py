@@ -32,6 +32,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
+        """Bytes: model states (parameters, gradients, AdamW moments) plus activations."""
         return self.states + self.activations
 
 

@@ -167,6 +167,7 @@ class StageModules(nn.Module):
         return self
 
     def forward(self, *args, **kwargs):
+        """Not callable: raises RuntimeError (stages run through the schedule)."""
         raise RuntimeError("StageModules holds pipeline stages: run them with Pipeline.step or Pipeline.evaluate")
 
 
