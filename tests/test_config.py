@@ -388,12 +388,3 @@ def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_p
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: cannot read tokenizer file .*bad.json"):
         cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
-
-def test_readme_config_reference_is_the_help_text():
-    """README's configuration reference is ``--help`` verbatim: a new or changed key must be documented there."""
-    from pathlib import Path
-
-    from torchtitan_lite.config.preflight import help_text
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "```\n" + help_text() + "\n```" in readme

@@ -34,7 +34,7 @@ def test_help_with_a_config_file_shows_its_values_beside_the_defaults(capsys):
     assert "  --training.seed  int = 42  (>= 0)\n      this run: 7 (command line)\n" in text  # the file says 42
     assert "  --model.overrides  table = {}\n      this run: max_seq_len = 512 (command line)\n" in text
     assert "  --training.dataset_path  str | None = none\n      Train on local" in text  # not set: default only
-    assert _help(capsys) == cfg.help_text() + "\n"  # no file, no options: the defaults only, as in README
+    assert _help(capsys) == cfg.help_text() + "\n"  # no file, no options: the defaults only
 
 
 def test_help_names_a_config_file_that_does_not_read_and_still_shows_the_defaults(tmp_path, capsys):
