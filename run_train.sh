@@ -21,8 +21,8 @@
 # needs (twice its longest step and save so far, plus 60 s), then kills the workers; a second signal kills them at
 # once. If the launcher or torchrun is killed (kill -9 of the process group), the workers exit within seconds.
 #
-# Exit status (README, "Faults", lists the last line of each case): 0 on success, and on SIGTERM/SIGINT once the
-# workers saved a checkpoint and stopped (or stopped before the first step, with nothing to save); 2 and one
+# Exit status (docs/checkpoints.md, "How a run ends": each case's last line): 0 on success, and on SIGTERM/SIGINT
+# once the workers saved a checkpoint and stopped (or stopped before the first step, with nothing to save); 2 and one
 # "config error: ..." line on bad configuration, parallel degrees that do not multiply to NGPU x nodes included
 # (before torchrun starts), or one "input error: ..." line when a
 # worker found bad input (data, tokenizer, checkpoint, a checkpoint folder in use by another run, HF folder,

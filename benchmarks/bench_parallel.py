@@ -64,7 +64,7 @@ MOE_LAYOUTS = {
     "dp_shard 4, ep 2": (4, [f"{EP}=2"]),
     "dp_shard 2 x tp 2, ep 2": (4, ["--parallelism.tensor_parallel_degree=2", f"{EP}=2"]),
 }
-"""Expert-parallel layouts: EP borrows its ranks from ``dp_shard x tp`` (``README.md``, "Expert parallelism")."""
+"""Expert-parallel layouts: EP borrows its ranks from ``dp_shard x tp`` (``docs/parallel.md``, "Expert parallelism")."""
 MOE_CONFIG = "train_configs/qwen3_moe_debug.toml"
 GLOBAL_BATCH = 16
 """Sequences per step (``bench_scaling.run``)."""

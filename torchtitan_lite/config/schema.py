@@ -136,7 +136,7 @@ class LRScheduler:
 class Parallelism:
     """``[parallelism]``: the parallel layout (torchtitan's names) and collectives. The degrees multiply to the
     world size: ``data_parallel_replicate_degree * data_parallel_shard_degree * tensor_parallel_degree *
-    pipeline_parallel_degree`` (``README.md``, "Parallel layouts")."""
+    pipeline_parallel_degree`` (``docs/parallel.md``)."""
 
     data_parallel_replicate_degree: int = bounded(1, ge=1)
     """Replicas of the (FSDP-sharded) weights, each training on its own batches: > 1 with
