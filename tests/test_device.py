@@ -34,11 +34,18 @@ def no_gpu(monkeypatch):
 
 @pytest.fixture
 def fake_npu(monkeypatch, no_gpu):
-    """A stand-in ``torch_npu`` package and ``torch.npu`` device module with one Ascend 910B2."""
+    """A stand-in ``torch_npu`` package with one Ascend 910B2, doing what importing the real one does: ``torch.npu``
+    (also as ``torch.get_device_module("npu")``) and npu as torch's accelerator (a namespace for its device:
+    ``torch.device("npu")`` needs the real torch_npu)."""
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     npu = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
                                 get_device_name=lambda device=None: "Ascend910B2")
     monkeypatch.setattr(torch, "npu", npu, raising=False)
+    get_device_module = torch.get_device_module
+    monkeypatch.setattr(torch, "get_device_module", lambda device=None: npu if device == "npu"
+                        else get_device_module(device))
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: types.SimpleNamespace(type="npu", index=None))
     return npu
 
 
@@ -60,6 +67,16 @@ def test_cpu_is_chosen_without_accelerators(monkeypatch, no_gpu):
         D.device_type("npu")
     with pytest.raises(ValueError, match=r"unknown device type 'tpu'; use auto or one of cuda, npu, xpu, cpu"):
         D.device_type("tpu")
+
+
+def test_the_accelerator_torch_reports_is_chosen_and_others_are_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", None)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device("cuda") if check_available else None)
+    assert (D.device_type(), D.device_type("cuda"), D.device_type("cpu")) == ("cuda", "cuda", "cpu")
+    with pytest.raises(RuntimeError, match=r"training.device = 'xpu' but no xpu device is available"):
+        D.device_type("xpu")
+    assert D.device_module("cuda") is torch.cuda
 
 
 def test_backends():
@@ -152,11 +169,12 @@ def _accelerator_uses(path: Path) -> list[int]:
             if (a.string, b.string) == ("torch", ".") and c.string in ("cuda", "npu", "xpu")]
 
 
-def test_only_the_device_module_calls_torch_cuda_directly():
+def test_no_module_calls_torch_cuda_directly():
     offenders = {}
     for root in ("torchtitan_lite", "models"):
         for path in sorted((REPO / root).rglob("*.py")):
-            if path.relative_to(REPO) != Path("torchtitan_lite/distributed/devices.py") and _accelerator_uses(path):
+            if _accelerator_uses(path):
                 offenders[str(path.relative_to(REPO))] = _accelerator_uses(path)
-    assert offenders == {}, f"use torchtitan_lite.distributed.devices instead of torch.cuda/npu/xpu in {offenders}"
-    assert _accelerator_uses(REPO / "torchtitan_lite" / "distributed" / "devices.py")  # the scanner sees real uses
+    hint = "use torch.accelerator or torchtitan_lite.distributed.devices instead of torch.cuda/npu/xpu"
+    assert offenders == {}, f"{hint} in {offenders}"
+    assert _accelerator_uses(Path(__file__))  # the scanner sees real uses: this file's fixtures patch torch.cuda

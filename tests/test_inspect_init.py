@@ -2,7 +2,11 @@
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +18,7 @@ from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
 torch.set_num_threads(1)
 
+REPO = Path(__file__).resolve().parents[1]
 DEBUG = ["--job.config_file", "train_configs/qwen3_debug.toml"]
 
 
@@ -48,12 +53,52 @@ def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
 
 def test_a_budget_cuts_the_block_count_to_what_fits():
     spec, args = get_model_spec("qwen3"), qwen3_flavors["0.6b"]
-    # 4 bytes per element (embedding, final norm, the two 40960 x 128 RoPE tables) plus 40 per element of
-    # the 151936 x 1024 embedding; a block has 15,730,944 elements
-    fixed = 4 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 40 * args.vocab_size * args.dim
-    layers, line = choose_layers(spec, args, None, fixed + 4 * 15_730_944 * 3)
+    # 5 bytes per element held (embedding, final norm, the two 40960 x 128 RoPE tables) plus 40 per element of
+    # the 151936 x 1024 embedding (the report's float64 copies); a block has 15,730,944 elements
+    fixed = 5 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 40 * args.vocab_size * args.dim
+    layers, line = choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3)
     assert layers == 3 and line.startswith("initialized on CPU: blocks 0..2 of 28 (the full model needs more")
+    assert choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3, in_use=5 * 15_730_944)[0] == 2
     assert choose_layers(spec, args, None, 100 * GIB) == (28, "initialized on CPU: blocks 0..27 of 28")
+
+
+_PEAK_SCRIPT = """
+import json, sys, torch
+from torchtitan_lite.distributed.devices import peak_memory_bytes
+from torchtitan_lite.tools.inspect_init import GIB, main
+budget = peak_memory_bytes(torch.device("cpu")) / GIB + 0.25
+code = main(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=48",
+             "--max-gib", str(budget)])
+peak = peak_memory_bytes(torch.device("cpu")) / GIB
+json.dump({"code": code, "budget": budget, "peak": peak}, open(sys.argv[1], "w"))
+"""
+
+
+def test_max_gib_bounds_the_peak_memory_of_the_whole_process(tmp_path):
+    # a 48-block debug model (38M parameters) does not fit in 0.25 GiB above what the process holds after its
+    # imports: it is cut to the blocks that fit, and the process's peak RSS (the OS's ru_maxrss) stays in budget
+    result_file = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(result_file)], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(result_file.read_text())
+    cut = re.search(r"^initialized on CPU: blocks 0\.\.(\d+) of 48 \(the full model needs more than --max-gib",
+                    proc.stdout, re.M)
+    assert result["code"] == 0 and cut and int(cut[1]) >= 1
+    assert result["peak"] <= result["budget"]
+    assert f"peak memory of this process: {result['peak']:.2f} GiB (--max-gib " in proc.stdout
+
+
+def test_each_phase_prints_a_line_when_it_starts_and_its_seconds_when_it_ends(capsys):
+    assert main(DEBUG + ["--layers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    count = r"13 tensors \(1,311,616 elements\)"  # embedding (tied output), final norm, 11 tensors of one block
+    phases = [f"init: materializing and sampling {count} on CPU", f"report: statistics of {count} in float64",
+              f"fingerprint of {count}"]
+    seconds = r" \.\.\. \d+\.\d s"
+    at = [next(i for i, line in enumerate(lines) if re.fullmatch(phase + seconds, line)) for phase in phases]
+    assert at == sorted(at) and at[-1] < lines.index("init report: 13 tensors, none flagged")
+    assert re.fullmatch(r"peak memory of this process: \d+\.\d\d GiB", lines[-1])  # --layers: no budget applies
 
 
 def test_bad_layer_count_exits_2(capsys):

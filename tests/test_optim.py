@@ -10,7 +10,7 @@ from torch import nn
 
 from models.common.norm import RMSNorm
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, wsd_lr_factor
-from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, split_decay_params
+from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, fused_adamw_runs, split_decay_params
 
 
 class TinyTied(nn.Module):
@@ -84,13 +84,24 @@ def test_fused_and_foreach_adamw_agree():
 
 def test_fused_on_a_device_without_fused_kernels_is_refused(monkeypatch):
     import torchtitan_lite.components.optimizer as optim
-    monkeypatch.setattr(optim, "_get_fused_kernels_supported_devices", lambda: ["cuda"])
+    monkeypatch.setattr(optim, "fused_adamw_runs", lambda device, dtype: device.type == "cuda")
     with pytest.raises(ValueError, match="no fused AdamW for cpu parameters; use 'foreach' or 'auto'"):
         build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
                         decay_norms_and_biases=False, implementation="fused")
     opt = build_optimizer(TinyTied(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
                           decay_norms_and_biases=False, implementation="auto")
     assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
+
+
+def test_the_fused_adamw_probe_runs_torchs_kernel_where_it_exists():
+    assert fused_adamw_runs(torch.device("cpu"), torch.float32)  # torch 2.13 has fused AdamW on CPU
+    assert fused_adamw_runs(torch.device("cpu"), torch.bfloat16)
+    assert not fused_adamw_runs(torch.device("meta"), torch.float32)
+    with torch.device("meta"):
+        model = TinyTied()
+    with pytest.raises(ValueError, match="no fused AdamW for meta parameters; use 'foreach' or 'auto'"):
+        build_optimizer(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, decay_embeddings=False,
+                        decay_norms_and_biases=False, implementation="fused")
 
 
 def test_optimizer_rejects_bad_hyperparameters_by_name():

@@ -10,7 +10,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
-from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 IMPLEMENTATIONS = ("auto", "fused", "foreach")
 """Values of ``optimizer.implementation``."""
@@ -46,6 +45,20 @@ def split_decay_params(
     return decay, no_decay
 
 
+def fused_adamw_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's fused AdamW kernel runs for ``dtype`` parameters on ``device``: one step of
+    ``torch.optim.AdamW(fused=True)`` on a 1-element parameter there. Torch names no public list of such devices;
+    it checks each parameter's device and dtype when a fused optimizer first steps (``RuntimeError``), and a backend
+    without the kernel raises ``NotImplementedError`` (a ``RuntimeError``) from the step itself."""
+    probe = torch.zeros(1, device=device, dtype=dtype, requires_grad=True)
+    probe.grad = torch.zeros_like(probe)
+    try:
+        torch.optim.AdamW([probe], fused=True).step()
+    except RuntimeError:
+        return False
+    return True
+
+
 def build_optimizer(
     model: nn.Module,
     *,
@@ -61,9 +74,8 @@ def build_optimizer(
 
     Param groups ``[decay (weight_decay), no_decay (0.0)]`` (:func:`split_decay_params`; empty ones omitted).
     ``fused`` is one kernel for all parameters, ``foreach`` a few batched ones (both take FSDP2 shards);
-    ``auto`` is fused where torch has the kernel for the device type
-    (``torch.utils._foreach_utils._get_fused_kernels_supported_devices``), else foreach. Build it after
-    ``apply_fsdp``, so it holds the sharded parameters.
+    ``auto`` is fused where torch's kernel runs for the parameters' device and dtype (:func:`fused_adamw_runs`),
+    else foreach. Build it after ``apply_fsdp``, so it holds the sharded parameters.
 
     Args:
         lr: peak learning rate (the LR schedule multiplies it).
@@ -96,11 +108,11 @@ def build_optimizer(
         raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True to optimize")
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"optimizer.implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    device_type = groups[0]["params"][0].device.type
-    fused_here = device_type in _get_fused_kernels_supported_devices()
+    first = groups[0]["params"][0]
+    fused_here = fused_adamw_runs(first.device, first.dtype)
     if implementation == "fused" and not fused_here:
         raise ValueError(f"optimizer.implementation = 'fused' but this torch build has no fused AdamW for "
-                         f"{device_type} parameters; use 'foreach' or 'auto'")
+                         f"{first.device.type} parameters; use 'foreach' or 'auto'")
     fused = implementation == "fused" or (implementation == "auto" and fused_here)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 

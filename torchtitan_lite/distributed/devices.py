@@ -1,71 +1,72 @@
-"""Devices: the one module that touches ``torch.cuda``/``npu``/``xpu`` (cuda, then npu via ``torch_npu``, then
-xpu, else cpu). ``torch.cuda``, ``torch.npu`` and ``torch.xpu`` share the five functions used here, including
-``get_device_name``, which ``torch.accelerator`` (torch 2.13) lacks.
+"""Devices: the device type a run uses, its collective backend and its device module, from torch's public accelerator
+API: ``torch.accelerator`` (which accelerator this process has, device count and index, peak memory),
+``torch.get_device_module`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``: ``get_device_name`` and
+``get_device_properties``, which ``torch.accelerator`` lacks in torch 2.13) and
+``torch.distributed.get_default_backend_for_device``. Ascend NPUs come through ``torch_npu``, which registers ``npu``
+as torch's accelerator when imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from torchtitan_lite.errors import LaunchError
 
 DEVICE_TYPES = ("cuda", "npu", "xpu", "cpu")
-"""Device types in the order ``auto`` tries them."""
+"""Device types a run may ask for (``training.device``; ``auto`` takes the accelerator torch reports, else cpu)."""
 
-_BACKENDS = {"cuda": "nccl", "npu": "hccl", "xpu": "xccl", "cpu": "gloo"}
+_NPU_BACKEND = "hccl"
+"""Ascend's collective backend: ``torch_npu`` registers it as npu's default when imported; named here so that a
+configuration can be checked without ``torch_npu``."""
 
 
-def _npu_available() -> bool:
-    """Ascend NPU present: ``torch_npu`` imports (it registers ``torch.npu``) and reports a device."""
-    try:
+def _accelerator() -> str | None:
+    """The type of torch's accelerator when one of its devices is available in this process, else ``None``
+    (``torch.accelerator.current_accelerator(check_available=True)``). ``torch_npu`` is imported first where it is
+    installed (torch also loads it at start-up unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``)."""
+    with contextlib.suppress(ImportError):
         import torch_npu  # noqa: F401
-    except ImportError:
-        return False
-    return hasattr(torch, "npu") and torch.npu.is_available()
-
-
-def _available(kind: str) -> bool:
-    """Whether a device of type ``kind`` is usable in this process."""
-    if kind == "cuda":
-        return torch.cuda.is_available()
-    if kind == "npu":
-        return _npu_available()
-    if kind == "xpu":
-        return hasattr(torch, "xpu") and torch.xpu.is_available()
-    return True
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    return None if accelerator is None else accelerator.type
 
 
 def device_type(requested: str = "auto") -> str:
-    """The device type to run on: ``requested``, or for ``auto`` the first available of cuda, npu, xpu, cpu.
+    """The device type to run on: ``requested``, or for ``auto`` torch's available accelerator (cuda, npu, xpu, ...),
+    else cpu.
 
     Raises:
         ValueError: ``requested`` is not ``auto`` or one of :data:`DEVICE_TYPES`.
         LaunchError: ``requested`` names a device type that is not available here.
     """
-    if requested == "auto":
-        return next(kind for kind in DEVICE_TYPES if _available(kind))
-    if requested not in DEVICE_TYPES:
+    if requested != "auto" and requested not in DEVICE_TYPES:
         raise ValueError(f"training.device: unknown device type {requested!r}; "
                          f"use auto or one of {', '.join(DEVICE_TYPES)}")
-    if not _available(requested):
+    found = _accelerator() or "cpu"
+    if requested == "auto":
+        return found
+    if requested not in ("cpu", found):
         raise LaunchError(f"training.device = {requested!r} but no {requested} device is available here; "
                            "use training.device = \"auto\" (or \"cpu\")")
     return requested
 
 
 def backend_for(device_type: str) -> str:
-    """The collective backend of a device type: cuda nccl, npu hccl, xpu xccl, cpu gloo.
+    """The collective backend of a device type: torch's default for it
+    (``torch.distributed.get_default_backend_for_device``: cuda nccl, xpu xccl, cpu gloo), npu hccl.
 
     Raises:
-        ValueError: an unknown device type.
+        ValueError: a device type outside :data:`DEVICE_TYPES`.
     """
-    if device_type not in _BACKENDS:
-        raise ValueError(f"no process group backend for device type {device_type!r}; known: {', '.join(_BACKENDS)}")
-    return _BACKENDS[device_type]
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"no process group backend for device type {device_type!r}; "
+                         f"known: {', '.join(DEVICE_TYPES)}")
+    return _NPU_BACKEND if device_type == "npu" else dist.get_default_backend_for_device(device_type)
 
 
 class _CpuDeviceModule:
@@ -99,17 +100,20 @@ _CPU_MODULE = _CpuDeviceModule()
 
 
 def device_module(device_type: str) -> Any:
-    """The ``torch.cuda``-like module of ``device_type`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``), or a CPU
-    stand-in.
+    """The device module of ``device_type`` (``torch.get_device_module``: ``torch.cuda``, ``torch.npu``,
+    ``torch.xpu``), or a CPU stand-in.
 
     Raises:
-        ValueError: an unknown device type.
+        ValueError: a device type outside :data:`DEVICE_TYPES`.
     """
     backend_for(device_type)
-    return _CPU_MODULE if device_type == "cpu" else getattr(torch, device_type)
+    return _CPU_MODULE if device_type == "cpu" else torch.get_device_module(device_type)
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this process in bytes: the device allocator's peak, or the peak RSS on CPU."""
-    return int(device_module(device.type).max_memory_allocated(device))
+    """Peak memory of this process in bytes: the accelerator allocator's peak (``torch.accelerator``), or the peak
+    RSS on CPU."""
+    if device.type == "cpu":
+        return _CPU_MODULE.max_memory_allocated(device)
+    return int(torch.accelerator.max_memory_allocated(device))
 

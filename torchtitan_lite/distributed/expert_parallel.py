@@ -24,6 +24,12 @@ of the tokens, their expert ids and router weights) and gather the outputs back 
 every token is sent to its experts once per data-parallel batch. Both redistributions are DTensor's, so the
 gradients of the tokens and of the router weights come back whole on every tensor-parallel rank (all-gathered) and
 the router, the shared experts and the expert loads stay those of one process.
+
+Note: on the experts' output. FSDP2 registers its pre-backward hook on the output of the module it wraps and warns
+when that output is a view (an in-place op on a view would replace the hook's grad_fn). ``DTensor.to_local()``
+always returns a view (``view_as``, so that autograd metadata does not land on the DTensor's own tensor), so the
+gathered output of the tensor-parallel case is cloned: one copy of ``(T, dim)`` per MoE layer and forward, beside
+the all-gather of the same size. The other cases return the fresh tensor of ``index_add``.
 """
 
 from __future__ import annotations
@@ -118,8 +124,9 @@ class ExpertParallel(ParallelStyle):
         combined = back.new_zeros(routed.weights.shape[0], back.shape[-1]).index_add(0, routed.order // top_k, y)
         if self.tp_mesh is not None:
             shape = (routed.num_tokens, combined.shape[-1])  # the shares may be uneven
-            combined = DTensor.from_local(combined, self.tp_mesh, [Shard(0)], run_check=False, shape=shape,
-                                          stride=(shape[1], 1)).redistribute(placements=[Replicate()]).to_local()
+            gathered = DTensor.from_local(combined, self.tp_mesh, [Shard(0)], run_check=False, shape=shape,
+                                          stride=(shape[1], 1)).redistribute(placements=[Replicate()])
+            combined = gathered.to_local().clone()  # to_local() is a view: see the note on the experts' output
         return combined
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchtitan_lite.distributed.devices import backend_for, device_module, device_type
+from torchtitan_lite.distributed.devices import backend_for, device_type
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.errors import LaunchError
 
@@ -75,12 +75,12 @@ def init_distributed(config: Any) -> DistInfo:
     if kind == "cpu":
         device = torch.device("cpu")
     else:
-        count = device_module(kind).device_count()
+        count = torch.accelerator.device_count()
         if local_rank >= count:
             raise LaunchError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
                                f"start at most {count} processes per node (NGPU={count})")
         device = torch.device(kind, local_rank)
-        device_module(kind).set_device(device)
+        torch.accelerator.set_device_index(local_rank)
     torch.set_num_threads(config.training.num_threads or max(1, _cpu_cores() // local_world_size))
     timeout = timedelta(seconds=config.parallelism.comm_timeout_seconds)
     device_id = None if kind == "cpu" else device

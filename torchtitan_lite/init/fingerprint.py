@@ -17,7 +17,7 @@ key a hash of the tensor key and the box (global offset and local shape). Copies
 ranks (``Replicate`` mesh dimensions; a module kept whole outside its mesh, such as an MoE layer or a norm on
 every tensor-parallel rank; plain tensors) give the same pair, and a tensor of one pipeline stage only exists
 there: the ranks gather their pairs (16 bytes per tensor: one ``all_reduce`` of the pair count, one
-``all_gather_into_tensor``) and add the sums of the distinct pairs, so every element counts once whatever the
+``all_gather_single``) and add the sums of the distinct pairs, so every element counts once whatever the
 layout. Copies that differ (a bug: ranks that should agree do not) count separately and change the fingerprint.
 """
 
@@ -143,6 +143,6 @@ def model_fingerprint(model: nn.Module) -> str:
         padded = torch.zeros((int(count.item()), 2), dtype=torch.int64, device=rows.device)  # (0, 0): adds nothing
         padded[: len(pairs)] = rows
         rows = torch.empty((dist.get_world_size() * padded.shape[0], 2), dtype=torch.int64, device=rows.device)
-        dist.all_gather_into_tensor(rows, padded)
+        dist.all_gather_single(rows, padded)
     total = torch.unique(rows, dim=0)[:, 1].sum()
     return f"{int(total.item()) % 2**64:016x}"

@@ -1,19 +1,22 @@
-"""Inspect a model's initialization without training: ``python -m torchtitan_lite.tools.inspect_init --job.config_file X``.
+"""Inspect a model's initialization without training:
+``python -m torchtitan_lite.tools.inspect_init --job.config_file X``.
 
 Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
 no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
 with ``training.seed`` and prints the expected step-1 loss and the init report: a summary per plan pattern
 (tensors, elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
-expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns.
+expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns. Each
+phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends.
 
 Options (before or among the usual ``--section.key=value`` overrides):
   ``--layers N``   build only the first N blocks. The plan is that of the FULL model (residual stds
                    depend on ``n_layers``) and values are keyed by name, so these layers get exactly
                    the values of the full model's first N.
   ``--meta``       no sampling: the resolved plan (spec, shape, expected std and kurtosis per tensor).
-  ``--max-gib G``  memory budget of the report (default 8): without ``--layers``, a model that needs
+  ``--max-gib G``  memory budget of this process (default 8): without ``--layers``, a model that needs
                    more is cut to the most blocks that fit, or reported on meta when even one block
-                   does not fit (the published large flavors). The output says which was done.
+                   does not fit (the published large flavors). The output says which was done, and
+                   ends with the peak memory the process used.
   ``--out DIR``    also write ``init_report.json`` and ``init_report.csv`` into DIR.
 """
 
@@ -22,12 +25,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from models import get_model_spec
 from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
@@ -41,8 +48,14 @@ from torchtitan_lite.init.report import (
 from torchtitan_lite.init.step1 import expected_step1_loss
 
 GIB = 2**30
+_HELD_BYTES_PER_ELEMENT = 5
+"""Per element of the model: its fp32 value, and a byte for the part of init's sampling work space that the C
+allocator keeps for reuse (``docs/design.md``, "inspect_init: the memory budget")."""
 _REPORT_BYTES_PER_ELEMENT = 40
 """The report holds about five float64 copies of the tensor it is measuring (``init_report._row``)."""
+_FINGERPRINT_BYTES_PER_ELEMENT = 8
+"""Per element hashed, a bound on what the fingerprint's int64 work chunks leave the process holding: the C
+allocator keeps the heap blocks they free for reuse (same note)."""
 
 
 def _build_meta(spec, args) -> torch.nn.Module:
@@ -57,12 +70,19 @@ def _sizes(spec, args, n_layers: int) -> list[int]:
     return [p.numel() for p in model.parameters()] + [b.numel() for b in model.buffers()]
 
 
-def choose_layers(spec, args, requested: int | None, max_bytes: int) -> tuple[int | None, str]:
+def _peak_bytes(elements: int, largest: int) -> int:
+    """Memory of materialize + init + report + fingerprint for a model of ``elements`` fp32 values whose largest
+    tensor has ``largest``: what init leaves held, plus the larger of the report's work copies of the largest
+    tensor and what the fingerprint leaves held (the report runs first and frees its copies)."""
+    return _HELD_BYTES_PER_ELEMENT * elements + max(_REPORT_BYTES_PER_ELEMENT * largest,
+                                                    _FINGERPRINT_BYTES_PER_ELEMENT * elements)
+
+
+def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int = 0) -> tuple[int | None, str]:
     """``(blocks to build, or None for a meta report; the line saying which)``.
 
-    Memory of materialize + init + report with ``L`` blocks: 4 bytes per element (fp32) plus about
-    40 bytes per element of the largest tensor (the report's float64 work copies of it), with the
-    element count ``base + L * per_block`` measured on meta with 1 and 2 blocks.
+    The most blocks ``L`` whose memory (:func:`_peak_bytes` of ``base + L * per_block`` elements, counted on meta
+    with 1 and 2 blocks) fits in ``max_bytes`` beside the ``in_use`` bytes that this process already holds.
 
     Raises:
         ValueError: ``requested`` is not in ``1..n_layers``.
@@ -76,15 +96,25 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int) -> tuple[in
         return requested, f"initialized on CPU: blocks 0..{requested - 1} of {total}{cut}"
     one = _sizes(spec, args, 1)
     per_block = sum(_sizes(spec, args, 2)) - sum(one) if total > 1 else 0
-    fixed = 4 * (sum(one) - per_block) + _REPORT_BYTES_PER_ELEMENT * max(one)
-    fit = total if per_block == 0 else int((max_bytes - fixed) // (4 * per_block))
-    if fit < 1 or fixed + 4 * per_block > max_bytes:
-        need = fixed + 4 * per_block
+    base, largest = sum(one) - per_block, max(one)
+    layers = 0
+    while layers < total and in_use + _peak_bytes(base + (layers + 1) * per_block, largest) <= max_bytes:
+        layers += 1
+    if layers == 0:
+        need = in_use + _peak_bytes(base + per_block, largest)
         return None, (f"on meta, nothing sampled: even one block needs {need / GIB:.1f} GiB > --max-gib "
                       f"{max_bytes / GIB:g}; expected values only")
-    layers = min(fit, total)
     cut = "" if layers == total else f" (the full model needs more than --max-gib {max_bytes / GIB:g}; {same})"
     return layers, f"initialized on CPU: blocks 0..{layers - 1} of {total}{cut}"
+
+
+@contextmanager
+def _phase(text: str) -> Iterator[None]:
+    """Print ``text ...`` when a phase starts and its seconds when it ends, on one line."""
+    print(f"{text} ...", end="", flush=True)
+    start = time.perf_counter()
+    yield
+    print(f" {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def plan_table(model: torch.nn.Module, plan) -> str:
@@ -132,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
           f"seed {config.training.seed}")
     print(expected_step1_loss(full, plan).describe())
+    cpu = torch.device("cpu")
     try:
         layers, how = (None, "on meta, nothing sampled (--meta); expected values only") if options.meta else \
-            choose_layers(spec, args, options.layers, int(options.max_gib * GIB))
+            choose_layers(spec, args, options.layers, int(options.max_gib * GIB), in_use=peak_memory_bytes(cpu))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -142,18 +173,27 @@ def main(argv: list[str] | None = None) -> int:
     if layers is None:
         print(plan_table(full, plan))
         return 0
-    model = materialize(_build_meta(spec, dataclasses.replace(args, n_layers=layers)), "cpu")
-    result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
-    report = init_report(model, plan, result)
+    model = _build_meta(spec, dataclasses.replace(args, n_layers=layers))
+    tensors = [tensor for _, tensor in resolve_plan(model, plan)]
+    count = f"{len(tensors)} tensors ({sum(t.numel() for t in tensors):,} elements)"
+    with _phase(f"init: materializing and sampling {count} on CPU"):
+        model = materialize(model, "cpu")
+        result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
+    with _phase(f"report: statistics of {count} in float64"):
+        report = init_report(model, plan, result)
+    with _phase(f"fingerprint of {count}"):
+        fingerprint = model_fingerprint(model)
     print(report.by_pattern())
     print()
     print(report)
     print(init_report_summary(report))
-    print(f"fingerprint of what was initialized: {model_fingerprint(model)}")
+    print(f"fingerprint of what was initialized: {fingerprint}")
     if options.out:
         Path(options.out).mkdir(parents=True, exist_ok=True)
         for path in write_init_report(report, options.out):
             print(f"wrote {path}")
+    print(f"peak memory of this process: {peak_memory_bytes(cpu) / GIB:.2f} GiB" +
+          ("" if options.layers else f" (--max-gib {options.max_gib:g})"))
     return 0
 
 

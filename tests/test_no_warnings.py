@@ -1,0 +1,43 @@
+"""A run prints no warning on any parallel layout: two steps through ``./run_train.sh`` of a 2-rank FSDP2 run, a
+tensor x expert parallel run (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks) and a 2-stage
+pipeline run leave no line saying "warning" on the console or in any rank's ``logs/rank<N>.log``."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from ckpt_helpers import REPO, env, text_file
+
+pytestmark = pytest.mark.multiprocess
+
+SHORT_RUN = ["--training.steps=2", "--lr_scheduler.warmup_steps=0", "--lr_scheduler.decay_ratio=0",
+             "--validation.enable=false", "--checkpoint.enable=false", "--training.seq_len=32",
+             "--training.local_batch_size=2", "--training.global_batch_size=-1", "--training.num_threads=1",
+             "--model.overrides.n_layers=2"]
+"""Two steps of one 2 x 32-token micro-batch per data-parallel rank, on a 2-block debug model."""
+LAYOUTS = {  # name: (processes, config file, options)
+    "fsdp2": (2, "train_configs/qwen3_debug.toml", []),
+    "tp2_ep2": (4, "train_configs/qwen3_moe_debug.toml",
+                ["--parallelism.tensor_parallel_degree=2", "--parallelism.expert_parallel_degree=2"]),
+    "pp2": (2, "train_configs/qwen3_debug.toml",
+            ["--parallelism.pipeline_parallel_degree=2", "--model.tie_embeddings=false"]),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_short_run_prints_no_warning_on_any_rank(tmp_path, layout):
+    processes, config_file, options = LAYOUTS[layout]
+    data = text_file(tmp_path, n_plays=1)
+    proc = subprocess.run(["./run_train.sh", *SHORT_RUN, *options, f"--training.dataset_path={data}",
+                           f"--job.dump_folder={tmp_path / 'out'}"], cwd=REPO, capture_output=True, text=True,
+                          env={**env(), "NGPU": str(processes), "CONFIG_FILE": config_file}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = (tmp_path / "out").iterdir()
+    logs = {path.name: path.read_text() for path in sorted((run / "logs").iterdir())}
+    assert list(logs) == [f"rank{rank}.log" for rank in range(processes)]
+    assert all("done: step 2 of 2" in text for text in logs.values())
+    outputs = {"console": proc.stdout + proc.stderr, **logs}
+    warnings = {name: [line for line in text.splitlines() if "warning" in line.lower()]
+                for name, text in outputs.items()}
+    assert warnings == {name: [] for name in outputs}
