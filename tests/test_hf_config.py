@@ -15,10 +15,10 @@ import transformers
 from hf_published import PUBLISHED, scaled
 
 from models import get_model_spec
-from models.common.hf_config import HFConfigError
 from torchtitan_lite.components.hf.quant import Quantization, quantization
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import build_model_args, parse_args
+from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_CLASSES = {"qwen3": transformers.Qwen3Config, "qwen3_moe": transformers.Qwen3MoeConfig,

@@ -9,11 +9,12 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_expert_bias import STEP, TINY, biases, build
 
-from models import HookReport, TrainingHooks, get_model_spec, model_names
+from models import get_model_spec, model_names
 from models.common.expert_bias import expert_bias_delta
 from models.common.moe import moe_layers
 from models.common.moe_hooks import MoETrainingHooks, expert_load_report
 from torchtitan_lite.components.metrics import MetricsLogger
+from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 torch.set_num_threads(1)
 
