@@ -15,7 +15,7 @@ from torchtitan_lite.protocols.model_spec import ModelSpec
 
 __all__ = ["get_model_spec", "hf_family", "model_names"]
 
-_FAMILIES = ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3")
+_FAMILIES = ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "llama3")
 
 
 def get_model_spec(name: str) -> ModelSpec:

@@ -33,6 +33,8 @@ PATHS = {
                     "gate_up_proj_bias", "down_proj_bias", "post_attention_layernorm"),
     "DeepSeek-V3": ("e_score_correction_bias", "q_a_layernorm", "kv_a_layernorm", "shared_experts", "mlp.gate.weight"),
     "Moonlight-16B-A3B": ("e_score_correction_bias", "kv_a_layernorm", "shared_experts"),
+    "Llama-3.1-8B": ("input_layernorm", "post_attention_layernorm", "model.norm", "lm_head"),
+    "Llama-3.2-1B": ("k_proj", "mlp.up_proj", "embed_tokens"),
 }
 """Parts of each reference whose reset (norms to one, the rest to zero) must change the logits: the random weights
 are at a scale where they matter."""
