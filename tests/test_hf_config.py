@@ -99,6 +99,7 @@ REFUSED = [
                                                        r"max_position_embeddings = 4096"),
     ("DeepSeek-V3", {"topk_method": "group_limited_greedy"}, r"topk_method = 'group_limited_greedy' is not supported"),
     ("DeepSeek-V3", {"scoring_func": "softmax"}, r"scoring_func = 'softmax' is not supported"),
+    ("DeepSeek-V3", {"moe_layer_freq": 2}, r"moe_layer_freq = 2 is not supported"),
     ("DeepSeek-V3", {"num_key_value_heads": 8}, r"num_key_value_heads = 8 differs from num_attention_heads = 128"),
     ("Moonlight-16B-A3B", {"rope_scaling": {"type": "yarn", "factor": 4.0}, "rope_parameters": {"rope_type": "default"}},
      r"rope_scaling = \{'type': 'yarn', 'factor': 4.0\} differs from rope_parameters"),

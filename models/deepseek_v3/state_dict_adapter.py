@@ -43,6 +43,11 @@ HF_DEFAULTS = {
     "rope_interleave": True, "attention_bias": False, "attention_dropout": 0.0, "num_nextn_predict_layers": 1,
 }
 """transformers' ``DeepseekV3Config`` defaults for the keys read here (``configuration_deepseek_v3.py``)."""
+MODELING_DEFAULTS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
+"""What transformers does for keys of DeepSeek's own ``config.json`` that ``DeepseekV3Config`` does not declare, so a
+folder without them (as its ``save_pretrained`` writes) loads: ``DeepseekV3TopkRouter`` scores with a sigmoid and
+picks the top-k within the top groups after the score-correction bias (``noaux_tc``), and every layer from
+``first_k_dense_replace`` on is an MoE (``DeepseekV3DecoderLayer``: no ``moe_layer_freq``)."""
 DEFAULT_THETA = 10000.0
 """transformers' ``rope_theta`` when a config has none (``PreTrainedConfig.default_theta``)."""
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
@@ -101,7 +106,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
             (``scoring_func``, ``topk_method``), MoE on every k-th layer only (``moe_layer_freq``), a RoPE the
             module docstring does not allow, or a key the model does not implement.
     """
-    fields = ConfigFields(config, HF_DEFAULTS, family="deepseek_v3")
+    fields = ConfigFields(config, {**HF_DEFAULTS, **MODELING_DEFAULTS}, family="deepseek_v3")
     fields.ignore(*FILE_FIELDS, "rope_interleave", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
                   "pretraining_tp")
     values = read_decoder(fields)
@@ -207,7 +212,8 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
                 "n_routed_experts": a.num_experts, "n_shared_experts": a.num_shared_experts,
                 "num_experts_per_tok": a.top_k, "n_group": a.num_expert_groups, "topk_group": a.num_limited_groups,
                 "norm_topk_prob": a.route_norm, "routed_scaling_factor": a.route_scale, "scoring_func": "sigmoid",
-                "topk_method": "noaux_tc", "q_lora_rank": a.q_lora_rank or None, "kv_lora_rank": a.kv_lora_rank,
+                "topk_method": "noaux_tc", "moe_layer_freq": 1, "q_lora_rank": a.q_lora_rank or None,
+                "kv_lora_rank": a.kv_lora_rank,
                 "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
                 "v_head_dim": a.v_head_dim, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
                 "rope_interleave": True, "num_nextn_predict_layers": 0, "rope_theta": a.rope_theta,
