@@ -12,14 +12,13 @@ import pytest
 import torch
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, randomize_ours, small_tokenizer
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
 
 import torchtitan_lite.init.apply as init_module
 from models import get_model_spec
 from torchtitan_lite import generate
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import Tokenizer
-from torchtitan_lite.init.apply import materialize
 
 torch.set_num_threads(1)
 
@@ -108,13 +107,8 @@ def test_export_loads_in_transformers_with_no_missing_key_and_the_same_logits(re
     config, family, _ = scaled(name), PUBLISHED[name][1], PUBLISHED[name][2]
     spec = get_model_spec(family)
     args = dataclasses.replace(spec.flavors["debug"], **spec.state_dict_adapter.args_from_hf_config(config))
-    with torch.device("meta"):
-        ours = spec.model_cls(args)
-    materialize(ours, "cpu")
-    ours.init_buffers("cpu")
-    adapter = spec.state_dict_adapter(args)
-    randomize_ours(ours, adapter, seed=1)
-    export_hf(ours.eval(), str(tmp_path / "export"), adapter, Tokenizer(tokenizer_file))
+    ours, adapter = random_ours(family, args, seed=1)
+    export_hf(ours, str(tmp_path / "export"), adapter, Tokenizer(tokenizer_file))
     theirs, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32,
                                                                      output_loading_info=True)
     assert [list(info[k]) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")] == [[], [], []]

@@ -16,7 +16,7 @@ import pytest
 import torch
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, randomize_ours, small_tokenizer
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
 from safetensors.torch import load_file, save_file
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -113,16 +113,9 @@ def test_fp8_blocks_dequantize_like_transformers_and_import_to_the_reference_log
 
 def our_model(name: str):
     """Our model of the scaled ``name`` architecture with random weights, and its adapter."""
-    family = PUBLISHED[name][1]
-    spec = get_model_spec(family)
+    spec = get_model_spec(PUBLISHED[name][1])
     args = dataclasses.replace(spec.flavors["debug"], **spec.state_dict_adapter.args_from_hf_config(scaled(name)))
-    with torch.device("meta"):
-        model = spec.model_cls(args)
-    materialize(model, "cpu")
-    model.init_buffers("cpu")
-    adapter = spec.state_dict_adapter(args)
-    randomize_ours(model, adapter)
-    return model.eval(), adapter
+    return random_ours(PUBLISHED[name][1], args)
 
 
 def test_export_carries_tokenizer_special_ids_umask_mode_and_shards_with_an_index(tmp_path, tokenizer_file):

@@ -11,12 +11,11 @@ import dataclasses
 import pytest
 import torch
 import transformers
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, randomize_ours
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 
 from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
-from torchtitan_lite.init.apply import materialize
 
 torch.set_num_threads(1)
 
@@ -28,9 +27,9 @@ SIZES = {
     "gpt_oss": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2),
     "deepseek_v3": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=2,
-                        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16,
-                        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8, n_group=2,
-                        topk_group=1, num_experts_per_tok=2),
+                        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
+                        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+                        n_group=2, topk_group=1, num_experts_per_tok=2),
     "llama3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2),
 }
@@ -54,15 +53,9 @@ def test_every_family_has_sizes():
 
 @pytest.mark.parametrize("family", model_names())
 def test_our_export_loads_back_bitwise_and_into_transformers(family, tmp_path):
-    spec = get_model_spec(family)
-    args = dataclasses.replace(spec.flavors["debug"], n_layers=2)
-    with torch.device("meta"):
-        model = spec.model_cls(args)
-    materialize(model, "cpu")
-    model.init_buffers("cpu")
-    adapter = spec.state_dict_adapter(args)
-    randomize_ours(model, adapter, seed=3)
-    export_hf(model.eval(), str(tmp_path / "export"), adapter, Tokenizer(BUNDLED_TOKENIZER))
+    args = dataclasses.replace(get_model_spec(family).flavors["debug"], n_layers=2)
+    model, adapter = random_ours(family, args, seed=3)
+    export_hf(model, str(tmp_path / "export"), adapter, Tokenizer(BUNDLED_TOKENIZER))
     batch = tokens(args.vocab_size)
     logits, choices = logits_and_choices(model, batch)
 

@@ -1,12 +1,16 @@
 """The engine owns the contract and knows the models only through the registry: nothing under torchtitan_lite/
 imports a module of models/ (``models.<family>`` or ``models.common``), nor a name from ``models`` but the registry
 lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the engine, ``models.common``
-and itself, never another family, and ``models.common`` imports no family; every family's ModelSpec is complete."""
+and itself, never another family, and ``models.common`` imports no family; every family's ModelSpec is complete
+(its init plan covers its debug model exactly)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import torch
+from model_helpers import assert_plan_covers_exactly
 
 import models
 from models import get_model_spec, hf_family, model_names
@@ -101,3 +105,8 @@ def test_every_family_has_a_complete_spec():
         adapter = spec.state_dict_adapter  # every family imports and exports HF (issue 15)
         assert adapter is not None and callable(adapter.args_from_hf_config), name
         assert hf_family(adapter.model_type, None) == hf_family(None, [adapter.architecture]) == name
+        with torch.device("meta"):
+            model = spec.model_cls(spec.flavors["debug"])
+        plan = spec.init_plan(spec.flavors["debug"])
+        assert_plan_covers_exactly(model, plan)  # every parameter and persistent buffer, every entry used
+        assert plan.entries[-1][0] == "output.weight", name  # it wins for a tied pair

@@ -29,9 +29,10 @@ class Llama3ModelArgs:
     n_kv_heads: int = 8
     """Key/value heads, a divisor of ``n_heads`` (GQA) [num_key_value_heads]."""
     head_dim: int = 128
-    """Per-head size, ``dim // n_heads`` in every release [head_dim]."""
+    """Per-head size, ``dim // n_heads`` in every release (64 in Llama-3.2-1B, 128 in the others) [head_dim]."""
     hidden_dim: int = 14336
-    """SwiGLU inner width [intermediate_size]."""
+    """SwiGLU inner width: 3.5 ``dim`` in 8B and 70B (Meta's ``ffn_dim_multiplier`` 1.3 and ``multiple_of`` 1024),
+    8192 in 3.2 1B and 3B [intermediate_size]."""
     vocab_size: int = 128256
     """Vocabulary size (the 128K tiktoken vocabulary) [vocab_size]."""
     norm_eps: float = 1e-5
@@ -63,13 +64,13 @@ class Llama3ModelArgs:
         check.multiple(self, "n_heads", "n_kv_heads")
         check.even(self, "head_dim")
         check.bools(self, "rope_scaling", "tie_embeddings")
-        check.positive(self, "norm_eps", "init_std")
         check.rope(self, yarn=False)
         if self.rope_scaling and not (self.rope_factor >= 1 and
                                       0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
             raise ValueError(f"Llama3ModelArgs: RoPE scaling needs rope_factor >= 1 and 0 < rope_low_freq_factor < "
                              f"rope_high_freq_factor, got {self.rope_factor!r}, {self.rope_low_freq_factor!r} and "
                              f"{self.rope_high_freq_factor!r}")
+        check.positive(self, "norm_eps", "init_std")
 
 
 # Published sizes: config.json of meta-llama/Llama-3.1-8B, Llama-3.1-70B, Llama-3.2-1B and Llama-3.2-3B (8 KV heads,

@@ -41,17 +41,17 @@ def llama3_init_plan(args: Llama3ModelArgs) -> InitPlan:
     norm = ones(source="RMSNorm weight = 1 (torchtitan, HF LlamaRMSNorm)")
     return InitPlan(
         model="llama3",
-        entries=(
+        entries=(  # grouped by distribution, as the module docstring lists them
             ("tok_embeddings.weight", normal(1.0, source="N(0, 1): torchtitan llama3 nn.init.normal_")),
-            ("layers.*.attention_norm.weight", norm),
             ("layers.*.attention.wq.weight", projection),
             ("layers.*.attention.wk.weight", projection),
             ("layers.*.attention.wv.weight", projection),
-            ("layers.*.attention.wo.weight", residual),
-            ("layers.*.ffn_norm.weight", norm),
             ("layers.*.feed_forward.w1.weight", projection),
-            ("layers.*.feed_forward.w3.weight", residual),
+            ("layers.*.attention.wo.weight", residual),
             ("layers.*.feed_forward.w2.weight", residual),
+            ("layers.*.feed_forward.w3.weight", residual),
+            ("layers.*.attention_norm.weight", norm),
+            ("layers.*.ffn_norm.weight", norm),
             ("norm.weight", norm),
             ("output.weight", output),
         ),

@@ -6,9 +6,9 @@ Names (HF ``modeling_llama.py``), besides the decoder's (``models/common/hf_adap
 one to one: the HF checkpoints were converted from Meta's (which pair RoPE features ``(2i, 2i+1)``) by permuting the
 ``wq``/``wk`` rows into the ``rotate_half`` pairing our RoPE uses (``models/common/rope.py``).
 
-Config (:func:`args_from_hf_config`): no attention or MLP biases, no dropout; RoPE plain (Llama 3.0) or
-``rope_type: llama3`` (3.1, 3.2); ``pretraining_tp`` (Meta's tensor-parallel degree, which transformers' Llama
-modules do not read) changes nothing; anything else is refused.
+Config (:meth:`Llama3StateDictAdapter.args_from_hf_config`): no attention or MLP biases, no dropout; RoPE plain
+(Llama 3.0) or ``rope_type: llama3`` (3.1, 3.2); ``pretraining_tp`` (Meta's tensor-parallel degree, which
+transformers' Llama modules do not read) changes nothing; anything else is refused.
 """
 
 from __future__ import annotations
@@ -30,38 +30,39 @@ HF_DEFAULTS = {
 count of heads, ``hidden_size // num_attention_heads`` for ``head_dim``)."""
 
 
-def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`models.llama3.args.Llama3ModelArgs` field -> value of an HF ``config.json`` of ``LlamaForCausalLM``.
-
-    Raises:
-        HFConfigError: attention or MLP biases, dropout, another activation, a RoPE other than plain or ``llama3``,
-            or a key the model does not implement.
-    """
-    fields = ConfigFields(config, HF_DEFAULTS, family="llama3")
-    fields.ignore(*FILE_FIELDS, "pretraining_tp")
-    values = read_decoder(fields)
-    values.update(read_heads(fields, head_dim_default=None))
-    fields.expect("mlp_bias", False)
-    values["hidden_dim"] = fields.get("intermediate_size")
-    rope = rope_parameters(fields, DEFAULT_THETA)
-    values["rope_scaling"] = rope.expect("rope_type", "default", "llama3") == "llama3"
-    values["rope_theta"] = float(rope.get("rope_theta"))
-    if values["rope_scaling"]:
-        values.update(rope_factor=float(rope.get("factor")), rope_low_freq_factor=float(rope.get("low_freq_factor")),
-                      rope_high_freq_factor=float(rope.get("high_freq_factor")),
-                      rope_original_max_seq_len=rope.get("original_max_position_embeddings", values["max_seq_len"]))
-    rope.finish()
-    fields.finish()
-    return values
-
-
 class Llama3StateDictAdapter(DecoderStateDictAdapter):
     """Maps tensors and configs between our :class:`~models.llama3.args.Llama3ModelArgs` model and HF
     ``LlamaForCausalLM``."""
 
     model_type = "llama"
     architecture = "LlamaForCausalLM"
-    args_from_hf_config = staticmethod(args_from_hf_config)
+
+    @staticmethod
+    def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
+        """:class:`models.llama3.args.Llama3ModelArgs` field -> value of an HF ``config.json`` of
+        ``LlamaForCausalLM``.
+
+        Raises:
+            HFConfigError: attention or MLP biases, dropout, another activation, a RoPE other than plain or
+                ``llama3``, or a key the model does not implement.
+        """
+        fields = ConfigFields(config, HF_DEFAULTS, family="llama3")
+        fields.ignore(*FILE_FIELDS, "pretraining_tp")
+        values = read_decoder(fields)
+        values.update(read_heads(fields, head_dim_default=None))
+        fields.expect("mlp_bias", False)
+        values["hidden_dim"] = fields.get("intermediate_size")
+        rope = rope_parameters(fields, DEFAULT_THETA)
+        values["rope_scaling"] = rope.expect("rope_type", "default", "llama3") == "llama3"
+        values["rope_theta"] = float(rope.get("rope_theta"))
+        if values["rope_scaling"]:
+            original = rope.get("original_max_position_embeddings", values["max_seq_len"])  # transformers' default
+            values.update(rope_factor=float(rope.get("factor")), rope_original_max_seq_len=original,
+                          rope_low_freq_factor=float(rope.get("low_freq_factor")),
+                          rope_high_freq_factor=float(rope.get("high_freq_factor")))
+        rope.finish()
+        fields.finish()
+        return values
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
         """Attention and SwiGLU, one to one (module docstring)."""
