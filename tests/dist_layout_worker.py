@@ -25,6 +25,7 @@ from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
 import torchtitan_lite.train as train_module
+from models import model_names
 from models.common.moe import moe_layers
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.init import keyed
@@ -33,13 +34,10 @@ from torchtitan_lite.init.keyed import tile_shape
 
 STEPS = 10
 CASES = {
-    "qwen3": ["--job.config_file", "train_configs/qwen3_debug.toml"],
+    **{name: ["--job.config_file", f"train_configs/{name}_debug.toml"] for name in model_names()},
     "qwen3_untied": ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.flavor=debug_untied"],
-    "gpt_oss": ["--job.config_file", "train_configs/gpt_oss_debug.toml"],
-    "deepseek_v3": ["--job.config_file", "train_configs/deepseek_v3_debug.toml"],
-    "qwen3_moe": ["--job.config_file", "train_configs/qwen3_moe_debug.toml"],
 }
-"""Qwen3 tied and untied; GPT-OSS (biases, sinks, MoE); DeepSeek-V3 (MLA, a dense and an MoE block); Qwen3-MoE."""
+"""Every registered family's debug job (``train_configs/<family>_debug.toml``), and Qwen3 untied."""
 RUN = ["--model.overrides.n_layers=2", "--training.seq_len=32", "--training.local_batch_size=2",
        "--training.global_batch_size=8", f"--training.steps={STEPS + 2}", "--lr_scheduler.warmup_steps=2",
        "--validation.enable=false", "--training.num_threads=1", "--metrics.enable_tensorboard=false",

@@ -80,6 +80,22 @@ MOONLIGHT_16B_A3B = {  # https://huggingface.co/moonshotai/Moonlight-16B-A3B/blo
     "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 50000.0, "routed_scaling_factor": 2.446,
     "topk_group": 1, "transformers_version": "4.48.0", "vocab_size": 163840,
 }
+LLAMA_3_1_8B = {  # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
+    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+LLAMA_3_2_1B = {  # https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
+    **LLAMA_3_1_8B, "head_dim": 64, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "rope_scaling": {**LLAMA_3_1_8B["rope_scaling"], "factor": 32.0}, "tie_word_embeddings": True,
+    "transformers_version": "4.45.0.dev0",
+}
 
 PUBLISHED = {  # name: (config, our family, our flavor)
     "Qwen3-0.6B": (QWEN3_0_6B, "qwen3", "0.6b"),
@@ -88,6 +104,8 @@ PUBLISHED = {  # name: (config, our family, our flavor)
     "gpt-oss-20b": (GPT_OSS_20B, "gpt_oss", "20b"),
     "DeepSeek-V3": (DEEPSEEK_V3, "deepseek_v3", "671b"),
     "Moonlight-16B-A3B": (MOONLIGHT_16B_A3B, "deepseek_v3", "16b"),
+    "Llama-3.1-8B": (LLAMA_3_1_8B, "llama3", "8b"),
+    "Llama-3.2-1B": (LLAMA_3_2_1B, "llama3", "1b"),
 }
 
 _SCALED = {
@@ -108,6 +126,10 @@ _SCALED = {
     "Moonlight-16B-A3B": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_attention_heads=4,
                               num_key_value_heads=4, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
                               v_head_dim=16, num_hidden_layers=2, n_routed_experts=8),
+    "Llama-3.1-8B": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=2),
+    "Llama-3.2-1B": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, num_hidden_layers=2),
 }
 SCALED_VOCAB = 512
 SCALED_SPECIAL_IDS = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}

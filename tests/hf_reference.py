@@ -55,6 +55,19 @@ def randomize_ours(model: nn.Module, adapter, seed: int = 0) -> None:
         tensor.copy_(noise_for(name, tuple(tensor.shape), gen) if name in adapter.tensors else torch.zeros_like(tensor))
 
 
+def random_ours(family: str, args, seed: int = 0) -> tuple[nn.Module, object]:
+    """``(model, adapter)``: our ``family`` model of ``args`` built on meta, materialized on CPU with its RoPE tables
+    and :func:`randomize_ours` values (``seed``), eval mode; and its state-dict adapter."""
+    spec = get_model_spec(family)
+    with torch.device("meta"):
+        model = spec.model_cls(args)
+    materialize(model, "cpu")
+    model.init_buffers("cpu")
+    adapter = spec.state_dict_adapter(args)
+    randomize_ours(model, adapter, seed=seed)
+    return model.eval(), adapter
+
+
 def ours_from_folder(folder: str | Path) -> tuple[nn.Module, object, str]:
     """``(model, import result, family)``: our model built from the folder's ``config.json`` alone, the folder
     imported, the rest initialized by the plan (seed 0), eval mode on CPU."""

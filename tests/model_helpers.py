@@ -1,8 +1,7 @@
-"""Shared pieces of the model-family tests (test_qwen3, test_qwen3_moe, test_gpt_oss, test_deepseek_v3,
-test_mla): building a model on meta with random or planned weights, init-plan coverage, model args from a
-train config, the step-1 loss
-on random tokens, the float64 forward/backward comparison, and the reference math the float64 models
-are written with (RMSNorm, rotate-half RoPE, SwiGLU, grouped-query softmax attention)."""
+"""Shared pieces of the model-family tests (test_<family> for every registered family, test_mla): which families
+are mixtures of experts, building a model on meta with random or planned weights, init-plan coverage, model args
+from a train config, the step-1 loss on random tokens, the float64 forward/backward comparison, and the reference
+math the float64 models are written with (RMSNorm, rotate-half RoPE, SwiGLU, grouped-query softmax attention)."""
 
 from __future__ import annotations
 
@@ -15,11 +14,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models import get_model_spec, model_names
 from torchtitan_lite.config.preflight import build_model_args, parse_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- families
+
+
+def is_moe(family: str) -> bool:
+    """Whether ``family``'s blocks hold mixtures of experts: its args have ``num_experts`` (what the engine's
+    expert-parallel check reads)."""
+    return hasattr(get_model_spec(family).flavors["debug"], "num_experts")
+
+
+def moe_families() -> list[str]:
+    """The registered families with experts (:func:`is_moe`), in registry order."""
+    return [name for name in model_names() if is_moe(name)]
 
 
 # ---------------------------------------------------------------- building models

@@ -10,33 +10,30 @@ for why not saved-tensor hooks).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from models import get_model_spec
+from models import get_model_spec, model_names
 from models.common.moe import collect_expert_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import parse_args
-from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing, recomputing
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
 sys.path.insert(0, str(Path(__file__).parent))
-import test_deepseek_v3  # noqa: E402
-import test_gpt_oss  # noqa: E402
 import test_qwen3  # noqa: E402
-import test_qwen3_moe  # noqa: E402
-from model_helpers import build_planned, build_random  # noqa: E402
+from model_helpers import build_planned, build_random, is_moe  # noqa: E402
 
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
-TINY = {  # the families' test args, with the MoE auxiliary losses on so their recompute path runs too
-    "qwen3": test_qwen3.TINY,
-    "qwen3_moe": dataclasses.replace(test_qwen3_moe.TINY, aux_loss_coeff=0.01),
-    "gpt_oss": dataclasses.replace(test_gpt_oss.TINY, aux_loss_coeff=0.01),
-    "deepseek_v3": dataclasses.replace(test_deepseek_v3.TINY, aux_loss_coeff=0.01),
+TINY = {  # every family's test args (TINY of tests/test_<family>.py), MoE auxiliary losses on so their recompute runs
+    name: (dataclasses.replace(importlib.import_module(f"test_{name}").TINY, aux_loss_coeff=0.01) if is_moe(name) else
+           importlib.import_module(f"test_{name}").TINY)
+    for name in model_names()
 }
 
 
@@ -90,6 +87,23 @@ def test_checkpointed_blocks_run_their_forward_again_in_backward(mode, option, c
     apply_activation_checkpointing(model, mode, option)
     model(_tokens(args)).sum().backward()
     assert counts == calls
+
+
+@pytest.mark.parametrize("mode,option,checkpointed", [
+    ("full", "op", [0, 1, 2, 3]),
+    ("selective", "2", [1, 3]),
+    ("selective", "op", [0, 1, 2, 3]),
+])
+def test_only_the_recompute_of_a_checkpointed_block_runs_under_recomputing(mode, option, checkpointed):
+    args = dataclasses.replace(test_qwen3.TINY, n_layers=4)
+    model = build_random(get_model_spec("qwen3").model_cls, args)
+    seen = [[] for _ in range(args.n_layers)]
+    for i, block in enumerate(model.layers.values()):
+        block.register_forward_pre_hook(lambda m, a, i=i: seen[i].append(recomputing()))
+    apply_activation_checkpointing(model, mode, option)
+    model(_tokens(args)).sum().backward()
+    assert seen == [[False, True] if i in checkpointed else [False] for i in range(args.n_layers)]
+    assert recomputing() is False
 
 
 def test_saved_memory_orders_full_below_selective_below_none_and_op_below_none():

@@ -57,7 +57,8 @@ def _step(backend: str | None, mode: str = "none"):
     return loss.detach(), {n.replace("_checkpoint_wrapped_module.", ""): p.grad for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("backend,mode", [("eager", "none"), ("aot_eager", "none"), ("aot_eager", "selective")])
+@pytest.mark.parametrize("backend,mode", [("eager", "none"), ("aot_eager", "none"), ("aot_eager", "selective"),
+                                          ("aot_eager", "full")])
 def test_compiled_blocks_and_loss_give_bitwise_the_eager_loss_and_gradients(backend, mode):
     ref_loss, ref_grads = _step(None)
     loss, grads = _step(backend, mode)

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from dist_helpers import leave_together, rank_results, torchrun_script
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
 from models.common.experts import GroupedExperts, clamped_swiglu
 from models.common.moe import MoE, collect_expert_load
 from models.common.routers import TopKRouter
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.init.apply import init_weights, materialize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,8 +116,7 @@ def test_one_update_per_step_with_gradient_accumulation():
 def test_counts_are_not_doubled_under_activation_checkpointing():
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(5))
     plain, wrapped = build(seed=1), build(seed=1)
-    for key in list(wrapped.layers):
-        wrapped.layers[key] = checkpoint_wrapper(wrapped.layers[key])
+    apply_activation_checkpointing(wrapped, "full")
     for model in (plain, wrapped):
         model(tokens).sum().backward()  # the wrapped blocks run their forward twice
     plain_counts, wrapped_counts = collect_expert_load(plain), collect_expert_load(wrapped)

@@ -1,24 +1,31 @@
 """Expert parallelism (issue 14) through the real Trainer (``tests/dist_layout_worker.py``: fp32, gloo, one thread per
 rank, tiny models of 2 blocks): the model, the routing, the losses, the gradients and the expert biases of one process.
 
-Acceptance: for Qwen3-MoE, GPT-OSS and DeepSeek-V3 on ep2 (2 ranks), dp4 x ep2 (4 ranks, the experts also
-FSDP-sharded over 2) and tp2 x ep2 (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks), and GPT-OSS
-on ep4: every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same; each
-rank draws only its local elements; every sequence's expert choices at step 1 equal one process's; the step-1 loss
-is within 1e-5 (relative) of one process, 10 steps within 1e-4, the step-1 gradients within 1e-5 (absolute); the
+Acceptance: for every MoE family (Qwen3-MoE, GPT-OSS, DeepSeek-V3) on ep2 (2 ranks), dp4 x ep2 (4 ranks, the experts
+also FSDP-sharded over 2) and tp2 x ep2 (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks), and
+GPT-OSS on ep4: every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same;
+each rank draws only its local elements; every sequence's expert choices at step 1 equal one process's; the step-1
+loss is within 1e-5 (relative) of one process, 10 steps within 1e-4, the step-1 gradients within 1e-5 (absolute); the
 expert biases after 10 steps within 1e-6; the steps between log steps read the host exactly once per MoE layer and
 micro-batch forward (the all-to-all split sizes); the expert loads of step 1 are global and those of one process.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from dist_layout_worker import run_layouts
+from model_helpers import moe_families
+from torch import nn
+
+from models import get_model_spec
+from models.common.moe import moe_layers
 
 pytestmark = pytest.mark.multiprocess
 
-MODELS = ("qwen3_moe", "gpt_oss", "deepseek_v3")
+MODELS = tuple(moe_families())
 LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "1": (1, [], MODELS),
     "ep2": (2, ["--parallelism.expert_parallel_degree=2"], MODELS),
@@ -26,8 +33,17 @@ LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "tp2_ep2": (4, ["--parallelism.tensor_parallel_degree=2", "--parallelism.expert_parallel_degree=2"], MODELS),
     "ep4": (4, ["--parallelism.expert_parallel_degree=4"], ("gpt_oss",)),
 }
+
+
+def meta_model(family: str, **changes) -> nn.Module:
+    """``family``'s debug flavor with ``changes``, built on meta."""
+    spec = get_model_spec(family)
+    with torch.device("meta"):
+        return spec.model_cls(dataclasses.replace(spec.flavors["debug"], **changes))
+
+
 CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout != "1" for model in models]
-MOE_LAYERS = {"qwen3_moe": 2, "gpt_oss": 2, "deepseek_v3": 1}
+MOE_LAYERS = {name: len(moe_layers(meta_model(name, n_layers=2))) for name in MODELS}
 """MoE layers of each 2-block model (DeepSeek-V3's first block is dense)."""
 
 

@@ -32,6 +32,7 @@ from model_helpers import build_random
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from models import model_names
 from models.common.token_dispatch import ALIGN
 from models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
 from models.deepseek_v3.flops import num_active_params as deepseek_v3_active
@@ -39,6 +40,9 @@ from models.deepseek_v3.flops import num_flops_per_token as deepseek_v3_flops
 from models.gpt_oss import GptOssModel, gpt_oss_flavors
 from models.gpt_oss.flops import num_active_params as gpt_oss_active
 from models.gpt_oss.flops import num_flops_per_token as gpt_oss_flops
+from models.llama3 import Llama3Model, Llama3ModelArgs
+from models.llama3.flops import llama3_num_params
+from models.llama3.flops import num_flops_per_token as llama3_flops
 from models.qwen3 import Qwen3Model, Qwen3ModelArgs
 from models.qwen3.flops import num_flops_per_token as qwen3_flops
 from models.qwen3.flops import qwen3_num_params
@@ -114,6 +118,12 @@ DEEPSEEK_V3_ELEMENTWISE = 2 * (
 ) + 16  # final norm
 DEEPSEEK_V3_ATTENTION = 2 * 6 * 4 * (12 + 8) * T  # n_layers * 6 * n_heads * (qk_head_dim + v_head_dim) * T
 
+LLAMA3 = Llama3ModelArgs(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=24, vocab_size=64,
+                         max_seq_len=16)
+LLAMA3_MATMUL = QWEN3_MATMUL  # the same projections; untied, the output matmul as in QWEN3
+LLAMA3_ELEMENTWISE = 2 * (16 + 16) + 16  # attention_norm, ffn_norm per layer, final norm (no QK-norm)
+LLAMA3_ATTENTION = QWEN3_ATTENTION
+
 CASES = {  # name: (model class, args, flops function, MATMUL, ELEMENTWISE, formula attention per token)
     "qwen3 tied": (Qwen3Model, QWEN3, qwen3_flops, QWEN3_MATMUL, QWEN3_ELEMENTWISE, QWEN3_ATTENTION),
     "qwen3 untied": (Qwen3Model, replace(QWEN3, tie_embeddings=False), qwen3_flops, QWEN3_MATMUL,
@@ -123,6 +133,7 @@ CASES = {  # name: (model class, args, flops function, MATMUL, ELEMENTWISE, form
     "gpt_oss": (GptOssModel, GPT_OSS, gpt_oss_flops, GPT_OSS_MATMUL, GPT_OSS_ELEMENTWISE, GPT_OSS_ATTENTION),
     "deepseek_v3": (DeepSeekV3Model, DEEPSEEK_V3, deepseek_v3_flops, DEEPSEEK_V3_MATMUL, DEEPSEEK_V3_ELEMENTWISE,
                     DEEPSEEK_V3_ATTENTION),
+    "llama3": (Llama3Model, LLAMA3, llama3_flops, LLAMA3_MATMUL, LLAMA3_ELEMENTWISE, LLAMA3_ATTENTION),
 }
 
 # What FlopCounterMode counts for the attention of BS x T tokens (forward QK^T and PV, backward twice that):
@@ -137,7 +148,12 @@ MEASURED_ATTENTION = {
     "gpt_oss": 2 * 12 * BS * 4 * T * (T + 1) * 16,
     # MLA: scores with qk_head_dim 12, weighted values with v_head_dim 8: 6 * h * (12 + 8) * T^2 per layer.
     "deepseek_v3": 2 * 6 * BS * 4 * T * T * (12 + 8),
+    "llama3": 2 * 12 * BS * 4 * T * T * 8,
 }
+
+
+def test_every_registered_family_has_a_hand_count():
+    assert {name.split()[0] for name in CASES} == set(model_names())
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -161,6 +177,7 @@ def test_active_params_are_the_hand_count():
     assert qwen3_moe_active(QWEN3_MOE) == QWEN3_MOE_MATMUL + QWEN3_MOE_ELEMENTWISE
     assert gpt_oss_active(GPT_OSS) == GPT_OSS_MATMUL + GPT_OSS_ELEMENTWISE
     assert deepseek_v3_active(DEEPSEEK_V3) == DEEPSEEK_V3_MATMUL + DEEPSEEK_V3_ELEMENTWISE
+    assert llama3_num_params(LLAMA3, include_embedding=False) == LLAMA3_MATMUL + LLAMA3_ELEMENTWISE
 
 
 def grouped_mm_flops(a_shape, b_shape, *args, **kwargs) -> int:
@@ -210,7 +227,7 @@ def test_experts_run_top_k_rows_plus_the_padding_rows_only(name):
 
 
 def test_measured_attention_equals_the_formula_where_the_kernel_does_no_extra_work():
-    for name in ("qwen3 tied", "qwen3_moe", "deepseek_v3"):
+    for name in ("qwen3 tied", "qwen3_moe", "deepseek_v3", "llama3"):
         assert MEASURED_ATTENTION[name] == CASES[name][5] * TOKENS
     # gpt_oss: 221184 measured vs 4608 * 16 = 73728 counted: the sink key, the padding and the masked
     # part of the sliding layer's square are work the kernel does but the model does not need.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import json
 from pathlib import Path
 
@@ -14,15 +15,16 @@ import pytest
 import transformers
 from hf_published import PUBLISHED, scaled
 
-from models import get_model_spec
-from models.common.hf_config import HFConfigError
+from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.quant import Quantization, quantization
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import build_model_args, parse_args
+from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_CLASSES = {"qwen3": transformers.Qwen3Config, "qwen3_moe": transformers.Qwen3MoeConfig,
-                  "gpt_oss": transformers.GptOssConfig, "deepseek_v3": transformers.DeepseekV3Config}
+CONFIG_CLASSES = {name: type(transformers.AutoConfig.for_model(get_model_spec(name).state_dict_adapter.model_type))
+                  for name in model_names()}
+"""Our family -> the transformers config class of its adapter's ``model_type``."""
 
 
 def args_of(config: dict, family: str):
@@ -36,12 +38,20 @@ def test_each_published_config_json_gives_our_flavor_of_that_checkpoint(name):
     assert args_of(config, family) == get_model_spec(family).flavors[flavor]
 
 
+def test_every_family_has_a_published_config_and_the_published_configs_cover_every_family():
+    assert {family for _, family, _ in PUBLISHED.values()} == set(model_names())
+
+
 @pytest.mark.parametrize("family", list(CONFIG_CLASSES))
 def test_defaults_for_missing_keys_are_those_of_the_transformers_config_class(family):
-    module = __import__(f"models.{family}.state_dict_adapter", fromlist=["HF_DEFAULTS"])
+    """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives (Llama's head
+    counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same way)."""
+    module = importlib.import_module(f"models.{family}.state_dict_adapter")
+    declared = {f.name: f.default for f in dataclasses.fields(CONFIG_CLASSES[family])}
     reference = CONFIG_CLASSES[family]()
-    assert {k: getattr(reference, k) for k in module.HF_DEFAULTS} == module.HF_DEFAULTS
-    default_theta = getattr(module, "DEFAULT_THETA", 10000.0)  # Qwen3-MoE reads Qwen3's RoPE keys
+    assert {k: declared[k] if v is None else getattr(reference, k) for k, v in module.HF_DEFAULTS.items()} == (
+        module.HF_DEFAULTS)
+    default_theta = getattr(module, "DEFAULT_THETA", 10000.0)  # the Qwen3 and Llama families: the common one
     assert reference.rope_parameters["rope_theta"] == default_theta
     if family == "gpt_oss":
         assert {k: v for k, v in reference.rope_parameters.items() if k != "rope_theta"} == module.DEFAULT_ROPE
@@ -89,9 +99,17 @@ REFUSED = [
                                                        r"max_position_embeddings = 4096"),
     ("DeepSeek-V3", {"topk_method": "group_limited_greedy"}, r"topk_method = 'group_limited_greedy' is not supported"),
     ("DeepSeek-V3", {"scoring_func": "softmax"}, r"scoring_func = 'softmax' is not supported"),
+    ("DeepSeek-V3", {"moe_layer_freq": 2}, r"moe_layer_freq = 2 is not supported"),
     ("DeepSeek-V3", {"num_key_value_heads": 8}, r"num_key_value_heads = 8 differs from num_attention_heads = 128"),
     ("Moonlight-16B-A3B", {"rope_scaling": {"type": "yarn", "factor": 4.0}, "rope_parameters": {"rope_type": "default"}},
      r"rope_scaling = \{'type': 'yarn', 'factor': 4.0\} differs from rope_parameters"),
+    ("Llama-3.1-8B", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, r"rope_scaling.rope_type = 'dynamic' "
+                                                                               r"is not supported by the llama3 model"),
+    ("Llama-3.1-8B", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, r"config.json has no "
+                                                                              r"rope_scaling.low_freq_factor"),
+    ("Llama-3.1-8B", {"mlp_bias": True}, r"mlp_bias = True is not supported"),
+    ("Llama-3.1-8B", {"attention_bias": True}, r"attention_bias = True is not supported"),
+    ("Llama-3.2-1B", {"partial_rotary_factor": 0.5}, r"partial_rotary_factor = 0.5 is not implemented by the llama3"),
 ]
 
 

@@ -12,14 +12,13 @@ import pytest
 import torch
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, randomize_ours, small_tokenizer
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
 
 import torchtitan_lite.init.apply as init_module
 from models import get_model_spec
 from torchtitan_lite import generate
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import Tokenizer
-from torchtitan_lite.init.apply import materialize
 
 torch.set_num_threads(1)
 
@@ -33,6 +32,8 @@ PATHS = {
                     "gate_up_proj_bias", "down_proj_bias", "post_attention_layernorm"),
     "DeepSeek-V3": ("e_score_correction_bias", "q_a_layernorm", "kv_a_layernorm", "shared_experts", "mlp.gate.weight"),
     "Moonlight-16B-A3B": ("e_score_correction_bias", "kv_a_layernorm", "shared_experts"),
+    "Llama-3.1-8B": ("input_layernorm", "post_attention_layernorm", "model.norm", "lm_head"),
+    "Llama-3.2-1B": ("k_proj", "mlp.up_proj", "embed_tokens"),
 }
 """Parts of each reference whose reset (norms to one, the rest to zero) must change the logits: the random weights
 are at a scale where they matter."""
@@ -106,13 +107,8 @@ def test_export_loads_in_transformers_with_no_missing_key_and_the_same_logits(re
     config, family, _ = scaled(name), PUBLISHED[name][1], PUBLISHED[name][2]
     spec = get_model_spec(family)
     args = dataclasses.replace(spec.flavors["debug"], **spec.state_dict_adapter.args_from_hf_config(config))
-    with torch.device("meta"):
-        ours = spec.model_cls(args)
-    materialize(ours, "cpu")
-    ours.init_buffers("cpu")
-    adapter = spec.state_dict_adapter(args)
-    randomize_ours(ours, adapter, seed=1)
-    export_hf(ours.eval(), str(tmp_path / "export"), adapter, Tokenizer(tokenizer_file))
+    ours, adapter = random_ours(family, args, seed=1)
+    export_hf(ours, str(tmp_path / "export"), adapter, Tokenizer(tokenizer_file))
     theirs, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32,
                                                                      output_loading_info=True)
     assert [list(info[k]) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")] == [[], [], []]

@@ -15,14 +15,14 @@ import subprocess
 import pytest
 import torch
 import transformers
-from hf_published import SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, randomize_ours, small_tokenizer
+from hf_published import PUBLISHED, SCALED_VOCAB, scaled
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
 from safetensors.torch import load_file, save_file
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 import models
-from models import get_model_spec
+from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
 from torchtitan_lite.config.cli import ConfigError
@@ -113,16 +113,9 @@ def test_fp8_blocks_dequantize_like_transformers_and_import_to_the_reference_log
 
 def our_model(name: str):
     """Our model of the scaled ``name`` architecture with random weights, and its adapter."""
-    family = {"Qwen3-0.6B": "qwen3", "Qwen3-30B-A3B": "qwen3_moe"}[name]
-    spec = get_model_spec(family)
+    spec = get_model_spec(PUBLISHED[name][1])
     args = dataclasses.replace(spec.flavors["debug"], **spec.state_dict_adapter.args_from_hf_config(scaled(name)))
-    with torch.device("meta"):
-        model = spec.model_cls(args)
-    materialize(model, "cpu")
-    model.init_buffers("cpu")
-    adapter = spec.state_dict_adapter(args)
-    randomize_ours(model, adapter)
-    return model.eval(), adapter
+    return random_ours(PUBLISHED[name][1], args)
 
 
 def test_export_carries_tokenizer_special_ids_umask_mode_and_shards_with_an_index(tmp_path, tokenizer_file):
@@ -174,9 +167,11 @@ def bad_folders(tmp_path, tokenizer_file) -> dict[str, tuple[object, str]]:
     folder = copy("no_config")
     os.remove(folder / "config.json")
     cases["no_config"] = (folder, r"has no config.json")
-    folder = copy("llama")
-    rewrite(folder, {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, load_file(good / "model.safetensors"))
-    cases["llama"] = (folder, r"model_type 'llama' .* known model types: qwen3, qwen3_moe, gpt_oss, deepseek_v3")
+    folder = copy("mistral")
+    rewrite(folder, {"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
+            load_file(good / "model.safetensors"))
+    known = ", ".join(get_model_spec(name).state_dict_adapter.model_type for name in model_names())
+    cases["mistral"] = (folder, rf"model_type 'mistral' .* known model types: {known}$")
     folder = copy("index")
     tensors = load_file(good / "model.safetensors")
     os.remove(folder / "model.safetensors")

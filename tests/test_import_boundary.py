@@ -1,16 +1,26 @@
-"""The engine knows the models only through the registry: nothing under torchtitan_lite/ imports a module of
-models/ (``models.<family>`` or ``models.common``), nor names from ``models`` beyond the registry's ``__all__``;
-and every family's ModelSpec is complete."""
+"""The engine owns the contract and knows the models only through the registry: nothing under torchtitan_lite/
+imports a module of models/ (``models.<family>`` or ``models.common``), nor a name from ``models`` but the registry
+lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the engine, ``models.common``
+and itself, never another family, and ``models.common`` imports no family; every family's ModelSpec is complete
+(its init plan covers its debug model exactly)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import torch
+from model_helpers import assert_plan_covers_exactly
+
 import models
-from models import ModelSpec, get_model_spec, hf_family, model_names
+from models import get_model_spec, hf_family, model_names
+from torchtitan_lite import protocols
+from torchtitan_lite.protocols import ModelSpec, StateDictAdapter
 
 ENGINE = Path(__file__).resolve().parents[1] / "torchtitan_lite"
+MODELS = Path(__file__).resolve().parents[1] / "models"
+REGISTRY = ("get_model_spec", "hf_family", "model_names")
+"""All the engine may import from ``models``."""
 
 
 def model_imports(source: str) -> list[str]:
@@ -31,8 +41,14 @@ def model_imports(source: str) -> list[str]:
 
 
 def forbidden(imports: list[str]) -> list[str]:
-    """The imports that bypass the registry: anything but ``from models import <name in models.__all__>``."""
-    return [i for i in imports if not (i.startswith("models:") and i.split(":")[1] in models.__all__)]
+    """The imports that bypass the registry: anything but ``from models import <registry lookup>``."""
+    return [i for i in imports if not (i.startswith("models:") and i.split(":")[1] in REGISTRY)]
+
+
+def foreign(imports: list[str], family: str) -> list[str]:
+    """The imports of a file of ``models/<family>/`` (``family`` = ``"common"`` for ``models/common/``) that reach
+    beyond itself and ``models.common``: another family, or the registry package ``models`` itself."""
+    return [i for i in imports if i.split(":")[0].split(".")[1:2] not in ([family], ["common"])]
 
 
 def test_the_scan_sees_every_kind_of_import():
@@ -40,6 +56,18 @@ def test_the_scan_sees_every_kind_of_import():
               "import importlib\nimportlib.import_module(f'models.{name}.state_dict_adapter')\n")
     assert forbidden(model_imports(source)) == ["models.qwen3", "models.common.moe:MoE", "models:MoE",
                                                 "models.{name}.state_dict_adapter"]
+    family = ("from models.qwen3.model import Attention\nfrom models.common.ffn import FeedForward\n"
+              "from models import ModelSpec\nfrom models.gpt_oss.args import GptOssModelArgs\n")
+    assert foreign(model_imports(family), "gpt_oss") == ["models.qwen3.model:Attention", "models:ModelSpec"]
+
+
+def test_models_exports_only_the_registry_lookup_and_the_contract_is_the_engines():
+    assert sorted(models.__all__) == sorted(REGISTRY)
+    for name in protocols.__all__:  # ModelSpec, TrainingHooks, StateDictAdapter, ...
+        assert getattr(protocols, name).__module__.startswith("torchtitan_lite.protocols."), name
+    for name in model_names():
+        adapter = get_model_spec(name).state_dict_adapter
+        assert isinstance(get_model_spec(name), ModelSpec) and issubclass(adapter, StateDictAdapter), name
 
 
 def test_the_engine_imports_models_only_through_the_registry():
@@ -53,6 +81,20 @@ def test_the_engine_imports_models_only_through_the_registry():
     assert "models:get_model_spec" in uses  # the scan reads the files that do use the registry
 
 
+def test_a_family_imports_the_engine_common_and_itself_never_another_family():
+    folders = [p for p in sorted(MODELS.iterdir()) if p.is_dir() and (p / "__init__.py").exists()]
+    assert {p.name for p in folders} == {*model_names(), "common"}
+    offenders, seen = {}, 0
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            imports = model_imports(path.read_text(encoding="utf-8"))
+            seen += len(imports)
+            if bad := foreign(imports, folder.name):
+                offenders[str(path.relative_to(MODELS.parent))] = bad
+    assert offenders == {}
+    assert seen > 50  # the scan reads the families' own imports
+
+
 def test_every_family_has_a_complete_spec():
     for name in model_names():
         spec = get_model_spec(name)
@@ -63,3 +105,8 @@ def test_every_family_has_a_complete_spec():
         adapter = spec.state_dict_adapter  # every family imports and exports HF (issue 15)
         assert adapter is not None and callable(adapter.args_from_hf_config), name
         assert hf_family(adapter.model_type, None) == hf_family(None, [adapter.architecture]) == name
+        with torch.device("meta"):
+            model = spec.model_cls(spec.flavors["debug"])
+        plan = spec.init_plan(spec.flavors["debug"])
+        assert_plan_covers_exactly(model, plan)  # every parameter and persistent buffer, every entry used
+        assert plan.entries[-1][0] == "output.weight", name  # it wins for a tied pair

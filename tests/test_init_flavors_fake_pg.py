@@ -15,7 +15,7 @@ import pytest
 import torch
 from model_helpers import REPO, build_planned
 
-from models import get_model_spec
+from models import get_model_spec, model_names
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_init_flavors import build_meta, choose_rank, shard_numels  # noqa: E402
@@ -36,7 +36,11 @@ torch.save((shards, timing.__dict__), sys.argv[4])
 """
 
 
-@pytest.mark.parametrize("family, world_size, rank", [("qwen3", 3, 2), ("gpt_oss", 3, 1), ("deepseek_v3", 5, 4)])
+RANKS = {"gpt_oss": (3, 1), "deepseek_v3": (5, 4)}
+"""The fake rank each family plays, ``(world_size, rank)``; the others play rank 2 of 3 (uneven shards)."""
+
+
+@pytest.mark.parametrize("family, world_size, rank", [(name, *RANKS.get(name, (3, 2))) for name in model_names()])
 def test_fake_pg_rank_holds_the_rows_of_a_one_process_init(family, world_size, rank, tmp_path):
     spec = get_model_spec(family)
     whole = dict(build_planned(spec.model_cls, spec.init_plan, spec.flavors["debug"], seed=7).named_parameters())

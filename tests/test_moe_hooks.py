@@ -6,14 +6,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from model_helpers import is_moe
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_expert_bias import STEP, TINY, biases, build
 
-from models import HookReport, TrainingHooks, get_model_spec, model_names
+from models import get_model_spec, model_names
 from models.common.expert_bias import expert_bias_delta
 from models.common.moe import moe_layers
 from models.common.moe_hooks import MoETrainingHooks, expert_load_report
 from torchtitan_lite.components.metrics import MetricsLogger
+from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 torch.set_num_threads(1)
 
@@ -55,7 +57,7 @@ def test_dense_families_have_the_no_op_hooks_and_moe_families_the_moe_hooks():
     for name in model_names():
         spec = get_model_spec(name)
         hooks = spec.training_hooks(torch.nn.Linear(1, 1), SimpleNamespace(dp_group=None, dp_degree=1, pp=1), 1)
-        assert isinstance(hooks, MoETrainingHooks) == (name != "qwen3"), name
-        if name == "qwen3":
+        assert isinstance(hooks, MoETrainingHooks) == is_moe(name), name
+        if not is_moe(name):
             assert type(hooks) is TrainingHooks
             assert hooks.after_optimizer_step(1) is None and hooks.report(1) == HookReport({}, None)

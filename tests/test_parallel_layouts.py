@@ -3,7 +3,7 @@ of one process, through the real Trainer (``tests/dist_layout_worker.py``: fp32,
 models of 2 blocks).
 
 Acceptance: for Qwen3 tied and untied, GPT-OSS and DeepSeek-V3, on layouts tp2, dp2 x tp2 and HSDP (replicate 2 x
-shard 2): every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same; each
+shard 2), and every other dense family (Llama 3) on tp2: every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same; each
 rank draws its local elements (exactly where its cuts fall on tile boundaries, at most its box grown to tile
 boundaries otherwise); the step-1 loss is within 1e-5 (relative) of one process and the first 10 losses within
 1e-4, the step-1 gradient norm within 1e-4 (torch's fp32 norm is not more accurate) and the step-1 gradients
@@ -20,29 +20,41 @@ import torch
 from ckpt_helpers import env, text_file
 from dist_helpers import REPO, torchrun_script
 from dist_layout_worker import run_layouts
+from model_helpers import is_moe, moe_families
+
+from models import model_names
 
 pytestmark = pytest.mark.multiprocess
 
 WORKER = REPO / "tests" / "dist_layout_worker.py"
-LAYOUTS = {  # name: (processes, [parallelism] options)
-    "1": (1, []),
-    "tp2": (2, ["--parallelism.tensor_parallel_degree=2"]),
-    "dp2_tp2": (4, ["--parallelism.tensor_parallel_degree=2"]),
-    "hsdp": (4, ["--parallelism.data_parallel_replicate_degree=2"]),
-}
 MODELS = ("qwen3", "qwen3_untied", "gpt_oss", "deepseek_v3")
-PARALLEL = [layout for layout in LAYOUTS if layout != "1"]
+"""On every layout: the dense decoder tied and untied, GPT-OSS (biases, sinks, MoE), DeepSeek-V3 (MLA, MoE)."""
+TP_ONLY = tuple(name for name in model_names() if name not in MODELS and not is_moe(name))
+"""Every other dense family (Llama 3), on tp2 only: its tensor-parallel plan is its own (Llama 3: the attention
+without QK-norm), while FSDP and HSDP shard every family alike. The other MoE families run under TP x EP in
+``test_expert_parallel_layouts.py``."""
+LAYOUTS = {  # name: (processes, [parallelism] options, models)
+    "1": (1, [], MODELS + TP_ONLY),
+    "tp2": (2, ["--parallelism.tensor_parallel_degree=2"], MODELS + TP_ONLY),
+    "dp2_tp2": (4, ["--parallelism.tensor_parallel_degree=2"], MODELS),
+    "hsdp": (4, ["--parallelism.data_parallel_replicate_degree=2"], MODELS),
+}
+CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout != "1" for model in models]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
     """layout -> model -> what the worker saved."""
-    return run_layouts(tmp_path_factory.mktemp("layouts"),
-                       {layout: (nproc, options, MODELS) for layout, (nproc, options) in LAYOUTS.items()})
+    return run_layouts(tmp_path_factory.mktemp("layouts"), LAYOUTS)
 
 
-@pytest.mark.parametrize("layout", PARALLEL)
-@pytest.mark.parametrize("model", MODELS)
+def test_every_family_runs_under_tensor_parallelism_here_or_with_expert_parallelism():
+    tp_here = {model for layout, model in CASES if layout == "tp2"}
+    assert set(model_names()) <= tp_here | set(moe_families())
+    assert "llama3" in TP_ONLY
+
+
+@pytest.mark.parametrize(("layout", "model"), CASES)
 def test_every_parameter_and_the_fingerprint_equal_the_single_process_init(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert other["init"].keys() == one["init"].keys()
@@ -57,8 +69,7 @@ def test_a_tied_model_keeps_one_tensor_under_every_layout(runs):
         assert "output.weight" in runs[layout]["qwen3_untied"]["init"]
 
 
-@pytest.mark.parametrize("layout", PARALLEL)
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(("layout", "model"), CASES)
 def test_each_rank_draws_its_local_elements_up_to_the_tile_boundaries(runs, layout, model):
     nproc = LAYOUTS[layout][0]
     draws = runs[layout][model]["draws"]
@@ -74,8 +85,7 @@ def test_each_rank_draws_its_local_elements_up_to_the_tile_boundaries(runs, layo
         assert drawn <= 1.02 * local, (rank, drawn, local)  # tile slack: 1.6% at most here (deepseek_v3 dp2 x tp2)
 
 
-@pytest.mark.parametrize("layout", PARALLEL)
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(("layout", "model"), CASES)
 def test_losses_and_gradient_norms_reproduce_one_process(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert abs(other["losses"][0] / one["losses"][0] - 1) < 1e-5
@@ -87,8 +97,7 @@ def test_losses_and_gradient_norms_reproduce_one_process(runs, layout, model):
     assert one["losses"][-1] < one["losses"][0] - 0.5  # it trains
 
 
-@pytest.mark.parametrize("layout", PARALLEL)
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(("layout", "model"), CASES)
 def test_step_1_gradients_equal_one_process_within_1e_5(runs, layout, model):
     one, other = runs["1"][model]["grads"], runs[layout][model]["grads"]
     assert other.keys() == one.keys()
@@ -105,7 +114,8 @@ def test_gradients_under_tp_live_on_several_meshes_that_clipping_combines(runs):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_steps_between_log_steps_read_nothing_from_the_device_on_every_layout(runs, layout):
-    assert {model: runs[layout][model]["host_reads"] for model in MODELS} == dict.fromkeys(MODELS, 0)
+    models = LAYOUTS[layout][2]
+    assert {model: runs[layout][model]["host_reads"] for model in models} == dict.fromkeys(models, 0)
 
 
 def tp2_run(tmp_path, model: str, options: list[str]) -> dict:

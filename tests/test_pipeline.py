@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from model_helpers import is_moe
 from safetensors.torch import save_file
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-from models import get_model_spec
+from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import hf_tensors
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
@@ -25,14 +26,14 @@ SEED = 7
 
 
 def tiny(family: str = "qwen3", **changes):
-    """``(spec, args)`` of a 4-layer untied flavor of ``family`` (dim 64 but for DeepSeek-V3)."""
+    """``(spec, args)`` of a 4-layer untied flavor of ``family``: GQA families at dim 64 (a dense one with SwiGLU
+    width 128), MLA (DeepSeek-V3) at its debug dimensions."""
     spec = get_model_spec(family)
-    flavor = "debug_untied" if family == "qwen3" else "debug"
-    if family == "deepseek_v3":  # MLA: its debug dimensions
-        return spec, replace(spec.flavors[flavor], n_layers=4, max_seq_len=64, **changes)
-    args = replace(spec.flavors[flavor], dim=64, n_heads=4, n_kv_heads=2, head_dim=16, max_seq_len=64, n_layers=4,
-                   **changes)
-    return spec, args
+    base = spec.flavors["debug_untied" if "debug_untied" in spec.flavors else "debug"]
+    sizes = dict(dim=64, n_heads=4, n_kv_heads=2, head_dim=16) if hasattr(base, "n_kv_heads") else {}
+    if sizes and not is_moe(family):
+        sizes["hidden_dim"] = 128
+    return spec, replace(base, n_layers=4, max_seq_len=64, **{**sizes, **changes})
 
 
 def built(spec, args, *, device: str = "meta"):
@@ -92,7 +93,7 @@ def test_a_tied_model_cannot_be_split():
 
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
 def test_chained_stages_compute_the_whole_model_bitwise(family):
-    spec, args = tiny(family, **({"hidden_dim": 128} if family == "qwen3" else {}))
+    spec, args = tiny(family)
     model = built(spec, args, device="cpu")
     stages = [split_stage(model, ids, first=i == 0, last=i == 2) for i, ids in enumerate([[0], [1, 2], [3]])]
     tokens = torch.randint(0, args.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -145,7 +146,7 @@ def test_pipeline_loss_records_the_summed_cross_entropy_and_returns_it_scaled():
 
 
 def test_hf_import_into_a_later_stage_loads_its_tensors_and_skips_the_other_stages(tmp_path):
-    spec, args = tiny(hidden_dim=128)
+    spec, args = tiny()
     whole = built(spec, args, device="cpu")
     adapter = state_dict_adapter("qwen3", args)
     tensors = dict(named_state_tensors(whole))
@@ -157,10 +158,10 @@ def test_hf_import_into_a_later_stage_loads_its_tensors_and_skips_the_other_stag
     assert all(torch.equal(here[name], tensors[name]) for name in here)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"])
+@pytest.mark.parametrize("family", model_names())
 def test_a_later_stage_returns_hidden_states_in_the_compute_dtype(family):
     """The stages' static metadata (hidden states in the compute dtype, ``pipeline.py``): a bf16 stage keeps bf16."""
-    spec, args = tiny(family, **({"hidden_dim": 128} if family == "qwen3" else {}))
+    spec, args = tiny(family)
     stage = split_stage(built(spec, args, device="cpu"), [1, 2], first=False, last=False).to(torch.bfloat16)
     stage.init_buffers("cpu")  # RoPE tables stay fp32
     hidden = torch.randn(2, 16, args.dim, dtype=torch.bfloat16)

@@ -21,7 +21,7 @@ from models.common.rope import rope_cos_sin
 
 class Decoder(nn.Module):
     """``tok_embeddings`` -> ``layers`` ("0".."n_layers-1") -> ``norm`` -> ``output``; the model contract of
-    ``models/__init__.py``.
+    ``torchtitan_lite/protocols/model_spec.py``.
 
     Args:
         args: the family's args dataclass; read here: ``vocab_size``, ``dim``, ``n_layers``, ``norm_eps``,

@@ -1,30 +1,23 @@
-"""What every family's Hugging Face state-dict adapter shares: the decoder's outer names and the common config keys.
-
-The contract of an adapter class (``ModelSpec.state_dict_adapter``). Class attributes:
-  * ``model_type``, ``architecture``: the ``config.json`` values that name the family (``"qwen3"``,
-    ``"Qwen3ForCausalLM"``);
-  * ``args_from_hf_config(config) -> dict``: args field -> value read from a ``config.json`` dict, every key
-    honoured or refused (``models/common/hf_config.py``; raises ``HFConfigError``);
-  * ``free_fields``: args an override may set to another value than the folder's (``max_seq_len``).
-An instance, ``adapter(args, hf_config=None)`` (``hf_config``: the ``config.json`` dict of the folder to import,
-for a layout choice it makes, e.g. DeepSeek's ``rope_interleave``; ``None`` when exporting), has:
-  * ``tensors``: our state name -> :data:`~models.common.hf_tensors.HFTensor`, every tensor an HF file holds for
-    this model (a tied ``output.weight`` is left out: it is the embedding);
-  * ``state_only``: our persistent state that no HF file holds (MoE token counters), zero at import;
-  * ``skipped(hf_name)``: why a tensor of the HF files is not loaded (a tied ``lm_head.weight``,
-    DeepSeek's multi-token-prediction layers), or ``None`` when it is no such known tensor;
-  * ``to_hf_config()``: the ``config.json`` that describes our model to transformers.
+"""What every family's Hugging Face state-dict adapter shares: the decoder's outer names, the common config keys and
+:class:`DecoderStateDictAdapter`, the base that implements the engine's contract
+(:class:`torchtitan_lite.protocols.state_dict_adapter.StateDictAdapter`) for a
+:class:`models.common.decoder.Decoder`.
 
 Names (HF ``modeling_<family>.py``): ``model.embed_tokens`` = ``tok_embeddings``, per layer ``input_layernorm`` =
 ``attention_norm`` and ``post_attention_layernorm`` = ``ffn_norm``, ``model.norm`` = ``norm``, ``lm_head`` =
-``output``.
+``output``; a SwiGLU ``mlp.gate_proj/up_proj/down_proj`` = ``w1/w3/w2`` (:data:`SWIGLU_NAMES`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from models.common.hf_tensors import HFTensor, Same, Stacked
+from models.common.hf_config import ConfigFields
+from torchtitan_lite.protocols.hf_tensors import HFTensor, Same, Stacked
+from torchtitan_lite.protocols.state_dict_adapter import StateDictAdapter
+
+SWIGLU_NAMES = {"w1.weight": "gate_proj.weight", "w3.weight": "up_proj.weight", "w2.weight": "down_proj.weight"}
+"""Our name -> HF name of a SwiGLU's weights (``models/common/ffn.py``), relative to the module (HF ``mlp.``)."""
 
 
 def same(prefix: str, table: dict[str, str]) -> dict[str, HFTensor]:
@@ -72,23 +65,19 @@ def decoder_config(args: Any) -> dict[str, Any]:
             "tie_word_embeddings": args.tie_embeddings, "initializer_range": args.init_std}
 
 
-class StateDictAdapter:
-    """The base of the families' adapters (the contract above): a subclass sets ``model_type``, ``architecture``,
-    ``args_from_hf_config`` (and ``free_fields`` when not ``max_seq_len``) and implements :meth:`layer_tensors` and
-    :meth:`family_config`; the DeepSeek-V3 one also reads ``hf_config`` and skips its MTP layers.
+class DecoderStateDictAdapter(StateDictAdapter):
+    """The base of the families' adapters (the contract: :class:`~torchtitan_lite.protocols.StateDictAdapter`): a
+    subclass sets ``model_type``, ``architecture``, ``args_from_hf_config`` (and ``free_fields`` when not
+    ``max_seq_len``) and implements :meth:`layer_tensors` and :meth:`family_config`; the DeepSeek-V3 one also reads
+    ``hf_config`` and skips its MTP layers.
 
     Args:
         args: the arguments of our model.
         hf_config: the ``config.json`` of the folder to import, or ``None`` when exporting.
     """
 
-    model_type: str
-    architecture: str
-    free_fields: tuple[str, ...] = ("max_seq_len",)
-    args_from_hf_config: Callable[[dict[str, Any]], dict[str, Any]]
-
     def __init__(self, args: Any, hf_config: dict[str, Any] | None = None):
-        self.args, self.hf_config = args, hf_config or {}
+        super().__init__(args, hf_config)
         self.tensors = decoder_tensors(args, self.layer_tensors)
         self.state_only = self.state_tensors()
 
@@ -124,3 +113,10 @@ DECODER_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "vocab_si
                 "rms_norm_eps": "norm_eps", "max_position_embeddings": "max_seq_len",
                 "tie_word_embeddings": "tie_embeddings", "initializer_range": "init_std"}
 """The ``config.json`` key of each shared decoder field (:func:`decoder_config` writes them)."""
+
+
+def read_decoder(fields: ConfigFields) -> dict[str, Any]:
+    """The shared decoder keys (:data:`DECODER_KEYS`) as args fields."""
+    values = {ours: fields.get(hf) for hf, ours in DECODER_KEYS.items()}
+    values["norm_eps"], values["init_std"] = float(values["norm_eps"]), float(values["init_std"])
+    return values

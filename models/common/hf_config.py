@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
+
 _MISSING = object()
-
-
-class HFConfigError(ValueError):
-    """A ``config.json`` field the model cannot honour: one line naming the field, its value and what is supported."""
 
 
 class ConfigFields:

@@ -17,9 +17,9 @@ convention), set ``aux_loss_scale = 1 / (dp_degree * micro_batches)`` to add the
 
 Note: on counting tokens under activation checkpointing. ``tokens_per_expert`` is updated in
 forward; a checkpointed block runs its forward a second time during backward (recompute), which
-would count every token twice. A forward that runs while an autograd graph task is executing is a
-recompute (``torch._C._current_graph_task_id() != -1``, the test FSDP2 itself uses in
-``_fsdp_common.py``), and it does not count.
+would count every token twice. The engine checkpoints blocks with a recompute context that makes
+:func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` true (torch.utils.checkpoint's public
+``context_fn``); a recompute does not count, nor does it replace :attr:`MoE.aux_loss`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from models.common.balance_loss import AuxLoss
+from torchtitan_lite.distributed.activation_checkpoint import recomputing
 from torchtitan_lite.init.apply import canonical_name
 
 
@@ -98,7 +99,7 @@ class MoE(nn.Module):
         routing = self.router(flat)
         out = self.experts(flat, routing.indices, routing.weights)
         if self.training:
-            recompute = torch._C._current_graph_task_id() != -1
+            recompute = recomputing()
             with torch.no_grad():
                 counts = torch.bincount(routing.indices.reshape(-1), minlength=self.experts.num_experts).float()
                 if not recompute:

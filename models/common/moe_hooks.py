@@ -1,16 +1,17 @@
-"""The training hooks of the MoE families (``ModelSpec.training_hooks``, contract in ``models/__init__.py``):
-the auxiliary-loss gradient scale, the per-step expert-load sum and expert-bias update, expert-load metrics."""
+"""The training hooks of the MoE families (``ModelSpec.training_hooks``, contract in
+``torchtitan_lite/protocols/model_spec.py``): the auxiliary-loss gradient scale, the per-step expert-load sum and
+expert-bias update, expert-load metrics."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from models import HookReport, TrainingHooks
 from models.common.expert_bias import update_expert_bias
 from models.common.moe import collect_expert_load, moe_layers
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.pipeline import gather_stages
+from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
 def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:

@@ -8,7 +8,7 @@ from typing import Callable
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
 from models.common.moe import moe_layers
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
@@ -17,12 +17,36 @@ from torchtitan_lite.distributed.expert_parallel import ExpertParallel
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
-from torchtitan_lite.distributed.tensor_parallel import apply_embedding_and_output_tp
+from torchtitan_lite.distributed.tensor_parallel import (
+    apply_embedding_and_output_tp,
+    head_norm,
+    input_gathered,
+    norm_plan,
+    residual_layout,
+)
 
 BlockPlan = Callable[[nn.Module, DeviceMesh, bool], dict[str, ParallelStyle]]
 """``(block, tp_mesh, sequence_parallel) -> plan``: the ``parallelize_module`` plan of one block of ``model.layers``
 (submodule names relative to the block); it may also replace parameters that are not a module's weight (e.g.
 GPT-OSS's sinks, :func:`torchtitan_lite.distributed.tensor_parallel.shard_parameter`)."""
+
+
+def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, ParallelStyle]:
+    """The tensor-parallel plan of a block's GQA ``attention`` (:class:`models.common.attention.Attention`; Qwen3,
+    Qwen3-MoE, Llama 3) and its norm (torchtitan's llama3 and qwen3 plans, Megatron layout): input gathered
+    (``cos``/``sin`` plain), ``wq``/``wk``/``wv`` column-wise (whole query and key/value heads per rank: GQA's kv heads
+    split with their query groups), the QK-norm (when ``qk_norm``) whole on every rank over the rank's heads, ``wo``
+    row-wise."""
+    norms = {"attention.q_norm": head_norm(), "attention.k_norm": head_norm()} if qk_norm else {}
+    return {
+        **norm_plan("attention_norm", sequence_parallel),
+        "attention": input_gathered(sequence_parallel, n_extra=2),
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        **norms,
+        "attention.wo": RowwiseParallel(output_layouts=residual_layout(sequence_parallel)),
+    }
 
 
 def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
@@ -55,8 +79,8 @@ def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options
     under expert parallelism each MoE layer's ``experts`` first, over ``parallel_dims.efsdp_mesh``), in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
 
     Args:
-        model: a decoder built on meta (the model contract of ``models/__init__.py``), not yet sharded (tensor
-            parallelism may have been applied).
+        model: a decoder built on meta (the model contract of ``torchtitan_lite/protocols/model_spec.py``), not
+            yet sharded (tensor parallelism may have been applied).
         parallel_dims: the run's layout, with its mesh built.
         options: what to apply.
 

@@ -5,7 +5,6 @@ auxiliary-loss-free load balancing (the expert biases move once per optimizer st
 and init plans.
 """
 
-from models import ModelSpec
 from models.common.moe_hooks import MoETrainingHooks
 from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
 from models.deepseek_v3.flops import num_flops_per_token
@@ -13,6 +12,7 @@ from models.deepseek_v3.init_plan import deepseek_v3_init_plan
 from models.deepseek_v3.model import DeepSeekV3Model
 from models.deepseek_v3.parallelize import parallelize_deepseek_v3
 from models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
+from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(
     name="deepseek_v3",

@@ -1,4 +1,5 @@
-"""How a DeepSeek-V3 model is split over the devices (``ModelSpec.parallelize``, contract in ``models/__init__.py``).
+"""How a DeepSeek-V3 model is split over the devices (``ModelSpec.parallelize``, contract in
+``torchtitan_lite/protocols/model_spec.py``).
 
 Tensor parallelism of multi-head latent attention (torchtitan's deepseek_v3 plan): the attention runs on DTensors
 (its input gathered, ``cos``/``sin`` taken as replicated), the low-rank projections ``wq_a``/``wkv_a`` and their

@@ -12,7 +12,7 @@ bias: loaded like a weight, never re-initialized), the routed experts one tensor
 Note: on the RoPE rows. DeepSeek's checkpoints pair RoPE features ``(2i, 2i+1)`` (``rope_interleave: true``,
 transformers' default for this model type); our MLA pairs ``(i, i + qk_rope_head_dim/2)`` (``models/deepseek_v3/
 model.py``). Import permutes the RoPE rows of ``wq``/``wq_b`` (in every head) and ``wkv_a`` (the shared RoPE key)
-with :func:`models.common.hf_tensors.interleaved_to_half`; export writes them back interleaved, so the exported
+with :func:`interleaved_to_half`; export writes them back interleaved, so the exported
 folder has the published layout. A config with ``rope_interleave: false`` maps one to one.
 
 Config: the multi-token-prediction layers (``num_nextn_predict_layers``, the published ``model.layers.61.*``) are
@@ -29,10 +29,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from models.common.hf_adapter import StateDictAdapter, moe_counters, per_expert, same
+from models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
-from models.common.hf_tensors import HFTensor, RowPermuted, Same, interleaved_to_half
-from models.qwen3.state_dict_adapter import read_decoder
+from torchtitan_lite.protocols.hf_tensors import HFTensor, RowPermuted, Same
 
 HF_DEFAULTS = {
     "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
@@ -44,9 +43,35 @@ HF_DEFAULTS = {
     "rope_interleave": True, "attention_bias": False, "attention_dropout": 0.0, "num_nextn_predict_layers": 1,
 }
 """transformers' ``DeepseekV3Config`` defaults for the keys read here (``configuration_deepseek_v3.py``)."""
+MODELING_DEFAULTS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
+"""What transformers does for keys of DeepSeek's own ``config.json`` that ``DeepseekV3Config`` does not declare, so a
+folder without them (as its ``save_pretrained`` writes) loads: ``DeepseekV3TopkRouter`` scores with a sigmoid and
+picks the top-k within the top groups after the score-correction bias (``noaux_tc``), and every layer from
+``first_k_dense_replace`` on is an MoE (``DeepseekV3DecoderLayer``: no ``moe_layer_freq``)."""
 DEFAULT_THETA = 10000.0
 """transformers' ``rope_theta`` when a config has none (``PreTrainedConfig.default_theta``)."""
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def interleaved_to_half(n_rows: int, block: int, rope_dim: int, rope_offset: int) -> tuple[int, ...]:
+    """The row permutation from DeepSeek's interleaved RoPE pairs to our rotate-half pairs.
+
+    Rows come in ``n_rows // block`` blocks (one per head, or one for ``wkv_a``); in each, the ``rope_dim`` rows
+    from ``rope_offset`` on are RoPE features. DeepSeek pairs features ``(2i, 2i + 1)`` (the reference's
+    ``view_as_complex``; HF ``apply_rotary_pos_emb_interleave`` with ``rope_interleave: true``), we pair
+    ``(i, i + rope_dim / 2)`` (``models/common/rope.py``), so our RoPE row ``j`` is their row ``2j`` for
+    ``j < rope_dim / 2`` and ``2 (j - rope_dim / 2) + 1`` after; other rows stay.
+
+    Returns:
+        ``perm`` with our row ``i`` = their row ``perm[i]`` (for :class:`RowPermuted`).
+    """
+    half = rope_dim // 2
+    inner = [2 * j for j in range(half)] + [2 * j + 1 for j in range(half)]
+    perm = list(range(n_rows))
+    for start in range(0, n_rows, block):
+        base = start + rope_offset
+        perm[base : base + rope_dim] = [base + k for k in inner]
+    return tuple(perm)
 
 
 def _read_rope(fields: ConfigFields, max_seq_len: int) -> dict[str, Any]:
@@ -81,7 +106,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
             (``scoring_func``, ``topk_method``), MoE on every k-th layer only (``moe_layer_freq``), a RoPE the
             module docstring does not allow, or a key the model does not implement.
     """
-    fields = ConfigFields(config, HF_DEFAULTS, family="deepseek_v3")
+    fields = ConfigFields(config, {**HF_DEFAULTS, **MODELING_DEFAULTS}, family="deepseek_v3")
     fields.ignore(*FILE_FIELDS, "rope_interleave", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
                   "pretraining_tp")
     values = read_decoder(fields)
@@ -113,9 +138,9 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class DeepSeekV3StateDictAdapter(StateDictAdapter):
+class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
     """Maps tensors and configs between our :class:`~models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
-    ``DeepseekV3ForCausalLM`` (the contract in ``models/common/hf_adapter.py``).
+    ``DeepseekV3ForCausalLM``.
 
     Args:
         args: the arguments of our model.
@@ -151,14 +176,14 @@ class DeepSeekV3StateDictAdapter(StateDictAdapter):
         else:
             tensors["attention.wq.weight"] = self._rope_rows(f"{attn}q_proj.weight", q_rows, a.qk_head_dim,
                                                              a.qk_nope_head_dim)
-        swiglu = {"w1.weight": "gate_proj.weight", "w3.weight": "up_proj.weight", "w2.weight": "down_proj.weight"}
         if i < a.n_dense_layers:
-            return {**tensors, **same(f"{prefix}mlp.", {f"feed_forward.{k}": v for k, v in swiglu.items()})}
+            return {**tensors, **same(f"{prefix}mlp.", {f"feed_forward.{k}": v for k, v in SWIGLU_NAMES.items()})}
         tensors.update(same(prefix, {"moe.router.gate.weight": "mlp.gate.weight",
                                      "moe.router.expert_bias": "mlp.gate.e_score_correction_bias"}))
         tensors.update(per_expert(prefix, a.num_experts))
         if a.num_shared_experts:
-            tensors.update(same(f"{prefix}mlp.shared_experts.", {f"moe.shared_experts.{k}": v for k, v in swiglu.items()}))
+            shared = {f"moe.shared_experts.{k}": v for k, v in SWIGLU_NAMES.items()}
+            tensors.update(same(f"{prefix}mlp.shared_experts.", shared))
         return tensors
 
     def state_tensors(self) -> tuple[str, ...]:
@@ -187,7 +212,8 @@ class DeepSeekV3StateDictAdapter(StateDictAdapter):
                 "n_routed_experts": a.num_experts, "n_shared_experts": a.num_shared_experts,
                 "num_experts_per_tok": a.top_k, "n_group": a.num_expert_groups, "topk_group": a.num_limited_groups,
                 "norm_topk_prob": a.route_norm, "routed_scaling_factor": a.route_scale, "scoring_func": "sigmoid",
-                "topk_method": "noaux_tc", "q_lora_rank": a.q_lora_rank or None, "kv_lora_rank": a.kv_lora_rank,
+                "topk_method": "noaux_tc", "moe_layer_freq": 1, "q_lora_rank": a.q_lora_rank or None,
+                "kv_lora_rank": a.kv_lora_rank,
                 "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
                 "v_head_dim": a.v_head_dim, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
                 "rope_interleave": True, "num_nextn_predict_layers": 0, "rope_theta": a.rope_theta,

@@ -21,19 +21,19 @@ import functools
 import torch
 from torch import nn
 
+from models.common import attention as common_attention
 from models.common.balance_loss import switch_aux_loss
 from models.common.decoder import Decoder
 from models.common.experts import GroupedExperts, clamped_swiglu
 from models.common.moe import MoE
 from models.common.norm import RMSNorm
-from models.common.rope import apply_rope
 from models.common.routers import TopKRouter
 from models.common.sink_attention import SinkAttention
 from models.common.yarn import yarn_cos_sin
 from models.gpt_oss.args import GptOssModelArgs
 
 
-class Attention(nn.Module):
+class Attention(common_attention.Attention):
     """GQA with biases, YaRN RoPE and attention sinks; sliding-window or full causal.
 
     Args:
@@ -41,28 +41,19 @@ class Attention(nn.Module):
         sliding_window: keys visible to each query, or ``None`` for full causal attention.
 
     Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv`` ``(n_kv_heads * head_dim, dim)``,
-    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias; ``sinks`` ``(n_heads,)`` logits. Head counts are read
-    from the projections' outputs, so a rank holding some of the heads (tensor parallelism) runs its heads.
+    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias (:class:`models.common.attention.Attention`); ``sinks``
+    ``(n_heads,)`` logits. Head counts are read from the projections' outputs, so a rank holding some of the heads
+    (tensor parallelism) runs its heads.
     """
 
     def __init__(self, args: GptOssModelArgs, sliding_window: int | None):
-        super().__init__()
-        self.head_dim = args.head_dim
-        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=True)
-        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
-        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=True)
-        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=True)
+        super().__init__(args, qk_norm=False, bias=True)
         self.sinks = nn.Parameter(torch.empty(args.n_heads))
         self.inner_attention = SinkAttention(sliding_window)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``."""
-        bs, seqlen, _ = x.shape
-        q = self.wq(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_heads, head_dim)
-        k = self.wk(x).view(bs, seqlen, -1, self.head_dim)  # (bs, seqlen, n_kv_heads, head_dim)
-        v = self.wv(x).view(bs, seqlen, -1, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = self.inner_attention(q, k, v, self.sinks)  # (bs, seqlen, n_heads, head_dim)
+        out = self.inner_attention(*self.qkv(x, cos, sin), self.sinks)  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
 
 

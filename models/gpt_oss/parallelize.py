@@ -1,4 +1,5 @@
-"""How a GPT-OSS model is split over the devices (``ModelSpec.parallelize``, contract in ``models/__init__.py``).
+"""How a GPT-OSS model is split over the devices (``ModelSpec.parallelize``, contract in
+``torchtitan_lite/protocols/model_spec.py``).
 
 Tensor parallelism (torchtitan's gpt_oss plan): column-wise ``wq``/``wk``/``wv`` with their biases (whole query and
 key/value heads per rank), the per-head ``sinks`` sharded with the heads (``Shard(0)``) and handed to the attention

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import StateDictAdapter, moe_counters, same
+from models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, read_decoder, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
-from models.common.hf_tensors import HFTensor, Transposed
-from models.qwen3.state_dict_adapter import read_decoder
+from torchtitan_lite.protocols.hf_tensors import HFTensor, Transposed
 
 _LAYER_NAMES = {
     **{f"attention.w{p}.{kind}": f"self_attn.{p}_proj.{kind}" for p in "qkvo" for kind in ("weight", "bias")},
@@ -94,9 +93,9 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class GptOssStateDictAdapter(StateDictAdapter):
+class GptOssStateDictAdapter(DecoderStateDictAdapter):
     """Maps tensors and configs between our :class:`~models.gpt_oss.args.GptOssModelArgs` model and HF
-    ``GptOssForCausalLM`` (the contract in ``models/common/hf_adapter.py``)."""
+    ``GptOssForCausalLM``."""
 
     model_type = "gpt_oss"
     architecture = "GptOssForCausalLM"

@@ -1,39 +1,20 @@
-"""Parameter counts and training FLOPs of Qwen3, computed from the args alone."""
+"""Parameter counts and training FLOPs of Qwen3 (a dense decoder with QK-norm, ``models/common/flops.py``)."""
 
 from __future__ import annotations
 
+from models.common.flops import dense_flops_per_token, dense_num_params
 from models.qwen3.args import Qwen3ModelArgs
 
 
 def qwen3_num_params(args: Qwen3ModelArgs, include_embedding: bool = True) -> int:
-    """Number of distinct parameters of ``Qwen3Model(args)`` (a tied table counted once).
-
-    Args:
-        include_embedding: count the ``tok_embeddings`` table (``vocab_size * dim``); when False and
-            the output is tied, the shared table is not counted either.
-    """
-    attention = args.dim * args.head_dim * (2 * args.n_heads + 2 * args.n_kv_heads) + 2 * args.head_dim
-    block = attention + 3 * args.dim * args.hidden_dim + 2 * args.dim
-    table = args.vocab_size * args.dim
-    n_tables = (1 if args.tie_embeddings else 2) - (0 if include_embedding else 1)
-    return args.n_layers * block + args.dim + n_tables * table
+    """Number of distinct parameters of ``Qwen3Model(args)`` (:func:`~models.common.flops.dense_num_params`)."""
+    return dense_num_params(args, qk_norm=True, include_embedding=include_embedding)
 
 
 def num_flops_per_token(args: Qwen3ModelArgs, seq_len: int) -> float:
-    """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
-
-    ``6 * N + 12 * n_layers * n_heads * head_dim * seq_len`` with ``N`` the non-embedding
-    parameters (norm weights included, as torchtitan counts all parameters) plus the output projection's
-    (a tied table costs a matmul as output, not as a lookup):
-    6N for the matmuls of forward (2N) and backward (4N), and 12 * L * H * d_head * T for the
-    attention scores and weighted sums (PaLM, Chowdhery et al. 2022, appendix B; torchtitan
-    ``get_dense_model_nparams_and_flops``).
+    """Training FLOPs per token (:func:`~models.common.flops.dense_flops_per_token`).
 
     Raises:
         ValueError: ``seq_len`` is not positive.
     """
-    if seq_len <= 0:
-        raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
-    output = args.vocab_size * args.dim if args.tie_embeddings else 0  # untied: already in the count
-    n_matmul = qwen3_num_params(args, include_embedding=False) + output
-    return 6.0 * n_matmul + 12.0 * args.n_layers * args.n_heads * args.head_dim * seq_len
+    return dense_flops_per_token(args, seq_len, qk_norm=True)

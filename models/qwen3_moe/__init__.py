@@ -3,7 +3,6 @@
 ``debug`` trains on CPU; the 30b-a3b flavor gives the published parameter counts and init plan.
 """
 
-from models import ModelSpec
 from models.common.moe_hooks import MoETrainingHooks
 from models.qwen3_moe.args import Qwen3MoeModelArgs, qwen3_moe_flavors
 from models.qwen3_moe.flops import num_flops_per_token
@@ -11,6 +10,7 @@ from models.qwen3_moe.init_plan import qwen3_moe_init_plan
 from models.qwen3_moe.model import Qwen3MoeModel
 from models.qwen3_moe.parallelize import parallelize_qwen3_moe
 from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(
     name="qwen3_moe",

@@ -1,7 +1,7 @@
 """The Qwen3-MoE transformer (Qwen3 technical report, arXiv 2505.09388, sec. 2; HF ``modeling_qwen3_moe.py``).
 
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))`` with the
-dense Qwen3 attention (GQA with QK-norm, ``models/qwen3/model.py``) and a mixture of bias-free SwiGLU
+dense Qwen3 attention (GQA with QK-norm, :class:`models.common.attention.Attention`) and a mixture of bias-free SwiGLU
 experts, no shared experts. Routing (HF ``Qwen3MoeSparseMoeBlock``): softmax over all experts, top-k,
 renormalized when ``route_norm``: :class:`models.common.routers.TokenChoiceTopKRouter` with
 ``score_func="softmax"``, one group, ``route_scale`` 1 and its expert bias kept at zero
@@ -14,13 +14,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.common.attention import Attention
 from models.common.balance_loss import switch_aux_loss
 from models.common.decoder import Decoder
 from models.common.experts import GroupedSwiGLUExperts
 from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.routers import TokenChoiceTopKRouter
-from models.qwen3.model import Attention
 from models.qwen3_moe.args import Qwen3MoeModelArgs
 
 
@@ -30,7 +30,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, args: Qwen3MoeModelArgs):
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
-        self.attention = Attention(args)  # reads dim, n_heads, n_kv_heads, head_dim, norm_eps
+        self.attention = Attention(args, qk_norm=True)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         router = TokenChoiceTopKRouter(args.dim, args.num_experts, args.top_k, num_expert_groups=1,
                                        num_limited_groups=1, score_func="softmax", route_norm=args.route_norm,

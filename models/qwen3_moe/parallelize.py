@@ -1,8 +1,9 @@
-"""How a Qwen3-MoE model is split over the devices (``ModelSpec.parallelize``, contract in ``models/__init__.py``).
+"""How a Qwen3-MoE model is split over the devices (``ModelSpec.parallelize``, contract in
+``torchtitan_lite/protocols/model_spec.py``).
 
-Tensor parallelism: the Qwen3 attention plan (``models/qwen3/parallelize.py``) and the MoE layer whole on every
-rank on the gathered sequence, router and experts not split (see the note on MoE layers under tensor parallelism in
-``torchtitan_lite/distributed/tensor_parallel.py``).
+Tensor parallelism: the attention with QK-norm (:func:`models.common.parallelize.attention_plan`) and the MoE layer
+whole on every rank on the gathered sequence, router and experts not split (see the note on MoE layers under tensor
+parallelism in ``torchtitan_lite/distributed/tensor_parallel.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from models.common.parallelize import parallelize_decoder
-from models.qwen3.parallelize import attention_plan
+from models.common.parallelize import attention_plan, parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import norm_plan, replicated_module_plan
@@ -20,7 +20,7 @@ from torchtitan_lite.distributed.tensor_parallel import norm_plan, replicated_mo
 
 def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> dict[str, ParallelStyle]:
     """The tensor-parallel plan of one Qwen3-MoE block: the Qwen3 attention, ``ffn_norm``, the MoE replicated."""
-    return {**attention_plan(sequence_parallel), **norm_plan("ffn_norm", sequence_parallel),
+    return {**attention_plan(sequence_parallel, qk_norm=True), **norm_plan("ffn_norm", sequence_parallel),
             **replicated_module_plan("moe", sequence_parallel)}
 
 

@@ -1,6 +1,6 @@
 """Qwen3-MoE <-> Hugging Face transformers: tensor names and ``config.json`` (``Qwen3MoeForCausalLM``).
 
-Names (HF ``modeling_qwen3_moe.py``): the Qwen3 attention (``models/qwen3/state_dict_adapter.py``), the router
+Names (HF ``modeling_qwen3_moe.py``): the Qwen3 attention with QK-norm (``models/common/hf_attention.py``), the router
 ``mlp.gate`` = ``moe.router.gate`` and the experts in the published one-tensor-per-expert layout
 (:func:`models.common.hf_adapter.per_expert`). The router's expert bias (kept at zero, see
 ``models/qwen3_moe/model.py``) and the token counters are ours alone: zero at import, not exported.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import StateDictAdapter, moe_counters, per_expert, same
+from models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
+from models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
 from models.common.hf_config import FILE_FIELDS, ConfigFields
-from models.common.hf_tensors import HFTensor
-from models.qwen3.state_dict_adapter import ATTENTION_NAMES, attention_config, read_attention, read_decoder
+from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
     "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
@@ -36,7 +36,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         HFConfigError: a dense block (``decoder_sparse_step`` != 1 or ``mlp_only_layers``), the two expert counts
-            disagreeing, or any key :func:`models.qwen3.state_dict_adapter.args_from_hf_config` refuses.
+            disagreeing, or any key :func:`models.common.hf_attention.read_attention` refuses.
     """
     fields = ConfigFields(config, HF_DEFAULTS, family="qwen3_moe")
     fields.ignore(*FILE_FIELDS, "intermediate_size", "router_aux_loss_coef")
@@ -51,9 +51,9 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-class Qwen3MoeStateDictAdapter(StateDictAdapter):
+class Qwen3MoeStateDictAdapter(DecoderStateDictAdapter):
     """Maps tensors and configs between our :class:`~models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
-    ``Qwen3MoeForCausalLM`` (the contract in ``models/common/hf_adapter.py``)."""
+    ``Qwen3MoeForCausalLM``."""
 
     model_type = "qwen3_moe"
     architecture = "Qwen3MoeForCausalLM"
@@ -61,7 +61,7 @@ class Qwen3MoeStateDictAdapter(StateDictAdapter):
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
         """Attention, router and the experts one tensor per expert (module docstring)."""
-        return {**same(prefix, {**ATTENTION_NAMES, "moe.router.gate.weight": "mlp.gate.weight"}),
+        return {**same(prefix, {**ATTENTION_NAMES, **QK_NORM_NAMES, "moe.router.gate.weight": "mlp.gate.weight"}),
                 **per_expert(prefix, self.args.num_experts)}
 
     def state_tensors(self) -> tuple[str, ...]:

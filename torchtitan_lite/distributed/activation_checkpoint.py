@@ -1,6 +1,17 @@
-"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op policy)."""
+"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op policy).
+
+Note: on telling a forward from its recompute. A checkpointed block runs its forward again in backward; state a
+module updates in forward (MoE token counters) must not count twice. Every block is checkpointed with
+:func:`checkpoint_contexts` as ``torch.utils.checkpoint``'s ``context_fn`` (its public hook for this), whose
+recompute context makes :func:`recomputing` true; a module asks it. Under ``torch.compile`` a block traced whole
+is recomputed by AOTAutograd from the graph, not by re-running Python: the contexts are then only the
+selective-checkpointing modes torch.compile needs, and the flag stays false.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager, Iterator
 
 import torch
 from torch import nn
@@ -47,6 +58,42 @@ _MATMUL_OPS = frozenset({
 attention math fallback and MoE (``bmm``, ``baddbmm``), grouped expert GEMMs (``_grouped_mm``)."""
 
 
+_recomputing = False
+
+
+def recomputing() -> bool:
+    """Whether the forward running now is an activation-checkpoint recompute (see the note in this module)."""
+    return _recomputing
+
+
+@contextlib.contextmanager
+def _recomputation(inner: ContextManager) -> Iterator[None]:
+    """``inner``, with :func:`recomputing` true inside."""
+    global _recomputing
+    previous, _recomputing = _recomputing, True
+    try:
+        with inner:
+            yield
+    finally:
+        _recomputing = previous
+
+
+def _recompute_everything(ctx, func, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpoint_contexts(
+        policy_contexts: Callable[[], tuple[ContextManager, ContextManager]] | None = None,
+) -> tuple[ContextManager, ContextManager]:
+    """``torch.utils.checkpoint``'s ``context_fn`` of a checkpointed block: the forward and recompute contexts of
+    ``policy_contexts()`` (selective checkpointing; none: recompute everything), the recompute one making
+    :func:`recomputing` true. Under ``torch.compile`` the selective-checkpointing modes only (the note)."""
+    if torch.compiler.is_compiling():
+        return (policy_contexts or (lambda: create_selective_checkpoint_contexts(_recompute_everything)))()
+    forward, recompute = policy_contexts() if policy_contexts else (contextlib.nullcontext(), contextlib.nullcontext())
+    return forward, _recomputation(recompute)
+
+
 def _op_policy_context():
     """Fresh forward/recompute contexts for one block call: the n-th matmul of forward and of recompute get
     the same decision."""
@@ -64,6 +111,11 @@ def _op_policy_context():
     return create_selective_checkpoint_contexts(policy)
 
 
+def _op_checkpoint_contexts() -> tuple[ContextManager, ContextManager]:
+    """:func:`checkpoint_contexts` of the op policy."""
+    return checkpoint_contexts(_op_policy_context)
+
+
 def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_option: str = "op") -> nn.Module:
     """Recompute activations in backward, per block of ``model.layers``, in place.
 
@@ -73,7 +125,8 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
     ``(layer_id + 1) % k == 0`` (torchtitan's count from 1; ``"1"`` = full); ``"selective"`` ``"op"``: every
     block under ``create_selective_checkpoint_contexts``, saving fused attention and every other matrix
     product (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm`` in call order: 1st, 3rd, ...; torchtitan's
-    ``_save_list``) and recomputing the rest. Gradients are bitwise those of ``"none"``.
+    ``_save_list``) and recomputing the rest. Gradients are bitwise those of ``"none"``; recomputes run under
+    :func:`recomputing` (the note in this module).
 
     Args:
         model: with ``layers`` (``nn.ModuleDict``), on meta or materialized, not yet FSDP-sharded.
@@ -93,7 +146,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
     every = selective_every(selective_ac_option) if mode == "selective" else 1
     for key, block in list(layers.items()):
         if every is None:
-            layers[key] = checkpoint_wrapper(block, context_fn=_op_policy_context)
+            layers[key] = checkpoint_wrapper(block, context_fn=_op_checkpoint_contexts)
         elif (int(key) + 1) % every == 0:  # the layer id, also on a pipeline stage that holds later layers only
-            layers[key] = checkpoint_wrapper(block)
+            layers[key] = checkpoint_wrapper(block, context_fn=checkpoint_contexts)
     return model

@@ -24,7 +24,7 @@ def _layers(model: nn.Module) -> nn.ModuleDict:
     if not isinstance(layers, nn.ModuleDict):
         raise TypeError(
             f"{type(model).__name__}.layers must be an nn.ModuleDict keyed by str(layer_id) "
-            f"(the model contract in models/__init__.py), got {type(layers).__name__}"
+            f"(the model contract in torchtitan_lite/protocols/model_spec.py), got {type(layers).__name__}"
         )
     return layers
 

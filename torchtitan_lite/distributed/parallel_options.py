@@ -10,7 +10,7 @@ import torch
 
 @dataclass(frozen=True)
 class ParallelOptions:
-    """Options of ``ModelSpec.parallelize(model, parallel_dims, options)`` (``models/__init__.py``).
+    """Options of ``ModelSpec.parallelize(model, parallel_dims, options)`` (``protocols/model_spec.py``).
 
     Attributes:
         sequence_parallel: under tensor parallelism, shard the residual stream along the sequence

@@ -140,7 +140,7 @@ def apply_embedding_and_output_tp(model: nn.Module, mesh: DeviceMesh, *, sequenc
     embedding's DTensor.
 
     Args:
-        model: the model contract of ``models/__init__.py``, on meta.
+        model: the model contract of ``torchtitan_lite/protocols/model_spec.py``, on meta.
         mesh: the tensor-parallel mesh.
     """
     tied = is_tied(model)

@@ -149,7 +149,7 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     out_names = next((names for names in groups if "output.weight" in names), None)
     if out_names is None:
         raise ValueError("expected_step1_loss: the model has no output.weight; it must follow the registry "
-                         "contract (models/__init__.py)")
+                         "contract (torchtitan_lite/protocols/model_spec.py)")
     vocab_size, dim = groups[out_names].shape
     out_spec = _winning_spec(plan, out_names, "tensor")
     gain = 1.0

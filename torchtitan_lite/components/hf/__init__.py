@@ -10,5 +10,5 @@ trained model back as such a folder.
   * :mod:`.export`: the trained model, its config and tokenizer as a folder that transformers loads.
 
 Names, layouts and config keys go through the family's state-dict adapter (``ModelSpec.state_dict_adapter``;
-contract in ``models/common/hf_adapter.py``).
+contract in ``torchtitan_lite/protocols/state_dict_adapter.py``).
 """

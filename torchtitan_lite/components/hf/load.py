@@ -9,7 +9,7 @@ tied ``lm_head.weight``), else unexpected (an error unless allowed).
 
 Load (:func:`import_hf`): for every tensor to load, the rank's box is its local shard's place in the global tensor
 (:func:`torchtitan_lite.init.keyed.local_box`: plain tensors, FSDP ``Shard(0)``, TP ``Shard(1)``, ``_StridedShard``,
-2-D meshes); the adapter's kind reads the HF boxes that make it (``models/common/hf_tensors.py``) and the values are
+2-D meshes); the adapter's kind reads the HF boxes that make it (``protocols/hf_tensors.py``) and the values are
 copied into the local shard. No collective runs and no rank reads more of a tensor than the slice it holds, so the
 host memory a rank needs is about its share (``SafetensorsFolder.bytes_read`` counts the bytes copied; see
 ``docs/design.md``, "HF: reading by boxes").

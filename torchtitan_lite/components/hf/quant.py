@@ -22,12 +22,13 @@ from typing import Any, Callable
 
 import torch
 
+from torchtitan_lite.protocols.hf_tensors import Box
+
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 """The 16 E2M1 values by code (OCP MX spec v1.0, table 5)."""
 MXFP4_BLOCK = 32
 """Values per MXFP4 scale block (OCP MX spec v1.0)."""
 
-Box = tuple[tuple[int, int], ...]
 Read = Callable[[str, Box], torch.Tensor]
 
 

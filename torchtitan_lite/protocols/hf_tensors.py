@@ -1,15 +1,15 @@
 """How one of our tensors is made of Hugging Face checkpoint tensors, both ways, read by boxes.
 
-A state-dict adapter maps each of our state names to one of the kinds below. Import reads only the box of our
-tensor a rank holds (``box``: ``(start, stop)`` per dimension of OUR tensor, e.g. an FSDP or TP shard) through a
-``reader`` with ``reader.read(hf_name, hf_box) -> tensor`` (the checkpoint's values of that box, dequantized
-when the file is quantized); each kind turns our box into the HF boxes it needs, so no rank reads a whole
-tensor it only holds a slice of. Export turns our full tensor into the HF tensors (:meth:`to_hf`).
+A state-dict adapter (:mod:`.state_dict_adapter`) maps each of our state names to one of the kinds below. Import
+reads only the box of our tensor a rank holds (``box``: ``(start, stop)`` per dimension of OUR tensor, e.g. an FSDP
+or TP shard) through a ``reader`` with ``reader.read(hf_name, hf_box) -> tensor`` (the checkpoint's values of that
+box, dequantized when the file is quantized); each kind turns our box into the HF boxes it needs, so no rank reads a
+whole tensor it only holds a slice of. Export turns our full tensor into the HF tensors (:meth:`to_hf`).
 
 Kinds: :class:`Same` (one HF tensor, same layout), :class:`Transposed` (GPT-OSS experts: HF stores
 ``(E, in, out)``, we ``(E, out, in)``), :class:`Stacked` (MoE experts that published checkpoints store one
-tensor per expert, ``mlp.experts.{e}.gate_proj.weight``), :class:`RowPermuted` (DeepSeek's RoPE rows, see
-:func:`interleaved_to_half`).
+tensor per expert, ``mlp.experts.{e}.gate_proj.weight``), :class:`RowPermuted` (DeepSeek's RoPE rows,
+``models/deepseek_v3/state_dict_adapter.py``).
 """
 
 from __future__ import annotations
@@ -139,23 +139,3 @@ class RowPermuted(_OneTensor):
 HFTensor = Same | Transposed | Stacked | RowPermuted
 """Any of the kinds."""
 
-
-def interleaved_to_half(n_rows: int, block: int, rope_dim: int, rope_offset: int) -> tuple[int, ...]:
-    """The row permutation from DeepSeek's interleaved RoPE pairs to our rotate-half pairs.
-
-    Rows come in ``n_rows // block`` blocks (one per head, or one for ``wkv_a``); in each, the ``rope_dim`` rows
-    from ``rope_offset`` on are RoPE features. DeepSeek pairs features ``(2i, 2i + 1)`` (the reference's
-    ``view_as_complex``; HF ``apply_rotary_pos_emb_interleave`` with ``rope_interleave: true``), we pair
-    ``(i, i + rope_dim / 2)`` (``models/common/rope.py``), so our RoPE row ``j`` is their row ``2j`` for
-    ``j < rope_dim / 2`` and ``2 (j - rope_dim / 2) + 1`` after; other rows stay.
-
-    Returns:
-        ``perm`` with our row ``i`` = their row ``perm[i]`` (for :class:`RowPermuted`).
-    """
-    half = rope_dim // 2
-    inner = [2 * j for j in range(half)] + [2 * j + 1 for j in range(half)]
-    perm = list(range(n_rows))
-    for start in range(0, n_rows, block):
-        base = start + rope_offset
-        perm[base : base + rope_dim] = [base + k for k in inner]
-    return tuple(perm)
