@@ -10,11 +10,14 @@ for why not saved-tensor hooks).
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
+import test_deepseek_v3
+import test_gpt_oss
+import test_qwen3
+import test_qwen3_moe
 import torch
+from model_helpers import build_planned, build_random
 
 from models import get_model_spec
 from models.common.moe import collect_expert_load
@@ -24,13 +27,6 @@ from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-sys.path.insert(0, str(Path(__file__).parent))
-import test_deepseek_v3  # noqa: E402
-import test_gpt_oss  # noqa: E402
-import test_qwen3  # noqa: E402
-import test_qwen3_moe  # noqa: E402
-from model_helpers import build_planned, build_random  # noqa: E402
-
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
 TINY = {  # the families' test args, with the MoE auxiliary losses on so their recompute path runs too
     "qwen3": test_qwen3.TINY,
@@ -38,11 +34,6 @@ TINY = {  # the families' test args, with the MoE auxiliary losses on so their r
     "gpt_oss": dataclasses.replace(test_gpt_oss.TINY, aux_loss_coeff=0.01),
     "deepseek_v3": dataclasses.replace(test_deepseek_v3.TINY, aux_loss_coeff=0.01),
 }
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 def _tokens(args, seqlen=None) -> torch.Tensor:

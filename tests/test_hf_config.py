@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import transformers
+from dist_helpers import REPO
 from hf_published import PUBLISHED, scaled
 
 from models import get_model_spec
@@ -20,7 +21,6 @@ from torchtitan_lite.components.hf.quant import Quantization, quantization
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import build_model_args, parse_args
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG_CLASSES = {"qwen3": transformers.Qwen3Config, "qwen3_moe": transformers.Qwen3MoeConfig,
                   "gpt_oss": transformers.GptOssConfig, "deepseek_v3": transformers.DeepseekV3Config}
 

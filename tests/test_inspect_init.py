@@ -12,8 +12,6 @@ from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
-torch.set_num_threads(1)
-
 DEBUG = ["--job.config_file", "train_configs/qwen3_debug.toml"]
 
 

@@ -16,8 +16,6 @@ from models.common.experts import GroupedExperts, clamped_swiglu
 from models.common.moe import MoE, collect_expert_load
 from models.common.routers import TopKRouter
 
-torch.set_num_threads(1)
-
 DIM, HIDDEN, EXPERTS, TOP_K = 8, 6, 4, 2
 
 
