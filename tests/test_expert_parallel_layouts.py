@@ -33,7 +33,7 @@ MOE_LAYERS = {"qwen3_moe": 2, "gpt_oss": 2, "deepseek_v3": 1}
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
-    """layout -> model -> what the worker saved."""
+    """layout -> model -> what the worker returned."""
     return run_layouts(tmp_path_factory.mktemp("ep_layouts"), LAYOUTS)
 
 
