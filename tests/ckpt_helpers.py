@@ -3,6 +3,7 @@ their worker (``tests/ckpt_worker.py``)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -23,11 +24,17 @@ TINY_RUN = ["--training.seq_len=32", "--training.local_batch_size=2", "--trainin
 them off), no validation or TensorBoard."""
 
 
+@functools.cache
+def _plays_text(n_plays: int) -> str:
+    """The first ``n_plays`` training plays, separated by a blank line (read once per session)."""
+    return "\n\n".join(text for _, text in shakespeare_plays("train")[:n_plays])
+
+
 def text_file(folder: Path, n_plays: int = 2) -> Path:
     """A local ``.txt`` dataset of the first ``n_plays`` training plays, ``folder / "data.txt"`` (tokenizes in well
     under a second)."""
     path = folder / "data.txt"
-    path.write_text("\n\n".join(text for _, text in shakespeare_plays("train")[:n_plays]), encoding="utf-8")
+    path.write_text(_plays_text(n_plays), encoding="utf-8")
     return path
 
 

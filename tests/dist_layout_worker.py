@@ -159,13 +159,24 @@ def run_worker(folder, nproc: int, models: tuple[str, ...], options: list[str],
                                                             *options], nproc=nproc, timeout=timeout).result()
 
 
+_ONE_PROCESS: dict[str, dict] = {}
+"""Model -> what the worker returned for it on one process without options, kept for the session: the single-process
+reference of test_parallel_layouts and test_expert_parallel_layouts, which share models."""
+
+
 def run_layouts(folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]) -> dict[str, dict[str, dict]]:
-    """:func:`run_worker` once per layout (``name: (processes, options, models)``) in ``folder / name``; returns
-    ``layout -> model -> what the worker returned`` (for the tests' module fixtures)."""
+    """:func:`run_worker` once per layout (``name: (processes, options, models)``) in ``folder / name``, except for
+    single-process runs already made in this session; returns ``layout -> model -> what the worker returned`` (for
+    the tests' module fixtures)."""
     results = {}
     for layout, (nproc, options, models) in layouts.items():
         (folder / layout).mkdir()
-        results[layout] = run_worker(folder / layout, nproc, models, options)
+        if nproc > 1 or options:
+            results[layout] = run_worker(folder / layout, nproc, models, options)
+            continue
+        if todo := tuple(model for model in models if model not in _ONE_PROCESS):
+            _ONE_PROCESS.update(run_worker(folder / layout, 1, todo, []))
+        results[layout] = {model: _ONE_PROCESS[model] for model in models}
     return results
 
 
