@@ -1,19 +1,17 @@
-"""Shared settings and launchers of the checkpoint, resume, HF and fault tests."""
+"""Shared settings and data of the runs the checkpoint, resume, HF, fault and tool tests train, and the launcher of
+their worker (``tests/ckpt_worker.py``)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from dist_helpers import rank_results, torchrun_script
+from dist_helpers import REPO, launch
 
 from torchtitan_lite.data.corpus import shakespeare_plays
 
-REPO = Path(__file__).resolve().parents[1]
-WORKER = str(REPO / "tests" / "ckpt_worker.py")
+WORKER = REPO / "tests" / "ckpt_worker.py"
 TINY_MODEL = ["--model.overrides.n_layers=1", "--model.overrides.dim=64", "--model.overrides.n_heads=2",
               "--model.overrides.n_kv_heads=1", "--model.overrides.head_dim=32", "--model.overrides.hidden_dim=128",
               "--model.overrides.max_seq_len=64"]
@@ -26,26 +24,31 @@ TINY_RUN = ["--training.seq_len=32", "--training.local_batch_size=2", "--trainin
 them off), no validation or TensorBoard."""
 
 
+@functools.cache
+def _plays_text(n_plays: int) -> str:
+    """The first ``n_plays`` training plays, separated by a blank line (read once per session)."""
+    return "\n\n".join(text for _, text in shakespeare_plays("train")[:n_plays])
+
+
 def text_file(folder: Path, n_plays: int = 2) -> Path:
-    """A local ``.txt`` dataset of the first ``n_plays`` training plays (tokenizes in well under a second)."""
+    """A local ``.txt`` dataset of the first ``n_plays`` training plays, ``folder / "data.txt"`` (tokenizes in well
+    under a second)."""
     path = folder / "data.txt"
-    path.write_text("\n\n".join(text for _, text in shakespeare_plays("train")[:n_plays]), encoding="utf-8")
+    path.write_text(_plays_text(n_plays), encoding="utf-8")
     return path
 
 
-def env() -> dict[str, str]:
-    """Environment of launched processes: one thread, the repo importable, this interpreter for run_train.sh."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+def tiny_job(folder: Path, *extra: str, dump: str | Path = "out") -> list[str]:
+    """The command line of a tiny run (:data:`TINY_MODEL`, :data:`TINY_RUN`) on ``folder / "data.txt"``
+    (:func:`text_file`) with its dump folder ``folder / dump``, then ``extra``."""
+    return [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={folder / 'data.txt'}",
+            f"--job.dump_folder={folder / dump}", *extra]
 
 
-def torchrun(nproc: int, args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node=nproc tests/ckpt_worker.py args`` from the repo root."""
-    return torchrun_script(WORKER, nproc, args, timeout=timeout)
-
-
-def result(proc: subprocess.CompletedProcess) -> dict:
-    """The ``RESULT {...}`` line printed by rank 0 of the worker."""
-    return rank_results(proc)[-1]
+def worker_result(nproc: int | None, args: list[str], timeout: float = 240) -> dict:
+    """Rank 0's result of ``tests/ckpt_worker.py args`` launched on ``nproc`` ranks (one plain process for
+    ``None``)."""
+    return launch(WORKER, args, nproc=nproc, timeout=timeout).result()
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

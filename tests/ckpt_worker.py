@@ -2,27 +2,26 @@
 
     python tests/ckpt_worker.py MODE OUT [--section.key=value ...]
 
-Modes:
-  * ``train``: train as ``main`` does; rank 0 prints ``RESULT {"losses": {step: float.hex}}`` and saves the
-    gathered full model and optimizer state (``torch.save``) to ``OUT``.
+Modes (rank 0 returns its result with ``dist_helpers.write_result``):
+  * ``train``: train as ``main`` does; rank 0 returns ``{"losses": {"<step>": float.hex}, "steps": [complete
+    checkpoint steps], "load_lines": [...]}`` and saves the gathered full model and optimizer state
+    (``torch.save``) to ``OUT``.
   * ``gather``: build the Trainer (which loads the checkpoint), gather the full model and optimizer state
-    and, on rank 0, print ``RESULT {"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int,
+    and, on rank 0, return ``{"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int,
     "loaded_step": int}`` comparing it bitwise with the state saved in ``OUT``.
-  * ``resume``: ``gather`` (the state the Trainer loaded against ``OUT``), then ``train``; the RESULT line holds
-    both results and the parts the load left out (``excluded``).
+  * ``resume``: ``gather`` (the state the Trainer loaded against ``OUT``), then ``train``; the result holds both.
   * ``kill_before_rename``: train; at the first save after step 2 SIGKILL this process right after DCP wrote
     ``step-N.tmp`` and before it is renamed (a crash in the middle of a save).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 
 import torch
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
 from torchtitan_lite.components import checkpoint
@@ -67,7 +66,7 @@ def main() -> None:
                       "n_optim": len(state["optim"]), "loaded_step": trainer.train_state.step}
     if mode == "gather":
         if rank == 0:
-            print("RESULT " + json.dumps(loaded), flush=True)
+            write_result(loaded)
     else:
         losses = {}
         step_fn = trainer.train_step
@@ -93,10 +92,10 @@ def main() -> None:
         if rank == 0:
             torch.save(state, out)
             tokens = trainer.global_batch * trainer.config.training.seq_len
-            losses = {step: (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
-            print("RESULT " + json.dumps({"losses": losses, "steps": checkpoint.complete_steps(
+            losses = {str(step): (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
+            write_result({"losses": losses, "steps": checkpoint.complete_steps(
                 checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)), **loaded,
-                "load_lines": trainer.load_lines}), flush=True)
+                "load_lines": trainer.load_lines})
     stop.restore()
     leave_together()
 

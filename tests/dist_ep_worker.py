@@ -1,23 +1,21 @@
 """torchrun worker of tests/test_expert_parallel.py: the all-to-all token dispatch under skewed routing vs one process.
 
-    torchrun --nproc_per_node=2 tests/dist_ep_worker.py
+    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=2 tests/dist_ep_worker.py
 
 Every rank builds the same grouped experts (4 experts: SwiGLU with fp32 widths that take ``F.grouped_mm``, and the
 GPT-OSS biased experts with widths that take the loop fallback) and a full-weight reference copy, then shards the
 copy with :class:`ExpertParallel` over both ranks (experts 0-1 on rank 0, 2-3 on rank 1). Each rank routes its own
 tokens: rank 0 sends 15 of its 16 tokens' first choice to expert 0, rank 1 all of them; no token picks expert 2 or 3,
-so rank 1 receives no rows at all. Rank 0 prints ``RESULT {...}`` per expert class: the largest difference of the
-outputs, of the input and router-weight gradients and of the expert-weight gradients (the sharded grads against the
-reference's summed over both ranks), and the rows each rank received.
+so rank 1 receives no rows at all. Rank 0 returns (``dist_helpers.write_result``, to ``DIR/rank0.pt``) per expert
+class: the largest difference of the outputs, of the input and router-weight gradients and of the expert-weight
+gradients (the sharded grads against the reference's summed over both ranks), and the rows each rank received.
 """
 
 from __future__ import annotations
 
-import json
-
 import torch
 import torch.distributed as dist
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
@@ -79,7 +77,7 @@ def main() -> None:
         "gpt_oss": compare(lambda: GroupedExperts(NUM_EXPERTS, 6, 5, clamped_swiglu), mesh, rank),
     }
     if rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
+        write_result(result)
     leave_together()
 
 

@@ -4,18 +4,15 @@ Every rank builds the same toy transformer-shaped model twice: a full reference 
 and a copy built on meta, sharded with ``apply_fsdp`` (optionally after activation checkpointing),
 materialized with ``to_empty`` and filled from the reference's state dict. Each rank feeds its
 slice of one global batch with loss = local token-loss sum / GLOBAL token count; the reference
-feeds the whole batch. Rank 0 prints one JSON line ``RESULT {...}`` with the largest differences.
+feeds the whole batch. Rank 0 returns (``dist_helpers.write_result``) the largest differences of each mode.
 """
 
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
@@ -133,16 +130,14 @@ def run(ac_mode: str, rank: int, world: int, mesh) -> dict:
 
 
 def main() -> None:
-    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     results = [run(mode, rank, world, mesh) for mode in ("none", "full")]
     if rank == 0:
-        print("RESULT " + json.dumps(results), flush=True)
+        write_result(results)
     leave_together()
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

@@ -1,9 +1,9 @@
-"""Worker of tests/test_hf_sharded.py, launched by torchrun: import an HF folder into a sharded model and print one
-``RESULT {...}`` line per rank: the sha256 of every full tensor (rank 0), the bytes this rank read, the number of
-init draws, the fingerprint.
+"""Worker of tests/test_hf_sharded.py, launched by torchrun: import an HF folder into a sharded model; every rank
+returns (``dist_helpers.write_result``) its rank, the sha256 of every full tensor, the bytes it read, the number of
+init draws, the tensors missing from the folder and the fingerprint.
 
-``python tests/dist_hf_worker.py LAYOUT FOLDER DUMP [--section.key=value ...]``: ``fsdp`` = the trainer's model (FSDP2 over all ranks, the
-folder imported by ``Trainer``), ``shard_last`` = every parameter a DTensor sharded on its last dimension over all
+``python tests/dist_hf_worker.py LAYOUT FOLDER DUMP [--section.key=value ...]``: ``fsdp`` = the trainer's model
+(FSDP2 over all ranks, the folder imported by ``Trainer``), ``shard_last`` = every parameter a DTensor sharded on its last dimension over all
 ranks (a tensor-parallel-like cut, ``Shard(1)`` of matrices), imported by ``load_hf_folder``, the rest (token
 counters) initialized by the plan as the trainer does.
 """
@@ -11,12 +11,11 @@ counters) initialized by the plan as the trainer does.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 
 import torch
 import torch.distributed as dist
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
@@ -39,7 +38,6 @@ def digests(model) -> dict[str, str]:
 
 def main() -> None:
     layout, folder, dump, *extra = sys.argv[1:]
-    torch.set_num_threads(1)
     draws = []
     real = init_module.trunc_normal_
     init_module.trunc_normal_ = lambda *a, **k: draws.append(k["key"]) or real(*a, **k)
@@ -73,7 +71,7 @@ def main() -> None:
         fingerprint = model_fingerprint(model)
     result = {"rank": dist.get_rank(), "bytes_read": imported.bytes_read, "draws": len(draws),
               "missing": imported.missing, "fingerprint": fingerprint, "digests": digests(model)}
-    print("RESULT " + json.dumps(result), flush=True)
+    write_result(result)
     leave_together()
 
 

@@ -1,14 +1,13 @@
-"""torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results saved by rank 0.
+"""torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results returned by rank 0
+(``dist_helpers.write_result``).
 
-Usage: ``torchrun --nproc_per_node=N tests/dist_init_worker.py OUT_PATH``. The shards of the 255x66
-parameter cut through its keyed tiles (16 rows each).
+Usage: ``TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_init_worker.py``. The shards of the
+255x66 parameter cut through its keyed tiles (16 rows each).
 """
-
-import sys
 
 import torch
 import torch.distributed as dist
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -103,8 +102,6 @@ def _layout_fingerprints(world: int) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    out_path = sys.argv[1]
-    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
@@ -136,7 +133,7 @@ def main() -> None:
     weights = full_weights(model)
     report = init_report(model, PLAN, result)
     if rank == 0:
-        torch.save({
+        write_result({
             "weights": weights,
             "locals": locals_,
             "fingerprints": fingerprints,
@@ -146,7 +143,7 @@ def main() -> None:
             "placements_match": placements_match,
             "flags": {r.name: r.flags for r in report.rows},
             "initialized_elements": result.initialized_elements,
-        }, out_path)
+        })
     leave_together()
 
 

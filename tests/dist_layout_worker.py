@@ -1,17 +1,18 @@
 """torchrun worker of test_parallel_layouts.py: the real Trainer of tiny models on one parallel layout.
 
-    torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA [--cases=qwen3,...] [--section.key=value ...]
+    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA \
+        [--cases=qwen3,...] [--section.key=value ...]
 
-For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout given (so the init, TP plan, FSDP2, loss
-parallelism, clipping and optimizer are the trainer's own), counts the elements every rank draws per tensor (a
-spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps, then two more as the trainer runs steps between log
-steps (``sync=False``) while counting host reads, and writes ``OUT/<case>.pt`` from rank 0: the gathered initial
-parameters, the gradients of step 1 before clipping (gathered) and the number of distinct meshes they live on, the
-global loss and gradient norm of every step, the init fingerprint, the host reads of the two quiet steps, per
-rank ``{tensor: [local elements, drawn, bound]}`` where ``bound`` is the local box grown to tile boundaries, the
-expert choices of every sequence of step 1 (``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks)
-the MoE layers' expert loads of step 1 as the training hooks summed them (``{layer: (num_experts,)}``) and the
-routers' expert biases after the last step.
+For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout given (so the init,
+TP plan, FSDP2, loss parallelism, clipping and optimizer are the trainer's own; its runs go to ``OUT/runs``), counts
+the elements every rank draws per tensor (a spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps, then two
+more as the trainer runs steps between log steps (``sync=False``) while counting host reads. Rank 0 returns
+(``dist_helpers.write_result``) per case: the gathered initial parameters, the gradients of step 1 before clipping
+(gathered) and the number of distinct meshes they live on, the global loss and gradient norm of every step, the init
+fingerprint, the host reads of the two quiet steps, per rank ``{tensor: [local elements, drawn, bound]}`` where
+``bound`` is the local box grown to tile boundaries, the expert choices of every sequence of step 1
+(``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks) the MoE layers' expert loads of step 1 as the
+training hooks summed them (``{layer: (num_experts,)}``) and the routers' expert biases after the last step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
@@ -95,7 +96,8 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
     return routes, handles
 
 
-def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> None:
+def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> dict | None:
+    """Train case ``name``; what :func:`main` returns for it (on rank 0, ``None`` on the other ranks)."""
     counts.clear()
     config = parse_args([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
                          *layout])
@@ -135,29 +137,44 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     dist.all_gather_object(all_routes, routes)
     bias = {layer: moe.router.expert_bias.clone() for layer, moe in moe_layers(model).items()
             if hasattr(moe.router, "expert_bias")}
-    if trainer.info.rank == 0:
-        torch.save({"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
-                    "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank,
-                    "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias, "loads": loads},
-                   f"{out}/{name}.pt")
     trainer.metrics.close()
+    if trainer.info.rank != 0:
+        return None
+    return {"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
+            "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank,
+            "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias, "loads": loads}
+
+
+def run_worker(folder, nproc: int, models: tuple[str, ...], options: list[str],
+               timeout: float = 900) -> dict[str, dict]:
+    """Launch this worker on ``nproc`` ranks for ``models`` with more ``options``, its runs under ``folder``, on one
+    play of text; returns ``model -> what the worker returned``."""
+    from ckpt_helpers import text_file
+    from dist_helpers import REPO, launch
+
+    data = text_file(folder, n_plays=1)
+    return launch(REPO / "tests" / "dist_layout_worker.py", [str(folder), str(data), f"--cases={','.join(models)}",
+                                                            *options], nproc=nproc, timeout=timeout).result()
+
+
+_ONE_PROCESS: dict[str, dict] = {}
+"""Model -> what the worker returned for it on one process without options, kept for the session: the single-process
+reference of test_parallel_layouts and test_expert_parallel_layouts, which share models."""
 
 
 def run_layouts(folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]) -> dict[str, dict[str, dict]]:
-    """Launch this worker once per layout (``name: (processes, options, models)``) under ``folder`` on one play of
-    text; returns ``layout -> model -> what the worker saved`` (for the tests' module fixtures)."""
-    from ckpt_helpers import text_file
-    from dist_helpers import REPO, torchrun_script
-
-    data = text_file(folder, n_plays=1)
+    """:func:`run_worker` once per layout (``name: (processes, options, models)``) in ``folder / name``, except for
+    single-process runs already made in this session; returns ``layout -> model -> what the worker returned`` (for
+    the tests' module fixtures)."""
     results = {}
     for layout, (nproc, options, models) in layouts.items():
-        out = folder / layout
-        out.mkdir()
-        proc = torchrun_script(REPO / "tests" / "dist_layout_worker.py", nproc,
-                               [str(out), str(data), f"--cases={','.join(models)}", *options], timeout=900)
-        assert proc.returncode == 0, f"{layout}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        results[layout] = {model: torch.load(out / f"{model}.pt") for model in models}
+        (folder / layout).mkdir()
+        if nproc > 1 or options:
+            results[layout] = run_worker(folder / layout, nproc, models, options)
+            continue
+        if todo := tuple(model for model in models if model not in _ONE_PROCESS):
+            _ONE_PROCESS.update(run_worker(folder / layout, 1, todo, []))
+        results[layout] = {model: _ONE_PROCESS[model] for model in models}
     return results
 
 
@@ -174,8 +191,9 @@ def main() -> None:
             start(*args, **kwargs)
 
     dist.init_process_group = start_once
-    for name in names:
-        run_case(name, out, data, layout, counts)
+    results = {name: run_case(name, out, data, layout, counts) for name in names}
+    if dist.get_rank() == 0:
+        write_result(results)
     leave_together()
 
 

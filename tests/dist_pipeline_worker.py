@@ -1,8 +1,8 @@
-"""torchrun worker of tests/test_pipeline_parallel.py: the real Trainer on any layout, its state saved per rank.
+"""torchrun worker of tests/test_pipeline_parallel.py: the real Trainer on any layout, its state returned per rank.
 
-    torchrun --nproc_per_node=N tests/dist_pipeline_worker.py OUT_DIR [--section.key=value ...]
+    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_pipeline_worker.py [--section.key=value ...]
 
-Each rank trains as ``main`` does and saves ``OUT_DIR/rank<r>.pt``: ``weights`` (canonical name -> the full
+Each rank trains as ``main`` does and returns (``dist_helpers.write_result``): ``weights`` (canonical name -> the full
 initial tensor of every tensor it holds, gathered within its stage), ``grads`` (the same for the gradients of step
 1, before clipping), ``fingerprint`` (the one the trainer printed), ``losses`` (step -> the logged loss, exact),
 ``validation`` (the last validation loss, or ``None``), ``has_last`` (whether it holds the last pipeline stage;
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import torch
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch.distributed.tensor import DTensor
 
 from torchtitan_lite.components.faults import NonFiniteError, StopRequest
@@ -39,8 +38,7 @@ def full_tensors(trainer: Trainer, of_grad: bool) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    out, *argv = sys.argv[1:]
-    trainer = Trainer(load_config_or_exit(argv))
+    trainer = Trainer(load_config_or_exit(sys.argv[1:]))
     weights = full_tensors(trainer, of_grad=False)
     grads: dict[str, torch.Tensor] = {}
     losses: dict[int, float] = {}
@@ -83,11 +81,10 @@ def main() -> None:
         error = str(err)
     stop.restore()
     tokens = trainer.global_batch * trainer.config.training.seq_len
-    torch.save({"weights": weights, "grads": grads, "fingerprint": trainer.fingerprint,
-                "losses": {step: stats.loss_sum.item() / tokens for step, stats in losses.items()},
-                "validation": validation[-1] if validation else None, "error": error,
-                "has_last": trainer.pipeline is None or trainer.pipeline.has_last},
-               Path(out) / f"rank{trainer.info.rank}.pt")
+    write_result({"weights": weights, "grads": grads, "fingerprint": trainer.fingerprint,
+                  "losses": {step: stats.loss_sum.item() / tokens for step, stats in losses.items()},
+                  "validation": validation[-1] if validation else None, "error": error,
+                  "has_last": trainer.pipeline is None or trainer.pipeline.has_last})
     leave_together()
 
 

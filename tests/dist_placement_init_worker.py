@@ -1,14 +1,12 @@
 """torchrun worker of test_keyed_tiles.py: keyed init of DTensors with every placement on a 2 x 2 gloo mesh.
 
-Prints one ``RESULT`` line per rank: per case, whether the gathered tensor equals the 1-process keyed init
-bitwise, this rank's local elements and the elements it drew.
+Every rank returns (``dist_helpers.write_result``), per case, whether the gathered tensor equals the 1-process keyed
+init bitwise, this rank's local elements and the elements it drew.
 """
-
-import json
 
 import torch
 import torch.distributed as dist
-from dist_helpers import leave_together
+from dist_helpers import leave_together, write_result
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -63,7 +61,6 @@ def check(name, dtensor, shape, drawn, out):
 
 
 def main() -> None:
-    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     drawn, out = counting(), {}
@@ -76,7 +73,7 @@ def main() -> None:
     model.to_empty(device="cpu")
     for name, param in model.named_parameters():
         check(f"fsdp_tp.{name}", param, tuple(param.shape), drawn, out)
-    print("RESULT " + json.dumps({"rank": dist.get_rank(), "cases": out}), flush=True)
+    write_result({"rank": dist.get_rank(), "cases": out})
     leave_together()
 
 

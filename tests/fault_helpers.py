@@ -13,7 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env
+from ckpt_helpers import TINY_MODEL, TINY_RUN
+from dist_helpers import REPO, env
 
 FAST = [*TINY_MODEL, *TINY_RUN, "--checkpoint.keep_latest_k=0"]
 """The tiny 4-step run of the checkpoint tests, all checkpoints kept."""
@@ -29,7 +30,7 @@ class Run:
     def __init__(self, args: list[str], *, nproc: int = 1, cwd: Path = REPO, extra_env: dict | None = None):
         self.proc = subprocess.Popen(["./run_train.sh", *args], cwd=cwd, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                     env={**env(), "NGPU": str(nproc), **(extra_env or {})})
+                                     env=env(NGPU=str(nproc), **(extra_env or {})))
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import math
 from fnmatch import fnmatch
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from dist_helpers import REPO
 from torch import nn
 
 from models import get_model_spec, model_names
 from torchtitan_lite.config.preflight import build_model_args, parse_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # ---------------------------------------------------------------- families
 

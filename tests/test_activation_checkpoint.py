@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
+import test_qwen3
 import torch
+from model_helpers import build_planned, build_random, is_moe
 
 from models import get_model_spec, model_names
 from models.common.moe import collect_expert_load
@@ -25,21 +25,12 @@ from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing, recomputing
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-sys.path.insert(0, str(Path(__file__).parent))
-import test_qwen3  # noqa: E402
-from model_helpers import build_planned, build_random, is_moe  # noqa: E402
-
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
 TINY = {  # every family's test args (TINY of tests/test_<family>.py), MoE auxiliary losses on so their recompute runs
     name: (dataclasses.replace(importlib.import_module(f"test_{name}").TINY, aux_loss_coeff=0.01) if is_moe(name) else
            importlib.import_module(f"test_{name}").TINY)
     for name in model_names()
 }
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
 
 
 def _tokens(args, seqlen=None) -> torch.Tensor:

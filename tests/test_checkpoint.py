@@ -10,7 +10,8 @@ import sys
 
 import pytest
 import torch
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, WORKER, env, result, text_file, tree_digest
+from ckpt_helpers import WORKER, text_file, tiny_job, tree_digest, worker_result
+from dist_helpers import REPO, env, launch, run_train
 from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -20,8 +21,7 @@ from torchtitan_lite.train import Trainer
 
 
 def argv(tmp, dump: str = "out", *extra: str) -> list[str]:
-    return [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp / 'data.txt'}", f"--job.dump_folder={tmp / dump}",
-            "--checkpoint.interval=2", *extra]
+    return tiny_job(tmp, "--checkpoint.interval=2", *extra, dump=dump)
 
 
 def train_in_process(tmp, *args: str) -> Trainer:
@@ -31,21 +31,15 @@ def train_in_process(tmp, *args: str) -> Trainer:
     return train_to_the_end(parse_args(argv(tmp, *args)))
 
 
-def run_plain(*args: str) -> subprocess.CompletedProcess:
-    """The worker as one plain process (a 1-rank group, no torchrun)."""
-    return subprocess.run([sys.executable, WORKER, *args], cwd=REPO, env=env(), capture_output=True, text=True,
-                           timeout=240)
-
-
 def test_sigkill_before_rename_leaves_the_previous_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
     text_file(tmp_path, n_plays=1)
-    killed = run_plain("kill_before_rename", str(tmp_path / "x.pt"), *argv(tmp_path))
-    assert killed.returncode == -9
+    killed = launch(WORKER, ["kill_before_rename", str(tmp_path / "x.pt"), *argv(tmp_path)])  # one plain process
+    assert killed.proc.returncode == -9 and killed.written == {}
     folder = tmp_path / "out" / "checkpoint"
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4.tmp"]
     assert (folder / "step-4.tmp" / ".metadata").is_file() and not (folder / "step-4.tmp" / "meta.json").exists()
     assert checkpoint.complete_steps(str(folder)) == [2]
-    resumed = result(run_plain("train", str(tmp_path / "y.pt"), *argv(tmp_path)))
+    resumed = worker_result(None, ["train", str(tmp_path / "y.pt"), *argv(tmp_path)])
     assert sorted(resumed["losses"]) == ["3", "4"] and resumed["steps"] == [2, 4]
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4"]
 
@@ -179,8 +173,7 @@ def test_dump_folder_under_a_file_exits_2(tmp_path):
 @pytest.mark.parametrize("text", ["", "to be"])
 def test_empty_or_short_dataset_exits_2_from_run_train_sh_and_writes_nothing(tmp_path, text):
     (tmp_path / "data.txt").write_text(text)
-    proc = subprocess.run(["./run_train.sh", *argv(tmp_path)], cwd=REPO, env=env(), capture_output=True, text=True,
-                          timeout=240)
+    proc = run_train(argv(tmp_path))
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("input error: dataset_path ") and str(tmp_path / "data.txt") in last

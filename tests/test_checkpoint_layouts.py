@@ -13,7 +13,7 @@ ep2 on 2 ranks (steps 1-2) -> ep4 on 4 ranks (3-4) -> one process (5-6).
 from __future__ import annotations
 
 import pytest
-from ckpt_helpers import TINY_RUN, result, text_file, torchrun
+from ckpt_helpers import TINY_RUN, text_file, worker_result
 
 pytestmark = pytest.mark.multiprocess
 
@@ -43,12 +43,12 @@ def test_a_checkpoint_resumes_bitwise_across_layouts_at_the_same_data_position(t
     common = [*model, *TINY_RUN, "--training.global_batch_size=8", f"--training.dataset_path={tmp_path / 'data.txt'}",
               "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", "--lr_scheduler.decay_ratio=0"]  # the same
     # learning rates whatever training.steps is
-    reference = result(torchrun(1, ["train", str(tmp_path / "ref.pt"), *common, f"--training.steps={total}",
-                                    f"--job.dump_folder={tmp_path / 'ref'}"]))
+    reference = worker_result(1, ["train", str(tmp_path / "ref.pt"), *common, f"--training.steps={total}",
+                                  f"--job.dump_folder={tmp_path / 'ref'}"])
     state, losses = str(tmp_path / "state.pt"), {}
     for i, (nproc, layout, steps) in enumerate(chain):
         args = [state, *common, *layout, f"--training.steps={steps}", f"--job.dump_folder={tmp_path / 'chain'}"]
-        res = result(torchrun(nproc, ["resume" if i else "train", *args], timeout=600))
+        res = worker_result(nproc, ["resume" if i else "train", *args], timeout=600)
         if i:
             assert (res["model_equal"], res["optim_equal"], res["loaded_step"]) == (True, True, steps - 2), (i, res)
             assert res["load_lines"][0].endswith("not loaded: rng"), res["load_lines"]

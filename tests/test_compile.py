@@ -8,12 +8,10 @@ kernels, same order).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+import test_qwen3
 import torch
-import torch.distributed as dist
+from model_helpers import build_random
 
 from models import get_model_spec
 from torchtitan_lite.config.cli import ConfigError
@@ -26,16 +24,11 @@ from torchtitan_lite.distributed.process_group import DistInfo
 from torchtitan_lite.init.apply import init_weights
 from torchtitan_lite.train import build_loss_fn, build_model, cross_entropy_sum
 
-sys.path.insert(0, str(Path(__file__).parent))
-import test_qwen3  # noqa: E402
-from model_helpers import build_random  # noqa: E402
-
 CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    torch.set_num_threads(1)
     compile_available.cache_clear()
     yield
     compile_available.cache_clear()
@@ -72,26 +65,23 @@ def test_loss_is_not_compiled_when_disabled_or_not_listed():
     assert build_loss_fn(only_model, CPU) is cross_entropy_sum
 
 
-def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_loss(monkeypatch, capsys):
+def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_loss(monkeypatch, capsys,
+                                                                                      one_rank_group):
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
     config = parse_args(["--compile.enable", "--compile.backend=inductor", "--training.seq_len=16",
                          "--model.overrides.n_layers=2", "--model.overrides.dim=32", "--model.overrides.n_heads=4",
                          "--model.overrides.n_kv_heads=2", "--model.overrides.head_dim=8",
                          "--model.overrides.hidden_dim=48"])
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        dims = ParallelDims(dp_shard=-1, world_size=1)
-        dims.build_mesh("cpu")
-        info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo", dims=dims)
-        model, spec, args = build_model(config, info)
-        loss_fn = build_loss_fn(config, CPU)
-        init_weights(model, spec.init_plan(args), seed=0, buffer_device=CPU)
-        tokens = torch.randint(0, args.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))
-        loss = loss_fn(model(tokens[:, :-1]), tokens[:, 1:])
-        with torch.no_grad():
-            logits = model(tokens[:, :-1])
-    finally:
-        dist.destroy_process_group()
+    dims = ParallelDims(dp_shard=-1, world_size=1)
+    dims.build_mesh("cpu")
+    info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo", dims=dims)
+    model, spec, args = build_model(config, info)
+    loss_fn = build_loss_fn(config, CPU)
+    init_weights(model, spec.init_plan(args), seed=0, buffer_device=CPU)
+    tokens = torch.randint(0, args.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))
+    loss = loss_fn(model(tokens[:, :-1]), tokens[:, 1:])
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
     assert loss_fn is cross_entropy_sum
     assert not any(hasattr(block, "_compiled_call_impl") and block._compiled_call_impl for block in model.layers.values())
     assert torch.equal(loss.detach(), cross_entropy_sum(logits, tokens[:, 1:]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,15 +11,11 @@ from typing import Literal
 
 import pytest
 import tomli
-import torch
-from dist_helpers import launcher_copy
+from dist_helpers import REPO, env, launcher_copy, run_train
 
 from torchtitan_lite.config import preflight as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
-
-torch.set_num_threads(1)
-REPO = Path(__file__).resolve().parents[1]
 
 
 def write_toml(tmp_path: Path, body: str) -> Path:
@@ -30,10 +25,10 @@ def write_toml(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run a command from the repo root with this interpreter as PYTHON; stdout+stderr merged."""
-    full_env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), **env}
-    return subprocess.run(args, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
+def run(args: list[str], tmp_path: Path, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run a command from the repo root (:func:`dist_helpers.env` with ``TMPDIR`` in ``tmp_path``)."""
+    return subprocess.run(args, cwd=REPO, env=env(TMPDIR=str(tmp_path), **extra_env), capture_output=True, text=True,
+                          timeout=300)
 
 
 BAD_INPUTS = {
@@ -363,16 +358,15 @@ if config.job.description == "fail":
 def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
     work = launcher_copy(tmp_path)
     (work / "torchtitan_lite" / "train.py").write_text(STUB_TRAINER)
-    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path), "NGPU": "2"}
-    common = ["./run_train.sh", "--training.num_threads=1", f"--job.dump_folder={tmp_path / 'outputs'}"]
+    common = ["--training.num_threads=1", f"--job.dump_folder={tmp_path / 'outputs'}"]
 
-    ok = subprocess.run(common, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    ok = run_train(common, nproc=2, cwd=work, timeout=120, TMPDIR=str(tmp_path))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "[rank0]:rank 0 of 2 mesh (2,) threads 1" in ok.stdout
     assert "[rank1]" not in ok.stdout
 
-    failed = subprocess.run([*common, "--job.description=fail"], cwd=work, env={**env, "LOG_RANK": "1"},
-                            capture_output=True, text=True, timeout=120)
+    failed = run_train([*common, "--job.description=fail"], nproc=2, cwd=work, timeout=120, TMPDIR=str(tmp_path),
+                       LOG_RANK="1")
     assert failed.returncode == 1
     assert "[rank1]:rank 1 of 2" in failed.stdout and "[rank0]" not in failed.stdout
     assert failed.stderr.strip().splitlines()[-1] == "error: failed on rank 1"

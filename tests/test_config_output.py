@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 
@@ -15,7 +14,6 @@ from torchtitan_lite.config import preflight as cfg
 from torchtitan_lite.config.cli import config_dict
 from torchtitan_lite.train import Trainer
 
-torch.set_num_threads(1)
 DEBUG = "train_configs/qwen3_debug.toml"
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 import pytest
-from ckpt_helpers import REPO, TINY_MODEL, env, text_file
+from ckpt_helpers import TINY_MODEL, text_file
+from dist_helpers import run_train
 
 from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.data.progress import ProgressLines
@@ -72,8 +72,7 @@ def test_run_train_sh_writes_every_ranks_output_to_the_run_folder_and_leaves_no_
             "--training.steps=3", "--lr_scheduler.warmup_steps=1", "--training.num_threads=1",
             "--validation.freq=2", "--checkpoint.enable=true", "--checkpoint.interval=2",
             f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={tmp_path / 'out'}"]
-    proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, env={**env(), "NGPU": "2", "TMPDIR": str(tmp_path)},
-                          capture_output=True, text=True, timeout=400)
+    proc = run_train(args, nproc=2, timeout=400, TMPDIR=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "out").iterdir() if p.name.startswith("qwen3-debug-")]
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["rank0.log", "rank1.log"]

@@ -23,8 +23,6 @@ from torchtitan_lite.data.loader import (
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.errors import InputError
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def toy_tokenizer(tmp_path_factory) -> Tokenizer:

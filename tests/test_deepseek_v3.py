@@ -29,8 +29,6 @@ from models.common.routers import TokenChoiceTopKRouter
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
 from models.deepseek_v3.flops import num_active_params, num_flops_per_token
 
-torch.set_num_threads(1)
-
 TINY = DeepSeekV3ModelArgs(
     dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, hidden_dim=24, moe_inter_dim=8,
     num_experts=6, num_shared_experts=2, top_k=3, num_expert_groups=3, num_limited_groups=2,

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from dist_helpers import REPO
 
 from torchtitan_lite.components import peak_flops as flops_table
 from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed import devices as D
 from torchtitan_lite.distributed import process_group as PG
 
-torch.set_num_threads(1)
-REPO = Path(__file__).resolve().parents[1]
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -149,7 +148,6 @@ def test_init_distributed_without_torchrun_gives_a_one_rank_gloo_group(monkeypat
         assert summed.tolist() == [1.5, 2.0]
     finally:
         dist.destroy_process_group()
-        torch.set_num_threads(1)
 
 
 def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_starting(monkeypatch, no_gpu):

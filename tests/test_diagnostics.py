@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from dist_helpers import run_train
 from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, SCALARS, EventAccumulator
 
 from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
@@ -25,8 +26,6 @@ from torchtitan_lite.init.step1 import (
     mean_log_partition,
     silu_square_mean,
 )
-
-torch.set_num_threads(1)
 
 LN_V = math.log(2048)
 STD3 = 0.98657840  # std factor of a normal truncated at +-3 sigma
@@ -264,19 +263,12 @@ def test_deterministic_mode_turns_on_deterministic_algorithms():
 @pytest.mark.multiprocess
 def test_run_with_a_broken_tied_output_init_warns_and_strict_exits_naming_output_weight(tmp_path):
     """The knob ``model.overrides.output_init_std = 1.0`` leaves a tied output at the embedding-like std 1."""
-    import os
-    import subprocess
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
     common = ["--model.overrides.output_init_std=1.0", "--training.steps=1", "--lr_scheduler.warmup_steps=1",
               "--training.seq_len=32", "--training.local_batch_size=2", "--validation.enable=false",
               "--checkpoint.enable=false", "--metrics.enable_tensorboard=false", "--training.num_threads=1"]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
 
     def run(*extra):
-        return subprocess.run(["./run_train.sh", f"--job.dump_folder={tmp_path / 'out'}", *common, *extra],
-                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        return run_train([f"--job.dump_folder={tmp_path / 'out'}", *common, *extra], timeout=300, TMPDIR=str(tmp_path))
 
     warned = run()
     assert warned.returncode == 0, warned.stderr[-2000:]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch.distributed as dist
-from ckpt_helpers import TINY_MODEL, TINY_RUN, env, text_file
-from dist_helpers import launcher_copy
+from ckpt_helpers import text_file, tiny_job
+from dist_helpers import launcher_copy, run_train
 
 from models import get_model_spec
 from torchtitan_lite import train
@@ -23,8 +21,7 @@ get_model_spec("qwen3").model_cls.forward = _injected_bug
 
 
 def _args(tmp_path, *extra: str) -> list[str]:
-    return [*TINY_MODEL, *TINY_RUN, "--training.steps=1", "--checkpoint.enable=false",
-            f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={tmp_path / 'out'}", *extra]
+    return tiny_job(tmp_path, "--training.steps=1", "--checkpoint.enable=false", *extra)
 
 
 def _error_lines(stderr: str) -> tuple[str, list[str]]:
@@ -70,8 +67,7 @@ def test_run_train_sh_shows_a_bugs_traceback_and_exits_1(tmp_path):
     with open(work / "models" / "__init__.py", "a") as handle:
         handle.write(BUG)
     text_file(tmp_path, n_plays=1)
-    proc = subprocess.run(["./run_train.sh", *_args(tmp_path)], cwd=work, env={**env(), "TMPDIR": str(tmp_path)},
-                          capture_output=True, text=True, timeout=240)
+    proc = run_train(_args(tmp_path), cwd=work, TMPDIR=str(tmp_path))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
     assert "Traceback (most recent call last)" in output and "TypeError: injected bug in forward" in output

@@ -7,12 +7,10 @@ Run as a script under torchrun (``__main__`` below), this file is also the 2-ran
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 import pytest
 import torch
-from dist_helpers import leave_together, rank_results, torchrun_script
+from dist_helpers import launch, leave_together, write_result
 
 from models.common.expert_bias import expert_bias_delta, update_expert_bias
 from models.common.experts import GroupedExperts, clamped_swiglu
@@ -21,9 +19,6 @@ from models.common.routers import TopKRouter
 from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.init.apply import init_weights, materialize
-
-REPO = Path(__file__).resolve().parents[1]
-torch.set_num_threads(1)
 
 TINY = DeepSeekV3ModelArgs(
     dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, hidden_dim=24, moe_inter_dim=8,
@@ -138,7 +133,7 @@ def test_evaluation_forwards_do_not_count():
 
 @pytest.mark.multiprocess
 def test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update():
-    results = rank_results(torchrun_script(__file__, 2, timeout=120))  # one RESULT line per rank
+    results = launch(__file__, nproc=2, timeout=120).results()  # one result per rank
     assert len(results) == 2
     for r in results:
         assert r["counts_equal_reference"]
@@ -150,7 +145,8 @@ def test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update()
 
 
 def _two_rank_worker() -> None:
-    """FSDP2 + full activation checkpointing on 2 gloo ranks, each with its own batch; rank r prints RESULT."""
+    """FSDP2 + full activation checkpointing on 2 gloo ranks, each with its own batch; every rank returns its
+    result."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -186,7 +182,7 @@ def _two_rank_worker() -> None:
     dist.all_reduce(rows)
     got_bias = {n.replace("_checkpoint_wrapped_module.", ""): b for n, b in model.named_buffers() if "expert_bias" in n}
     want_bias = biases(ref)
-    print("RESULT " + json.dumps({
+    write_result({
         "counts_equal_reference": sorted(counts) == sorted(ref_counts)
         and all(torch.equal(counts[k], ref_counts[k]) for k in counts),
         "count_total": sum(v.sum().item() for v in counts.values()),
@@ -196,7 +192,7 @@ def _two_rank_worker() -> None:
         "bias": {k: v.tolist() for k, v in sorted(got_bias.items())},
         "expert_rows": rows.tolist(),
         "grad_diff": max((params[n].grad.full_tensor() - g).abs().max().item() for n, g in ref_grads.items()),
-    }), flush=True)
+    })
     leave_together()
 
 

@@ -49,7 +49,7 @@ MOE_LAYERS = {name: len(moe_layers(meta_model(name, n_layers=2))) for name in MO
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
-    """layout -> model -> what the worker saved."""
+    """layout -> model -> what the worker returned."""
     return run_layouts(tmp_path_factory.mktemp("ep_layouts"), LAYOUTS)
 
 

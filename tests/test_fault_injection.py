@@ -20,8 +20,8 @@ import subprocess
 import time
 
 import pytest
-from ckpt_helpers import REPO, env, text_file, tree_digest
-from dist_helpers import launcher_copy
+from ckpt_helpers import text_file, tree_digest
+from dist_helpers import REPO, env, launcher_copy
 from fault_helpers import CONSTANT_LR, FAST, Run, alive, descendants, last_line, run, shard_digests
 
 pytestmark = pytest.mark.multiprocess
@@ -271,7 +271,7 @@ def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resume
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session with the pty as its controlling terminal
         os.chdir(REPO)
-        os.execvpe("./run_train.sh", ["./run_train.sh", *args(data, tmp_path / "out", *LONG)], {**env(), "NGPU": "2"})
+        os.execvpe("./run_train.sh", ["./run_train.sh", *args(data, tmp_path / "out", *LONG)], env(NGPU="2"))
     output, sent = b"", False
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:

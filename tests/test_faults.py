@@ -10,7 +10,8 @@ import subprocess
 import pytest
 import torch
 import torch.distributed as dist
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
+from ckpt_helpers import text_file, tiny_job
+from dist_helpers import REPO, env, run_train
 
 import torchtitan_lite.train as train_module
 from torchtitan_lite.components import checkpoint
@@ -19,49 +20,36 @@ from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.train import Trainer
 
 
-def _guard(*args, **kw):
-    """A guard in a 1-rank gloo group (its agreement is an all-reduce)."""
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return NonFiniteGuard(*args, **kw)
-
-
 def _record(guard, step, loss, grad_norm):
     guard.record(step, torch.tensor(loss), torch.tensor(grad_norm))
 
 
-def test_guard_stop_names_the_step_and_skip_allows_k_then_stops():
-    try:
-        guard = _guard("stop", 0)
-        _record(guard, 1, 2.5, 0.7)
-        assert guard.apply_update(1, sync=True)
-        guard = _guard("stop", 3)
-        _record(guard, 7, float("nan"), 1.0)
-        with pytest.raises(NonFiniteError, match=r"^step 7: loss nan, gradient norm 1.0; the update was not applied"):
-            guard.apply_update(7, sync=True)
-        guard = _guard("skip", 2, skipped=1)
-        _record(guard, 4, 1.0, float("inf"))
-        assert guard.apply_update(4, sync=False) is False and guard.skipped == 2
-        _record(guard, 5, float("inf"), 1.0)
-        with pytest.raises(NonFiniteError, match=r"^step 5: loss inf, gradient norm 1.0, after 2 skipped steps"):
-            guard.apply_update(5, sync=False)
-        with pytest.raises(ValueError, match="nonfinite_policy must be one of"):
-            NonFiniteGuard("ignore", 1)
-    finally:
-        dist.destroy_process_group()
+def test_guard_stop_names_the_step_and_skip_allows_k_then_stops(one_rank_group):  # its agreement: an all-reduce
+    guard = NonFiniteGuard("stop", 0)
+    _record(guard, 1, 2.5, 0.7)
+    assert guard.apply_update(1, sync=True)
+    guard = NonFiniteGuard("stop", 3)
+    _record(guard, 7, float("nan"), 1.0)
+    with pytest.raises(NonFiniteError, match=r"^step 7: loss nan, gradient norm 1.0; the update was not applied"):
+        guard.apply_update(7, sync=True)
+    guard = NonFiniteGuard("skip", 2, skipped=1)
+    _record(guard, 4, 1.0, float("inf"))
+    assert guard.apply_update(4, sync=False) is False and guard.skipped == 2
+    _record(guard, 5, float("inf"), 1.0)
+    with pytest.raises(NonFiniteError, match=r"^step 5: loss inf, gradient norm 1.0, after 2 skipped steps"):
+        guard.apply_update(5, sync=False)
+    with pytest.raises(ValueError, match="nonfinite_policy must be one of"):
+        NonFiniteGuard("ignore", 1)
 
 
-def test_guard_stop_without_sync_defers_to_the_next_check_naming_the_first_bad_step():
-    try:
-        guard = _guard("stop", 0)
-        _record(guard, 3, float("nan"), float("nan"))
-        assert guard.apply_update(3, sync=False)  # no host read: the update goes ahead
-        _record(guard, 4, 1.0, 1.0)  # a later finite step does not hide it
-        with pytest.raises(NonFiniteError, match=r"^step 3: loss nan, gradient norm nan; the updates of steps 3-5 were "
-                                                 r"applied before this check \(metrics.log_freq\), nothing was saved"):
-            guard.check(5)
-    finally:
-        dist.destroy_process_group()
+def test_guard_stop_without_sync_defers_to_the_next_check_naming_the_first_bad_step(one_rank_group):
+    guard = NonFiniteGuard("stop", 0)
+    _record(guard, 3, float("nan"), float("nan"))
+    assert guard.apply_update(3, sync=False)  # no host read: the update goes ahead
+    _record(guard, 4, 1.0, 1.0)  # a later finite step does not hide it
+    with pytest.raises(NonFiniteError, match=r"^step 3: loss nan, gradient norm nan; the updates of steps 3-5 were "
+                                             r"applied before this check \(metrics.log_freq\), nothing was saved"):
+        guard.check(5)
 
 
 def test_stop_request_records_sigterm_and_restores_the_handler():
@@ -84,8 +72,7 @@ def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
         return value * float("nan") if step in nan_steps else value
 
     monkeypatch.setattr(train_module, "cross_entropy_sum", loss)
-    args = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-            f"--job.dump_folder={tmp_path / 'out'}", "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra]
+    args = tiny_job(tmp_path, "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra)
     trainer, stop, error = Trainer(parse_args(args)), StopRequest(), None
     try:
         trainer.train(stop)
@@ -134,9 +121,8 @@ def test_skip_policy_stops_beyond_max_skipped_steps(tmp_path, monkeypatch):
 @pytest.mark.multiprocess
 def test_sigterm_to_run_train_sh_saves_at_the_step_reached_exits_0_and_resumes(tmp_path):
     text_file(tmp_path, n_plays=1)
-    args = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-            f"--job.dump_folder={tmp_path / 'out'}", "--checkpoint.interval=100000", "--training.steps=100000"]
-    proc = subprocess.Popen(["./run_train.sh", *args], cwd=REPO, env={**env(), "NGPU": "2"}, stdout=subprocess.PIPE,
+    args = tiny_job(tmp_path, "--checkpoint.interval=100000", "--training.steps=100000")
+    proc = subprocess.Popen(["./run_train.sh", *args], cwd=REPO, env=env(NGPU="2"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
@@ -151,8 +137,7 @@ def test_sigterm_to_run_train_sh_saves_at_the_step_reached_exits_0_and_resumes(t
     step = int(stopped[0].group(1))
     assert stopped[0].group(2) == str(tmp_path / "out" / "checkpoint" / f"step-{step}")
     assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [step]
-    resumed = subprocess.run(["./run_train.sh", *args[:-1], f"--training.steps={step + 1}"], cwd=REPO,
-                             env={**env(), "NGPU": "2"}, capture_output=True, text=True, timeout=240)
+    resumed = run_train([*args[:-1], f"--training.steps={step + 1}"], nproc=2)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"resumed at step {step} from {tmp_path / 'out' / 'checkpoint' / f'step-{step}'} (" in resumed.stdout
     assert re.search(rf"^\[rank0\]:step +{step + 1} ", resumed.stdout, re.M)

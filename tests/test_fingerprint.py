@@ -4,7 +4,6 @@ import hashlib
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
@@ -14,7 +13,6 @@ from torch.distributed.tensor.debug import CommDebugMode
 
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-torch.set_num_threads(1)
 MASK = 2**64 - 1
 
 
@@ -84,36 +82,28 @@ def test_checkpoint_and_compile_wrappers_leave_the_fingerprint_unchanged():
     assert model_fingerprint(model) == model_fingerprint(compiled) == before
 
 
-def test_a_sharded_model_is_fingerprinted_from_its_local_shards_without_a_collective_on_one_rank(monkeypatch):
+def test_a_sharded_model_is_fingerprinted_from_its_local_shards_without_a_collective_on_one_rank(monkeypatch,
+                                                                                                 one_rank_group):
     reference = model_fingerprint(Small())
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        model = Small()
-        fully_shard(model, ignored_params={model.scale})  # FSDP2 takes no 0-dim parameter: it stays plain
-        assert isinstance(model.layers["0"].weight, DTensor) and not isinstance(model.scale, DTensor)
+    model = Small()
+    fully_shard(model, ignored_params={model.scale})  # FSDP2 takes no 0-dim parameter: it stays plain
+    assert isinstance(model.layers["0"].weight, DTensor) and not isinstance(model.scale, DTensor)
 
-        def no_gather(self, *args, **kwargs):
-            raise AssertionError("full_tensor() called while fingerprinting")
+    def no_gather(self, *args, **kwargs):
+        raise AssertionError("full_tensor() called while fingerprinting")
 
-        monkeypatch.setattr(DTensor, "full_tensor", no_gather)
-        with CommDebugMode() as comms:
-            fingerprint = model_fingerprint(model)
-    finally:
-        dist.destroy_process_group()
+    monkeypatch.setattr(DTensor, "full_tensor", no_gather)
+    with CommDebugMode() as comms:
+        fingerprint = model_fingerprint(model)
     assert {str(op): n for op, n in comms.get_comm_counts().items()} == {}
     assert fingerprint == reference
 
 
-def test_a_meta_tensor_or_a_partial_placement_is_refused_naming_it():
+def test_a_meta_tensor_or_a_partial_placement_is_refused_naming_it(one_rank_group):
     meta = Small().to("meta")
     with pytest.raises(ValueError, match=r"^model_fingerprint: scale is on meta; materialize and initialize first$"):
         model_fingerprint(meta)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        mesh = init_device_mesh("cpu", (1,))
-        partial = nn.Module()
-        partial.w = nn.Parameter(DTensor.from_local(torch.ones(3), mesh, [Partial()]))
-        with pytest.raises(ValueError, match=r"^model_fingerprint: unsupported DTensor placement P\(sum\)"):
-            model_fingerprint(partial)
-    finally:
-        dist.destroy_process_group()
+    partial = nn.Module()
+    partial.w = nn.Parameter(DTensor.from_local(torch.ones(3), init_device_mesh("cpu", (1,)), [Partial()]))
+    with pytest.raises(ValueError, match=r"^model_fingerprint: unsupported DTensor placement P\(sum\)"):
+        model_fingerprint(partial)

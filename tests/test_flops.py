@@ -50,7 +50,6 @@ from models.qwen3_moe import Qwen3MoeModel, qwen3_moe_flavors
 from models.qwen3_moe.flops import num_active_params as qwen3_moe_active
 from models.qwen3_moe.flops import num_flops_per_token as qwen3_moe_flops
 
-torch.set_num_threads(1)
 BS, T = 2, 8
 TOKENS = BS * T
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from dist_helpers import leave_together, rank_results, torchrun_script
+from dist_helpers import launch, leave_together, write_result
 from model_helpers import (
     assert_matches_float64_reference,
     assert_plan_covers_exactly,
@@ -35,8 +33,6 @@ from models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_fr
 from models.gpt_oss import GptOssModel, GptOssModelArgs, gpt_oss_flavors, gpt_oss_init_plan
 from models.gpt_oss.flops import num_active_params, num_flops_per_token
 from torchtitan_lite.init.apply import init_weights, materialize
-
-REPO = Path(__file__).resolve().parents[1]
 
 TINY = GptOssModelArgs(
     dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, moe_inter_dim=12, num_experts=4,
@@ -188,7 +184,6 @@ def test_even_layers_slide_and_odd_layers_attend_fully():
 
 
 def test_forward_and_backward_match_the_explicit_reference():
-    torch.set_num_threads(1)
     model = build(TINY, seed=0)
     tokens = torch.randint(0, TINY.vocab_size, (2, TINY.max_seq_len), generator=torch.Generator().manual_seed(1))
     logits = model(tokens)
@@ -197,7 +192,6 @@ def test_forward_and_backward_match_the_explicit_reference():
 
 
 def test_sliding_layer_sees_only_the_window_and_full_layer_sees_everything():
-    torch.set_num_threads(1)
     tokens = torch.randint(0, TINY.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3))
     diff = logit_change(build(dataclasses.replace(TINY, n_layers=1)), tokens, 0)  # layer 0: sliding, window 3
     assert (diff[:3] > 1e-4).all() and (diff[3:] < 1e-5).all()  # < 1e-5: expert batching rounding
@@ -206,7 +200,6 @@ def test_sliding_layer_sees_only_the_window_and_full_layer_sees_everything():
 
 
 def test_logits_are_causal():
-    torch.set_num_threads(1)
     tokens = torch.randint(0, TINY.vocab_size, (1, 8), generator=torch.Generator().manual_seed(4))
     diff = logit_change(build(TINY), tokens, 5)
     assert (diff[:5] < 1e-5).all() and (diff[5:] > 1e-4).all()  # < 1e-5: expert batching rounding
@@ -219,7 +212,6 @@ def test_too_long_input_is_rejected():
 
 
 def test_aux_loss_changes_gradients_but_not_logits():
-    torch.set_num_threads(1)
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(5))
     plain, aux = build(TINY), build(dataclasses.replace(TINY, aux_loss_coeff=0.1))
     out_plain, out_aux = plain(tokens), aux(tokens)
@@ -272,7 +264,6 @@ def test_init_plan_covers_every_parameter_and_persistent_buffer_exactly():
 
 
 def test_nan_poisoned_materialization_is_fully_initialized_and_step_one_loss_is_ln_v():
-    torch.set_num_threads(1)
     args = gpt_oss_flavors["debug"]
     with torch.device("meta"):
         model = GptOssModel(args)
@@ -300,7 +291,7 @@ def test_init_is_a_function_of_the_seed_only():
 
 @pytest.mark.multiprocess
 def test_fsdp_two_ranks_with_uneven_experts_matches_single_process():
-    results = rank_results(torchrun_script(__file__, 2, timeout=120))[0]  # rank 0's list, one entry per mode
+    results = launch(__file__, nproc=2, timeout=120).result()  # rank 0's list, one entry per mode
     assert [r["ac_mode"] for r in results] == ["none", "full"]
     for r in results:
         assert r["expert_rows"] == [2, 1]  # 3 experts on 2 ranks: Shard(0) gives 2 + 1
@@ -317,7 +308,6 @@ def _fsdp_worker() -> None:
     from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
     from torchtitan_lite.distributed.fsdp import apply_fsdp
 
-    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
@@ -373,7 +363,7 @@ def _fsdp_worker() -> None:
             "load_total": sum(v.sum().item() for v in loads.values()),
         })
     if rank == 0:
-        print("RESULT " + json.dumps(results), flush=True)
+        write_result(results)
     leave_together()
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import transformers
+from dist_helpers import REPO
 from hf_published import PUBLISHED, scaled
 
 from models import get_model_spec, model_names
@@ -21,7 +22,6 @@ from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import build_model_args, parse_args
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG_CLASSES = {name: type(transformers.AutoConfig.for_model(get_model_spec(name).state_dict_adapter.model_type))
                   for name in model_names()}
 """Our family -> the transformers config class of its adapter's ``model_type``."""

@@ -12,15 +12,13 @@ import pytest
 import torch
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 
 import torchtitan_lite.init.apply as init_module
 from models import get_model_spec
 from torchtitan_lite import generate
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import Tokenizer
-
-torch.set_num_threads(1)
 
 SEQLEN = {"gpt-oss-20b": 144}
 """Tokens per test sequence: gpt-oss needs more than its 128-key window for the sliding layers to differ."""
@@ -53,11 +51,6 @@ def assert_same(ours: tuple, theirs: tuple) -> float:
         assert torch.equal(mine, theirs_)
         assert mine.unique().numel() > mine.shape[1]  # tokens go to different experts
     return diff
-
-
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory):
-    return small_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", SCALED_VOCAB)
 
 
 @pytest.fixture(scope="module", params=list(PUBLISHED))

@@ -10,13 +10,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 import torch
 import transformers
+from dist_helpers import run_train
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
-from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours, small_tokenizer
+from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 from safetensors.torch import load_file, save_file
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -29,14 +29,6 @@ from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.preflight import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
-
-torch.set_num_threads(1)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory):
-    return small_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", SCALED_VOCAB)
 
 
 def saved(tmp_path, name: str, seed: int = 0):
@@ -214,9 +206,7 @@ def test_bad_folders_stop_the_run_with_one_line_and_exit_2_before_anything_is_wr
 
 def test_run_train_exits_2_on_a_tensor_of_the_wrong_shape_and_writes_nothing(tmp_path, tokenizer_file):
     folder, _ = bad_folders(tmp_path, tokenizer_file)["shape"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    proc = subprocess.run(["./run_train.sh", f"--checkpoint.initial_load_hf={folder}", f"--job.dump_folder={tmp_path / 'o'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_train([f"--checkpoint.initial_load_hf={folder}", f"--job.dump_folder={tmp_path / 'o'}"])
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "k_proj.weight has shape (16, 64)" in proc.stderr and not (tmp_path / "o").exists()
 

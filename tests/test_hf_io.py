@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import torch.distributed as dist
-from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
+from ckpt_helpers import text_file, tiny_job
 from safetensors.torch import load_file, save_file
 
 import torchtitan_lite.init.apply as init_module
@@ -26,8 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def argv(tmp, *extra: str) -> list[str]:
-    return [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp / 'data.txt'}", f"--job.dump_folder={tmp / 'out'}",
-            "--checkpoint.enable=false", *extra]
+    return tiny_job(tmp, "--checkpoint.enable=false", *extra)
 
 
 def build(tmp, *extra: str) -> Trainer:

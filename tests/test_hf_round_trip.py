@@ -17,8 +17,6 @@ from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 
-torch.set_num_threads(1)
-
 SIZES = {
     "qwen3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16),

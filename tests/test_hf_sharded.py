@@ -6,24 +6,25 @@ embedding) is larger than that half."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
 from ckpt_helpers import text_file
-from dist_helpers import rank_results, torchrun_script
+from dist_helpers import REPO, launch
 from hf_published import scaled
-from hf_reference import hf_model, ours_from_folder, small_tokenizer
+from hf_reference import hf_model, ours_from_folder
 from safetensors import safe_open
 
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_hf_worker.py")
+WORKER = REPO / "tests" / "dist_hf_worker.py"
 BIG_VOCAB = 8192
 """Vocabulary of the tied Qwen3: its embedding is most of the checkpoint's bytes."""
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
+def folders(tmp_path_factory, tokenizer_file):
     """name -> (folder, data file): a tied Qwen3-0.6B with a big embedding, and DeepSeek-V3 (experts per tensor,
     interleaved RoPE rows, the expert-score bias), scaled."""
     tmp = tmp_path_factory.mktemp("sharded")
@@ -33,7 +34,7 @@ def folders(tmp_path_factory):
         folder = tmp / name
         hf_model({**scaled(name), **changes}).save_pretrained(folder)
         if name == "DeepSeek-V3":  # the bundled tokenizer's 2048 ids do not fit its 512
-            small_tokenizer(folder / "tokenizer.json", 512)
+            shutil.copy(tokenizer_file, folder / "tokenizer.json")
         out[name] = (folder, data)
     return out
 
@@ -56,9 +57,8 @@ def test_two_rank_import_is_bitwise_the_one_process_import_and_reads_only_each_s
     from dist_hf_worker import digests
 
     expected = digests(plain)
-    proc = torchrun_script(WORKER, 2, [layout, str(folder), str(tmp_path / "out"), f"--training.dataset_path={data}"],
-                           timeout=600)
-    results = sorted(rank_results(proc), key=lambda r: r["rank"])
+    results = launch(WORKER, [layout, str(folder), str(tmp_path / "out"), f"--training.dataset_path={data}"], nproc=2,
+                     timeout=600).results()
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["digests"] == expected
     assert all(r["draws"] == 0 and r["missing"] == [] for r in results)

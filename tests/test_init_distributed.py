@@ -1,44 +1,28 @@
 """Sharded init on 2 and 3 gloo ranks (FSDP2, uneven shards, tied pair) equals the 1-process init bitwise."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
-from dist_helpers import torchrun_script
+from dist_helpers import REPO, launch
+from dist_init_worker import PLAN, SEED, TinyModel, full_weights
 
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-torch.set_num_threads(1)
-
-ROOT = Path(__file__).resolve().parent.parent
-WORKER = ROOT / "tests" / "dist_init_worker.py"
-
-
-def _worker_module():
-    spec = importlib.util.spec_from_file_location("dist_init_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+WORKER = REPO / "tests" / "dist_init_worker.py"
 
 
 def _single_process():
-    worker = _worker_module()
     with torch.device("meta"):
-        model = worker.TinyModel()
+        model = TinyModel()
     materialize(model, "cpu")
-    init_weights(model, worker.PLAN, worker.SEED)
-    return worker.full_weights(model), model_fingerprint(model)
+    init_weights(model, PLAN, SEED)
+    return full_weights(model), model_fingerprint(model)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_init_equals_single_process_bitwise(world_size, tmp_path):
-    out = tmp_path / "result.pt"
-    proc = torchrun_script(WORKER, world_size, [str(out)], timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    got = torch.load(out)
+def test_sharded_init_equals_single_process_bitwise(world_size):
+    got = launch(WORKER, nproc=world_size, timeout=120).result()
     weights, fingerprint = _single_process()
 
     assert got["weights"].keys() == weights.keys()

@@ -15,8 +15,6 @@ from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import init_report
 from torchtitan_lite.init.spec import InitPlan, normal, ones, trunc_normal, zeros
 
-torch.set_num_threads(1)
-
 
 class Block(nn.Module):
     def __init__(self):

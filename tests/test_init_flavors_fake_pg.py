@@ -13,21 +13,19 @@ import sys
 
 import pytest
 import torch
-from model_helpers import REPO, build_planned
+from dist_helpers import REPO, env
+from model_helpers import build_planned
 
 from models import get_model_spec, model_names
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_init_flavors import build_meta, choose_rank, shard_numels  # noqa: E402
 
-torch.set_num_threads(1)
-
-# One fake rank per process, as the benchmark runs it (see its module docstring): saves the local shards.
+# One fake rank per process (one thread), as the benchmark runs it (see its module docstring): saves the local shards.
 CHILD = """
 import sys, torch, torch.distributed as dist
 from torch.distributed.tensor import DTensor
 sys.path.insert(0, "benchmarks")
-torch.set_num_threads(1)
 from bench_init_flavors import init_rank
 model, timing = init_rank(sys.argv[1], "debug", int(sys.argv[2]), int(sys.argv[3]), seed=7)
 shards = {n: p.to_local().clone() for n, p in model.named_parameters() if isinstance(p, DTensor)}
@@ -45,7 +43,8 @@ def test_fake_pg_rank_holds_the_rows_of_a_one_process_init(family, world_size, r
     spec = get_model_spec(family)
     whole = dict(build_planned(spec.model_cls, spec.init_plan, spec.flavors["debug"], seed=7).named_parameters())
     out = tmp_path / "shards.pt"
-    subprocess.run([sys.executable, "-c", CHILD, family, str(world_size), str(rank), str(out)], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-c", CHILD, family, str(world_size), str(rank), str(out)], cwd=REPO, env=env(),
+                   check=True)
     shards, timing = torch.load(out)
     assert sorted(shards) == sorted(whole)
     for name, local in shards.items():

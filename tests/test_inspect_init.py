@@ -6,19 +6,16 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from dist_helpers import REPO
 
 from models import get_model_spec
 from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
-torch.set_num_threads(1)
-
-REPO = Path(__file__).resolve().parents[1]
 DEBUG = ["--job.config_file", "train_configs/qwen3_debug.toml"]
 
 

@@ -4,7 +4,7 @@ and filling a box draws only the tiles it overlaps."""
 import numpy as np
 import pytest
 import torch
-from dist_helpers import REPO, rank_results, torchrun_script
+from dist_helpers import REPO, launch
 
 from torchtitan_lite.init import keyed, sampling
 from torchtitan_lite.init.keyed import InitKey, keyed_fill_local, tile_shape
@@ -105,7 +105,7 @@ def test_dtensor_placements_on_a_2d_mesh_equal_the_single_process_init_and_draw_
     """Shard on either dim, Replicate, two shardings of one dim, a 3-D tensor, and TP + FSDP (_StridedShard):
     every rank draws at most its box grown to tile boundaries (S0_S1: 300 x 260 cut off the tiles), exactly its
     box where the cuts fall on tile boundaries (all other cases)."""
-    results = rank_results(torchrun_script(REPO / "tests" / "dist_placement_init_worker.py", 4, timeout=180))
+    results = launch(REPO / "tests" / "dist_placement_init_worker.py", nproc=4, timeout=180).results()
     assert len(results) == 4
     cases = results[0]["cases"]
     assert "_StridedShard" in cases["fsdp_tp.0.weight"]["placements"]

@@ -21,8 +21,6 @@ from models.llama3.flops import llama3_num_params, num_flops_per_token
 from models.llama3.model import llama3_inv_freq
 from models.llama3.state_dict_adapter import Llama3StateDictAdapter
 
-torch.set_num_threads(1)
-
 TINY = Llama3ModelArgs(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=48, vocab_size=64,
                        max_seq_len=16)
 """head_dim 8 at rope_theta 5e5: wavelengths 6, 167, 4443 and 118,000 positions, so one frequency of each band of

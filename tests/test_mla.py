@@ -14,8 +14,6 @@ from models.common.yarn import yarn_inv_freq
 from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
 from models.deepseek_v3.model import MLA, softmax_scale
 
-torch.set_num_threads(1)
-
 BASE = DeepSeekV3ModelArgs(
     dim=24, n_layers=1, n_dense_layers=1, n_heads=3, vocab_size=16, hidden_dim=8, moe_inter_dim=8, num_experts=4,
     top_k=2, num_expert_groups=1, num_limited_groups=1, q_lora_rank=10, kv_lora_rank=12,

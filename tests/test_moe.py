@@ -17,8 +17,6 @@ from models.common.moe import MoE, collect_expert_load
 from models.common.routers import TopKRouter
 from torchtitan_lite.distributed.activation_checkpoint import checkpoint_contexts
 
-torch.set_num_threads(1)
-
 DIM, HIDDEN, EXPERTS, TOP_K = 8, 6, 4, 2
 
 

@@ -17,8 +17,6 @@ from models.common.moe_hooks import MoETrainingHooks, expert_load_report
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
-torch.set_num_threads(1)
-
 
 def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
     logger = MetricsLogger(tmp_path, enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=10,

@@ -4,10 +4,9 @@ pipeline run leave no line saying "warning" on the console or in any rank's ``lo
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from ckpt_helpers import REPO, env, text_file
+from ckpt_helpers import text_file
+from dist_helpers import run_train
 
 pytestmark = pytest.mark.multiprocess
 
@@ -29,9 +28,8 @@ LAYOUTS = {  # name: (processes, config file, options)
 def test_a_short_run_prints_no_warning_on_any_rank(tmp_path, layout):
     processes, config_file, options = LAYOUTS[layout]
     data = text_file(tmp_path, n_plays=1)
-    proc = subprocess.run(["./run_train.sh", *SHORT_RUN, *options, f"--training.dataset_path={data}",
-                           f"--job.dump_folder={tmp_path / 'out'}"], cwd=REPO, capture_output=True, text=True,
-                          env={**env(), "NGPU": str(processes), "CONFIG_FILE": config_file}, timeout=600)
+    proc = run_train([*SHORT_RUN, *options, f"--training.dataset_path={data}", f"--job.dump_folder={tmp_path / 'out'}"],
+                     nproc=processes, timeout=600, CONFIG_FILE=config_file)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = (tmp_path / "out").iterdir()
     logs = {path.name: path.read_text() for path in sorted((run / "logs").iterdir())}

@@ -196,8 +196,7 @@ def test_clip_without_grads_is_zero_and_bad_max_norm_rejected():
         clip_grad_norm_([], max_norm=-1.0)
 
 
-def test_clipping_fsdp2_dtensor_grads_is_one_foreach_norm_and_one_foreach_scale():
-    import torch.distributed as dist
+def test_clipping_fsdp2_dtensor_grads_is_one_foreach_norm_and_one_foreach_scale(one_rank_group):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -211,18 +210,14 @@ def test_clipping_fsdp2_dtensor_grads_is_one_foreach_norm_and_one_foreach_scale(
             self.counts[str(func)] = self.counts.get(str(func), 0) + 1
             return func(*args, **(kwargs or {}))
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        torch.manual_seed(0)
-        model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(5)])
-        for layer in model:
-            fully_shard(layer, mesh=init_device_mesh("cpu", (1,)))
-        model(torch.randn(3, 8)).square().sum().backward()
-        with OpCounts() as ops:
-            norm = clip_grad_norm_(model.parameters(), max_norm=1e-3)
-        assert ops.counts["aten._foreach_norm.Scalar"] == 1 and ops.counts["aten._foreach_mul_.Tensor"] == 1
-        assert "aten.linalg_vector_norm.default" in ops.counts and ops.counts["aten.linalg_vector_norm.default"] == 1
-        clipped = torch.linalg.vector_norm(torch.stack([p.grad.full_tensor().norm() for p in model.parameters()]))
-        assert norm > 1e-3 and abs(clipped.item() - 1e-3) < 1e-8
-    finally:
-        dist.destroy_process_group()
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(5)])
+    for layer in model:
+        fully_shard(layer, mesh=init_device_mesh("cpu", (1,)))
+    model(torch.randn(3, 8)).square().sum().backward()
+    with OpCounts() as ops:
+        norm = clip_grad_norm_(model.parameters(), max_norm=1e-3)
+    assert ops.counts["aten._foreach_norm.Scalar"] == 1 and ops.counts["aten._foreach_mul_.Tensor"] == 1
+    assert "aten.linalg_vector_norm.default" in ops.counts and ops.counts["aten.linalg_vector_norm.default"] == 1
+    clipped = torch.linalg.vector_norm(torch.stack([p.grad.full_tensor().norm() for p in model.parameters()]))
+    assert norm > 1e-3 and abs(clipped.item() - 1e-3) < 1e-8

@@ -13,20 +13,18 @@ within 1e-5 (absolute) of one process; steps between log steps read nothing from
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 import torch
-from ckpt_helpers import env, text_file
-from dist_helpers import REPO, torchrun_script
-from dist_layout_worker import run_layouts
+from ckpt_helpers import text_file
+from dist_helpers import run_train
+from dist_layout_worker import run_layouts, run_worker
 from model_helpers import is_moe, moe_families
 
 from models import model_names
 
 pytestmark = pytest.mark.multiprocess
 
-WORKER = REPO / "tests" / "dist_layout_worker.py"
 MODELS = ("qwen3", "qwen3_untied", "gpt_oss", "deepseek_v3")
 """On every layout: the dense decoder tied and untied, GPT-OSS (biases, sinks, MoE), DeepSeek-V3 (MLA, MoE)."""
 TP_ONLY = tuple(name for name in model_names() if name not in MODELS and not is_moe(name))
@@ -44,7 +42,7 @@ CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
-    """layout -> model -> what the worker saved."""
+    """layout -> model -> what the worker returned."""
     return run_layouts(tmp_path_factory.mktemp("layouts"), LAYOUTS)
 
 
@@ -119,12 +117,8 @@ def test_steps_between_log_steps_read_nothing_from_the_device_on_every_layout(ru
 
 
 def tp2_run(tmp_path, model: str, options: list[str]) -> dict:
-    """What the worker saved for ``model`` on tp2 with more ``options``."""
-    data = text_file(tmp_path, n_plays=1)
-    proc = torchrun_script(WORKER, 2, [str(tmp_path), str(data), f"--cases={model}", *LAYOUTS["tp2"][1], *options],
-                           timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return torch.load(tmp_path / f"{model}.pt")
+    """What the worker returned for ``model`` on tp2 with more ``options``."""
+    return run_worker(tmp_path, 2, (model,), [*LAYOUTS["tp2"][1], *options])[model]
 
 
 def test_activation_checkpointing_under_tp_gives_the_same_gradients_bitwise(runs, tmp_path):
@@ -147,11 +141,8 @@ def test_compiled_blocks_under_tp_give_the_gradients_of_eager(runs, tmp_path):
 
 
 def test_bf16_mixed_precision_under_fsdp_x_tp_trains_near_fp32(runs, tmp_path):
-    data = text_file(tmp_path, n_plays=1)
-    options = ["--cases=qwen3", *LAYOUTS["dp2_tp2"][1], "--training.compute_dtype=bfloat16"]
-    proc = torchrun_script(WORKER, 4, [str(tmp_path), str(data), *options], timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    bf16, fp32 = torch.load(tmp_path / "qwen3.pt")["losses"], runs["1"]["qwen3"]["losses"]
+    options = [*LAYOUTS["dp2_tp2"][1], "--training.compute_dtype=bfloat16"]
+    bf16, fp32 = run_worker(tmp_path, 4, ("qwen3",), options)["qwen3"]["losses"], runs["1"]["qwen3"]["losses"]
     assert all(abs(a / b - 1) < 1e-2 for a, b in zip(bf16, fp32)), (bf16, fp32)
     assert bf16 != fp32  # bf16 matmuls did run
 
@@ -163,8 +154,7 @@ def test_run_train_sh_prints_the_layout_and_the_single_process_fingerprint(runs,
     args = [*CASES["qwen3"][2:], *RUN, "--training.steps=1", "--lr_scheduler.warmup_steps=0",
             f"--training.dataset_path={data}", f"--job.dump_folder={tmp_path / 'out'}",
             "--parallelism.tensor_parallel_degree=2"]
-    proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**env(), "NGPU": "4", "CONFIG_FILE": CASES["qwen3"][1]})
+    proc = run_train(args, nproc=4, timeout=600, CONFIG_FILE=CASES["qwen3"][1])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "world size 4, layout dp_shard 2 x tp 2 (sequence parallel, loss parallel); device" in proc.stdout
     (fingerprint,) = re.findall(r"fingerprint ([0-9a-f]{16})", proc.stdout)

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from dist_helpers import rank_results, torchrun_script
+from dist_fsdp_worker import ToyLM
+from dist_helpers import REPO, launch
 from torch import nn
 
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from dist_fsdp_worker import ToyLM  # noqa: E402
 
 
 def _seeded_toy() -> ToyLM:
@@ -30,7 +24,7 @@ def _seeded_toy() -> ToyLM:
 
 @pytest.mark.multiprocess
 def test_fsdp_two_ranks_gloo_matches_single_process_gradients_and_adamw_steps():
-    results = rank_results(torchrun_script(REPO / "tests" / "dist_fsdp_worker.py", 2, timeout=120))[0]  # rank 0
+    results = launch(REPO / "tests" / "dist_fsdp_worker.py", nproc=2, timeout=120).result()  # one entry per mode
     assert [r["ac_mode"] for r in results] == ["none", "full"]
     for r in results:
         assert r["params_are_dtensor"]
@@ -44,7 +38,6 @@ def test_fsdp_two_ranks_gloo_matches_single_process_gradients_and_adamw_steps():
 
 
 def test_full_activation_checkpointing_keeps_keys_and_values():
-    torch.set_num_threads(1)
     model = _seeded_toy()
     tokens = torch.randint(0, 33, (2, 5), generator=torch.Generator().manual_seed(0))
     model(tokens).square().sum().backward()
@@ -69,7 +62,6 @@ def test_activation_checkpointing_none_is_identity_and_bad_mode_names_value():
 
 
 def test_compile_keeps_parameter_names_and_outputs():
-    torch.set_num_threads(1)
     model = _seeded_toy()
     tokens = torch.randint(0, 33, (2, 5), generator=torch.Generator().manual_seed(0))
     expected = model(tokens)

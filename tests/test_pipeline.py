@@ -21,7 +21,6 @@ from torchtitan_lite.distributed.pipeline import PipelineLoss, StageModules, spl
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
-torch.set_num_threads(1)
 SEED = 7
 
 

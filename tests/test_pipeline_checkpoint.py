@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from ckpt_helpers import result, text_file, torchrun
+from ckpt_helpers import text_file, worker_result
 
 pytestmark = pytest.mark.multiprocess
 
@@ -26,11 +26,11 @@ EQUAL = {"model_equal": True, "optim_equal": True, "n_model": 25, "n_optim": 75,
 
 
 def saved_run(tmp_path, nproc: int, layout: list[str], steps: int = 2) -> dict:
-    """Train ``steps`` steps (checkpoint at step 2) with ``layout``; the worker's RESULT."""
+    """Train ``steps`` steps (checkpoint at step 2) with ``layout``; the worker's result."""
     data = text_file(tmp_path)
-    return result(torchrun(nproc, ["train", str(tmp_path / "a.pt"), *MODEL, *RUN, f"--training.dataset_path={data}",
-                                   *layout, f"--training.steps={steps}", f"--job.dump_folder={tmp_path / 'a'}"],
-                           timeout=600))
+    return worker_result(nproc, ["train", str(tmp_path / "a.pt"), *MODEL, *RUN, f"--training.dataset_path={data}",
+                                 *layout, f"--training.steps={steps}", f"--job.dump_folder={tmp_path / 'a'}"],
+                         timeout=600)
 
 
 @pytest.mark.parametrize("saved_by, loaded_by", [((4, PP2_DP2), (1, [])), ((1, []), (4, PP2_DP2))],
@@ -39,10 +39,10 @@ def test_checkpoint_loads_bitwise_into_another_layout_and_trains_on(tmp_path, sa
     (save_n, save_layout), (load_n, load_layout) = saved_by, loaded_by
     assert saved_run(tmp_path, save_n, save_layout)["steps"] == [2]
     step2 = tmp_path / "a" / "checkpoint" / "step-2"
-    loaded = result(torchrun(load_n, ["resume", str(tmp_path / "a.pt"), *MODEL, *RUN, *load_layout,
-                                      f"--training.dataset_path={tmp_path / 'data.txt'}", "--training.steps=3",
-                                      f"--job.dump_folder={tmp_path / 'b'}", f"--checkpoint.load_path={step2}"],
-                             timeout=600))
+    loaded = worker_result(load_n, ["resume", str(tmp_path / "a.pt"), *MODEL, *RUN, *load_layout,
+                                    f"--training.dataset_path={tmp_path / 'data.txt'}", "--training.steps=3",
+                                    f"--job.dump_folder={tmp_path / 'b'}", f"--checkpoint.load_path={step2}"],
+                           timeout=600)
     assert {key: loaded[key] for key in EQUAL} == EQUAL
     assert list(loaded["losses"]) == ["3"] and 0 < float.fromhex(loaded["losses"]["3"]) < 10
 
@@ -52,9 +52,9 @@ def test_pp2_run_resumed_from_its_step_2_equals_the_uninterrupted_run_bitwise(tm
     reference = saved_run(tmp_path, 2, layout, steps=4)
     (tmp_path / "b" / "checkpoint").mkdir(parents=True)
     shutil.copytree(tmp_path / "a" / "checkpoint" / "step-2", tmp_path / "b" / "checkpoint" / "step-2")
-    resumed = result(torchrun(2, ["train", str(tmp_path / "b.pt"), *MODEL, *RUN, *layout, "--training.steps=4",
-                                  f"--training.dataset_path={tmp_path / 'data.txt'}",
-                                  f"--job.dump_folder={tmp_path / 'b'}"], timeout=600))
+    resumed = worker_result(2, ["train", str(tmp_path / "b.pt"), *MODEL, *RUN, *layout, "--training.steps=4",
+                                f"--training.dataset_path={tmp_path / 'data.txt'}",
+                                f"--job.dump_folder={tmp_path / 'b'}"], timeout=600)
     assert resumed["losses"] == {k: reference["losses"][k] for k in ("3", "4")}
     final_a, final_b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
     for part in ("model", "optim"):

@@ -11,15 +11,12 @@ biases are plain tensors of each stage).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from dist_helpers import REPO, torchrun_script
+from dist_helpers import REPO, launch, run_train
 
 pytestmark = pytest.mark.multiprocess
 
@@ -39,12 +36,8 @@ PP2 = ["--parallelism.pipeline_parallel_degree=2"]
 
 
 def run_worker(tmp: Path, name: str, nproc: int, args: list[str]) -> list[dict]:
-    """Every rank's saved state of one worker launch."""
-    out = tmp / name
-    out.mkdir()
-    proc = torchrun_script(WORKER, nproc, [str(out), *args, f"--job.dump_folder={out}"], timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [torch.load(out / f"rank{r}.pt") for r in range(nproc)]
+    """Every rank's state of one worker launch, its run in ``tmp / name``."""
+    return launch(WORKER, [*args, f"--job.dump_folder={tmp / name}"], nproc=nproc, timeout=600).results()
 
 
 def merged(ranks: list[dict], key: str) -> dict[str, torch.Tensor]:
@@ -114,10 +107,8 @@ def test_a_nan_loss_on_the_last_stage_stops_every_rank_before_its_update(tmp_pat
 
 
 def test_run_train_sh_1f1b_prints_the_one_process_fingerprint_and_losses_on_every_rank(reference, tmp_path):
-    cmd = ["./run_train.sh", *QWEN3[1:], *PP2, f"--job.dump_folder={tmp_path}"]
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "NGPU": "2",
-           "CONFIG_FILE": "train_configs/qwen3_debug.toml", "LOG_RANK": "0,1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_train([*QWEN3[1:], *PP2, f"--job.dump_folder={tmp_path}"], nproc=2, timeout=600,
+                     CONFIG_FILE="train_configs/qwen3_debug.toml", LOG_RANK="0,1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ref = reference["qwen3"]
     for rank in (0, 1):

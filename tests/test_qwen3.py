@@ -24,8 +24,6 @@ from models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_p
 from models.qwen3.flops import num_flops_per_token, qwen3_num_params
 from torchtitan_lite.init.apply import init_weights, materialize
 
-torch.set_num_threads(1)
-
 TINY = Qwen3ModelArgs(
     dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, hidden_dim=48, vocab_size=64,
     rope_theta=1e4, max_seq_len=16,

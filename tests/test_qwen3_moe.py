@@ -24,8 +24,6 @@ from models.common.moe import collect_expert_load
 from models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
 from models.qwen3_moe.flops import num_active_params, num_flops_per_token
 
-torch.set_num_threads(1)
-
 TINY = Qwen3MoeModelArgs(
     dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=6, moe_inter_dim=8, num_experts=5, top_k=2,
     vocab_size=32, max_seq_len=8, aux_loss_coeff=0.0,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 import torch
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, result, text_file, torchrun
+from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file, worker_result
+from dist_helpers import run_train
 
 pytestmark = pytest.mark.multiprocess
 
@@ -26,10 +26,10 @@ def run_args(tmp, dump: str, out: str, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The 2-rank, 4-step reference run: its folder and RESULT."""
+    """The 2-rank, 4-step reference run: its folder and the worker's result."""
     tmp = tmp_path_factory.mktemp("resume")
     text_file(tmp)
-    res = result(torchrun(2, ["train", *run_args(tmp, "a", str(tmp / "a.pt"))]))
+    res = worker_result(2, ["train", *run_args(tmp, "a", str(tmp / "a.pt"))])
     return tmp, res
 
 
@@ -38,7 +38,7 @@ def test_two_plus_two_steps_equal_four_steps_bitwise(reference):
     assert ref["steps"] == [2, 4]
     (tmp / "b" / "checkpoint").mkdir(parents=True)
     shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "b" / "checkpoint" / "step-2")
-    resumed = result(torchrun(2, ["train", *run_args(tmp, "b", str(tmp / "b.pt"))]))
+    resumed = worker_result(2, ["train", *run_args(tmp, "b", str(tmp / "b.pt"))])
     assert sorted(resumed["losses"]) == ["3", "4"]
     assert resumed["losses"] == {k: ref["losses"][k] for k in ("3", "4")}
     final_a, final_b = torch.load(tmp / "a.pt"), torch.load(tmp / "b.pt")
@@ -51,8 +51,9 @@ def test_two_plus_two_steps_equal_four_steps_bitwise(reference):
 def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
     tmp, _ = reference
     step4 = tmp / "a" / "checkpoint" / "step-4"
-    res = result(torchrun(nproc, ["gather", *run_args(tmp, f"r{nproc}", str(tmp / "a.pt"), f"--checkpoint.load_path={step4}",
-                                                      "--checkpoint.exclude_from_loading=dataloader")]))
+    res = worker_result(nproc, ["gather", *run_args(tmp, f"r{nproc}", str(tmp / "a.pt"),
+                                                    f"--checkpoint.load_path={step4}",
+                                                    "--checkpoint.exclude_from_loading=dataloader")])
     # 14 model entries (13 tensors, the tied output listed twice); AdamW step, exp_avg, exp_avg_sq of each tensor
     assert res == {"model_equal": True, "optim_equal": True, "n_model": 14, "n_optim": 39, "loaded_step": 4}
 
@@ -63,7 +64,7 @@ def test_other_world_size_resumes_at_the_same_data_position(reference):
     tmp, ref = reference
     (tmp / "c" / "checkpoint").mkdir(parents=True)
     shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "c" / "checkpoint" / "step-2")
-    resumed = result(torchrun(1, ["train", *run_args(tmp, "c", str(tmp / "c.pt"), "--training.global_batch_size=4")]))
+    resumed = worker_result(1, ["train", *run_args(tmp, "c", str(tmp / "c.pt"), "--training.global_batch_size=4")])
     assert sorted(resumed["losses"]) == ["3", "4"]
     for step in ("3", "4"):
         assert float.fromhex(resumed["losses"][step]) == pytest.approx(float.fromhex(ref["losses"][step]), abs=1e-4)
@@ -75,11 +76,10 @@ def test_other_world_size_with_streaming_dataloader_state_exits_2_saying_how_to_
     paragraphs = (tmp / "data.txt").read_text(encoding="utf-8").split("\n\n")  # documents: each rank reads every 2nd
     data.write_text("".join(json.dumps({"text": p}) + "\n" for p in paragraphs), encoding="utf-8")
     streaming = [f"--training.dataset_path={data}", "--training.streaming=true", "--training.steps=2"]
-    result(torchrun(2, ["train", *run_args(tmp, "s", str(tmp / "s.pt"), *streaming)]))
+    worker_result(2, ["train", *run_args(tmp, "s", str(tmp / "s.pt"), *streaming)])
     step2 = tmp / "s" / "checkpoint" / "step-2"
     args = run_args(tmp, "w", "unused", f"--checkpoint.load_path={step2}", *streaming)[1:]
-    proc = subprocess.run(["./run_train.sh", *args], cwd=REPO, env={**env(), "NGPU": "1"}, capture_output=True,
-                          text=True, timeout=240)
+    proc = run_train(args)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("input error: checkpoint ") and "saved by 2 data-parallel ranks and this run has 1" in last

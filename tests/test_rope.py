@@ -7,8 +7,6 @@ import torch
 
 from models.common.rope import apply_rope, rope_cos_sin
 
-torch.set_num_threads(1)
-
 
 def test_tables_are_fp32_with_default_frequencies():
     cos, sin = rope_cos_sin(head_dim=8, max_seq_len=5, theta=1e6)

@@ -7,8 +7,7 @@ import json
 import re
 from pathlib import Path
 
-import torch
-from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
+from ckpt_helpers import TINY_MODEL, text_file, tiny_job
 from model_helpers import train_to_the_end
 
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
@@ -17,7 +16,6 @@ from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.train import Trainer
 
-torch.set_num_threads(1)
 PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")
 
 
@@ -29,8 +27,7 @@ def train(argv: list[str], capsys) -> tuple[Trainer, list[str]]:
 
 def run(tmp: Path, capsys, *extra: str) -> tuple[Trainer, list[str]]:
     """Train ``TINY_MODEL``/``TINY_RUN`` on ``tmp/data.txt`` (:func:`train`)."""
-    return train([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp / 'data.txt'}",
-                  f"--job.dump_folder={tmp / 'out'}", "--checkpoint.interval=2", *extra], capsys)
+    return train(tiny_job(tmp, "--checkpoint.interval=2", *extra), capsys)
 
 
 def test_start_up_prints_each_phase_with_its_seconds_then_the_run_folder(tmp_path, capsys):

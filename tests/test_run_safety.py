@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import xxhash
-from ckpt_helpers import REPO, TINY_MODEL, TINY_RUN, env, text_file
+from ckpt_helpers import text_file, tiny_job
+from dist_helpers import REPO, env
 from fault_helpers import alive
 from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.api import CheckpointException
@@ -33,11 +34,6 @@ from torchtitan_lite.config.memory import GIB, MemoryEstimate, estimate_rank_mem
 from torchtitan_lite.config.preflight import check_memory, parse_args
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.train import Trainer
-
-
-def _one_rank_group():
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def _step_folder(tmp_path, name="step-2"):
@@ -75,21 +71,17 @@ def test_read_meta_refuses_an_edited_meta_json_and_a_changed_metadata_naming_the
         integrity.read_meta(str(folder))
 
 
-def test_verify_files_finds_one_flipped_byte_and_names_the_older_checkpoint_to_load(tmp_path):
+def test_verify_files_finds_one_flipped_byte_and_names_the_older_checkpoint_to_load(tmp_path, one_rank_group):
     _step_folder(tmp_path, "step-1")
     folder = _step_folder(tmp_path)
     data = bytearray((folder / "__1_0.distcp").read_bytes())
     data[100] ^= 1
     (folder / "__1_0.distcp").write_bytes(bytes(data))
     meta = integrity.read_meta(str(folder))  # sizes and .metadata are fine: only the full check sees it
-    _one_rank_group()
-    try:
-        with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint file {folder}/__1_0.distcp does not match .*"
-                                                       r"load another step with --checkpoint.load_step=1 \(complete: "
-                                                       r"step-1\) or delete this folder$"):
-            integrity.verify_files(str(folder), meta, rank=0, world_size=1)
-    finally:
-        dist.destroy_process_group()
+    with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint file {folder}/__1_0.distcp does not match .*"
+                                                   r"load another step with --checkpoint.load_step=1 \(complete: "
+                                                   r"step-1\) or delete this folder$"):
+        integrity.verify_files(str(folder), meta, rank=0, world_size=1)
 
 
 def test_publish_replaces_an_existing_step_whole_and_remove_step_leaves_nothing(tmp_path):
@@ -190,8 +182,7 @@ def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_0(tmp_p
     (tmp_path / "data.txt").write_text("")
     monkeypatch.setenv(CONTROL_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "0")
-    args = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-            f"--job.dump_folder={tmp_path / 'out'}"]
+    args = tiny_job(tmp_path)
     assert train_module.main(args) == 0
     code, line = (tmp_path / "outcome.0").read_text().splitlines()
     assert code == "2" and line.startswith("input error: dataset_path ") and "holds no documents" in line
@@ -200,8 +191,7 @@ def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_0(tmp_p
 
 def test_a_stop_before_the_first_step_raises_stopped_saying_nothing_is_saved(tmp_path):
     text_file(tmp_path, n_plays=1)
-    config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                         f"--job.dump_folder={tmp_path / 'out'}"])
+    config = parse_args(tiny_job(tmp_path))
     stop = StopRequest(control=str(tmp_path))
     (tmp_path / "stop").write_text("SIGTERM\n")
     try:
@@ -251,8 +241,7 @@ def test_resume_line_lists_changes_and_says_which_lr_schedule_applies():
 
 
 def _resume(tmp_path, *extra):
-    config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                         f"--job.dump_folder={tmp_path / 'out'}", *extra])
+    config = parse_args(tiny_job(tmp_path, *extra))
     trainer = Trainer(config)
     try:
         return trainer.load_lines, trainer.scheduler.get_last_lr()[0], trainer.checkpointer.meta["lr_schedule"]
@@ -263,8 +252,7 @@ def _resume(tmp_path, *extra):
 
 def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked(tmp_path):
     text_file(tmp_path, n_plays=1)
-    config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                         f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2"])
+    config = parse_args(tiny_job(tmp_path, "--training.steps=2"))
     train_to_the_end(config)
     saved = schedule_settings(config_values(config))
     shape = {k: v for k, v in saved.items() if k != "lr"}
@@ -285,8 +273,7 @@ def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_writing(tmp_pa
     text_file(tmp_path, n_plays=1)
     lock = ckpt.FolderLock(str(tmp_path / "out" / "checkpoint"))
     lock.acquire()
-    config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                         f"--job.dump_folder={tmp_path / 'out'}"])
+    config = parse_args(tiny_job(tmp_path))
     try:
         with pytest.raises(ckpt.CheckpointError, match=rf"is in use by another run \(host .*, PID {os.getpid()}"):
             Trainer(config)
@@ -345,7 +332,7 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
               "print(p.pid, flush=True); time.sleep(600)")
     launcher = subprocess.Popen(["sleep", "600"])
     middle = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**env(), "TORCHTITAN_LITE_LAUNCHER_PID": str(launcher.pid)})
+                              env=env(TORCHTITAN_LITE_LAUNCHER_PID=str(launcher.pid)))
     worker = int(middle.stdout.readline())
     try:
         assert middle.stdout.readline() == "armed\n"
@@ -356,7 +343,7 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
             time.sleep(0.1)
         assert not alive({worker})
         lone = subprocess.Popen([sys.executable, "-c", child], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env={**env(), "TORCHTITAN_LITE_LAUNCHER_PID": str(launcher.pid)})
+                                text=True, env=env(TORCHTITAN_LITE_LAUNCHER_PID=str(launcher.pid)))
         assert lone.stdout.readline() == "armed\n"
         launcher.send_signal(signal.SIGKILL)  # the launcher dies: the watchdog
         launcher.wait()
@@ -374,8 +361,7 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
     from torchtitan_lite import generate
 
     text_file(tmp_path, n_plays=1)
-    job = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-           f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2"]
+    job = tiny_job(tmp_path, "--training.steps=2")
     train_to_the_end(parse_args(job))
     step2 = tmp_path / "out" / "checkpoint" / "step-2"
     running = ckpt.FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine

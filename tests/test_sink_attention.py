@@ -7,8 +7,6 @@ import torch
 
 from models.common.sink_attention import sink_attention, sliding_window_causal_mask
 
-torch.set_num_threads(1)
-
 
 def reference_sink_attention(q, k, v, sinks, sliding_window, scale):
     """Explicit softmax over [masked scores, sink], the sink column dropped (reference ``sdpa``)."""

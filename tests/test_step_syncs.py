@@ -11,10 +11,9 @@ over a gloo group).
 from __future__ import annotations
 
 import pytest
-import torch
 import torch.distributed as dist
 from ckpt_helpers import TINY_RUN, text_file
-from dist_helpers import REPO, torchrun_script
+from dist_layout_worker import run_worker
 from sync_helpers import HostReads
 
 from models.common.moe_hooks import MoETrainingHooks
@@ -60,11 +59,7 @@ def test_expert_parallel_steps_read_the_split_sizes_once_per_moe_layer_and_forwa
     micro-batch forward (``torchtitan_lite/distributed/expert_parallel.py``), a second one where full activation
     checkpointing recomputes the layer in backward. Qwen3-MoE, 2 MoE blocks, ep2 on 2 ranks, 2 quiet steps of 2
     micro-batches per rank (``tests/dist_layout_worker.py``)."""
-    data = text_file(tmp_path, n_plays=1)
-    proc = torchrun_script(REPO / "tests" / "dist_layout_worker.py", 2, [
-        str(tmp_path), str(data), "--cases=qwen3_moe", "--parallelism.expert_parallel_degree=2",
-        f"--activation_checkpoint.mode={ac_mode}"], timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = run_worker(tmp_path, 2, ("qwen3_moe",), ["--parallelism.expert_parallel_degree=2",
+                                                     f"--activation_checkpoint.mode={ac_mode}"], timeout=600)
     steps, micro_batches, moe_layers = 2, 2, 2
-    assert torch.load(tmp_path / "qwen3_moe.pt")["host_reads"] == (
-        steps * micro_batches * moe_layers * per_layer_and_micro_batch)
+    assert result["qwen3_moe"]["host_reads"] == steps * micro_batches * moe_layers * per_layer_and_micro_batch

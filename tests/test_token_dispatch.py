@@ -11,8 +11,6 @@ from test_moe import reference_experts
 from models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
 from models.common.token_dispatch import ALIGN, dispatch, grouped_mm_fits
 
-torch.set_num_threads(1)
-
 
 def _routing(num_tokens=13, num_experts=4, top_k=2, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from dist_helpers import REPO
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer, build_tokenizer
 from torchtitan_lite.errors import InputError
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _word_level(path: Path, vocab: dict[str, int]) -> Path:

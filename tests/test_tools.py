@@ -10,9 +10,9 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
-from hf_published import SCALED_VOCAB, scaled
-from hf_reference import hf_model, small_tokenizer
+from ckpt_helpers import text_file, tiny_job
+from hf_published import scaled
+from hf_reference import hf_model
 from test_hf_io import close
 
 from torchtitan_lite import evaluate, generate
@@ -26,12 +26,12 @@ from torchtitan_lite.train import Trainer
 
 
 @pytest.fixture(scope="module")
-def hf_folder(tmp_path_factory):
+def hf_folder(tmp_path_factory, tokenizer_file):
     """A scaled Qwen3-30B-A3B from transformers, saved with a fitting tokenizer, and the transformers model."""
     folder = tmp_path_factory.mktemp("qwen3_moe")
     model = hf_model(scaled("Qwen3-30B-A3B"))
     model.save_pretrained(folder)
-    small_tokenizer(folder / "tokenizer.json", SCALED_VOCAB)
+    shutil.copy(tokenizer_file, folder / "tokenizer.json")
     return folder, model
 
 
@@ -55,8 +55,7 @@ def test_evaluate_prints_the_mean_token_loss_transformers_gives_on_the_same_wind
 
 def test_generate_from_a_training_checkpoint_continues_as_the_trained_model(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
-    job = [*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-           f"--job.dump_folder={tmp_path / 'out'}", "--training.steps=2", "--checkpoint.interval=2"]
+    job = tiny_job(tmp_path, "--training.steps=2", "--checkpoint.interval=2")
     trainer = Trainer(parse_args(job))
     stop = StopRequest()
     try:
@@ -88,11 +87,9 @@ def test_generate_refuses_a_prompt_and_new_tokens_beyond_max_seq_len_with_one_li
 
 def test_sample_prompt_writes_the_greedy_continuation_to_the_log_and_tensorboard(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
-    config = parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                         f"--job.dump_folder={tmp_path / 'out'}", "--checkpoint.enable=false", "--training.steps=2",
-                         "--validation.enable=true", "--validation.freq=1", "--validation.steps=1",
-                         "--metrics.enable_tensorboard=true", "--validation.sample_prompt=ROMEO:",
-                         "--validation.sample_tokens=5"])
+    config = parse_args(tiny_job(tmp_path, "--checkpoint.enable=false", "--training.steps=2", "--validation.enable=true",
+                                 "--validation.freq=1", "--validation.steps=1", "--metrics.enable_tensorboard=true",
+                                 "--validation.sample_prompt=ROMEO:", "--validation.sample_tokens=5"))
     trainer = Trainer(config)
     texts = []
     trainer.metrics.writer.add_text = lambda tag, text, step=None: texts.append((tag, text, step))
@@ -119,6 +116,5 @@ def test_sample_prompt_writes_the_greedy_continuation_to_the_log_and_tensorboard
 def test_a_sample_prompt_that_cannot_be_sampled_is_a_config_error(tmp_path, extra, message):
     text_file(tmp_path, n_plays=1)
     with pytest.raises(ConfigError, match=message):
-        check_paths(parse_args([*TINY_MODEL, *TINY_RUN, f"--training.dataset_path={tmp_path / 'data.txt'}",
-                                f"--job.dump_folder={tmp_path}", "--validation.enable=true",
-                                "--validation.sample_prompt=ROMEO: speak", *extra]))
+        check_paths(parse_args(tiny_job(tmp_path, "--validation.enable=true", "--validation.sample_prompt=ROMEO: speak",
+                                        *extra, dump=tmp_path)))

@@ -13,8 +13,6 @@ from torchtitan_lite.init.keyed import InitKey, mt_state_from_words
 from torchtitan_lite.init.report import truncated_normal_moments
 from torchtitan_lite.init.sampling import trunc_normal_
 
-torch.set_num_threads(1)
-
 N = 2**20
 REGIMES = [  # (mean, std, a, b): the acceptance regimes
     (0.0, 0.02, -2.0, 2.0),
