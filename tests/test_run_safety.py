@@ -27,7 +27,7 @@ from torchtitan_lite import train as train_module
 from torchtitan_lite.components import checkpoint as ckpt
 from torchtitan_lite.components.checkpoint import integrity, storage
 from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
-from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, report_outcome
+from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, peer_failed, report_outcome
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule, wsd_lr_factor
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.memory import GIB, MemoryEstimate, estimate_rank_memory, fit_problem
@@ -169,21 +169,27 @@ def test_stop_request_reads_the_launchers_stop_file_and_publishes_a_growing_budg
         stop.restore()
 
 
-def test_report_outcome_writes_the_status_for_the_launcher_and_returns_0_only_under_it(tmp_path, monkeypatch):
+def test_report_outcome_writes_the_status_for_the_launcher_and_its_peers_and_returns_it(tmp_path, monkeypatch):
     monkeypatch.delenv(CONTROL_ENV, raising=False)
     assert report_outcome(2, "input error: x") == 2
     monkeypatch.setenv(CONTROL_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert report_outcome(2, "input error: x") == 0
+    assert not peer_failed()
+    assert report_outcome(2, "input error: x") == 2
     assert (tmp_path / "outcome.1").read_text() == "2\ninput error: x\n"
+    assert not peer_failed()  # its own outcome
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert peer_failed()
+    (tmp_path / "outcome.1").write_text("0\nstopped by a signal\n")
+    assert not peer_failed()
 
 
-def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_0(tmp_path, monkeypatch, capsys):
+def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "data.txt").write_text("")
     monkeypatch.setenv(CONTROL_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "0")
     args = tiny_job(tmp_path)
-    assert train_module.main(args) == 0
+    assert train_module.main(args) == 2
     code, line = (tmp_path / "outcome.0").read_text().splitlines()
     assert code == "2" and line.startswith("input error: dataset_path ") and "holds no documents" in line
     assert capsys.readouterr().err.strip().splitlines()[-1] == line

@@ -11,8 +11,8 @@ Exit status of ``main``: 0 (done, or stopped by a signal after saving or before 
 :class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run (data,
 checkpoint, checkpoint folder, HF folder, launch; one ``config error: ...`` or ``input error: ...`` line); 1 for
 one raised while training (non-finite loss, strict init check, a full disk; one ``error: ...`` line) and for any
-other exception, a bug, which propagates with its traceback. Under ``run_train.sh`` the worker hands that status
-to the launcher and exits 0 (``faults.report_outcome``). Nothing is written to disk before the inputs are
+other exception, a bug, which propagates with its traceback. The worker exits with that status, so torchrun stops
+the other workers; under ``run_train.sh`` the line also goes to the launcher (``faults.report_outcome``). Nothing is written to disk before the inputs are
 checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
@@ -62,6 +62,7 @@ from torchtitan_lite.components.faults import (
     Stopped,
     StopRequest,
     exit_with_launcher,
+    peer_failed,
     report_outcome,
 )
 from torchtitan_lite.components.generation import generate
@@ -720,14 +721,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of each worker: train and return 0; or print one line and return its status: a
     :class:`~torchtitan_lite.errors.UserError` raised while reading the config (``config error: ...``, 2) or
     building the run (``input error: ...``, 2) or while training (``error: ...``, 1), or a stop request before the
-    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status goes to the
-    control folder and 0 is returned (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other
-    exception propagates with its traceback. Launched by torchrun, the worker ends when torchrun or the launcher
+    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status and line also
+    go to the control folder (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other exception
+    propagates with its traceback, unless another worker already reported a failure (then the exception is this
+    worker losing its peer: 1, silently; see the note on failing workers in ``faults.py``). Launched by torchrun, the worker ends when torchrun or the launcher
     dies (:func:`~torchtitan_lite.components.faults.exit_with_launcher`). The worker's output is also written to
     ``<run folder>/logs/rank<N>.log`` (:class:`ConsoleLog`), a traceback included."""
     console = ConsoleLog()
     try:
         return _run(sys.argv[1:] if argv is None else argv, console)
+    except Exception:
+        if peer_failed():
+            return 1
+        console.copy_exception()
+        raise
     except BaseException:
         console.copy_exception()
         raise
