@@ -96,9 +96,11 @@ wait_for_pid() {  # wait until $pid exits, its status in $status; after a stop r
     done
 }
 
-# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output. It
-# ignores SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
-( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" exec "$PYTHON" -m torchtitan_lite.config \
+# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output. It writes
+# the resolved config to the control folder, which the workers read instead of checking again. It ignores
+# SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
+( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" \
+    exec "$PYTHON" -m torchtitan_lite.config \
     --job.config_file "$CONFIG_FILE" "$@" ) > "$control/printed" &
 pid=$!
 wait_for_pid now
@@ -119,7 +121,8 @@ fi
 # output, to find an error line below. torchrun, tee and grep ignore SIGTERM/SIGINT (Ctrl-C reaches the whole
 # foreground process group): see "Stopping" above.
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
-( trap '' INT TERM; TORCHTITAN_LITE_CONTROL="$control" TORCHTITAN_LITE_LAUNCHER_PID=$$ exec "$PYTHON" \
+( trap '' INT TERM; TORCHTITAN_LITE_CONTROL="$control" TORCHTITAN_LITE_LAUNCHER_PID=$$ \
+    TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" exec "$PYTHON" \
     -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
     --log-dir "$control/torchrun" --signals-to-handle=SIGHUP,SIGQUIT $TORCHRUN_ARGS -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" \
     ) > >(trap '' INT TERM; tee "$control/log" | grep --line-buffered -E '^\[rank[0-9]+\]:') 2>&1 &

@@ -20,8 +20,8 @@ from model_helpers import build_planned, build_random, is_moe
 from models import get_model_spec, model_names
 from models.common.moe import collect_expert_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing, recomputing
 from torchtitan_lite.init.fingerprint import model_fingerprint
 

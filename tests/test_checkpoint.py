@@ -3,20 +3,21 @@ test per bad input (exit 2 before torchrun, one line naming the culprit, nothing
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 from ckpt_helpers import WORKER, text_file, tiny_job, tree_digest, worker_result
-from dist_helpers import REPO, env, launch, run_train
+from dist_helpers import launch, run_train
 from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from torchtitan_lite.components import checkpoint
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.config.checks import load_config_or_exit, parse_args
 from torchtitan_lite.train import Trainer
 
 
@@ -98,9 +99,16 @@ def saved(tmp_path_factory):
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    """``python -m torchtitan_lite.config`` (what run_train.sh runs before torchrun)."""
-    return subprocess.run([sys.executable, "-m", "torchtitan_lite.config", *args], cwd=REPO, env=env(),
-                          capture_output=True, text=True, timeout=120)
+    """The exit status and output of ``python -m torchtitan_lite.config args`` (what run_train.sh runs before
+    torchrun: :func:`load_config_or_exit`), run in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            load_config_or_exit(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def corrupt_truncate(step):

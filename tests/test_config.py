@@ -13,9 +13,11 @@ import pytest
 import tomli
 from dist_helpers import REPO, env, launcher_copy, run_train
 
-from torchtitan_lite.config import preflight as cfg
+from torchtitan_lite.config import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
+from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.config.resolved import read_resolved, write_resolved
 
 
 def write_toml(tmp_path: Path, body: str) -> Path:
@@ -277,7 +279,7 @@ def test_cross_field_rules(tmp_path):
 def test_model_overrides_reach_the_model_args(tmp_path):
     toml = write_toml(tmp_path, "[model]\ntie_embeddings = false\n[model.overrides]\nmax_seq_len = 512\n")
     config = cfg.parse_args(["--job.config_file", str(toml), "--model.overrides.rope_theta=5e5"])
-    args = cfg.build_model_args(config)
+    args = build_model_args(config)
     assert (args.max_seq_len, args.rope_theta, args.tie_embeddings) == (512, 5e5, False)
     assert isinstance(args.rope_theta, float)
 
@@ -341,7 +343,7 @@ import sys
 
 import torch
 
-from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.config.checks import load_config_or_exit
 from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_config_or_exit(sys.argv[1:])
@@ -382,3 +384,14 @@ def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_p
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: cannot read tokenizer file .*bad.json"):
         cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
+
+
+def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp_path):
+    config = cfg.parse_args(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=1",
+                             "--model.overrides.rope_theta=5e5", "--checkpoint.exclude_from_loading=optimizer",
+                             "--parallelism.pipeline_parallel_split_points=", "--optimizer.lr=3e-4"])
+    write_resolved(config, str(tmp_path / "config.json"))
+    resolved = read_resolved(str(tmp_path / "config.json"))
+    assert resolved == config
+    assert resolved.model.overrides == {"n_layers": 1, "rope_theta": 5e5}
+    assert type(resolved.model.overrides["rope_theta"]) is float

@@ -13,10 +13,10 @@ import torch.distributed as dist
 from ckpt_helpers import text_file, tiny_job
 from dist_helpers import REPO, env, run_train
 
-import torchtitan_lite.train as train_module
+import torchtitan_lite.components.loss as loss_module
 from torchtitan_lite.components import checkpoint
 from torchtitan_lite.components.faults import NonFiniteError, NonFiniteGuard, StopRequest
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.train import Trainer
 
 
@@ -63,7 +63,7 @@ def test_stop_request_records_sigterm_and_restores_the_handler():
 def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
     """Train 4 steps in-process with a NaN loss at ``nan_steps``; returns (trainer, error, weights seen per step)."""
     text_file(tmp_path, n_plays=1)
-    seen, real = {}, train_module.cross_entropy_sum
+    seen, real = {}, loss_module.cross_entropy_sum
 
     def loss(logits, labels):
         step = len(seen) + 1
@@ -71,7 +71,7 @@ def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
         value = real(logits, labels)
         return value * float("nan") if step in nan_steps else value
 
-    monkeypatch.setattr(train_module, "cross_entropy_sum", loss)
+    monkeypatch.setattr(loss_module, "cross_entropy_sum", loss)
     args = tiny_job(tmp_path, "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra)
     trainer, stop, error = Trainer(parse_args(args)), StopRequest(), None
     try:

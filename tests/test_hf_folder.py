@@ -25,8 +25,8 @@ import models
 from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
+from torchtitan_lite.config.checks import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
 

@@ -1,7 +1,7 @@
 """The job configuration schema: one dataclass per TOML section, each field documented by the string under it.
 
 Precedence: field defaults (the debug job) < the TOML file ``--job.config_file`` < ``--section.key=value``
-options (:mod:`torchtitan_lite.config.preflight` reads and checks them; ``--help`` prints every field).
+options (:mod:`torchtitan_lite.config.checks` reads and checks them; ``--help`` prints every field).
 """
 
 from __future__ import annotations

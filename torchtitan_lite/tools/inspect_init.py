@@ -33,7 +33,8 @@ from typing import Iterator
 import torch
 
 from models import get_model_spec
-from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.config.model_args import build_model_args
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
