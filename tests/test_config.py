@@ -385,7 +385,6 @@ def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_p
         cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
 
-
 def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp_path):
     config = cfg.parse_args(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=1",
                              "--model.overrides.rope_theta=5e5", "--checkpoint.exclude_from_loading=optimizer",
