@@ -289,6 +289,22 @@ def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_writing(tmp_pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoint"]  # no run folder
 
 
+def test_the_trainer_takes_the_folder_lock_before_it_reads_a_checkpoint_from_the_folder(tmp_path):
+    text_file(tmp_path, n_plays=1)
+    step = tmp_path / "out" / "checkpoint" / "step-2"
+    step.mkdir(parents=True)
+    (step / ckpt.META_FILE).write_text("{not json")  # read first, this would be the error
+    lock = ckpt.FolderLock(str(tmp_path / "out" / "checkpoint"))
+    lock.acquire()
+    config = parse_args(tiny_job(tmp_path))
+    try:
+        with pytest.raises(ckpt.CheckpointError, match=rf"is in use by another run \(host .*, PID {os.getpid()}"):
+            Trainer(config)
+    finally:
+        lock.release()
+        dist.destroy_process_group()
+
+
 def test_memory_estimate_counts_16_bytes_per_parameter_over_the_ranks_and_korthikantis_activations():
     class Args:
         dim, n_layers, n_heads, vocab_size = 1024, 4, 8, 1000
