@@ -97,6 +97,18 @@ def test_only_the_recompute_of_a_checkpointed_block_runs_under_recomputing(mode,
     assert recomputing() is False
 
 
+@pytest.mark.parametrize("mode,option", [("full", "op"), ("selective", "2"), ("selective", "op")])
+def test_only_the_op_policy_passes_a_context_fn_to_a_compiled_checkpoint(mode, option):
+    # torch.compile logs "Detected that context_fn is passed to torch.utils.checkpoint under torch.compile" for any
+    # context_fn but the default: blocks checkpointed whole and compiled get none, the op policy needs its own
+    model = build_random(get_model_spec("qwen3").model_cls, dataclasses.replace(test_qwen3.TINY, n_layers=2))
+    apply_activation_checkpointing(model, mode, option, compiled=True)
+    wrapped = [block for block in model.layers.values() if hasattr(block, "checkpoint_fn")]
+    assert len(wrapped) == (1 if option == "2" else 2)
+    op_policy = mode == "selective" and option == "op"
+    assert [("context_fn" in block.checkpoint_fn.keywords) for block in wrapped] == [op_policy] * len(wrapped)
+
+
 def test_saved_memory_orders_full_below_selective_below_none_and_op_below_none():
     args = dataclasses.replace(test_qwen3.TINY, n_layers=4, max_seq_len=64)
     kept = {f"{mode} {option}": _train_step("qwen3", mode, option, args)[3].at_mark

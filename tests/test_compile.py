@@ -38,7 +38,7 @@ def _fresh():
 def _step(backend: str | None, mode: str = "none"):
     """Loss and gradients of the tiny qwen3 (next-token loss), compiled with ``backend`` (None = eager)."""
     model = build_random(get_model_spec("qwen3").model_cls, test_qwen3.TINY)
-    apply_activation_checkpointing(model, mode, "op")
+    apply_activation_checkpointing(model, mode, "op", compiled=backend is not None)
     loss_fn = cross_entropy_sum
     if backend is not None:
         apply_compile(model, backend=backend)
