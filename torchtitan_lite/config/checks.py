@@ -92,14 +92,15 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
                           f"last step (training.steps = {training.steps}); profile an earlier step")
 
 
-def check_paths(config: JobConfig, args: Any = None) -> None:
+def check_paths(config: JobConfig, args: Any = None, dp_degree: int | None = None) -> None:
     """The files the run reads exist and fit the model (``args``, default :func:`build_model_args`), and its output
     folders can be written; creates nothing.
 
     Checks, in order: ``model.tokenizer_path``, ``training.dataset_path`` and ``checkpoint.load_path`` exist (a
     dataset folder holds data files); the tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's;
     ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
-    export); the checkpoint to resume (if any) is complete, intact and from the same model; else the
+    export); the checkpoint to resume (if any) is complete, intact and from the same model (and, with ``dp_degree``,
+    holds a streaming loader state this degree can load); else the
     ``checkpoint.initial_load_hf`` folder's files hold what the model needs, with the right shapes. (A run that
     writes the checkpoint folder: also :func:`check_checkpoint_folder`.)
 
@@ -115,7 +116,7 @@ def check_paths(config: JobConfig, args: Any = None) -> None:
     check_tokenizer(config, tokenizer_path(config), args)
     check_writable("job.dump_folder", config.job.dump_folder)
     check_export(config)
-    if check_resume(config, args) is None:
+    if check_resume(config, args, dp_degree) is None:
         check_import(config, args)
 
 
@@ -127,9 +128,10 @@ def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
         ConfigError: the first problem.
     """
     config, args = _parse(argv)
+    dp_degree = None
     if world_size is not None:
-        check_world_size(config, world_size)
-    check_paths(config, args)
+        dp_degree = check_world_size(config, world_size).dp_degree
+    check_paths(config, args, dp_degree)
     check_checkpoint_folder(config)
     if world_size is not None:
         check_memory(config, world_size, args=args)

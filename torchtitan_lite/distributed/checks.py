@@ -124,13 +124,14 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
                           f"{par.pipeline_parallel_schedule}: {err}") from None
 
 
-def check_world_size(config: JobConfig, world_size: int) -> None:
-    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes).
+def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
+    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes); the
+    resolved degrees.
 
     Raises:
         ConfigError: one line naming the degrees and the world size.
     """
     try:
-        ParallelDims.from_config(config.parallelism, world_size)
+        return ParallelDims.from_config(config.parallelism, world_size)
     except LaunchError as err:
         raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None

@@ -84,6 +84,28 @@ def check_compatible(meta: dict[str, Any], path: str, model_name: str, flavor: s
                 "checkpoint.folder (or checkpoint.enable=false) to start fresh")
 
 
+def saved_dp_degree(meta: dict[str, Any]) -> int:
+    """The data-parallel degree (``dp_replicate * dp_shard``) of the run that saved the checkpoint ``meta``."""
+    return meta["layout"]["dp_replicate"] * meta["layout"]["dp_shard"]
+
+
+def check_data_parallel_degree(meta: dict[str, Any], path: str, dp_degree: int) -> None:
+    """A streaming dataset's data loader state (per data-parallel rank) loads only with the data-parallel degree
+    that saved it.
+
+    Raises:
+        CheckpointError: the checkpoint at ``path`` was saved by another degree than ``dp_degree``; names both and
+            the two ways on.
+    """
+    saved = saved_dp_degree(meta)
+    if saved != dp_degree:
+        raise CheckpointError(
+            f"checkpoint {path} was saved by {saved} data-parallel ranks and this run has {dp_degree}: "
+            "the data loader state of a streaming dataset is per data-parallel rank; pass "
+            "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
+            f"(the data order then restarts), or run with {saved} data-parallel ranks")
+
+
 @dataclass
 class TrainState:
     """Counters that continue across restarts (saved as ``train_state``)."""
@@ -293,14 +315,9 @@ class Checkpointer:
         if bad:
             raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
         excluded = list(exclude)
-        saved_dp = meta["layout"]["dp_replicate"] * meta["layout"]["dp_shard"]
-        same_dp = saved_dp == self.dp_degree
-        if not same_dp and "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
-            raise CheckpointError(
-                f"checkpoint {path} was saved by {saved_dp} data-parallel ranks and this run has {self.dp_degree}: "
-                "the data loader state of a streaming dataset is per data-parallel rank; pass "
-                "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
-                f"(the data order then restarts), or run with {saved_dp} data-parallel ranks")
+        same_dp = saved_dp_degree(meta) == self.dp_degree
+        if "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
+            check_data_parallel_degree(meta, path, self.dp_degree)
         if meta["layout"] != self.layout:
             excluded.append("rng")
         parts = tuple(p for p in (*EXCLUDABLE, "rng") if p not in excluded)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.components.checkpoint.checkpointer import check_compatible, model_args_json
+from torchtitan_lite.components.checkpoint.checkpointer import (
+    check_compatible,
+    check_data_parallel_degree,
+    model_args_json,
+)
 from torchtitan_lite.components.checkpoint.integrity import read_meta
 from torchtitan_lite.components.checkpoint.lock import check_unlocked
 from torchtitan_lite.components.checkpoint.storage import (
@@ -19,10 +23,12 @@ from torchtitan_lite.config.paths import check_writable
 from torchtitan_lite.config.schema import JobConfig
 
 
-def check_resume(config: JobConfig, args: Any) -> str | None:
+def check_resume(config: JobConfig, args: Any, dp_degree: int | None = None) -> str | None:
     """The checkpoint folder can be written (with ``checkpoint.enable``), and the checkpoint this run would resume
     (``checkpoint.load_path``, ``load_step`` or the latest) is complete, intact (sizes and ``meta.json``; the data
-    files' checksums are verified when it is loaded) and of the same model ``args``; its path, or ``None``.
+    files' checksums are verified when it is loaded) and of the same model ``args``; with ``dp_degree`` (known
+    once the world size is) and a streaming dataset whose loader state is to be loaded, saved by that
+    data-parallel degree. Its path, or ``None``.
 
     Raises:
         ConfigError: the first problem.
@@ -34,7 +40,11 @@ def check_resume(config: JobConfig, args: Any) -> str | None:
     try:
         path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
         if path is not None:
-            check_compatible(read_meta(path), path, config.model.name, config.model.flavor, model_args_json(args))
+            meta = read_meta(path)
+            check_compatible(meta, path, config.model.name, config.model.flavor, model_args_json(args))
+            if (dp_degree is not None and config.training.streaming
+                    and "dataloader" not in config.checkpoint.exclude_from_loading):
+                check_data_parallel_degree(meta, path, dp_degree)
     except CheckpointError as err:
         raise ConfigError(str(err)) from None
     return path
