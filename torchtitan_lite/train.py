@@ -38,15 +38,11 @@ import torch.distributed as dist
 from torch import nn
 
 from models import get_model_spec
-from torchtitan_lite.components.checkpoint import (
-    Checkpointer,
-    TrainState,
-    checkpoint_folder,
-    expected_bytes,
-    model_args_json,
-)
+from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState, expected_bytes
 from torchtitan_lite.components.checkpoint.hold import hold_checkpoint_folder
+from torchtitan_lite.components.checkpoint.meta import model_args_json
 from torchtitan_lite.components.checkpoint.resume import config_values, load_at_start, schedule_settings
+from torchtitan_lite.components.checkpoint.storage import checkpoint_folder
 from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import (

@@ -25,7 +25,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from models import get_model_spec
-from torchtitan_lite.components.checkpoint import checkpoint_folder, find_checkpoint, read_meta, verify_files
+from torchtitan_lite.components.checkpoint.integrity import read_meta, verify_files
+from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.config.checks import check_paths, parse_args

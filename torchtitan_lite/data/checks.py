@@ -9,7 +9,7 @@ from typing import Any
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.load import Sources, where
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.loader import local_data_files
+from torchtitan_lite.data.files import local_data_files
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.errors import InputError
 

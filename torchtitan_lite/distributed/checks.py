@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch._dynamo
+import torch
 
 from torchtitan_lite.config.cli import ConfigError, suggestion
 from torchtitan_lite.config.load import Sources, where
@@ -39,7 +39,7 @@ def check_activation_checkpoint_and_compile(config: JobConfig, sources: Sources)
         raise ConfigError(f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {err}") from None
     backend = config.compile.backend
     if backend not in ("inductor", "aot_eager", "eager"):
-        known = torch._dynamo.list_backends(exclude_tags=())
+        known = torch.compiler.list_backends(exclude_tags=())
         if backend not in known:
             raise ConfigError(f"{where(sources, 'compile.backend')}: unknown torch.compile backend {backend!r}"
                               f"{suggestion(backend, known)}; known: {', '.join(known)}")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.components.checkpoint.checkpointer import (
+from torchtitan_lite.components.checkpoint.integrity import read_meta
+from torchtitan_lite.components.checkpoint.lock import check_unlocked
+from torchtitan_lite.components.checkpoint.meta import (
     check_compatible,
     check_data_parallel_degree,
     model_args_json,
 )
-from torchtitan_lite.components.checkpoint.integrity import read_meta
-from torchtitan_lite.components.checkpoint.lock import check_unlocked
 from torchtitan_lite.components.checkpoint.storage import (
     CheckpointError,
     check_leftovers,
