@@ -352,11 +352,12 @@ def check_world_size(config: JobConfig, world_size: int) -> None:
     Raises:
         ConfigError: one line naming the degrees and the world size.
     """
+    from torchtitan_lite.distributed.deterministic import check_deterministic
     from torchtitan_lite.distributed.parallel_dims import ParallelDims
     from torchtitan_lite.errors import LaunchError
 
     try:
-        ParallelDims.from_config(config.parallelism, world_size)
+        check_deterministic(config, ParallelDims.from_config(config.parallelism, world_size))
     except LaunchError as err:
         raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
 
