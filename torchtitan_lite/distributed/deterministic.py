@@ -30,7 +30,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
@@ -128,10 +127,12 @@ def optimizer_implementation(config) -> str:
     return "foreach" if config.training.deterministic == "layout" else config.optimizer.implementation
 
 
-class _Exchange(ReduceScatter):
+class _Exchange:
     """FSDP2's reduce-scatter replaced by an ``all_to_all`` over the data-parallel ranks: each rank receives every
     rank's contribution to its shard, ``(D, shard numel)`` rows in data-parallel rank order, kept in
-    ``received`` for the post-reduce hook; the reduce output is zeroed."""
+    ``received`` for the post-reduce hook; the reduce output is zeroed. It has the two methods of FSDP2's
+    ``ReduceScatter`` interface (``allocate``, ``__call__``), which ``set_custom_reduce_scatter`` calls; the
+    interface class itself lives in a private module, so it is not subclassed."""
 
     def __init__(self, dims: ParallelDims):
         self.group, self.dp_shard, self.dp_replicate = dims.dp_group, dims.dp_shard, dims.dp_replicate
