@@ -118,6 +118,7 @@ def _train(tmp_path: Path, name: str, config: str, nproc: int, options: list[str
     proc = run_train([*RUN, f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={dump}", *options],
                      nproc=nproc, timeout=600, CONFIG_FILE=config)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     return dump
 
 

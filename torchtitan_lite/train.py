@@ -124,7 +124,9 @@ class StepStats:
     Attributes:
         loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches (under pipeline
             parallelism its pipeline's, on every stage; all-reduce it over the data-parallel ranks and divide by
-            the step's global token count for the loss).
+            the step's global token count for the loss). With ``training.deterministic = "layout"``: the step's sum over
+            all ranks in the canonical order on data-parallel rank 0, 0.0 on the others (the same all-reduce then
+            gives it exactly; ``distributed/deterministic.py``).
         grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
         lr: learning rate the step used.
         data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).

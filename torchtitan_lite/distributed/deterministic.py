@@ -211,7 +211,7 @@ def canonical_loss_sum(micro_losses: PairwiseSum, dims: ParallelDims, micro_batc
     if dims.dp_degree == 1:
         return block
     blocks = torch.empty(dims.dp_degree, dtype=block.dtype, device=block.device)
-    dist.all_gather_into_tensor(blocks, block.reshape(1), group=dims.dp_group)
+    dist.all_gather_single(blocks, block.reshape(1), group=dims.dp_group)
     total = PairwiseSum()
     for value in blocks:
         total.push(value, level=micro_batches.bit_length() - 1)

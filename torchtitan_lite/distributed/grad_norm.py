@@ -64,7 +64,7 @@ def layout_invariant_grad_norm(model: nn.Module) -> torch.Tensor:
     local_rows = torch.cat(pieces)
     if size > 1:
         gathered = local_rows.new_empty(size * local_rows.numel())
-        dist.all_gather_into_tensor(gathered, local_rows, group=group)
+        dist.all_gather_single(gathered, local_rows, group=group)
         gathered = gathered.view(size, -1)  # (ranks, padded rows of every parameter)
     else:
         gathered = local_rows.unsqueeze(0)
