@@ -137,10 +137,8 @@ def _final_state(dump: Path) -> dict[str, torch.Tensor]:
     path = dump / "final.pt"
     dcp_to_torch_save(dump / "checkpoint" / f"step-{STEPS}", path)
     state = torch.load(path, weights_only=False)
-    flat = {f"model.{k}": v for k, v in state["model"].items()}
-    for key, value in state["optimizer"]["state"].items():
-        flat.update({f"optimizer.{key}.{k}": v for k, v in value.items() if isinstance(v, torch.Tensor)})
-    return flat
+    return {f"{part}.{key}": value for part in ("model", "optimizer") for key, value in state[part].items()
+            if isinstance(value, torch.Tensor)}
 
 
 @pytest.mark.multiprocess
