@@ -79,8 +79,16 @@ from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
+from torchtitan_lite.distributed.deterministic import (
+    PairwiseSum,
+    canonical_loss_sum,
+    install_canonical_reduction,
+    optimizer_implementation,
+)
 from torchtitan_lite.distributed.devices import peak_memory_bytes
+from torchtitan_lite.distributed.grad_norm import clip_grad_norm_layout_invariant_
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gather_stages
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
@@ -103,7 +111,9 @@ class StepStats:
     Attributes:
         loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches (under pipeline
             parallelism its pipeline's, on every stage; all-reduce it over the data-parallel ranks and divide by
-            the step's global token count for the loss).
+            the step's global token count for the loss). With ``training.deterministic = "layout"``: the step's sum over
+            all ranks in the canonical order on data-parallel rank 0, 0.0 on the others (the same all-reduce then
+            gives it exactly; ``distributed/deterministic.py``).
         grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
         lr: learning rate the step used.
         data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).
@@ -213,7 +223,10 @@ class Trainer:
         self.stop = stop
         self._phase_done("the process group start")
         memory_warning = check_memory(config, info.world_size, info.local_world_size)
-        deterministic_line = enable_deterministic() if config.debug.deterministic else None
+        check_deterministic(config, info.dims)
+        self.layout_invariant = config.training.deterministic == "layout"
+        deterministic = config.debug.deterministic or config.training.deterministic != "off"
+        deterministic_line = enable_deterministic() if deterministic else None
         torch.manual_seed(config.training.seed)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         dtype = compute_dtype(config, info.device)
@@ -244,11 +257,13 @@ class Trainer:
         self._phase_done("the model build")
         self.loss_fn = build_loss_fn(config, info.device)
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
+        if self.layout_invariant:
+            install_canonical_reduction(self.model, info.dims, self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
             decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases,
-            implementation=opt.implementation)
+            implementation=optimizer_implementation(config))
         sched = config.lr_scheduler
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
@@ -354,7 +369,7 @@ class Trainer:
             dataset_path=t.dataset_path, hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
             streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
             local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
-            seed=t.seed, pin_memory=info.device.type != "cpu")
+            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1)
         self.startup.phase("data", data.describe(t.steps, self.global_batch))
         if data.validation_off:
             self.startup.note(f"warning: validation off: {data.validation_off}")
@@ -393,6 +408,7 @@ class Trainer:
         device = self.info.device
         tokens_global = self.global_batch * self.config.training.seq_len
         loss_sum = torch.zeros((), device=device)
+        micro_losses = PairwiseSum()  # training.deterministic = "layout": the canonical order
         data_wait_s = 0.0
         for _ in range(self.accum):
             fetch = time.perf_counter()
@@ -406,6 +422,10 @@ class Trainer:
                 micro_loss = self.loss_fn(self.model(inputs), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
+            if self.layout_invariant:
+                micro_losses.push(micro_loss.detach())
+        if self.layout_invariant:
+            loss_sum = canonical_loss_sum(micro_losses, self.info.dims, self.accum)
         if self.pipeline is not None:
             dist.all_reduce(loss_sum, group=self.pipeline.group)
         return loss_sum, data_wait_s
@@ -423,8 +443,11 @@ class Trainer:
         if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         dims = self.info.dims
-        grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
-                                    pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
+        if self.layout_invariant:
+            grad_norm = clip_grad_norm_layout_invariant_(self.model, self.config.training.max_norm)
+        else:
+            grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
+                                        pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
         lr = self.scheduler.get_last_lr()[0]
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):

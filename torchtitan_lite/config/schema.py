@@ -76,6 +76,11 @@ class Training:
     """Optimizer steps to train."""
     max_norm: float = bounded(1.0, gt=0)
     """Clip the global gradient norm to this value."""
+    deterministic: Literal["off", "run", "layout"] = "off"
+    """``run``: the same layout gives bitwise the same run twice (deterministic algorithms, as debug.deterministic).
+    ``layout``: also the same losses, gradient norms and weights on every data-parallel layout (dp_shard, HSDP) with
+    the same global and local batch sizes: sums over micro-batches in one order fixed by global micro-batch index
+    (docs/determinism.md). Data parallelism only; micro-batches per rank a power of two; AdamW foreach."""
     seed: int = bounded(42, ge=0)
     """The one seed of the run: model init, data order."""
     device: Literal["auto", "cpu", "cuda", "npu", "xpu"] = "auto"

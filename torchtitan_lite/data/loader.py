@@ -174,20 +174,31 @@ class PackedWindows:
         return window[:-1], window[1:]
 
 
+def rank_chunk(local_chunk: int, dp_rank: int, dp_world_size: int, rank_block: int = 1) -> int:
+    """Global index of rank ``dp_rank``'s ``local_chunk``-th chunk (micro-batch) when each of the ``dp_world_size``
+    ranks takes the aligned block of ``rank_block`` consecutive chunks of every ``rank_block * dp_world_size``
+    (``rank_block = 1``: chunks interleave over the ranks; ``training.deterministic = "layout"`` uses the micro-batches
+    per rank, see ``distributed/deterministic.py``)."""
+    block, within = divmod(local_chunk, rank_block)
+    return (block * dp_world_size + dp_rank) * rank_block + within
+
+
 class GlobalWindowStream(IterableDataset):
     """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
 
     Epoch ``e`` is ``randperm(n_windows)`` seeded with ``seed + e``; from the start position (0, or the one
-    loaded) rank ``r`` of ``W`` takes the chunks ``c % W == r`` of ``local_batch_size`` windows. The state is
-    the global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for
-    any world size and batch size.
+    loaded) rank ``r`` of ``W`` takes the chunks ``c % W == r`` of ``local_batch_size`` windows, or with
+    ``rank_block = m`` > 1 the aligned blocks of ``m`` consecutive chunks (:func:`rank_chunk`). The state is the
+    global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for any world
+    size and batch size.
     """
 
     world_size_invariant = True
     """The state is a global position: it loads with any ``dp_world_size`` (read by the checkpointer)."""
 
-    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int, seed: int):
-        self.windows = windows
+    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int, seed: int,
+                 rank_block: int = 1):
+        self.windows, self._rank_block = windows, rank_block
         self._settings = {"n_windows": len(windows), "seq_len": windows.seq_len, "seed": seed}
         self._local_batch_size, self._dp_rank, self._dp_world_size = local_batch_size, dp_rank, dp_world_size
         self._start = 0  # global position of this stream's first window
@@ -196,7 +207,7 @@ class GlobalWindowStream(IterableDataset):
 
     def _global_index(self, local_index: int) -> int:
         """Index in the global stream of this rank's ``local_index``-th window since ``start``."""
-        chunk = (local_index // self._local_batch_size) * self._dp_world_size + self._dp_rank
+        chunk = rank_chunk(local_index // self._local_batch_size, self._dp_rank, self._dp_world_size, self._rank_block)
         return self._start + chunk * self._local_batch_size + local_index % self._local_batch_size
 
     def _permutation(self, epoch: int) -> torch.Tensor:
@@ -416,10 +427,12 @@ def _split_tokens(split: str, *, dataset, dataset_path, hf_dataset_name, hf_data
     return tokenize_documents(tokenizer, documents), len(documents), name
 
 
-def _map_dataset(split: str, windows: PackedWindows, *, local_batch_size, dp_rank, dp_world_size, seed,
+def _map_dataset(split: str, windows: PackedWindows, *, local_batch_size, dp_rank, dp_world_size, seed, rank_block=1,
                  **_) -> IterableDataset:
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
-    return GlobalWindowStream(windows, seed=seed, **ranks) if split == "train" else OrderedWindows(windows, **ranks)
+    if split == "train":
+        return GlobalWindowStream(windows, seed=seed, rank_block=rank_block, **ranks)
+    return OrderedWindows(windows, **ranks)
 
 
 def build_dataloader(

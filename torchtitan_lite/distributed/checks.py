@@ -125,13 +125,56 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
 
 
 def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
-    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes); the
-    resolved degrees.
+    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes) and suit
+    ``training.deterministic`` (:func:`check_deterministic`); the resolved degrees.
 
     Raises:
         ConfigError: one line naming the degrees and the world size.
     """
     try:
-        return ParallelDims.from_config(config.parallelism, world_size)
+        dims = ParallelDims.from_config(config.parallelism, world_size)
     except LaunchError as err:
         raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
+    check_deterministic(config, dims)
+    return dims
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
+    """What ``training.deterministic = "layout"`` needs, for the layout ``dims``.
+
+    Raises:
+        ConfigError: one line naming the setting and the fix: tensor, expert or pipeline parallelism (they change
+            the arithmetic inside a matmul or were not proven to keep the order), streaming data (read per rank,
+            not a global stream), ``optimizer.implementation = "fused"``, pure replication (HSDP with
+            ``dp_shard`` 1), or micro-batches per rank not a power of two on several data-parallel ranks.
+    """
+    training = config.training
+    if training.deterministic != "layout":
+        return
+    where = "training.deterministic = \"layout\""
+    for name, degree in (("tensor_parallel_degree", dims.tp), ("expert_parallel_degree", dims.ep),
+                         ("pipeline_parallel_degree", dims.pp)):
+        if degree > 1:
+            raise ConfigError(f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it to 1, "
+                              "or use training.deterministic = \"run\"")
+    if training.streaming:
+        raise ConfigError(f"{where} needs the global window stream, but training.streaming = true reads per rank; "
+                          "turn streaming off or use training.deterministic = \"run\"")
+    if config.optimizer.implementation == "fused":
+        raise ConfigError(f"{where}: optimizer.implementation = \"fused\" rounds a shard's tail elements its own way; "
+                          "use \"foreach\" or \"auto\"")
+    if dims.dp_replicate > 1 and dims.dp_shard == 1:
+        raise ConfigError(f"{where}: pure replication (data_parallel_replicate_degree = {dims.dp_replicate}, "
+                          "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard instead "
+                          "(data_parallel_shard_degree > 1)")
+    local, dp = training.local_batch_size, dims.dp_degree
+    global_bs = local * dp if training.global_batch_size == -1 else training.global_batch_size
+    per_rank = global_bs // (local * dp)
+    if dp > 1 and not _is_power_of_two(per_rank):
+        raise ConfigError(f"{where}: {per_rank} micro-batches per data-parallel rank (global_batch_size {global_bs} / "
+                          f"(local_batch_size {local} x {dp} ranks)) is not a power of two; pick a global batch "
+                          "that makes it one")
