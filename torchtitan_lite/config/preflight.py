@@ -401,8 +401,9 @@ def tokenizer_path(config: JobConfig) -> str | None:
 def check_paths(config: JobConfig) -> None:
     """The files the run reads exist and fit the model, and its output folders can be written; creates nothing.
 
-    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist (a folder holds data files);
-    the tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's (checked here only);
+    Checks, in order: ``model.tokenizer_path`` and ``training.dataset_path`` exist; the tokenizer
+    (:func:`tokenizer_path`) reads and its vocab fits the model's (checked here only); the training data
+    (``data/checks.py``: raw files readable, prepared folders whole and made with this tokenizer);
     ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
     export); the checkpoint to resume (if any) is complete, intact (sizes and ``meta.json``; the data files'
     checksums are verified when it is loaded) and from the same model; else the ``checkpoint.initial_load_hf``
@@ -416,7 +417,7 @@ def check_paths(config: JobConfig) -> None:
     from torchtitan_lite.components import checkpoint as ckpt
     from torchtitan_lite.components.hf.folder import HFError
     from torchtitan_lite.components.hf.load import check_hf_folder
-    from torchtitan_lite.data.loader import local_data_files
+    from torchtitan_lite.data.checks import check_training_data
     from torchtitan_lite.data.tokenizer import build_tokenizer
 
     for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
@@ -424,11 +425,6 @@ def check_paths(config: JobConfig) -> None:
                       ("checkpoint.load_path", config.checkpoint.load_path)):
         if path is not None and not os.path.exists(path):
             raise ConfigError(f"{key}: no such file or folder {path!r}")
-    if config.training.dataset_path is not None:
-        try:
-            local_data_files(config.training.dataset_path)
-        except InputError as err:
-            raise ConfigError(f"training.dataset_path: {err}") from None
     args = build_model_args(config)
     try:
         tokenizer = build_tokenizer(tokenizer_path(config))
@@ -438,6 +434,7 @@ def check_paths(config: JobConfig) -> None:
         raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
                           f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
                           f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer")
+    check_training_data(config.training, tokenizer, args.vocab_size)
     _check_sample_prompt(config, tokenizer, args.max_seq_len)
     cp = config.checkpoint
     folder = ckpt.checkpoint_folder(config.job.dump_folder, cp.folder)

@@ -684,6 +684,8 @@ def build_dataloaders(*, validation: bool, min_val_windows: int, streaming: bool
     for key in ("hf_dataset_name", "hf_dataset_config"):
         kw.setdefault(key, None)
     kw.setdefault("text_column", "text")
+    for key, default in (("dp_rank", 0), ("dp_world_size", 1), ("seed", 0)):
+        kw.setdefault(key, default)
     _check_args(kw["dataset"], kw["dataset_path"], streaming, seq_len, local_batch_size,
                 kw.get("dp_rank", 0), dp_world_size, "train", val_fraction)
     if streaming:

@@ -31,6 +31,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
+from torchtitan_lite.data.encoding import encode, encode_in_worker, init_worker
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.errors import InputError
@@ -153,28 +154,6 @@ def check_tokenizer(folder: str | Path, manifest: Manifest, tokenizer: Tokenizer
                          "model's tokenizer")
 
 
-def _init_worker(tokenizer_path: str, eos_token: str | None) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers are the parallelism
-    global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = Tokenizer(tokenizer_path, eos_token=eos_token)
-
-
-def _encode(tokenizer: Tokenizer, documents: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, lengths)``: the documents' ids each followed by the EOS (int64 ``(n,)``), and each one's length with
-    its EOS (int64 ``(len(documents),)``)."""
-    encoded = tokenizer.encode_batch(documents)
-    lengths = np.array([len(ids) + 1 for ids in encoded], dtype=np.int64)
-    ids = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    for e, end, n in zip(encoded, ends, lengths):
-        ids[end - n : end - 1] = e
-    return ids, lengths
-
-
-def _encode_in_worker(documents: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return _encode(_WORKER_TOKENIZER, documents)
-
-
 def _chunks(documents: Iterable[str]) -> Iterator[tuple[list[str], int]]:
     """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and
     :data:`CHUNK_CHARACTERS` characters (a longer document alone)."""
@@ -196,13 +175,13 @@ def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int) -> It
     (``multiprocessing.Pool.imap`` would read the whole input ahead)."""
     if workers == 0:
         for chunk, size in _chunks(documents):
-            yield *_encode(tokenizer, chunk), size
+            yield *encode(tokenizer, chunk), size
         return
     ctx = multiprocessing.get_context("spawn")  # fork after the library's threads ran can deadlock it
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer.path, tokenizer.eos_token)) as pool:
+    with ctx.Pool(workers, initializer=init_worker, initargs=(tokenizer.path, tokenizer.eos_token)) as pool:
         pending: deque = deque()
         for chunk, size in _chunks(documents):
-            pending.append((pool.apply_async(_encode_in_worker, (chunk,)), size))
+            pending.append((pool.apply_async(encode_in_worker, (chunk,)), size))
             if len(pending) >= 2 * workers:
                 result, size = pending.popleft()
                 yield *result.get(), size
