@@ -544,7 +544,8 @@ def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_datase
         after_eos = np.flatnonzero(tokens.numpy() == tokenizer.eos_id)[:-1] + 1
         starts = np.concatenate([np.zeros(1, dtype=np.int64), after_eos.astype(np.int64)])
         return PackedWindows(tokens, seq_len, name, starts), len(documents), name
-    return PackedWindows(corpus.tokens, seq_len, name, corpus.starts), corpus.manifest.n_documents, name
+    tokens = torch.from_numpy(corpus.tokens)  # a writable (copy-on-write) map: no read-only warning
+    return PackedWindows(tokens, seq_len, name, corpus.starts), corpus.manifest.n_documents, name
 
 
 def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:

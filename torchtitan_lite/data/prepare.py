@@ -16,9 +16,6 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import datasets
-
-from torchtitan_lite.data.loader import local_dataset
 from torchtitan_lite.data.prepared import file_sources, write_prepared
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.errors import InputError
@@ -41,6 +38,11 @@ def input_documents(source: str, text_column: str, hf_config: str | None = None,
         InputError: an unknown extension, a folder without data files, a missing text column (see
             ``loader.local_data_files``).
     """
+    # Imported here: a worker process (spawned) imports this module again, and needs neither torch nor datasets.
+    import datasets
+
+    from torchtitan_lite.data.loader import local_dataset
+
     if Path(source).exists():
         stream, text_column, files = local_dataset(source, text_column, streaming=True)
         return _texts(stream, text_column, source), file_sources(files)

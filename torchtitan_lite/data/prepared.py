@@ -11,7 +11,8 @@ A prepared folder holds three files:
 
 Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a folder with a
 manifest at the output path is always whole. Documents are encoded by ``workers`` spawned processes (each with the
-tokenizer library's own threads off), or in this process with its threads for ``workers=0``.
+tokenizer library's own threads off), or in this process with its threads for ``workers=0``. This module and the
+modules it imports leave out torch and ``datasets``: a spawned worker imports them, and the main module, anew.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-import torch
 
 from torchtitan_lite.data.encoding import encode, encode_in_worker, init_worker
 from torchtitan_lite.data.progress import progress
@@ -93,7 +93,7 @@ def is_prepared(path: str | Path) -> bool:
 
 
 class PreparedCorpus:
-    """A prepared folder opened for reading: ``tokens`` (a tensor of ``manifest.dtype`` mapped from ``tokens.bin``,
+    """A prepared folder opened for reading: ``tokens`` (``manifest.dtype`` array mapped from ``tokens.bin``,
     ``(n_tokens,)``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``). Pages are read
     when a window touches them; the files are never written (copy-on-write maps).
 
@@ -105,7 +105,7 @@ class PreparedCorpus:
         self.folder = Path(folder)
         self.manifest = check_files(folder)
         m = self.manifest
-        self.tokens = torch.from_numpy(np.memmap(self.folder / TOKENS, dtype=m.dtype, mode="c", shape=(m.n_tokens,)))
+        self.tokens = np.memmap(self.folder / TOKENS, dtype=m.dtype, mode="c", shape=(m.n_tokens,))
         self.starts = np.memmap(self.folder / DOCUMENTS, dtype=np.int64, mode="c", shape=(m.n_documents,))
 
 
