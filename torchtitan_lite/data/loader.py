@@ -6,14 +6,17 @@ play; ``validation`` is ``the-tempest``, ``train`` the other 37); local files (`
 a ``.txt`` file is one document, other rows are documents from ``text_column``; the end of the token stream is
 the validation split, 1% or one global batch, see :func:`held_out_tokens`); ``dataset="hf"``, a hub dataset.
 
-Packing: every document's ids and the EOS, concatenated into one int32 stream of ``n_tokens`` ids held in
-memory. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``; ``input_ids = window[:-1]`` and
-``labels = window[1:]``, int64; ``(n_tokens - 1) // seq_len`` windows, the tail dropped.
+Packing: every document's ids and the EOS, concatenated into one stream of ``n_tokens`` ids: memory-mapped from a
+prepared folder (``data/prepared.py``; raw local files and the plays are prepared on first use into a cache), or
+int32 in memory for a downloaded hub dataset. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``;
+``input_ids = window[:-1]`` and ``labels = window[1:]``, int64; ``(n_tokens - 1) // seq_len`` windows, the tail
+dropped.
 
 Map-style training data is one infinite, seeded global window stream that ranks take in chunks of
 ``local_batch_size``; its state is the global position, so it resumes exactly on any world size (see
 ``docs/design.md``, "Data: the global window stream"). Validation reads its windows in order and ends, with
-the same number of batches on every rank. Streaming data is read per rank (``split_dataset_by_node``), in
+the same number of batches on every rank. Several local sources (``dataset_paths``) are mixed by weight over the
+global stream (``data/mixing.py``). Streaming data is read per rank (``split_dataset_by_node``), in
 stream order, forever; it resumes on the same world size only. The loader runs in the main process.
 """
 
