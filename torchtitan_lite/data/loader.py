@@ -22,6 +22,7 @@ stream order, forever; it resumes on the same world size only. The loader runs i
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,9 +177,45 @@ def held_out_tokens(n_tokens: int, val_fraction: float, *, seq_len: int, min_win
     return need if held < need <= MAX_HELD_OUT_SHARE * n_tokens else held
 
 
+class TokenFile:
+    """Items ``offset .. offset + count - 1`` of a raw token file, read on demand with ``os.pread``: slicing gives
+    another :class:`TokenFile` (nothing read), :meth:`long` reads the ids as an int64 tensor. A window is read
+    into a buffer of its own, so the process holds no page of the file: a memory map counts every page it touched
+    (and the kernel maps whole page-cache folios, hundreds of KB, per touch) in the resident memory, which then
+    grows towards the file's size as training visits windows."""
+
+    def __init__(self, path: Path, dtype: np.dtype, offset: int, count: int, fd: int | None = None):
+        self.path, self.np_dtype, self.offset, self.count = path, dtype, offset, count
+        self._fd = os.open(path, os.O_RDONLY) if fd is None else fd
+
+    def numel(self) -> int:
+        return self.count
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return {"uint16": torch.uint16, "uint32": torch.uint32}[self.np_dtype.name]
+
+    def __getitem__(self, items: slice) -> TokenFile:
+        begin, end, _ = items.indices(self.count)
+        return TokenFile(self.path, self.np_dtype, self.offset + begin, max(end - begin, 0), self._fd)
+
+    def numpy(self) -> np.ndarray:
+        """The items as a ``dtype`` array ``(count,)``."""
+        size = self.np_dtype.itemsize
+        return np.frombuffer(os.pread(self._fd, self.count * size, self.offset * size), dtype=self.np_dtype)
+
+    def long(self) -> torch.Tensor:
+        """The items as an int64 tensor ``(count,)``."""
+        return torch.from_numpy(self.numpy().astype(np.int64))
+
+    def tolist(self) -> list[int]:
+        return self.numpy().tolist()
+
+
+
 class PackedWindows:
     """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring; a tensor in memory or
-    mapped from a prepared folder); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
+    a prepared folder's ``TokenFile``); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
     unknown); ``name`` is the source, for messages.
 
     Raises:
@@ -547,8 +584,9 @@ def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_datase
         after_eos = np.flatnonzero(tokens.numpy() == tokenizer.eos_id)[:-1] + 1
         starts = np.concatenate([np.zeros(1, dtype=np.int64), after_eos.astype(np.int64)])
         return PackedWindows(tokens, seq_len, name, starts), len(documents), name
-    tokens = torch.from_numpy(corpus.tokens)  # a writable (copy-on-write) map: no read-only warning
-    return PackedWindows(tokens, seq_len, name, corpus.starts), corpus.manifest.n_documents, name
+    m = corpus.manifest
+    tokens = TokenFile(corpus.tokens_path, np.dtype(m.dtype), 0, m.n_tokens)
+    return PackedWindows(tokens, seq_len, name, corpus.starts), m.n_documents, name
 
 
 def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:

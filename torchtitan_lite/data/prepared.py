@@ -11,14 +11,15 @@ A prepared folder holds three files:
 
 Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a folder with a
 manifest at the output path is always whole. Documents are encoded by ``workers`` spawned processes (each with the
-tokenizer library's own threads off), or in this process with its threads for ``workers=0``. This module and the
-modules it imports leave out torch and ``datasets``: a spawned worker imports them, and the main module, anew.
+tokenizer library's own threads off), or in this process with its threads for ``workers=0``. The worker code lives in
+``encoding.py``, which imports neither torch nor ``datasets``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -93,9 +94,8 @@ def is_prepared(path: str | Path) -> bool:
 
 
 class PreparedCorpus:
-    """A prepared folder opened for reading: ``tokens`` (``manifest.dtype`` array mapped from ``tokens.bin``,
-    ``(n_tokens,)``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``). Pages are read
-    when a window touches them; the files are never written (copy-on-write maps).
+    """A prepared folder opened for reading: its checked ``manifest``, ``tokens_path`` (read a window at a time by
+    ``loader.TokenFile``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``).
 
     Raises:
         InputError: see :func:`check_files`.
@@ -105,8 +105,18 @@ class PreparedCorpus:
         self.folder = Path(folder)
         self.manifest = check_files(folder)
         m = self.manifest
-        self.tokens = np.memmap(self.folder / TOKENS, dtype=m.dtype, mode="c", shape=(m.n_tokens,))
-        self.starts = np.memmap(self.folder / DOCUMENTS, dtype=np.int64, mode="c", shape=(m.n_documents,))
+        self.tokens_path = self.folder / TOKENS
+        self.starts = _map(self.folder / DOCUMENTS, np.dtype(np.int64), m.n_documents)
+
+
+def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    """The first ``count`` items of ``path`` as a copy-on-write map, advised random access (a search touches a
+    few pages anywhere in the file; the kernel's default read-around would map megabytes around each)."""
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    if hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return np.frombuffer(mapped, dtype=dtype, count=count)
 
 
 def check_files(folder: str | Path) -> Manifest:
