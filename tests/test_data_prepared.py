@@ -10,32 +10,22 @@ from itertools import islice
 
 import numpy as np
 import pytest
+import test_data
 import torch
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
 
 from torchtitan_lite.config.preflight import load_config_or_exit
 from torchtitan_lite.data import prepare, prepared
 from torchtitan_lite.data.loader import build_dataloader, build_dataloaders, document_ids, tokenize_documents
 from torchtitan_lite.data.mixing import BLOCK, Mixture
-from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
+from torchtitan_lite.data.tokenizer import build_tokenizer
+
+toy_tokenizer = test_data.toy_tokenizer  # the word-level fixture: the word "k" is id k, the EOS id 0
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv(prepared.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-@pytest.fixture(scope="module")
-def toy_tokenizer(tmp_path_factory) -> Tokenizer:
-    """Word-level: the word ``"k"`` (k = 1..9999) is id k; ``<|endoftext|>`` is id 0."""
-    vocab = {"<|endoftext|>": 0, **{str(k): k for k in range(1, 10_000)}}
-    tok = HFTokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    path = tmp_path_factory.mktemp("tok") / "toy.json"
-    tok.save(str(path))
-    return Tokenizer(path)
 
 
 def _docs(n_docs: int, length: int = 7, first: int = 0) -> list[str]:
