@@ -366,7 +366,8 @@ class Trainer:
         t = cfg.training
         data = build_dataloaders(
             validation=cfg.validation.enable, min_val_windows=self.global_batch, dataset=t.dataset,
-            dataset_path=t.dataset_path, hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
+            dataset_path=t.dataset_path, dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights,
+            hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
             streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
             local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
             seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1)
@@ -528,6 +529,7 @@ class Trainer:
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
                                       memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
                 data_wait_s = 0.0
+                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
                 if step == 1 and self.check_step1:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq

