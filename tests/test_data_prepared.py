@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from itertools import islice
 
@@ -85,6 +86,9 @@ def test_prepare_writes_tokens_document_starts_and_manifest(toy_tokenizer, tmp_p
     assert m.max_token_id == 907 and m.tokenizer["sha256"] == prepared.tokenizer_identity(toy_tokenizer)["sha256"]
     assert m.sources == [{"path": str((tmp_path / "p.jsonl").resolve()), "size": (tmp_path / "p.jsonl").stat().st_size}]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "p.jsonl"]  # no partial folder left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # as a folder made with mkdir: readable by the group
 
 
 def test_raw_files_are_prepared_once_into_the_cache_keyed_by_files_and_tokenizer(toy_tokenizer, tmp_path, cache):

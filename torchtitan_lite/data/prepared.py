@@ -219,11 +219,19 @@ def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Toke
     partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes)
+        os.chmod(partial, 0o777 & ~_umask())  # mkdtemp makes it private (0o700); a corpus is shared like any folder
         os.rename(partial, output)  # atomic: the output appears whole or not at all
     finally:
         if partial.exists():
             shutil.rmtree(partial)
     return manifest
+
+
+def _umask() -> int:
+    """This process's file-creation mask (read by setting it and setting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes) -> Manifest:
