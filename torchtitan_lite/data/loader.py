@@ -183,7 +183,6 @@ class TokenFile:
         return self.numpy().tolist()
 
 
-
 class PackedWindows:
     """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring; a tensor in memory or
     a prepared folder's ``TokenFile``); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
