@@ -51,10 +51,12 @@ def test_progress_lines_every_ten_percent_once_the_phase_is_slow(capsys):
     with ProgressLines(1000, "tokenizing", "document", clock=lambda: next(clock)) as bar:
         for done in (50, 250, 30, 20, 150, 500):  # 5%, 30%, 33%, 35%, 50%, 100%
             bar.update(done)
+            if done == 150:
+                bar.set_postfix_str("83 documents/s")
     assert capsys.readouterr().out.splitlines() == [
         "tokenizing: 30% (300 of 1,000 documents), 6.0 s",  # the first update after 5 s
         "tokenizing: 50% (500 of 1,000 documents), 9.0 s",  # 33% and 35% are within 10% of the last line
-        "tokenizing: 100% (1,000 of 1,000 documents), 12.0 s",
+        "tokenizing: 100% (1,000 of 1,000 documents), 12.0 s, 83 documents/s",
     ]
     with ProgressLines(10, "tokenizing", "document") as quick:  # done before 5 s: silent
         quick.update(10)

@@ -247,9 +247,8 @@ def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, tota
             ids.astype(dtype).tofile(tokens_file)
             (n_tokens + np.cumsum(lengths) - lengths).tofile(documents_file)
             n_tokens, n_documents = n_tokens + len(ids), n_documents + len(lengths)
+            bar.set_postfix_str(f"{n_tokens / (time.perf_counter() - start):,.0f} tokens/s", refresh=False)
             bar.update(size)
-            if hasattr(bar, "set_postfix_str"):
-                bar.set_postfix_str(f"{n_tokens / (time.perf_counter() - start):,.0f} tokens/s", refresh=False)
     if n_documents == 0:
         raise InputError(f"no documents to prepare from {', '.join(s['path'] for s in sources) or 'the input'}; "
                          "point it at non-empty data")
