@@ -41,6 +41,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from models import get_model_spec
+from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -90,6 +91,7 @@ from torchtitan_lite.config.preflight import (
     tokenizer_path,
 )
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.compile import compile_available
@@ -173,6 +175,7 @@ def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
     args = build_model_args(config)
     with torch.device("meta"):
         model = spec.model_cls(args)
+    set_attn_backend(model, config.model.attn_backend)
     return model, spec, args
 
 
@@ -262,6 +265,7 @@ class Trainer:
                  f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per "
                  "data-parallel rank")
         self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
+        self.document_eos = tokenizer.eos_id if config.training.document_masking else None
         self.data = self._build_data(tokenizer)
         self.train_loader, self.val_loader = self.data.train, self.data.validation
         self._phase_done("loading the data")
@@ -541,7 +545,8 @@ class Trainer:
                 if self.pipeline is not None:
                     loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
                     continue
-                micro_loss = self.loss_fn(self.model(inputs), labels)
+                documents = document_inputs(inputs, self.document_eos, self.config.training.document_positions)
+                micro_loss = self.loss_fn(self.model(inputs, **documents), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
         if self.pipeline is not None:
@@ -584,7 +589,8 @@ class Trainer:
             inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is None:
-                    totals[0] += cross_entropy_sum(self.model(inputs), labels)
+                    documents = document_inputs(inputs, self.document_eos, self.config.training.document_positions)
+                    totals[0] += cross_entropy_sum(self.model(inputs, **documents), labels)
                 else:
                     totals[0] += self.pipeline.evaluate(inputs, labels)
             totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
@@ -600,7 +606,8 @@ class Trainer:
         cfg = self.config.validation
         self.model.eval()
         ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
-                       device=self.info.device, eos_id=self.tokenizer.eos_id)
+                       device=self.info.device, eos_id=self.tokenizer.eos_id,  # one-token steps: no TP split, no recompile
+                       use_cache=self.info.dims.tp == 1 and not _compiles(self.config, self.info.device, "model"))
         self.model.train()
         return self.tokenizer.decode(ids)
 

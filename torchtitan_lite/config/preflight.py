@@ -579,6 +579,8 @@ def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
         check_world_size(config, world_size)
     check_paths(config)
     check_checkpoint_folder(config)
+    from torchtitan_lite.components.attention import check_attention_config
+    check_attention_config(config, build_model_args(config))
     if world_size is not None:
         check_memory(config, world_size)
     return config
