@@ -10,6 +10,7 @@ from test_kv_cache import tiny_model
 
 from models import model_names
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.memory import estimate_rank_memory
 from torchtitan_lite.config.preflight import load_config
 from torchtitan_lite.data.documents import document_inputs
 
@@ -38,3 +39,13 @@ def test_each_document_of_a_packed_window_gets_its_logits_alone(family):
 def test_attention_combinations_no_backend_runs_are_config_errors(cli, message, tmp_path):
     with pytest.raises(ConfigError, match=f"^{message}"):
         load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli])
+
+
+def test_memory_estimate_keeps_the_s_squared_scores_only_for_the_dense_reference():
+    class Args:
+        dim, n_layers, n_heads, vocab_size = 1024, 4, 8, 1000
+
+    kw = dict(world_size=1, seq_len=512, local_batch_size=2, compute_bytes=2, ac_mode="none")
+    dense = estimate_rank_memory(10**9, Args, dense_scores=True, **kw)
+    linear = estimate_rank_memory(10**9, Args, dense_scores=False, **kw)
+    assert dense.activations - linear.activations == int(4 * 5 * 8 * 512 * 512 * 2)  # layers x 5 a s^2 b values

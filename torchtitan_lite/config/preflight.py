@@ -535,7 +535,8 @@ def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None =
     fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
     estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
                                     local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
-                                    ac_mode=config.activation_checkpoint.mode)
+                                    ac_mode=config.activation_checkpoint.mode,
+                                    dense_scores=config.model.attn_backend == "reference")
     total, available, name = memory_limit(kind)
     problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
                           available=available, name=name, world_size=world_size)
