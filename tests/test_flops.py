@@ -140,11 +140,11 @@ MEASURED_ATTENTION = {
     "qwen3 tied": 2 * 12 * BS * 4 * T * T * 8,  # full T x T square per layer: equals the formula
     "qwen3 untied": 2 * 12 * BS * 4 * T * T * 8,
     "qwen3_moe": 2 * 12 * BS * 4 * T * T * 8,
-    # Sink attention (models/common/sink_attention.py) calls SDPA with one extra key (the sink) and the
-    # head dim padded to a multiple of 8 with room for the sink column (8 -> 16), on both layer kinds: the
-    # kernel multiplies the whole (T, T + 1) square, the sliding window being only a mask. The formula
-    # counts the useful work instead: min(window, T) keys on sliding layers, T on full ones, head_dim 8.
-    "gpt_oss": 2 * 12 * BS * 4 * T * (T + 1) * 16,
+    # Sink attention on CPU runs the blockwise tiles (models/common/blockwise.py): T < one tile, so both layer
+    # kinds multiply the whole T x T square (the window only masks), 2 matmuls forward and 5 backward (the
+    # scores are recomputed, not kept). The formula counts the useful work instead: min(window, T) keys on
+    # sliding layers, T on full ones.
+    "gpt_oss": 2 * 14 * BS * 4 * T * T * 8,
     # MLA: scores with qk_head_dim 12, weighted values with v_head_dim 8: 6 * h * (12 + 8) * T^2 per layer.
     "deepseek_v3": 2 * 6 * BS * 4 * T * T * (12 + 8),
     "llama3": 2 * 12 * BS * 4 * T * T * 8,
