@@ -126,17 +126,9 @@ class _BlockAttention(torch.autograd.Function):
         return dq, dk, dv, d_sinks, None, None
 
 
-def block_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    sinks: torch.Tensor | None = None,
-    sliding_window: int | None = None,
-    document_ids: torch.Tensor | None = None,
-    scale: float | None = None,
-    block_size: int = BLOCK_SIZE,
-) -> torch.Tensor:
+def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
+                    sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
+                    scale: float | None = None, block_size: int = BLOCK_SIZE) -> torch.Tensor:
     """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with autograd.
 
     Query ``i`` sees key ``j`` iff ``j <= i``, ``i - j < sliding_window`` (when set) and

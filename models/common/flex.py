@@ -42,16 +42,9 @@ def block_mask(seqlen: int, sliding_window: int | None, document_ids: torch.Tens
     return create_block_mask(mask_mod, batch, None, seqlen, seqlen, device=device)
 
 
-def flex_attention_op(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    sinks: torch.Tensor | None = None,
-    sliding_window: int | None = None,
-    document_ids: torch.Tensor | None = None,
-    scale: float | None = None,
-) -> torch.Tensor:
+def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
+                      sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
+                      scale: float | None = None) -> torch.Tensor:
     """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
     :func:`models.common.attention_backends.attention`.
 
