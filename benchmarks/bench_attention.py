@@ -11,6 +11,7 @@ every transient of forward and backward. The reference is skipped at a length wh
 
     python benchmarks/bench_attention.py                       # S = 1k, 4k, 16k, 32k; decoding of 256 tokens
     python benchmarks/bench_attention.py --seqlens 1024 4096
+    python benchmarks/bench_attention.py --seqlens              # decoding only
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def decode_tokens_per_s(new_tokens: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384, 32768])
+    parser.add_argument("--seqlens", type=int, nargs="*", default=[1024, 4096, 16384, 32768])
     parser.add_argument("--ref-limit-gib", type=float, default=6.0)
     parser.add_argument("--decode-tokens", type=int, default=256)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -98,10 +99,11 @@ def main() -> None:
         return
     torch.set_num_threads(1)
     with reported_load():
-        print(f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, head_dim {HEAD_DIM}, "
-              "fp32 CPU, 1 thread")
-        print(f"{'case':8} {'S':>6}  " + "  ".join(f"{b:>24}" for b in ("reference s / GiB", "backend s / GiB"))
-              + "  speed-up  memory ratio")
+        if options.seqlens:
+            print(f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, head_dim {HEAD_DIM}, "
+                  "fp32 CPU, 1 thread")
+            print(f"{'case':8} {'S':>6}  " + "  ".join(f"{b:>24}" for b in ("reference s / GiB", "backend s / GiB"))
+                  + "  speed-up  memory ratio")
         ref_peak: dict[str, tuple[int, int]] = {}
         for seqlen in options.seqlens:
             for case, (ref_name, name) in BACKENDS.items():

@@ -73,7 +73,8 @@ class Attention(nn.Module):
         new positions' keys and values are kept and the queries attend to all kept ones
         (:mod:`models.common.kv_cache`)."""
         if self.kv_cache is None:
-            return self.inner_attention(q, k, v, sinks, document_ids)
+            args = (q, k, v) if sinks is None else (q, k, v, sinks)  # positional: what a TP plan prepares
+            return self.inner_attention(*args, document_ids=document_ids)
         window = self.inner_attention.sliding_window
         (k, v), k_start = self.kv_cache.extend((k, v), keep=window)
         return cached_attention(q, k, v, self.kv_cache.end - q.shape[1], k_start, sinks=sinks,

@@ -120,7 +120,7 @@ class Decoder(nn.Module):
         for layer_id, layer in self.layers.items():
             if cache is not None:
                 layer.attention.kv_cache = cache.layers.setdefault(layer_id, LayerKV())
-            h = layer(h, cos, sin) if document_ids is None else layer(h, cos, sin, document_ids)
+            h = layer(h, cos, sin) if document_ids is None else layer(h, cos, sin, document_ids=document_ids)
         if cache is not None:
             cache.length += seqlen
             for layer in self.layers.values():

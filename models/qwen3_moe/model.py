@@ -40,7 +40,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin, document_ids)
+        h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.moe(self.ffn_norm(h))
 
 
