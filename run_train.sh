@@ -27,8 +27,10 @@
 # (before torchrun starts), or one "input error: ..." line when a
 # worker found bad input (data, tokenizer, checkpoint, a checkpoint folder in use by another run, HF folder,
 # launch) before training; 1 and one "error: ..." line on a failure during training (non-finite loss, strict init
-# check, a full disk while saving), when the workers had to be killed after a stop request, and on a bug (any other
-# exception: the worker's traceback is above the final "error: training failed" line).
+# check, a full disk while saving), when the workers had to be killed after a stop request, when a worker was killed
+# (the line names its rank and signal), and on a bug (any other exception: the worker's traceback is above the
+# final "error: training failed" line). A worker that fails exits non-zero, so torchrun stops the others at once
+# (an error found on some ranks only does not leave the others waiting in a collective).
 set -euo pipefail
 
 NGPU=${NGPU:-1}
@@ -94,9 +96,11 @@ wait_for_pid() {  # wait until $pid exits, its status in $status; after a stop r
     done
 }
 
-# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output. It
-# ignores SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
-( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" exec "$PYTHON" -m torchtitan_lite.config \
+# Validation prints nothing on a valid config; anything on stdout is --help or --job.print_config output. It writes
+# the resolved config to the control folder, which the workers read instead of checking again. It ignores
+# SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
+( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" \
+    exec "$PYTHON" -m torchtitan_lite.config \
     --job.config_file "$CONFIG_FILE" "$@" ) > "$control/printed" &
 pid=$!
 wait_for_pid now
@@ -113,13 +117,15 @@ if [[ -s "$control/printed" ]]; then
 fi
 
 # --tee 3 prefixes each worker line with [rank<local rank>]: and --local-ranks-filter keeps LOG_RANK's lines
-# on the console; the full output of the launcher goes to the log as well, to find an error line below. torchrun
-# and tee ignore SIGTERM/SIGINT (Ctrl-C reaches the whole foreground process group): see "Stopping" above.
+# on the console; torchrun's own lines (its report of a failed worker) go only to the log, which holds the full
+# output, to find an error line below. torchrun, tee and grep ignore SIGTERM/SIGINT (Ctrl-C reaches the whole
+# foreground process group): see "Stopping" above.
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of words
-( trap '' INT TERM; TORCHTITAN_LITE_CONTROL="$control" TORCHTITAN_LITE_LAUNCHER_PID=$$ exec "$PYTHON" \
+( trap '' INT TERM; TORCHTITAN_LITE_CONTROL="$control" TORCHTITAN_LITE_LAUNCHER_PID=$$ \
+    TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" exec "$PYTHON" \
     -m torch.distributed.run --nproc_per_node="$NGPU" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
     --log-dir "$control/torchrun" --signals-to-handle=SIGHUP,SIGQUIT $TORCHRUN_ARGS -m torchtitan_lite.train --job.config_file "$CONFIG_FILE" "$@" \
-    ) > >(trap '' INT TERM; exec tee "$control/log") 2>&1 &
+    ) > >(trap '' INT TERM; tee "$control/log" | grep --line-buffered -E '^\[rank[0-9]+\]:') 2>&1 &
 pid=$!
 wait_for_pid
 wait  # the tee of the process substitution: the log is complete
@@ -129,8 +135,9 @@ if [[ -n "$killed" ]]; then
     exit 1
 fi
 
-# Each worker wrote its outcome (status and line) to the control folder and exited 0: repeat the worst one, the
-# shown rank's if it has it, as the final line.
+# A worker that printed a user error or a stop line also wrote its status and line to the control folder (and a
+# failed one exited with that status, so torchrun stopped the others): repeat the worst one, the shown rank's if it
+# has it, as the final line.
 code=0
 line=""
 for rank_file in "$control/outcome.$LOG_RANK" "$control"/outcome.*; do
@@ -146,12 +153,30 @@ fi
 if [[ $status -eq 0 ]]; then
     exit 0
 fi
-# A bug (or a worker that ended itself, e.g. after its launcher died): the worker's traceback or "error: ..." line
-# is above; repeat the shown rank's last error line (or any rank's) as the final line.
+# A bug, a killed worker (or one that ended itself, e.g. after its launcher died): the worker's traceback or
+# "error: ..." line is above; repeat the shown rank's last error line (or any rank's) as the final line, else name
+# the worker torchrun saw fail first (its "Root Cause" report), else show torchrun's own output.
 strip='s/^\[rank[0-9]+\]:[[:space:]]*//'
 line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*error: " "$control/log" | tail -n 1 | sed -E "$strip" || true)
 if [[ -z "$line" ]]; then
     line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*error: ' "$control/log" | tail -n 1 | sed -E "$strip" || true)
+fi
+if [[ -z "$line" ]]; then
+    root=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" | sed -n '/Root Cause/,$p' || true)
+    failed_rank=$(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$root" | head -n 1)
+    failed_code=$(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$root" | head -n 1)
+    if [[ -n "$failed_rank" && -n "$failed_code" ]]; then
+        if (( failed_code < 0 )); then
+            signal_name="SIG$(kill -l $(( -failed_code )) 2>/dev/null || echo $(( -failed_code )))"
+            line="error: training failed (torchrun exit status $status): rank $failed_rank was killed by"
+            line+=" $signal_name; the last complete checkpoint is kept"
+        else
+            line="error: training failed (torchrun exit status $status): rank $failed_rank exited with status"
+            line+=" $failed_code; see the output above"
+        fi
+    else
+        grep -v -E '^\[rank[0-9]+\]:' "$control/log" | tail -n 20 >&2 || true
+    fi
 fi
 echo "${line:-error: training failed (torchrun exit status $status); see the output above}" >&2
 exit 1

@@ -4,7 +4,7 @@ For a config (default ``train_configs/qwen3_debug.toml``), in ONE process, each 
 ``activation_checkpoint`` none / full / selective "2" / selective "op" x ``compile`` off / on (backend
 ``inductor``, or eager after the one warning line when inductor cannot run here) builds its model with
 the trainer's :func:`~torchtitan_lite.train.build_model` (FSDP2 on a 1-rank mesh) and
-:func:`~torchtitan_lite.train.build_loss_fn`, initializes it from the init plan, and runs the
+:func:`~torchtitan_lite.components.loss.build_loss_fn`, initializes it from the init plan, and runs the
 trainer's batches: forward, loss, backward per micro-batch, then the trainer's AdamW (``build_optimizer``).
 
 Reported per variant:
@@ -34,11 +34,12 @@ import torch
 from machine_load import reported_load
 
 from torchtitan_lite.components.activation_memory import ActivationMemory
+from torchtitan_lite.components.loss import build_loss_fn
 from torchtitan_lite.components.optimizer import build_optimizer
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.init.apply import init_weights
-from torchtitan_lite.train import Trainer, build_loss_fn, build_model
+from torchtitan_lite.train import Trainer, build_model
 
 AC_VARIANTS = [("none", "op"), ("full", "op"), ("selective", "2"), ("selective", "op")]
 

@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 from fault_helpers import CONSTANT_LR, Run, alive, descendants, shard_digests
 
-from torchtitan_lite.components.checkpoint import complete_steps
+from torchtitan_lite.components.checkpoint.storage import complete_steps
 
 
 def main() -> None:

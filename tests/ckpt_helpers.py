@@ -52,6 +52,8 @@ def worker_result(nproc: int | None, args: list[str], timeout: float = 240) -> d
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under ``folder`` (to show nothing was modified)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+    """Relative path -> sha256 of every file under ``folder`` (to show nothing was modified); a checkpoint folder's
+    ``.lock`` counts by its presence only: it records the latest holder, and a run takes the lock before it reads
+    the folder, so a run that refuses a damaged checkpoint has held it too."""
+    return {str(p.relative_to(folder)): "held" if p.name == ".lock" else hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}

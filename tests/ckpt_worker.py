@@ -24,9 +24,9 @@ import torch
 from dist_helpers import leave_together, write_result
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
-from torchtitan_lite.components import checkpoint
+from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.config.checks import load_config_or_exit
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.train import Trainer
 
@@ -93,8 +93,8 @@ def main() -> None:
             torch.save(state, out)
             tokens = trainer.global_batch * trainer.config.training.seq_len
             losses = {str(step): (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
-            write_result({"losses": losses, "steps": checkpoint.complete_steps(
-                checkpoint.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)), **loaded,
+            write_result({"losses": losses, "steps": storage.complete_steps(
+                storage.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)), **loaded,
                 "load_lines": trainer.load_lines})
     stop.restore()
     leave_together()

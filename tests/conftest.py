@@ -7,6 +7,9 @@ and collects their results, ``ckpt_helpers`` the tiny training runs, ``model_hel
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,8 +18,10 @@ import torch.distributed as dist
 def pytest_configure(config):
     """One CPU thread from the start (collection and the first module's fixtures), as every launched worker has
     (``dist_helpers.env``): what a test computes in its own process is computed as its workers compute, and the
-    test process does not compete with its workers for the cores."""
+    test process does not compete with its workers for the cores. Raw text is prepared into a cache of this
+    session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched workers), not the user's."""
     torch.set_num_threads(1)
+    os.environ.setdefault("TORCHTITAN_LITE_DATA_CACHE", tempfile.mkdtemp(prefix="torchtitan_lite_data_cache_"))
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from torch.distributed.tensor import DTensor
 import torchtitan_lite.train as train_module
 from models import model_names
 from models.common.moe import moe_layers
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
 from torchtitan_lite.init.keyed import tile_shape

@@ -20,8 +20,8 @@ from model_helpers import build_planned, build_random, is_moe
 from models import get_model_spec, model_names
 from models.common.moe import collect_expert_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing, recomputing
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
@@ -95,6 +95,18 @@ def test_only_the_recompute_of_a_checkpointed_block_runs_under_recomputing(mode,
     model(_tokens(args)).sum().backward()
     assert seen == [[False, True] if i in checkpointed else [False] for i in range(args.n_layers)]
     assert recomputing() is False
+
+
+@pytest.mark.parametrize("mode,option", [("full", "op"), ("selective", "2"), ("selective", "op")])
+def test_only_the_op_policy_passes_a_context_fn_to_a_compiled_checkpoint(mode, option):
+    # torch.compile logs "Detected that context_fn is passed to torch.utils.checkpoint under torch.compile" for any
+    # context_fn but the default: blocks checkpointed whole and compiled get none, the op policy needs its own
+    model = build_random(get_model_spec("qwen3").model_cls, dataclasses.replace(test_qwen3.TINY, n_layers=2))
+    apply_activation_checkpointing(model, mode, option, compiled=True)
+    wrapped = [block for block in model.layers.values() if hasattr(block, "checkpoint_fn")]
+    assert len(wrapped) == (1 if option == "2" else 2)
+    op_policy = mode == "selective" and option == "op"
+    assert [("context_fn" in block.checkpoint_fn.keywords) for block in wrapped] == [op_policy] * len(wrapped)
 
 
 def test_saved_memory_orders_full_below_selective_below_none_and_op_below_none():

@@ -1,6 +1,7 @@
 """Document masking through whole models: a packed window with document masking gives each document the logits it
 gets alone (RoPE positions restarting per document; continuing positions equal up to rounding, since RoPE scores
-depend only on distances); and the attention config combinations no backend can run are config errors (one line, exit 2, before torchrun: ``config.preflight``)."""
+depend only on distances); and the attention config combinations no backend can run are config errors (one line,
+exit 2, before torchrun: ``config/checks.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import torch
 from test_kv_cache import tiny_model
 
 from models import model_names
+from torchtitan_lite.config.checks import load_config
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.memory import estimate_rank_memory
-from torchtitan_lite.config.preflight import load_config
 from torchtitan_lite.data.documents import document_inputs
 
 EOS = 0
@@ -32,9 +33,9 @@ def test_each_document_of_a_packed_window_gets_its_logits_alone(family):
 
 
 @pytest.mark.parametrize("cli,message", [
-    (["--model.attn_backend=flex"], "model.attn_backend: flex has no backward on CPU"),
+    (["--model.attn_backend=flex"], r"model.attn_backend \(command line\): flex has no backward on CPU"),
     (["--model.name=gpt_oss", "--model.overrides.sliding_window=512"],
-     "model.overrides.sliding_window: 512 exceeds max_seq_len 256"),
+     r"model.overrides.sliding_window \(command line\): 512 exceeds max_seq_len 256"),
 ])
 def test_attention_combinations_no_backend_runs_are_config_errors(cli, message, tmp_path):
     with pytest.raises(ConfigError, match=f"^{message}"):

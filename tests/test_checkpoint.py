@@ -3,20 +3,21 @@ test per bad input (exit 2 before torchrun, one line naming the culprit, nothing
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 from ckpt_helpers import WORKER, text_file, tiny_job, tree_digest, worker_result
-from dist_helpers import REPO, env, launch, run_train
+from dist_helpers import launch, run_train
 from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from torchtitan_lite.components import checkpoint
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.components.checkpoint import checkpointer, storage
+from torchtitan_lite.config.checks import load_config_or_exit, parse_args
 from torchtitan_lite.train import Trainer
 
 
@@ -38,7 +39,7 @@ def test_sigkill_before_rename_leaves_the_previous_checkpoint_and_the_next_run_r
     folder = tmp_path / "out" / "checkpoint"
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4.tmp"]
     assert (folder / "step-4.tmp" / ".metadata").is_file() and not (folder / "step-4.tmp" / "meta.json").exists()
-    assert checkpoint.complete_steps(str(folder)) == [2]
+    assert storage.complete_steps(str(folder)) == [2]
     resumed = worker_result(None, ["train", str(tmp_path / "y.pt"), *argv(tmp_path)])
     assert sorted(resumed["losses"]) == ["3", "4"] and resumed["steps"] == [2, 4]
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4"]
@@ -48,18 +49,18 @@ def test_discovery_accepts_only_complete_step_folders(tmp_path):
     for name in ("step-3", "step-10", "step-12.tmp", "step-x", "step-11"):
         (tmp_path / name).mkdir()
     for name in ("step-3", "step-10", "step-12.tmp", "step-x"):
-        (tmp_path / name / checkpoint.META_FILE).write_text("{}")
-    assert checkpoint.complete_steps(str(tmp_path)) == [3, 10]
-    assert checkpoint.find_checkpoint(str(tmp_path)) == str(tmp_path / "step-10")
-    assert checkpoint.find_checkpoint(str(tmp_path / "none")) is None
-    with pytest.raises(checkpoint.CheckpointError, match=r"no complete checkpoint step-11 .*complete: step-3, step-10"):
-        checkpoint.find_checkpoint(str(tmp_path), load_step=11)
+        (tmp_path / name / storage.META_FILE).write_text("{}")
+    assert storage.complete_steps(str(tmp_path)) == [3, 10]
+    assert storage.find_checkpoint(str(tmp_path)) == str(tmp_path / "step-10")
+    assert storage.find_checkpoint(str(tmp_path / "none")) is None
+    with pytest.raises(storage.CheckpointError, match=r"no complete checkpoint step-11 .*complete: step-3, step-10"):
+        storage.find_checkpoint(str(tmp_path), load_step=11)
 
 
 def test_keep_latest_k_keeps_the_newest_complete_checkpoints(tmp_path):
     trainer = train_in_process(tmp_path, "out", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=2")
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [3, 4]
-    assert trainer.train_state == checkpoint.TrainState(step=4, tokens_seen=4 * 2 * 32, skipped_steps=0)
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [3, 4]
+    assert trainer.train_state == checkpointer.TrainState(step=4, tokens_seen=4 * 2 * 32, skipped_steps=0)
 
 
 def test_async_saves_equal_sync_saves_bitwise(tmp_path):
@@ -98,9 +99,16 @@ def saved(tmp_path_factory):
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    """``python -m torchtitan_lite.config`` (what run_train.sh runs before torchrun)."""
-    return subprocess.run([sys.executable, "-m", "torchtitan_lite.config", *args], cwd=REPO, env=env(),
-                          capture_output=True, text=True, timeout=120)
+    """The exit status and output of ``python -m torchtitan_lite.config args`` (what run_train.sh runs before
+    torchrun: :func:`load_config_or_exit`), run in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            load_config_or_exit(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def corrupt_truncate(step):
@@ -110,7 +118,7 @@ def corrupt_truncate(step):
 
 
 def corrupt_meta(step):
-    (step / checkpoint.META_FILE).write_text("{not json")
+    (step / storage.META_FILE).write_text("{not json")
     return r"checkpoint .*step-2/meta.json is corrupt"
 
 

@@ -14,15 +14,16 @@ import torch
 from model_helpers import build_random
 
 from models import get_model_spec
+from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import parse_args
 from torchtitan_lite.distributed import compile as compile_module
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile, compile_available
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.process_group import DistInfo
 from torchtitan_lite.init.apply import init_weights
-from torchtitan_lite.train import build_loss_fn, build_model, cross_entropy_sum
+from torchtitan_lite.train import build_model
 
 CPU = torch.device("cpu")
 
@@ -37,7 +38,7 @@ def _fresh():
 def _step(backend: str | None, mode: str = "none"):
     """Loss and gradients of the tiny qwen3 (next-token loss), compiled with ``backend`` (None = eager)."""
     model = build_random(get_model_spec("qwen3").model_cls, test_qwen3.TINY)
-    apply_activation_checkpointing(model, mode, "op")
+    apply_activation_checkpointing(model, mode, "op", compiled=backend is not None)
     loss_fn = cross_entropy_sum
     if backend is not None:
         apply_compile(model, backend=backend)

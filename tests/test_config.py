@@ -13,9 +13,11 @@ import pytest
 import tomli
 from dist_helpers import REPO, env, launcher_copy, run_train
 
-from torchtitan_lite.config import preflight as cfg
+from torchtitan_lite.config import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
+from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.config.resolved import read_resolved, write_resolved
 
 
 def write_toml(tmp_path: Path, body: str) -> Path:
@@ -49,17 +51,36 @@ BAD_INPUTS = {
 }
 
 
+def check_in_process(argv: list[str], capsys, world_size: int | None = None) -> tuple[int, str, str]:
+    """``(exit code, stdout, stderr)`` of the check ``python -m torchtitan_lite.config`` runs
+    (:func:`load_config_or_exit`), called in this process (the subprocess tests cover the entry points)."""
+    with pytest.raises(SystemExit) as stop:
+        cfg.load_config_or_exit(argv, world_size)
+        sys.exit(0)
+    out = capsys.readouterr()
+    return stop.value.code, out.out, out.err
+
+
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_exits_2_with_one_line_naming_the_key_and_creates_no_folder(tmp_path, case):
+def test_bad_input_exits_2_with_one_line_naming_the_key_and_creates_no_folder(tmp_path, capsys, case):
     body, extra, key, where, detail = BAD_INPUTS[case]
     toml = write_toml(tmp_path, body)
-    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml), *extra], tmp_path)
-    assert result.returncode == 2
-    assert result.stdout == ""
-    (line,) = result.stderr.strip().splitlines()
+    code, out, err = check_in_process(["--job.config_file", str(toml), *extra], capsys)
+    assert code == 2
+    assert out == ""
+    (line,) = err.strip().splitlines()
     assert line.startswith(f"config error: {key} (")
     assert where in line and detail in line
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_config_module_exits_2_with_the_line_on_stderr(tmp_path):
+    body, extra, key, where, detail = BAD_INPUTS["unknown key"]
+    toml = write_toml(tmp_path, body)
+    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml), *extra], tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"config error: {key} (") and where in line and detail in line
 
 
 @pytest.mark.parametrize("case", ["unknown key", "wrong type", "out of range"])
@@ -142,8 +163,18 @@ IMPOSSIBLE_LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("case", list(IMPOSSIBLE_LAYOUTS))
-def test_impossible_layout_exits_2_with_one_line_before_torchrun(tmp_path, case):
+@pytest.mark.parametrize("case", [c for c in IMPOSSIBLE_LAYOUTS if not IMPOSSIBLE_LAYOUTS[c][1]])
+def test_impossible_layout_exits_2_with_one_line(tmp_path, capsys, case):
+    ngpu, _, extra, expected = IMPOSSIBLE_LAYOUTS[case]
+    toml = write_toml(tmp_path, "")
+    code, out, err = check_in_process(["--job.config_file", str(toml), *extra], capsys, world_size=int(ngpu))
+    assert (code, out, err.strip().splitlines()) == (2, "", [expected])
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("case", [c for c in IMPOSSIBLE_LAYOUTS if IMPOSSIBLE_LAYOUTS[c][1]] + [
+    "tp not dividing the kv heads"])
+def test_run_train_sh_checks_the_layout_for_ngpu_x_nodes_before_torchrun(tmp_path, case):
     ngpu, torchrun_args, extra, expected = IMPOSSIBLE_LAYOUTS[case]
     toml = write_toml(tmp_path, "")
     result = run(["./run_train.sh", *extra], tmp_path, CONFIG_FILE=str(toml), NGPU=ngpu, TORCHRUN_ARGS=torchrun_args)
@@ -153,15 +184,17 @@ def test_impossible_layout_exits_2_with_one_line_before_torchrun(tmp_path, case)
     assert not (tmp_path / "outputs").exists()
 
 
-def test_config_check_without_a_world_size_skips_only_the_world_size_check(tmp_path):
+def test_config_check_without_a_world_size_skips_only_the_world_size_check(tmp_path, capsys):
     toml = write_toml(tmp_path, "[parallelism]\ntensor_parallel_degree = 2\ndata_parallel_shard_degree = 3\n")
-    check = [sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml)]
-    assert run(check, tmp_path).returncode == 0
-    assert run(check, tmp_path, TORCHTITAN_LITE_WORLD_SIZE="6").returncode == 0
-    wrong = run(check, tmp_path, TORCHTITAN_LITE_WORLD_SIZE="4")
+    check = ["--job.config_file", str(toml)]
+    assert check_in_process(check, capsys)[0] == 0
+    assert check_in_process(check, capsys, world_size=6)[0] == 0
+    code, _, err = check_in_process(check, capsys, world_size=4)
+    assert code == 2 and "= 6, not the world size 4" in err
+    code, _, err = check_in_process([*check, "--parallelism.tensor_parallel_degree=3"], capsys)
+    assert code == 2 and "3 does not divide the model's n_heads 4" in err
+    wrong = run([sys.executable, "-m", "torchtitan_lite.config", *check], tmp_path, TORCHTITAN_LITE_WORLD_SIZE="4")
     assert wrong.returncode == 2 and "= 6, not the world size 4" in wrong.stderr
-    bad_tp = run([*check, "--parallelism.tensor_parallel_degree=3"], tmp_path)
-    assert bad_tp.returncode == 2 and "3 does not divide the model's n_heads 4" in bad_tp.stderr
 
 
 def test_missing_config_file_exits_2_naming_job_config_file(tmp_path):
@@ -277,7 +310,7 @@ def test_cross_field_rules(tmp_path):
 def test_model_overrides_reach_the_model_args(tmp_path):
     toml = write_toml(tmp_path, "[model]\ntie_embeddings = false\n[model.overrides]\nmax_seq_len = 512\n")
     config = cfg.parse_args(["--job.config_file", str(toml), "--model.overrides.rope_theta=5e5"])
-    args = cfg.build_model_args(config)
+    args = build_model_args(config)
     assert (args.max_seq_len, args.rope_theta, args.tie_embeddings) == (512, 5e5, False)
     assert isinstance(args.rope_theta, float)
 
@@ -341,7 +374,7 @@ import sys
 
 import torch
 
-from torchtitan_lite.config.preflight import load_config_or_exit
+from torchtitan_lite.config.checks import load_config_or_exit
 from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_config_or_exit(sys.argv[1:])
@@ -382,3 +415,13 @@ def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_p
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: cannot read tokenizer file .*bad.json"):
         cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
+
+def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp_path):
+    config = cfg.parse_args(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=1",
+                             "--model.overrides.rope_theta=5e5", "--checkpoint.exclude_from_loading=optimizer",
+                             "--parallelism.pipeline_parallel_split_points=", "--optimizer.lr=3e-4"])
+    write_resolved(config, str(tmp_path / "config.json"))
+    resolved = read_resolved(str(tmp_path / "config.json"))
+    assert resolved == config
+    assert resolved.model.overrides == {"n_layers": 1, "rope_theta": 5e5}
+    assert type(resolved.model.overrides["rope_theta"]) is float

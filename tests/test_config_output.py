@@ -10,7 +10,7 @@ import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.config import preflight as cfg
+from torchtitan_lite.config import checks as cfg
 from torchtitan_lite.config.cli import config_dict
 from torchtitan_lite.train import Trainer
 

@@ -355,3 +355,55 @@ def test_an_empty_dump_folder_and_an_empty_config_file_exit_2_before_torchrun(da
                                    "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
                                    "[section] keys"]
     assert not (tmp_path / "out").exists()
+
+
+RANK1_ERROR = '''
+
+from torchtitan_lite.errors import InputError as _InputError
+
+_build_dataloaders_once = build_dataloaders
+
+
+def build_dataloaders(*args, **kwargs):
+    if os.environ["RANK"] == "1":
+        raise _InputError("injected on rank 1 only")
+    return _build_dataloaders_once(*args, **kwargs)
+'''
+
+
+def test_a_user_error_on_rank_1_only_ends_the_2_rank_run_within_30s_with_exit_2_and_its_line(data, tmp_path):
+    work = launcher_copy(tmp_path)
+    train_py = work / "torchtitan_lite" / "train.py"
+    main_block = '\nif __name__ == "__main__":'
+    train_py.write_text(train_py.read_text().replace(main_block, RANK1_ERROR + main_block))
+    launched = Run(args(data, tmp_path / "out"), nproc=2, cwd=work)
+    launched.wait_for(r"^\[rank0\]:data ")  # the workers are up: rank 1 fails now, rank 0 waits in a collective
+    begin = time.monotonic()
+    code, lines = launched.finish(timeout=60)
+    assert time.monotonic() - begin < 30
+    assert code == 2
+    assert last_line(lines) == "input error: injected on rank 1 only"
+    assert [line for line in lines if "error:" in line] == [lines[-1]]
+
+
+def worker_pid(launcher_pid: int, local_rank: int) -> int:
+    """The PID of the trainer worker of ``local_rank`` below the launcher (from its environment)."""
+    for pid in descendants(launcher_pid):
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            if f"LOCAL_RANK={local_rank}".encode() in handle.read().split(b"\0"):
+                return pid
+    raise AssertionError(f"no worker of local rank {local_rank} below {launcher_pid}")
+
+
+def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_worker(data, tmp_path):
+    launched = Run(args(data, tmp_path / "out", *LONG), nproc=2)
+    launched.wait_for(r"^\[rank0\]:step +3 ")
+    tree = descendants(launched.proc.pid)
+    os.kill(worker_pid(launched.proc.pid, 1), signal.SIGKILL)
+    begin = time.monotonic()
+    code, lines = launched.finish(timeout=60)
+    assert time.monotonic() - begin < 30
+    assert code == 1
+    assert lines[-1] == ("error: training failed (torchrun exit status 1): rank 1 was killed by SIGKILL; the last "
+                         "complete checkpoint is kept")
+    assert not alive(tree)

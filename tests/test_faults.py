@@ -13,10 +13,10 @@ import torch.distributed as dist
 from ckpt_helpers import text_file, tiny_job
 from dist_helpers import REPO, env, run_train
 
-import torchtitan_lite.train as train_module
-from torchtitan_lite.components import checkpoint
+import torchtitan_lite.components.loss as loss_module
+from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import NonFiniteError, NonFiniteGuard, StopRequest
-from torchtitan_lite.config.preflight import parse_args
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.train import Trainer
 
 
@@ -63,7 +63,7 @@ def test_stop_request_records_sigterm_and_restores_the_handler():
 def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
     """Train 4 steps in-process with a NaN loss at ``nan_steps``; returns (trainer, error, weights seen per step)."""
     text_file(tmp_path, n_plays=1)
-    seen, real = {}, train_module.cross_entropy_sum
+    seen, real = {}, loss_module.cross_entropy_sum
 
     def loss(logits, labels):
         step = len(seen) + 1
@@ -71,7 +71,7 @@ def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
         value = real(logits, labels)
         return value * float("nan") if step in nan_steps else value
 
-    monkeypatch.setattr(train_module, "cross_entropy_sum", loss)
+    monkeypatch.setattr(loss_module, "cross_entropy_sum", loss)
     args = tiny_job(tmp_path, "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra)
     trainer, stop, error = Trainer(parse_args(args)), StopRequest(), None
     try:
@@ -88,7 +88,7 @@ def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3})
     assert re.match(r"step 3: loss nan, gradient norm nan; the update was not applied", str(error))
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
     assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == [".lock", "step-2"]
     assert torch.equal(final, seen[3])  # the weights of step 2: the bad update never reached the optimizer
 
@@ -98,7 +98,7 @@ def test_nan_between_log_steps_is_caught_at_the_next_log_step_and_never_saved(tm
     # found at step 4, before step 4's update and save.
     trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3}, "--metrics.log_freq=4")
     assert re.match(r"step 3: loss nan, gradient norm nan; the update of step 3 was applied", str(error))
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
     assert sorted(p.name for p in (tmp_path / "out" / "checkpoint").iterdir()) == [".lock", "step-2"]
     assert not torch.isfinite(final).all()  # the NaN update went in (no sync at step 3): nothing saved from it
 
@@ -108,14 +108,14 @@ def test_skip_policy_drops_the_update_and_counts_it(tmp_path, monkeypatch):
                                            "--training.max_skipped_steps=1")
     assert error is None and trainer.train_state.skipped_steps == 1
     assert torch.equal(seen[4], seen[3]) and not torch.equal(seen[3], seen[2])
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2, 4]
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2, 4]
 
 
 def test_skip_policy_stops_beyond_max_skipped_steps(tmp_path, monkeypatch):
     _, error, _, _ = poisoned_run(tmp_path, monkeypatch, {2, 3}, "--training.nonfinite_policy=skip",
                                   "--training.max_skipped_steps=1")
     assert re.match(r"step 3: loss nan, gradient norm nan, after 1 skipped steps", str(error))
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [2]
 
 
 @pytest.mark.multiprocess
@@ -136,7 +136,7 @@ def test_sigterm_to_run_train_sh_saves_at_the_step_reached_exits_0_and_resumes(t
     assert len(stopped) == 1
     step = int(stopped[0].group(1))
     assert stopped[0].group(2) == str(tmp_path / "out" / "checkpoint" / f"step-{step}")
-    assert checkpoint.complete_steps(str(tmp_path / "out" / "checkpoint")) == [step]
+    assert storage.complete_steps(str(tmp_path / "out" / "checkpoint")) == [step]
     resumed = run_train([*args[:-1], f"--training.steps={step + 1}"], nproc=2)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"resumed at step {step} from {tmp_path / 'out' / 'checkpoint' / f'step-{step}'} (" in resumed.stdout

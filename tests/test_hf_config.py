@@ -18,8 +18,9 @@ from hf_published import PUBLISHED, scaled
 
 from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.quant import Quantization, quantization
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import build_model_args, parse_args
+from torchtitan_lite.config.model_args import build_model_args
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
 CONFIG_CLASSES = {name: type(transformers.AutoConfig.for_model(get_model_spec(name).state_dict_adapter.model_type))

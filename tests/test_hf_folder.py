@@ -21,12 +21,12 @@ from safetensors.torch import load_file, save_file
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
-import models
+import torchtitan_lite.components.hf.checks as hf_checks
 from models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
+from torchtitan_lite.config.checks import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.preflight import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
 
@@ -224,7 +224,7 @@ def test_the_generate_cli_exits_2_with_one_line_on_a_bad_folder(tmp_path, capsys
 
 def test_export_is_refused_before_step_1_for_a_family_without_an_adapter(tmp_path, monkeypatch):
     spec = get_model_spec("qwen3")
-    monkeypatch.setattr(models, "get_model_spec", lambda name: dataclasses.replace(spec, state_dict_adapter=None))
+    monkeypatch.setattr(hf_checks, "get_model_spec", lambda name: dataclasses.replace(spec, state_dict_adapter=None))
     with pytest.raises(ConfigError, match=r"^checkpoint.export_hf: model qwen3 has no Hugging Face state-dict adapter"):
         check_paths(parse_args([f"--checkpoint.export_hf={tmp_path / 'hf'}", f"--job.dump_folder={tmp_path}"]))
 

@@ -110,3 +110,29 @@ def test_every_family_has_a_complete_spec():
         plan = spec.init_plan(spec.flavors["debug"])
         assert_plan_covers_exactly(model, plan)  # every parameter and persistent buffer, every entry used
         assert plan.entries[-1][0] == "output.weight", name  # it wins for a tied pair
+
+
+def engine_imports(path: Path) -> tuple[list[str], list[str]]:
+    """``(module-level, function-local)`` imports of ``torchtitan_lite`` or ``models`` modules in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(node) for node in tree.body}
+    found: tuple[list[str], list[str]] = ([], [])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        ours = [name for name in names if name.split(".")[0] in ("torchtitan_lite", "models")]
+        found[0 if id(node) in top else 1].extend(ours)
+    return found
+
+
+def test_the_engine_has_no_function_local_imports_and_config_loading_is_the_base_layer():
+    local = {str(p.relative_to(ENGINE.parent)): engine_imports(p)[1] for p in sorted(ENGINE.rglob("*.py"))}
+    assert {path: names for path, names in local.items() if names} == {}
+    base = ("torchtitan_lite.config.schema", "torchtitan_lite.config.cli", "torchtitan_lite.errors")
+    for name in ("schema", "cli", "load"):
+        imported = engine_imports(ENGINE / "config" / f"{name}.py")[0]
+        assert [module for module in imported if module not in base] == [], name

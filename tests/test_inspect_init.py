@@ -50,30 +50,36 @@ def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
 
 def test_a_budget_cuts_the_block_count_to_what_fits():
     spec, args = get_model_spec("qwen3"), qwen3_flavors["0.6b"]
-    # 5 bytes per element held (embedding, final norm, the two 40960 x 128 RoPE tables) plus 40 per element of
-    # the 151936 x 1024 embedding (the report's float64 copies); a block has 15,730,944 elements
-    fixed = 5 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 40 * args.vocab_size * args.dim
+    # 5 bytes per element held (embedding, final norm, the two 40960 x 128 RoPE tables) plus 64 MiB of work chunks
+    # for the report and the fingerprint; a block has 15,730,944 elements
+    fixed = 5 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 64 * 2**20
     layers, line = choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3)
     assert layers == 3 and line.startswith("initialized on CPU: blocks 0..2 of 28 (the full model needs more")
     assert choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3, in_use=5 * 15_730_944)[0] == 2
-    assert choose_layers(spec, args, None, 100 * GIB) == (28, "initialized on CPU: blocks 0..27 of 28")
+    assert choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 28 - 1)[0] == 27
+    # README's example: the whole 0.6B model in --max-gib 8 beside the 0.39 GiB the process holds before it
+    assert choose_layers(spec, args, None, 8 * GIB, in_use=int(0.39 * GIB)) == (28, "initialized on CPU: blocks "
+                                                                                  "0..27 of 28")
 
 
 _PEAK_SCRIPT = """
 import json, sys, torch
+from torchtitan_lite.config.checks import load_config_or_exit
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.tools.inspect_init import GIB, main
-budget = peak_memory_bytes(torch.device("cpu")) / GIB + 0.25
-code = main(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=48",
-             "--max-gib", str(budget)])
+argv = ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=48"]
+load_config_or_exit(argv)  # its imports and data checks first: the budget is what the model may add
+budget = peak_memory_bytes(torch.device("cpu")) / GIB + 0.15
+code = main([*argv, "--max-gib", str(budget)])
 peak = peak_memory_bytes(torch.device("cpu")) / GIB
 json.dump({"code": code, "budget": budget, "peak": peak}, open(sys.argv[1], "w"))
 """
 
 
 def test_max_gib_bounds_the_peak_memory_of_the_whole_process(tmp_path):
-    # a 48-block debug model (38M parameters) does not fit in 0.25 GiB above what the process holds after its
-    # imports: it is cut to the blocks that fit, and the process's peak RSS (the OS's ru_maxrss) stays in budget
+    # a 48-block debug model (38M parameters: 0.18 GiB of fp32 values and init's work space, plus the report's and
+    # the fingerprint's 64 MiB) does not fit in 0.15 GiB above what the process holds once its configuration is
+    # loaded: it is cut to the blocks that fit, and the process's peak RSS (the OS's ru_maxrss) stays in budget
     result_file = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(result_file)], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
@@ -81,19 +87,20 @@ def test_max_gib_bounds_the_peak_memory_of_the_whole_process(tmp_path):
     result = json.loads(result_file.read_text())
     cut = re.search(r"^initialized on CPU: blocks 0\.\.(\d+) of 48 \(the full model needs more than --max-gib",
                     proc.stdout, re.M)
-    assert result["code"] == 0 and cut and int(cut[1]) >= 1
-    assert result["peak"] <= result["budget"]
+    assert result["code"] == 0 and cut and int(cut[1]) >= 1, proc.stdout[:1500]
+    assert result["peak"] <= result["budget"], proc.stdout[-1500:]
     assert f"peak memory of this process: {result['peak']:.2f} GiB (--max-gib " in proc.stdout
 
 
 def test_each_phase_prints_a_line_when_it_starts_and_its_seconds_when_it_ends(capsys):
     assert main(DEBUG + ["--layers", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    count = r"13 tensors \(1,311,616 elements\)"  # embedding (tied output), final norm, 11 tensors of one block
-    phases = [f"init: materializing and sampling {count} on CPU", f"report: statistics of {count} in float64",
-              f"fingerprint of {count}"]
-    seconds = r" \.\.\. \d+\.\d s"
-    at = [next(i for i, line in enumerate(lines) if re.fullmatch(phase + seconds, line)) for phase in phases]
+    count = "13 tensors (1,311,616 elements)"  # embedding (tied output), final norm, 11 tensors of one block
+    starts = [f"init: materializing and sampling {count} on CPU ...", f"report: statistics of {count} in float64 ...",
+              f"fingerprint: hashing {count} ..."]
+    at = [lines.index(line) for line in starts]
+    for i, name in zip(at, ["init", "report", "fingerprint"]):
+        assert re.fullmatch(name + r": done in \d+\.\d s", lines[i + 1])  # a short phase prints no progress
     assert at == sorted(at) and at[-1] < lines.index("init report: 13 tensors, none flagged")
     assert re.fullmatch(r"peak memory of this process: \d+\.\d\d GiB", lines[-1])  # --layers: no budget applies
 
@@ -146,3 +153,27 @@ def test_pattern_summary_counts_tensors_elements_and_each_flag():
     assert re.fullmatch(r"layers\.\*\.w +2 +200 +normal\(std=0\.02\) +init,loaded +0\.0199\.\.0\.0301 +0\.02 +"
                         r"std off x2, kurtosis off", lines[1])
     assert re.fullmatch(r"norm\.weight +1 +8 +ones +init +- +0", lines[2])
+
+
+def test_statistics_in_tiny_chunks_equal_those_in_one_chunk_and_the_float64_formulas():
+    from torchtitan_lite.init.report import tensor_stats
+
+    drawn = torch.empty(37, 11).normal_(0.0, 0.02, generator=torch.Generator().manual_seed(0))
+    x = drawn.clamp(-0.04, 0.04)  # the values beyond +-2 std land exactly on the bounds
+    x[3, 4], x[20, 0] = float("nan"), float("inf")
+    finite = x[torch.isfinite(x)].double()
+    at_bounds = int((drawn.abs() > 0.04).sum() - (drawn[3, 4].abs() > 0.04).int() - (drawn[20, 0].abs() > 0.04).int())
+    done = []
+    chunked = tensor_stats(x, (-0.04, 0.04), 2e-8, chunk=5, progress=done.append)
+    whole = tensor_stats(x, (-0.04, 0.04), 2e-8, chunk=x.numel())
+    assert chunked.finite == whole.finite == 405 and sum(done) == 407 and max(done) == 5
+    assert (chunked.min, chunked.max, chunked.at_bounds) == (whole.min, whole.max, whole.at_bounds) == (
+        finite.min().item(), finite.max().item(), at_bounds) and at_bounds == 14
+    centered = finite - finite.mean()
+    var = centered.square().mean().item()
+    reference = (finite.mean().item(), var**0.5, centered.pow(4).mean().item() / var**2 - 3.0)
+    for stats in (chunked, whole):
+        assert (stats.mean, stats.std, stats.excess_kurtosis) == pytest.approx(reference, rel=1e-12, abs=1e-18)
+    x64 = drawn.double()
+    tensor_stats(x64, chunk=5)
+    assert torch.equal(x64, drawn.double())  # a float64 tensor is measured, not centered in place

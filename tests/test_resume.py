@@ -70,7 +70,7 @@ def test_other_world_size_resumes_at_the_same_data_position(reference):
         assert float.fromhex(resumed["losses"][step]) == pytest.approx(float.fromhex(ref["losses"][step]), abs=1e-4)
 
 
-def test_other_world_size_with_streaming_dataloader_state_exits_2_saying_how_to_proceed(reference):
+def test_other_world_size_with_streaming_dataloader_state_is_refused_before_launch(reference):
     tmp, _ = reference
     data = tmp / "data.jsonl"
     paragraphs = (tmp / "data.txt").read_text(encoding="utf-8").split("\n\n")  # documents: each rank reads every 2nd
@@ -82,6 +82,6 @@ def test_other_world_size_with_streaming_dataloader_state_exits_2_saying_how_to_
     proc = run_train(args)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("input error: checkpoint ") and "saved by 2 data-parallel ranks and this run has 1" in last
+    assert last.startswith("config error: checkpoint ") and "saved by 2 data-parallel ranks and this run has 1" in last
     assert "streaming dataset is per data-parallel rank" in last and "--checkpoint.exclude_from_loading=dataloader" in last
     assert not (tmp / "w").exists()

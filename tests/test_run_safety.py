@@ -24,14 +24,14 @@ from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.api import CheckpointException
 
 from torchtitan_lite import train as train_module
-from torchtitan_lite.components import checkpoint as ckpt
 from torchtitan_lite.components.checkpoint import integrity, storage
+from torchtitan_lite.components.checkpoint.lock import FolderLock, check_unlocked
 from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
-from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, report_outcome
+from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, peer_failed, report_outcome
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule, wsd_lr_factor
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.memory import GIB, MemoryEstimate, estimate_rank_memory, fit_problem
-from torchtitan_lite.config.preflight import check_memory, parse_args
+from torchtitan_lite.config.memory import GIB, MemoryEstimate, check_memory, estimate_rank_memory, fit_problem
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.train import Trainer
 
@@ -45,7 +45,7 @@ def _step_folder(tmp_path, name="step-2"):
     (folder / ".metadata").write_bytes(b"metadata")
     files = integrity.describe_files(str(folder), ["__0_0.distcp", "__1_0.distcp", ".metadata"])
     meta = integrity.seal({"format": integrity.FORMAT_VERSION, "step": 2, "files": files})
-    (folder / ckpt.META_FILE).write_text(json.dumps(meta))
+    (folder / storage.META_FILE).write_text(json.dumps(meta))
     return folder
 
 
@@ -61,11 +61,11 @@ def test_read_meta_refuses_an_edited_meta_json_and_a_changed_metadata_naming_the
     assert integrity.read_meta(str(folder))["step"] == 2
     meta = json.loads((folder / "meta.json").read_text())
     (folder / "meta.json").write_text(json.dumps({**meta, "step": 3}))
-    with pytest.raises(ckpt.CheckpointError, match=r"meta.json is corrupt \(its content does not match the checksum"):
+    with pytest.raises(storage.CheckpointError, match=r"meta.json is corrupt \(its content does not match the checksum"):
         integrity.read_meta(str(folder))
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / ".metadata").write_bytes(b"METADATA")
-    with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint file {folder}/.metadata does not match the xxh3_128 "
+    with pytest.raises(storage.CheckpointError, match=rf"^checkpoint file {folder}/.metadata does not match the xxh3_128 "
                                                    r"checksum recorded when it was saved .*: the file is corrupt; "
                                                    r"delete this folder to start fresh"):
         integrity.read_meta(str(folder))
@@ -78,7 +78,7 @@ def test_verify_files_finds_one_flipped_byte_and_names_the_older_checkpoint_to_l
     data[100] ^= 1
     (folder / "__1_0.distcp").write_bytes(bytes(data))
     meta = integrity.read_meta(str(folder))  # sizes and .metadata are fine: only the full check sees it
-    with pytest.raises(ckpt.CheckpointError, match=rf"^checkpoint file {folder}/__1_0.distcp does not match .*"
+    with pytest.raises(storage.CheckpointError, match=rf"^checkpoint file {folder}/__1_0.distcp does not match .*"
                                                    r"load another step with --checkpoint.load_step=1 \(complete: "
                                                    r"step-1\) or delete this folder$"):
         integrity.verify_files(str(folder), meta, rank=0, world_size=1)
@@ -98,7 +98,7 @@ def test_publish_replaces_an_existing_step_whole_and_remove_step_leaves_nothing(
 
 def test_leftovers_a_bad_step_n_is_refused_and_only_tmp_names_are_removed(tmp_path):
     (tmp_path / "step-2").mkdir()
-    (tmp_path / "step-2" / ckpt.META_FILE).write_text("{}")
+    (tmp_path / "step-2" / storage.META_FILE).write_text("{}")
     for name in ("step-3.tmp", "step-4.replaced.tmp", "step-5.deleting.tmp"):
         (tmp_path / name).mkdir()
     (tmp_path / "step-6.tmp").write_text("a file")
@@ -108,7 +108,7 @@ def test_leftovers_a_bad_step_n_is_refused_and_only_tmp_names_are_removed(tmp_pa
                                                       "step-6.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "step-2"]
     (tmp_path / "step-7").symlink_to(tmp_path / "step-2")
-    with pytest.raises(ckpt.CheckpointError, match=r": step-7 is a link, not a checkpoint folder; move it out"):
+    with pytest.raises(storage.CheckpointError, match=r": step-7 is a link, not a checkpoint folder; move it out"):
         storage.check_leftovers(str(tmp_path))
 
 
@@ -123,17 +123,17 @@ def test_no_space_is_found_in_dcps_per_rank_failures_or_from_the_free_space():
 
 
 def test_a_second_lock_names_the_holder_the_probe_sees_it_and_release_frees_it(tmp_path):
-    lock = ckpt.FolderLock(str(tmp_path / "checkpoint"))
+    lock = FolderLock(str(tmp_path / "checkpoint"))
     lock.acquire()
     holder = rf"\(host {re.escape(socket.gethostname())}, PID {os.getpid()}, since [\d: -]+\)"
     busy = rf"^checkpoint folder {tmp_path / 'checkpoint'} is in use by another run {holder}; wait for it to end"
-    with pytest.raises(ckpt.CheckpointError, match=busy):
-        ckpt.FolderLock(str(tmp_path / "checkpoint")).acquire()
-    with pytest.raises(ckpt.CheckpointError, match=holder):
-        ckpt.check_unlocked(str(tmp_path / "checkpoint"))
+    with pytest.raises(storage.CheckpointError, match=busy):
+        FolderLock(str(tmp_path / "checkpoint")).acquire()
+    with pytest.raises(storage.CheckpointError, match=holder):
+        check_unlocked(str(tmp_path / "checkpoint"))
     lock.release()
-    ckpt.check_unlocked(str(tmp_path / "checkpoint"))
-    again = ckpt.FolderLock(str(tmp_path / "checkpoint"))
+    check_unlocked(str(tmp_path / "checkpoint"))
+    again = FolderLock(str(tmp_path / "checkpoint"))
     again.acquire()
     again.release()
 
@@ -145,12 +145,12 @@ def test_the_kernel_drops_the_lock_of_a_process_killed_with_sigkill(tmp_path):
                               text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(ckpt.CheckpointError, match=f"PID {holder.pid}"):
-            ckpt.check_unlocked(str(tmp_path))
+        with pytest.raises(storage.CheckpointError, match=f"PID {holder.pid}"):
+            check_unlocked(str(tmp_path))
     finally:
         holder.kill()
         holder.wait()
-    ckpt.FolderLock(str(tmp_path)).acquire()
+    FolderLock(str(tmp_path)).acquire()
 
 
 def test_stop_request_reads_the_launchers_stop_file_and_publishes_a_growing_budget(tmp_path):
@@ -169,21 +169,27 @@ def test_stop_request_reads_the_launchers_stop_file_and_publishes_a_growing_budg
         stop.restore()
 
 
-def test_report_outcome_writes_the_status_for_the_launcher_and_returns_0_only_under_it(tmp_path, monkeypatch):
+def test_report_outcome_writes_the_status_for_the_launcher_and_its_peers_and_returns_it(tmp_path, monkeypatch):
     monkeypatch.delenv(CONTROL_ENV, raising=False)
     assert report_outcome(2, "input error: x") == 2
     monkeypatch.setenv(CONTROL_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert report_outcome(2, "input error: x") == 0
+    assert not peer_failed()
+    assert report_outcome(2, "input error: x") == 2
     assert (tmp_path / "outcome.1").read_text() == "2\ninput error: x\n"
+    assert not peer_failed()  # its own outcome
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert peer_failed()
+    (tmp_path / "outcome.1").write_text("0\nstopped by a signal\n")
+    assert not peer_failed()
 
 
-def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_0(tmp_path, monkeypatch, capsys):
+def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "data.txt").write_text("")
     monkeypatch.setenv(CONTROL_ENV, str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "0")
     args = tiny_job(tmp_path)
-    assert train_module.main(args) == 0
+    assert train_module.main(args) == 2
     code, line = (tmp_path / "outcome.0").read_text().splitlines()
     assert code == "2" and line.startswith("input error: dataset_path ") and "holds no documents" in line
     assert capsys.readouterr().err.strip().splitlines()[-1] == line
@@ -269,13 +275,16 @@ def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked
     assert lr == 0.001 * wsd_lr_factor(3, **{**shape, "steps": 4}) and schedule == {**saved, "lr": 0.001, "steps": 4}
 
 
-def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_writing(tmp_path):
+def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_reading_or_writing(tmp_path):
     text_file(tmp_path, n_plays=1)
-    lock = ckpt.FolderLock(str(tmp_path / "out" / "checkpoint"))
+    step = tmp_path / "out" / "checkpoint" / "step-2"
+    step.mkdir(parents=True)
+    (step / storage.META_FILE).write_text("{not json")  # read before the lock, this would be the error
+    lock = FolderLock(str(tmp_path / "out" / "checkpoint"))
     lock.acquire()
     config = parse_args(tiny_job(tmp_path))
     try:
-        with pytest.raises(ckpt.CheckpointError, match=rf"is in use by another run \(host .*, PID {os.getpid()}"):
+        with pytest.raises(storage.CheckpointError, match=rf"is in use by another run \(host .*, PID {os.getpid()}"):
             Trainer(config)
     finally:
         lock.release()
@@ -364,7 +373,7 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
     job = tiny_job(tmp_path, "--training.steps=2")
     train_to_the_end(parse_args(job))
     step2 = tmp_path / "out" / "checkpoint" / "step-2"
-    running = ckpt.FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine
+    running = FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine
     running.acquire()
     tool = ["--prompt", "ROMEO:", "--max_new_tokens", "2", *job, f"--checkpoint.load_path={step2}"]
     try:

@@ -17,11 +17,11 @@ from typing import Iterator
 import torch
 
 from torchtitan_lite.components.inference import LoadedModel, load_model, parse_tool_args, run_tool
+from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import PackedWindows, build_dataloader, load_documents, tokenize_documents
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.errors import InputError
-from torchtitan_lite.train import cross_entropy_sum
 
 
 def tool_parser() -> argparse.ArgumentParser:

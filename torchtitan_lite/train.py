@@ -1,8 +1,9 @@
 """The trainer: ``python -m torchtitan_lite.train --job.config_file X.toml [--section.key=value ...]``.
 
 Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
-run goes: config -> device and process group -> model on meta -> FSDP2 -> materialize -> optimizer ->
-data -> load (checkpoint or HF weights) -> the checkpoint folder's lock -> init of what was not loaded -> loop
+run goes: config (the one ``run_train.sh`` checked and resolved, ``config/resolved.py``; else checked here) ->
+device and process group -> model on meta -> FSDP2 -> materialize -> optimizer -> data -> the checkpoint
+folder's lock -> load (checkpoint or HF weights) -> init of what was not loaded -> loop
 (forward, loss, backward, clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars ->
 checkpoints every ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``; a stop
 request between the start-up phases ends the run with nothing to save) -> HF export.
@@ -11,9 +12,9 @@ Exit status of ``main``: 0 (done, or stopped by a signal after saving or before 
 :class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run (data,
 checkpoint, checkpoint folder, HF folder, launch; one ``config error: ...`` or ``input error: ...`` line); 1 for
 one raised while training (non-finite loss, strict init check, a full disk; one ``error: ...`` line) and for any
-other exception, a bug, which propagates with its traceback. Under ``run_train.sh`` the worker hands that status
-to the launcher and exits 0 (``faults.report_outcome``). Nothing is written to disk before the inputs are
-checked.
+other exception, a bug, which propagates with its traceback. The worker exits with that status, so torchrun stops
+the other workers; under ``run_train.sh`` the line also goes to the launcher (``faults.report_outcome``). Nothing
+is written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
 the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
@@ -26,36 +27,23 @@ same global count (``distributed/pipeline.py``, the note on the loss).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from models import get_model_spec
 from torchtitan_lite.components.attention import set_attn_backend
-from torchtitan_lite.components.checkpoint import (
-    Checkpointer,
-    CheckpointError,
-    FolderLock,
-    TrainState,
-    check_leftovers,
-    checkpoint_folder,
-    expected_bytes,
-    find_checkpoint,
-    free_bytes,
-    model_args_json,
-    remove_leftovers,
-)
-from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
+from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState, expected_bytes
+from torchtitan_lite.components.checkpoint.hold import hold_checkpoint_folder
+from torchtitan_lite.components.checkpoint.meta import model_args_json
+from torchtitan_lite.components.checkpoint.resume import config_values, load_at_start, schedule_settings
+from torchtitan_lite.components.checkpoint.storage import checkpoint_folder
 from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.faults import (
@@ -63,39 +51,46 @@ from torchtitan_lite.components.faults import (
     Stopped,
     StopRequest,
     exit_with_launcher,
-    report_outcome,
+    peer_failed,
 )
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
-from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule
+from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler
 from torchtitan_lite.components.metrics import (
     MetricsLogger,
     StartupLog,
     folder_bytes,
     format_bytes,
     format_duration,
-    make_run_folder,
 )
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
 from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
+from torchtitan_lite.components.run_folder import create_run_folder
+from torchtitan_lite.components.startup import layout_text, memory_and_compile_line
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.config.cli import ConfigError, config_dict, format_toml
-from torchtitan_lite.config.preflight import (
-    build_model_args,
-    check_memory,
-    load_config,
-    load_config_or_exit,
-    tokenizer_path,
-)
+from torchtitan_lite.components.worker_exit import exit_after, say, without_config_file
+from torchtitan_lite.config.checks import load_config, load_config_or_exit
+from torchtitan_lite.config.cli import ConfigError, format_toml
+from torchtitan_lite.config.memory import check_memory
+from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
-from torchtitan_lite.distributed.compile import compile_available
+from torchtitan_lite.distributed.checks import check_deterministic
+from torchtitan_lite.distributed.compile import compiles
+from torchtitan_lite.distributed.deterministic import (
+    PairwiseSum,
+    canonical_loss_sum,
+    install_canonical_reduction,
+    optimizer_implementation,
+)
 from torchtitan_lite.distributed.devices import peak_memory_bytes
+from torchtitan_lite.distributed.grad_norm import clip_grad_norm_layout_invariant_
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gather_stages
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
@@ -118,7 +113,9 @@ class StepStats:
     Attributes:
         loss_sum: 0-dim fp32 tensor, THIS rank's summed token cross-entropy over its micro-batches (under pipeline
             parallelism its pipeline's, on every stage; all-reduce it over the data-parallel ranks and divide by
-            the step's global token count for the loss).
+            the step's global token count for the loss). With ``training.deterministic = "layout"``: the step's sum over
+            all ranks in the canonical order on data-parallel rank 0, 0.0 on the others (the same all-reduce then
+            gives it exactly; ``distributed/deterministic.py``).
         grad_norm: 0-dim fp32 tensor, the global gradient norm before clipping (equal on all ranks).
         lr: learning rate the step used.
         data_wait_s: seconds this rank waited for its batches (fetch and host-to-device copy).
@@ -161,16 +158,18 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning line
     and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision
     (compute dtype, fp32 reduction) and ``parallelism.fsdp_reshard_after_forward``."""
-    ac, par = config.activation_checkpoint, config.parallelism
+    ac, par, cc = config.activation_checkpoint, config.parallelism, config.compile
     return ParallelOptions(
-        sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel, ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option, compile=_compiles(config, device, "model"),
+        sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel, ac_mode=ac.mode,
+        selective_ac_option=ac.selective_ac_option,
+        compile=compiles(cc.enable, cc.components, cc.backend, device.type, "model"),
         compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
         reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
 
 
 def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
     """``(model, spec, args)``: the configured model on meta (no memory, no RNG). The config was checked against
-    the model (vocab, ``seq_len``, selective k) by ``config.preflight``."""
+    the model (vocab, ``seq_len``, selective k) by ``config/checks.py``."""
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):
@@ -196,7 +195,7 @@ def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, 
     """Under ``pipeline_parallel_degree`` > 1: ``(pipeline, spec, args)``, this rank's stages of the model built
     on meta, each parallelized like a whole model (:func:`parallel_options`) and on the device, uninitialized
     (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the rest of the
-    run sees as the model. The config checked the split and the untied embeddings (``config.preflight``).
+    run sees as the model. The config checked the split and the untied embeddings (``distributed/checks.py``).
     """
     model, spec, args = build_meta_model(config)
     par, training = config.parallelism, config.training
@@ -207,32 +206,6 @@ def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, 
         layers_per_stage=par.pipeline_parallel_layers_per_stage, split_points=par.pipeline_parallel_split_points,
         loss_fn=build_loss_fn(config, info.device))
     return pipeline, spec, args
-
-
-def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed token cross-entropy in fp32: logits ``(bs, seqlen, V)``, labels ``(bs, seqlen)`` -> 0-dim tensor.
-
-    ``logits`` may be a ``Shard(-1)`` DTensor (tensor parallelism with loss parallelism: call it, and the backward,
-    inside :func:`~torchtitan_lite.distributed.tensor_parallel.loss_parallel_context`); the loss, the same on every
-    rank of the tensor-parallel group, is returned as a plain tensor.
-    """
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
-    return loss.to_local() if isinstance(loss, DTensor) else loss
-
-
-def _compiles(config: JobConfig, device: torch.device, component: str) -> bool:
-    """Whether ``component`` ("model" or "loss") is compiled: enabled, listed, and the backend works here."""
-    cfg = config.compile
-    return cfg.enable and component in cfg.components and compile_available(cfg.backend, device.type)
-
-
-def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The training loss: :func:`cross_entropy_sum`, ``torch.compile``-d with ``compile.backend`` when
-    ``compile.enable`` and ``"loss" in compile.components`` and the backend works on ``device`` (else eager,
-    after one warning line). Same signature and value as :func:`cross_entropy_sum`."""
-    if _compiles(config, device, "loss"):
-        return torch.compile(cross_entropy_sum, backend=config.compile.backend)
-    return cross_entropy_sum
 
 
 class Trainer:
@@ -253,11 +226,14 @@ class Trainer:
         self.stop = stop
         self._phase_done("the process group start")
         memory_warning = check_memory(config, info.world_size, info.local_world_size)
-        deterministic_line = enable_deterministic() if config.debug.deterministic else None
+        check_deterministic(config, info.dims)
+        self.layout_invariant = config.training.deterministic == "layout"
+        deterministic = config.debug.deterministic or config.training.deterministic != "off"
+        deterministic_line = enable_deterministic() if deterministic else None
         torch.manual_seed(config.training.seed)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         dtype = compute_dtype(config, info.device)
-        say.phase("process group", f"{info.backend}, world size {info.world_size}, {self._layout_text()}; device "
+        say.phase("process group", f"{info.backend}, world size {info.world_size}, {layout_text(info.dims, config, self.loss_parallel)}; device "
                                    f"{info.device}, compute dtype {str(dtype).removeprefix('torch.')}, threads per rank "
                                    f"{torch.get_num_threads()}")
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
@@ -285,16 +261,20 @@ class Trainer:
         self._phase_done("the model build")
         self.loss_fn = build_loss_fn(config, info.device)
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
+        if self.layout_invariant:
+            install_canonical_reduction(self.model, info.dims, self.accum)
         opt = config.optimizer
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
             decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases,
-            implementation=opt.implementation)
+            implementation=optimizer_implementation(config))
         sched = config.lr_scheduler
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
             decay_ratio=sched.decay_ratio, decay_type=sched.decay_type, min_lr_factor=sched.min_lr_factor)
-        say.phase("parallelize", f"{self._memory_and_compile_line()}; materialized on {info.device}")
+        fused = self.optimizer.defaults["fused"]
+        say.phase("parallelize", f"{memory_and_compile_line(config, info.device.type, fused)}; "
+                                 f"materialized on {info.device}")
         if self.pipeline is not None:
             say.note(self.pipeline.describe())
         cp = config.checkpoint
@@ -308,7 +288,7 @@ class Trainer:
         self.train_state = self._load_and_init(memory_warning)
         self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
                                     self.train_state.skipped_steps, device=info.device)
-        self.run_folder = self._run_folder()
+        self.run_folder = create_run_folder(config, info.rank, info.world_size, info.local_world_size)
         log_path = console.open(Path(self.run_folder) / "logs" / f"rank{info.rank}.log") if console else None
         self.metrics = MetricsLogger(
             self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
@@ -338,14 +318,22 @@ class Trainer:
             self.stop.check(phase, self.info.cpu_group)
 
     def _load_and_init(self, memory_warning: str | None) -> TrainState:
-        """Load what there is to load (:meth:`_load_at_start`), take the checkpoint folder
-        (:meth:`_hold_checkpoint_folder`), initialize the rest from the init plan, and print the ``load`` and
-        ``init`` lines (and, for a fresh init, the expected step-1 loss; ``memory_warning`` if any); the train
-        state."""
+        """Take the checkpoint folder (with ``checkpoint.enable``,
+        :func:`~torchtitan_lite.components.checkpoint.hold.hold_checkpoint_folder`) before anything is read from it,
+        load what there is to load (:func:`~torchtitan_lite.components.checkpoint.resume.load_at_start`),
+        initialize the rest from the init plan, and print the ``load`` and ``init`` lines (and, for a fresh init,
+        the expected step-1 loss; ``memory_warning`` if any); the train state. The lock is released if this fails."""
         begin = time.perf_counter()
-        train_state, loaded, describe_load = self._load_at_start()
-        self._phase_done("loading the checkpoint" if train_state.step else "the checkpoint check")
-        self.lock, folder_lines = self._hold_checkpoint_folder()
+        self.lock, folder_lines = (hold_checkpoint_folder(self.checkpointer.folder, self.model, self.info.rank)
+                                   if self.config.checkpoint.enable else (None, []))
+        try:
+            train_state, loaded, describe_load = load_at_start(self.config, self.checkpointer, self.scheduler,
+                                                               self.model, self.args)
+            self._phase_done("loading the checkpoint" if train_state.step else "the checkpoint check")
+        except BaseException:
+            if self.lock is not None:
+                self.lock.release()
+            raise
         load_s, begin = time.perf_counter() - begin, time.perf_counter()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
@@ -382,101 +370,15 @@ class Trainer:
         t = cfg.training
         data = build_dataloaders(
             validation=cfg.validation.enable, min_val_windows=self.global_batch, dataset=t.dataset,
-            dataset_path=t.dataset_path, hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
+            dataset_path=t.dataset_path, dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights,
+            hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
             streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
             local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
-            seed=t.seed, pin_memory=info.device.type != "cpu")
+            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1)
         self.startup.phase("data", data.describe(t.steps, self.global_batch))
         if data.validation_off:
             self.startup.note(f"warning: validation off: {data.validation_off}")
         return data
-
-    def _load_at_start(self) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
-        """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to resume, else
-        import ``checkpoint.initial_load_hf`` if set, else a fresh start ``(TrainState(), [], ...)``; ``lines(n)``
-        describes what was loaded given ``n``, the count of loaded tensors (a tied pair counts once, as in the
-        init line).
-
-        On resume the LR schedule continues as the checkpoint followed it, or with
-        ``checkpoint.reset_lr_schedule`` as this run's settings say, from the resumed step (see
-        ``components/checkpoint/resume.py``); a line lists the settings that differ from the checkpoint's.
-
-        Raises:
-            CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
-        """
-        cfg, cp = self.config, self.config.checkpoint
-        folder = checkpoint_folder(cfg.job.dump_folder, cp.folder)
-        path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
-        if path is not None:
-            result, train_state = self.checkpointer.load(path, tuple(cp.exclude_from_loading))
-            skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
-            size = format_bytes(folder_bytes(path))
-            saved = f", saved at step {result.step}" if result.step != train_state.step else ""
-            now, saved_schedule = self.checkpointer.meta["config"], result.meta["lr_schedule"]
-            if "lr_scheduler" not in result.excluded:
-                schedule = schedule_settings(now) if cp.reset_lr_schedule else saved_schedule
-                follow_schedule(self.scheduler, **schedule)
-                self.checkpointer.meta["lr_schedule"] = schedule
-            changed = resume_line(result.meta["config"], now, saved_schedule, reset=cp.reset_lr_schedule,
-                                  step=self.scheduler.last_epoch)
-            return train_state, result.loaded_names, lambda n: [
-                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
-                *([changed] if changed else [])]
-        if cp.initial_load_hf is None:
-            return TrainState(), [], lambda n: []
-        imported = load_hf_folder(self.model, cp.initial_load_hf, cfg.model.name, self.args,
-                                  allow_unexpected=cp.initial_load_hf_allow_unexpected)
-        return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf, n)
-
-    def _hold_checkpoint_folder(self) -> tuple[FolderLock | None, list[str]]:
-        """With ``checkpoint.enable``, before this run writes anything: rank 0 takes the checkpoint folder's lock,
-        refuses a ``step-N`` that is not a complete checkpoint, removes the ``*.tmp`` leftovers of killed runs and
-        warns when fewer than two checkpoints fit in the free space; the ranks agree. ``(lock or None, lines)``.
-
-        Raises:
-            CheckpointError: on every rank, the folder is in use by another run, holds a bad ``step-N`` or cannot
-                be written.
-        """
-        if not self.config.checkpoint.enable:
-            return None, []
-        folder, lock, lines = self.checkpointer.folder, None, []
-        outcome: list = [None]
-        if self.info.rank == 0:
-            try:
-                lock = FolderLock(folder)
-                lock.acquire()
-                check_leftovers(folder)
-                lines = [f"removed {name} from {folder}: left by an interrupted save or deletion"
-                         for name in remove_leftovers(folder)]
-                need, free = expected_bytes(self.model), free_bytes(folder)
-                if free < 2 * need:
-                    lines.append(f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
-                                 "(parameters and AdamW moments): fewer than two fit; free space or set "
-                                 "checkpoint.folder to a larger disk")
-            except (CheckpointError, OSError) as err:
-                if lock is not None:
-                    lock.release()
-                outcome[0] = err if isinstance(err, CheckpointError) else CheckpointError(
-                    f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder")
-        dist.broadcast_object_list(outcome, src=0)
-        if outcome[0] is not None:
-            raise outcome[0]
-        return lock, lines
-
-    def _run_folder(self) -> str:
-        """The run folder, named and created on rank 0 (with ``config.toml``, the resolved config, and
-        ``run.json``: world size, ranks per node, the command line) and broadcast to the others."""
-        holder = [None]
-        if self.info.rank == 0:
-            cfg = self.config
-            folder = make_run_folder(cfg.job.dump_folder, cfg.model.name, cfg.model.flavor)
-            (folder / "config.toml").write_text(format_toml(cfg), encoding="utf-8")
-            run = {"world_size": self.info.world_size, "local_world_size": self.info.local_world_size,
-                   "argv": sys.argv[1:], "config": config_dict(cfg)}
-            (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-            holder[0] = str(folder)
-        dist.broadcast_object_list(holder, src=0)
-        return holder[0]
 
     def _log_init_report(self) -> None:
         """``debug.init_report``: the report printed (rank 0), its summary line, its files in the run folder."""
@@ -487,30 +389,6 @@ class Trainer:
             paths = write_init_report(self.report, self.run_folder)
         self.metrics.log_text([init_report_summary(self.report)] + (
             [f"init report written to {paths[0]} and {paths[1]}"] if self.info.rank == 0 else []))
-
-    def _layout_text(self) -> str:
-        """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always)."""
-        dims, par = self.info.dims, self.config.parallelism
-        degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard), ("tp", dims.tp)]
-        text = "layout " + " x ".join(f"{name} {n}" for name, n in degrees if n > 1 or name == "dp_shard")
-        if dims.ep > 1:
-            text += f", experts ep {dims.ep} x efsdp {dims.dp_shard * dims.tp // dims.ep}"
-        if dims.tp > 1:
-            parts = [name for name, on in (("sequence parallel", par.enable_sequence_parallel),
-                                           ("loss parallel", self.loss_parallel)) if on]
-            text += f" ({', '.join(parts)})" if parts else ""
-        return text
-
-    def _memory_and_compile_line(self) -> str:
-        """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
-        cfg = self.config
-        ac = cfg.activation_checkpoint
-        ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
-        compiled = [c for c in cfg.compile.components if _compiles(cfg, self.info.device, c)]
-        compile_text = (f"{cfg.compile.backend} ({', '.join(compiled)})" if compiled else
-                        "off (eager fallback, see the warning above)" if cfg.compile.enable else "off")
-        adamw = "fused" if self.optimizer.defaults["fused"] else "foreach"
-        return f"activation checkpointing {ac_text}, compile {compile_text}, AdamW {adamw}"
 
     def _check_step1(self, loss: float) -> None:
         """Compare step 1's loss with the init plan's expectation: a warning line, or (``debug.strict_init``)
@@ -535,6 +413,7 @@ class Trainer:
         device = self.info.device
         tokens_global = self.global_batch * self.config.training.seq_len
         loss_sum = torch.zeros((), device=device)
+        micro_losses = PairwiseSum()  # training.deterministic = "layout": the canonical order
         data_wait_s = 0.0
         for _ in range(self.accum):
             fetch = time.perf_counter()
@@ -549,6 +428,10 @@ class Trainer:
                 micro_loss = self.loss_fn(self.model(inputs, **documents), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
+            if self.layout_invariant:
+                micro_losses.push(micro_loss.detach())
+        if self.layout_invariant:
+            loss_sum = canonical_loss_sum(micro_losses, self.info.dims, self.accum)
         if self.pipeline is not None:
             dist.all_reduce(loss_sum, group=self.pipeline.group)
         return loss_sum, data_wait_s
@@ -566,8 +449,11 @@ class Trainer:
         if self.tensorboard and self.metrics.due(step):
             log_layer_grad_norms(self.metrics.writer, self.model, step)  # before clipping, like grad_norm
         dims = self.info.dims
-        grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
-                                    pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
+        if self.layout_invariant:
+            grad_norm = clip_grad_norm_layout_invariant_(self.model, self.config.training.max_norm)
+        else:
+            grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
+                                        pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
         lr = self.scheduler.get_last_lr()[0]
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
@@ -603,11 +489,12 @@ class Trainer:
     def sample(self) -> str:
         """The greedy continuation of ``validation.sample_prompt`` (``validation.sample_tokens`` tokens; every rank
         runs the same forwards, so FSDP gathers as in validation and all ranks get the same text)."""
-        cfg = self.config.validation
+        cfg, cc = self.config.validation, self.config.compile
+        compiled = compiles(cc.enable, cc.components, cc.backend, self.info.device.type, "model")
         self.model.eval()
         ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
                        device=self.info.device, eos_id=self.tokenizer.eos_id,  # one-token steps: no TP split, no recompile
-                       use_cache=self.info.dims.tp == 1 and not _compiles(self.config, self.info.device, "model"))
+                       use_cache=self.info.dims.tp == 1 and not compiled)
         self.model.train()
         return self.tokenizer.decode(ids)
 
@@ -650,6 +537,7 @@ class Trainer:
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
                                       memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
                 data_wait_s = 0.0
+                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
                 if step == 1 and self.check_step1:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq
@@ -727,32 +615,25 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of each worker: train and return 0; or print one line and return its status: a
     :class:`~torchtitan_lite.errors.UserError` raised while reading the config (``config error: ...``, 2) or
     building the run (``input error: ...``, 2) or while training (``error: ...``, 1), or a stop request before the
-    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status goes to the
-    control folder and 0 is returned (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other
-    exception propagates with its traceback. Launched by torchrun, the worker ends when torchrun or the launcher
-    dies (:func:`~torchtitan_lite.components.faults.exit_with_launcher`). The worker's output is also written to
+    first step (``stopped by a signal ...; nothing to save``, 0). Under ``run_train.sh`` the status and line also
+    go to the control folder (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other exception
+    propagates with its traceback, unless another worker already reported a failure (then the exception is this
+    worker losing its peer: 1, silently; see the note on failing workers in ``faults.py``). Launched by torchrun,
+    the worker ends when torchrun or the launcher dies (:func:`~torchtitan_lite.components.faults.exit_with_launcher`). The worker's output is also written to
     ``<run folder>/logs/rank<N>.log`` (:class:`ConsoleLog`), a traceback included."""
     console = ConsoleLog()
     try:
         return _run(sys.argv[1:] if argv is None else argv, console)
+    except Exception:
+        if peer_failed():
+            return 1
+        console.copy_exception()
+        raise
     except BaseException:
         console.copy_exception()
         raise
     finally:
         console.close()
-
-
-def _without_config_file(argv: list[str]) -> list[str]:
-    """The command line without ``--job.config_file X`` / ``--job.config_file=X``."""
-    kept, skip_next = [], False
-    for arg in argv:
-        if skip_next or arg.startswith("--job.config_file="):
-            skip_next = False
-            continue
-        skip_next = arg == "--job.config_file"
-        if not skip_next:
-            kept.append(arg)
-    return kept
 
 
 def _run(args: list[str], console: ConsoleLog) -> int:
@@ -766,11 +647,12 @@ def _run(args: list[str], console: ConsoleLog) -> int:
     finished = False
     try:
         try:
-            config = load_config(args)
+            resolved = os.environ.get(RESOLVED_CONFIG_ENV)
+            config = read_resolved(resolved) if resolved else load_config(args)
             if config.job.print_config:
                 print(format_toml(config), end="")
                 return 0
-            given = _without_config_file(args)
+            given = without_config_file(args)
             imports = f"; {startup.import_s:.1f} s of imports before it" if startup.import_s is not None else ""
             startup.phase("config", f"{config.job.config_file or 'the defaults'}"
                                     + (f" with {' '.join(given)}" if given else "") + imports
@@ -778,36 +660,19 @@ def _run(args: list[str], console: ConsoleLog) -> int:
             trainer = Trainer(config, stop, startup, console)
         except Stopped as done:
             finished = True
-            return _say(0, str(done), to_stdout=True)
+            return say(0, str(done), to_stdout=True)
         except ConfigError as err:
-            return _say(2, f"config error: {err}")
+            return say(2, f"config error: {err}")
         except UserError as err:
-            return _say(2, f"input error: {err}")
+            return say(2, f"input error: {err}")
         trainer.train(stop)
         finished = True
     except UserError as err:
-        return _say(1, f"error: {err}")
+        return say(1, f"error: {err}")
     finally:
         stop.restore()
         shutdown_distributed(in_step=finished)
     return 0
-
-
-def _say(code: int, line: str, *, to_stdout: bool = False) -> int:
-    """Print ``line`` (to stderr) and return the exit status for ``code`` (see :func:`main`)."""
-    print(line, file=sys.stdout if to_stdout else sys.stderr, flush=True)
-    return report_outcome(code, line)
-
-
-def exit_after(code: int) -> None:
-    """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
-    with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
-    "Distributed: exiting together"); errors exit normally."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if code == 0:
-        os._exit(0)
-    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options
     Raises:
         ValueError, TypeError: from the helpers (a bad AC mode or option, ``layers`` not a ``ModuleDict``).
     """
-    apply_activation_checkpointing(model, options.ac_mode, options.selective_ac_option)
+    apply_activation_checkpointing(model, options.ac_mode, options.selective_ac_option, compiled=options.compile)
     if options.compile:
         apply_compile(model, backend=options.compile_backend)
     experts = [moe.experts for moe in moe_layers(model).values()] if parallel_dims.ep > 1 else []

@@ -15,6 +15,15 @@ does not reach them. :func:`exit_with_launcher` makes the kernel SIGKILL a worke
 (``PR_SET_PDEATHSIG``, Linux) and starts a watchdog thread that ends the worker within a second or two when its
 parent changes or the launcher process (:data:`LAUNCHER_PID_ENV`) is gone.
 
+Note: on failing workers. A worker that fails exits non-zero (2 for a user error found before training, 1 for
+one during training or a bug), so torchrun's fail-fast stops the others. A user error is printed as one line and
+also written to the control folder (:func:`report_outcome`) for the launcher to repeat. The other workers are
+usually waiting in a collective for the failed one: with gloo the closed connection raises in them at once, and
+``train.main`` ends them silently with status 1 when a peer's outcome says it failed (:func:`peer_failed`); torchrun
+sends them SIGTERM, which only records a stop request while they block, and kills them 30 s later; the watchdog of
+:func:`exit_with_launcher` ends them a few seconds after the peer's outcome appears. The run therefore ends within
+seconds with the failed worker's line and status.
+
 Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device, with
 tensor ops only, the first step whose local loss or global gradient norm was not finite; the ranks agree on
 it (one all-reduce, one host read) at log steps, before every save, and every step under ``skip``. ``stop``
@@ -129,18 +138,39 @@ class StopRequest:
 
 
 def report_outcome(code: int, line: str | None) -> int:
-    """The exit status for torchrun: under ``run_train.sh`` (:data:`CONTROL_ENV` set) write ``code`` and ``line`` to
-    ``outcome.<LOCAL_RANK>`` in the control folder and return 0, so that torchrun adds no failure report to a
-    user error or a stop that this worker already printed as one line (the launcher exits with ``code``);
-    elsewhere return ``code``."""
+    """The exit status for torchrun, ``code`` itself: under ``run_train.sh`` (:data:`CONTROL_ENV` set) ``code`` and
+    ``line`` are first written to ``outcome.<LOCAL_RANK>`` in the control folder, where the launcher finds the line
+    to repeat and its peers (:func:`peer_failed`) learn that this worker failed. A non-zero status makes torchrun
+    stop the other workers at once (its fail-fast)."""
     control = os.environ.get(CONTROL_ENV)
+    if control is not None:
+        path = os.path.join(control, f"outcome.{os.environ.get('LOCAL_RANK', '0')}")
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(f"{code}\n{line or ''}\n")
+        os.replace(path + ".tmp", path)
+    return code
+
+
+def peer_failed(control: str | None = None) -> bool:
+    """Whether another worker of this node reported a non-zero outcome (:func:`report_outcome`) in the control
+    folder (default: :data:`CONTROL_ENV`; ``False`` without one)."""
+    control = control if control is not None else os.environ.get(CONTROL_ENV)
     if control is None:
-        return code
-    path = os.path.join(control, f"outcome.{os.environ.get('LOCAL_RANK', '0')}")
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(f"{code}\n{line or ''}\n")
-    os.replace(path + ".tmp", path)
-    return 0
+        return False
+    own = f"outcome.{os.environ.get('LOCAL_RANK', '0')}"
+    try:
+        names = [name for name in os.listdir(control) if name.startswith("outcome.") and name != own
+                 and not name.endswith(".tmp")]
+    except FileNotFoundError:
+        return False
+    for name in names:
+        try:
+            with open(os.path.join(control, name), encoding="utf-8") as handle:
+                if handle.readline().strip() not in ("", "0"):
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _alive(pid: int) -> bool:
@@ -160,10 +190,13 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def exit_with_launcher(poll_s: float = 1.0) -> None:
-    """Let this worker not outlive torchrun or the launcher (see the module notes): ``PR_SET_PDEATHSIG`` = SIGKILL
-    where the platform has ``prctl``, and a daemon thread that every ``poll_s`` seconds checks the parent PID and
-    the process of :data:`LAUNCHER_PID_ENV`, and otherwise prints one line and ends the process (status 1)."""
+def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
+    """Let this worker not outlive torchrun, the launcher or a failed peer (see the module notes):
+    ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread that every ``poll_s``
+    seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV` (gone: prints one line and ends the
+    process, status 1), and the control folder: when another worker of this node failed (:func:`peer_failed`) and
+    this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for the failed rank), it ends
+    silently with status 1 (the failed worker's line is the run's)."""
     parent = os.getppid()
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     launcher_pid = int(launcher) if launcher and launcher.isdigit() else None
@@ -172,12 +205,17 @@ def exit_with_launcher(poll_s: float = 1.0) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
 
     def watch() -> None:
+        peer_failed_at = None
         while True:
             gone = ("torchrun" if os.getppid() != parent else
                     "the launcher" if launcher_pid is not None and not _alive(launcher_pid) else None)
             if gone:
                 print(f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
                       file=sys.stderr, flush=True)
+                os._exit(1)
+            if peer_failed_at is None and peer_failed():
+                peer_failed_at = time.monotonic()
+            if peer_failed_at is not None and time.monotonic() - peer_failed_at >= peer_grace_s:
                 os._exit(1)
             time.sleep(poll_s)
 

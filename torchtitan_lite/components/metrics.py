@@ -307,6 +307,18 @@ class MetricsLogger:
         self._paused_s = 0.0
         return line
 
+    def log_source_tokens(self, step: int, tokens: dict[str, int]) -> None:
+        """Print ``step  12  tokens per source: /data/web 71,680 (70.0%), /data/code 30,720 (30.0%)`` and write each
+        as TensorBoard ``tokens_seen/<source>``; nothing for an empty ``tokens`` (one source)."""
+        if not tokens:
+            return
+        total = max(sum(tokens.values()), 1)
+        parts = ", ".join(f"{name} {n:,} ({100 * n / total:.1f}%)" for name, n in tokens.items())
+        print(f"step {step:>3}  tokens per source: {parts}", flush=True)
+        if self.writer is not None:
+            for name, n in tokens.items():
+                self.writer.add_scalar(f"tokens_seen/{name}", n, step)
+
     def log_validation(self, step: int, loss: float) -> str:
         """Print, write (``loss/validation``) and return ``step  12  validation loss  5.4321``."""
         line = f"step {step:>3}  validation loss {loss:7.4f}"

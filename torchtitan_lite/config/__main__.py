@@ -1,13 +1,17 @@
 """``python -m torchtitan_lite.config <args>``: validate the configuration and exit 0 silently, or print one
 ``config error: ...`` line and exit 2 (``--help`` and ``--job.print_config`` print and exit 0). With the environment
 variable ``TORCHTITAN_LITE_WORLD_SIZE`` (set by ``run_train.sh``) the parallel degrees and the memory estimate are
-also checked for that world size."""
+also checked for that world size; with ``TORCHTITAN_LITE_RESOLVED_CONFIG`` the resolved configuration is written to
+that file for the workers (``config/resolved.py``)."""
 
 import os
 import sys
 
-from torchtitan_lite.config.preflight import WORLD_SIZE_ENV, load_config_or_exit
+from torchtitan_lite.config.checks import WORLD_SIZE_ENV, load_config_or_exit
+from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, write_resolved
 
 world_size = os.environ.get(WORLD_SIZE_ENV, "")
-load_config_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)
+config = load_config_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)
+if os.environ.get(RESOLVED_CONFIG_ENV):
+    write_resolved(config, os.environ[RESOLVED_CONFIG_ENV])
 sys.exit(0)

@@ -1,5 +1,6 @@
 """Will the run fit in memory? An estimate per rank from the model's shapes against the device or host memory,
-checked before the model is built (``config.preflight.load_config``).
+checked before the model is built (:func:`check_memory`: by ``config.checks.load_config`` for the world size the
+launcher starts, and by each worker for its node).
 
 Per rank, FSDP2 sharding everything over the ``world_size`` ranks: the fp32 parameters, their fp32 gradients and
 AdamW's two fp32 moments (16 bytes per parameter / world size), plus the activations of one micro-batch, which are
@@ -19,8 +20,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from models import get_model_spec
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.distributed.devices import device_module, device_type
+from torchtitan_lite.errors import LaunchError
 
 GIB = 2**30
 TIGHT = 0.9
@@ -57,8 +66,6 @@ def memory_limit(device_kind: str) -> tuple[int, int, str]:
     """``(total, available, name)`` bytes of the memory one rank of ``device_kind`` uses: a device's own memory
     (total both times), or on CPU the host's physical memory and what it has available now (``MemAvailable``)."""
     if device_kind != "cpu":
-        from torchtitan_lite.distributed.devices import device_module
-
         total = device_module(device_kind).get_device_properties(0).total_memory
         return total, total, f"{device_kind} device memory"
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -96,3 +103,34 @@ def meta_parameter_count(model_cls, args) -> int:
     with torch.device("meta"):
         model = model_cls(args)
     return sum(p.numel() for p in model.parameters())
+
+
+def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None, *,
+                 args: Any = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank run needs (:func:`estimate_rank_memory` for the model ``args``,
+    default :func:`~torchtitan_lite.config.model_args.build_model_args`) against its device's memory, or on CPU the
+    host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
+
+    Raises:
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not available.
+    """
+    try:
+        kind = device_type(config.training.device)
+    except LaunchError as err:
+        raise ConfigError(f"training.device: {err}") from None
+    args = build_model_args(config) if args is None else args
+    n_params = meta_parameter_count(get_model_spec(config.model.name).model_cls, args)
+    fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
+    estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
+                                    local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
+                                    ac_mode=config.activation_checkpoint.mode,
+                                    dense_scores=config.model.attn_backend == "reference")
+    total, available, name = memory_limit(kind)
+    problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
+                          available=available, name=name, world_size=world_size)
+    if problem is None:
+        return None
+    level, text = problem
+    if level == "error":
+        raise ConfigError(f"memory: the model has {n_params:,} parameters and {text}")
+    return f"warning: {text}"

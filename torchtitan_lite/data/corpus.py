@@ -62,8 +62,17 @@ def shakespeare_plays(split: str) -> list[tuple[str, str]]:
         ValueError: an unknown ``split``.
         InputError: see :func:`plays_dir`.
     """
+    return [(p.stem, markdown_to_text(p.read_text(encoding="utf-8"))) for p in play_files(split)]
+
+
+def play_files(split: str) -> list[Path]:
+    """The Markdown files of one split's plays, sorted by name (see :func:`shakespeare_plays`).
+
+    Raises:
+        ValueError: an unknown ``split``.
+        InputError: see :func:`plays_dir`.
+    """
     if split not in ("train", "validation"):
         raise ValueError(f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'")
     files = sorted(plays_dir().glob("*/*.md"), key=lambda p: p.stem)
-    chosen = [p for p in files if (p.stem == VALIDATION_PLAY) == (split == "validation")]
-    return [(p.stem, markdown_to_text(p.read_text(encoding="utf-8"))) for p in chosen]
+    return [p for p in files if (p.stem == VALIDATION_PLAY) == (split == "validation")]

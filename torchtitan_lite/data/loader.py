@@ -6,21 +6,25 @@ play; ``validation`` is ``the-tempest``, ``train`` the other 37); local files (`
 a ``.txt`` file is one document, other rows are documents from ``text_column``; the end of the token stream is
 the validation split, 1% or one global batch, see :func:`held_out_tokens`); ``dataset="hf"``, a hub dataset.
 
-Packing: every document's ids and the EOS, concatenated into one int32 stream of ``n_tokens`` ids held in
-memory. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``; ``input_ids = window[:-1]`` and
-``labels = window[1:]``, int64; ``(n_tokens - 1) // seq_len`` windows, the tail dropped.
+Packing: every document's ids and the EOS, concatenated into one stream of ``n_tokens`` ids: memory-mapped from a
+prepared folder (``data/prepared.py``; raw local files and the plays are prepared on first use into a cache), or
+int32 in memory for a downloaded hub dataset. Window ``i`` is ``tokens[i * seq_len : (i + 1) * seq_len + 1]``;
+``input_ids = window[:-1]`` and ``labels = window[1:]``, int64; ``(n_tokens - 1) // seq_len`` windows, the tail
+dropped.
 
 Map-style training data is one infinite, seeded global window stream that ranks take in chunks of
 ``local_batch_size``; its state is the global position, so it resumes exactly on any world size (see
 ``docs/design.md``, "Data: the global window stream"). Validation reads its windows in order and ends, with
-the same number of batches on every rank. Streaming data is read per rank (``split_dataset_by_node``), in
+the same number of batches on every rank. Several local sources (``dataset_paths``) are mixed by weight over the
+global stream (``data/mixing.py``). Streaming data is read per rank (``split_dataset_by_node``), in
 stream order, forever; it resumes on the same world size only. The loader runs in the main process.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -31,53 +35,26 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torchtitan_lite.data.corpus import shakespeare_plays
+from torchtitan_lite.data.corpus import play_files, shakespeare_plays
+from torchtitan_lite.data.files import local_data_files
+from torchtitan_lite.data.mixing import Mixture
+from torchtitan_lite.data.prepared import PreparedCorpus, cached_corpus, check_tokenizer, file_sources, is_prepared
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.errors import InputError
 
 DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")
-LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-"""File extension -> ``datasets`` builder name."""
-
 _ENCODE_DOCUMENTS = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
 _ENCODE_CHARACTERS = 2**20  # and characters (past its first document): a progress line can come every few seconds
 
 
-def local_data_files(path: str | Path) -> tuple[str, list[str]]:
-    """``(builder, sorted files)`` of a data file or a folder of them (searched recursively, other files
-    ignored), e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
-
-    Raises:
-        InputError: nothing at ``path``, an unknown file extension, a folder with no data file, or with
-            several formats.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"dataset_path not found: {path}; pass an existing file or folder")
-    known = ", ".join(LOCAL_FORMATS)
-    if p.is_file():
-        if p.suffix not in LOCAL_FORMATS:
-            raise InputError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
-        return LOCAL_FORMATS[p.suffix], [str(p)]
-    files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in LOCAL_FORMATS)
-    if not files:
-        raise InputError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
-    builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
-    if len(builders) > 1:
-        raise InputError(
-            f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder"
-        )
-    return builders[0], [str(f) for f in files]
-
-
-def _load_local(
+def local_dataset(
     path: str, text_column: str, *, streaming: bool
-) -> tuple[datasets.Dataset | datasets.IterableDataset, str]:
-    """The local dataset at ``path`` and its text column (always ``"text"`` for ``.txt`` files). HF datasets'
-    progress bar for converting the files is off while they load: its carriage-return updates garble the rank logs,
-    and the run prints its own data and tokenizing lines."""
+) -> tuple[datasets.Dataset | datasets.IterableDataset, str, list[str]]:
+    """The local dataset at ``path``, its text column (always ``"text"`` for ``.txt`` files) and its files. HF
+    datasets' progress bar for converting the files is off while they load: its carriage-return updates garble the
+    rank logs, and the run prints its own data and tokenizing lines."""
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
         raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
@@ -89,7 +66,7 @@ def _load_local(
     finally:
         if not bars_were_off:
             datasets.enable_progress_bars()
-    return ds, "text" if builder == "text" else text_column
+    return ds, "text" if builder == "text" else text_column, files
 
 
 def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
@@ -111,14 +88,14 @@ def load_documents(
 ) -> tuple[list[str], str]:
     """The documents of a map-style source's split, and a short name of the source for messages.
 
-    For local files (``dataset_path`` set) these are all the documents: :func:`split_tokens` makes the splits.
+    For local files (``dataset_path`` set) these are all the documents (training splits them by tokens).
 
     Raises:
         InputError: a missing text column, no documents, or see :func:`local_data_files`.
     """
     if dataset_path is not None:
         where = f"dataset_path {dataset_path}"
-        docs = _column(*_load_local(dataset_path, text_column, streaming=False), where)
+        docs = _column(*local_dataset(dataset_path, text_column, streaming=False)[:2], where)
     elif dataset == "hf":
         where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
         docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
@@ -171,28 +148,57 @@ def held_out_tokens(n_tokens: int, val_fraction: float, *, seq_len: int, min_win
     return need if held < need <= MAX_HELD_OUT_SHARE * n_tokens else held
 
 
-def split_tokens(tokens: torch.Tensor, split: str, held_out: int) -> torch.Tensor:
-    """The ``split`` part of a local dataset's token stream ``(n_tokens,)``: validation is the last ``held_out``
-    tokens, train the others."""
-    cut = tokens.numel() - held_out
-    return tokens[cut:] if split == "validation" else tokens[:cut]
+class TokenFile:
+    """Items ``offset .. offset + count - 1`` of a raw token file, read on demand with ``os.pread``: slicing gives
+    another :class:`TokenFile` (nothing read), :meth:`long` reads the ids as an int64 tensor. A window is read
+    into a buffer of its own, so the process holds no page of the file: a memory map counts every page it touched
+    (and the kernel maps whole page-cache folios, hundreds of KB, per touch) in the resident memory, which then
+    grows towards the file's size as training visits windows."""
+
+    def __init__(self, path: Path, dtype: np.dtype, offset: int, count: int, fd: int | None = None):
+        self.path, self.np_dtype, self.offset, self.count = path, dtype, offset, count
+        self._fd = os.open(path, os.O_RDONLY) if fd is None else fd
+
+    def numel(self) -> int:
+        return self.count
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return {"uint16": torch.uint16, "uint32": torch.uint32}[self.np_dtype.name]
+
+    def __getitem__(self, items: slice) -> TokenFile:
+        begin, end, _ = items.indices(self.count)
+        return TokenFile(self.path, self.np_dtype, self.offset + begin, max(end - begin, 0), self._fd)
+
+    def numpy(self) -> np.ndarray:
+        """The items as a ``dtype`` array ``(count,)``."""
+        size = self.np_dtype.itemsize
+        return np.frombuffer(os.pread(self._fd, self.count * size, self.offset * size), dtype=self.np_dtype)
+
+    def long(self) -> torch.Tensor:
+        """The items as an int64 tensor ``(count,)``."""
+        return torch.from_numpy(self.numpy().astype(np.int64))
+
+    def tolist(self) -> list[int]:
+        return self.numpy().tolist()
 
 
 class PackedWindows:
-    """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring); ``name`` is the
-    source, for messages.
+    """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring; a tensor in memory or
+    a prepared folder's ``TokenFile``); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
+    unknown); ``name`` is the source, for messages.
 
     Raises:
         InputError: fewer than ``seq_len + 1`` tokens (not one window).
     """
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str):
+    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str, starts: np.ndarray | None = None):
         if tokens.numel() < seq_len + 1:
             raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
                 "use more data or a smaller seq_len"
             )
-        self.tokens, self.seq_len, self.name = tokens, seq_len, name
+        self.tokens, self.seq_len, self.name, self.starts = tokens, seq_len, name, starts
 
     def __len__(self) -> int:
         return (self.tokens.numel() - 1) // self.seq_len
@@ -202,60 +208,136 @@ class PackedWindows:
         window = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
         return window[:-1], window[1:]
 
+    def document_starts(self, i: int) -> torch.Tensor:
+        """Positions in window ``i``'s ``input_ids`` where a document starts: int64 ``(n,)``, ascending, in
+        ``[0, seq_len)`` (a document ends with its EOS; the next starts right after it).
+
+        Raises:
+            ValueError: the document starts are unknown (``starts`` is ``None``).
+        """
+        if self.starts is None:
+            raise ValueError(f"{self.name}: document starts are unknown for this source")
+        begin = i * self.seq_len
+        lo, hi = np.searchsorted(self.starts, [begin, begin + self.seq_len])
+        return torch.from_numpy(np.asarray(self.starts[lo:hi], dtype=np.int64) - begin)
+
+
+def document_ids(starts: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The document of each position of a window: int32 ``(seq_len,)``, counted from the window's start (0 up to
+    its first document start after position 0, then 1, ...), from ``starts`` of
+    :meth:`PackedWindows.document_starts`; positions with equal ids may attend to each other."""
+    ids = torch.zeros(seq_len, dtype=torch.int32)
+    ids[starts[starts > 0]] = 1
+    return ids.cumsum(0, dtype=torch.int32)
+
+
+def _slice(windows: PackedWindows, begin: int, end: int, name: str) -> PackedWindows:
+    """The windows of tokens ``begin .. end - 1`` of ``windows``' stream (document starts shifted to match)."""
+    starts = None
+    if windows.starts is not None:
+        lo, hi = np.searchsorted(windows.starts, [begin, end])
+        starts = np.asarray(windows.starts[lo:hi], dtype=np.int64) - begin
+    return PackedWindows(windows.tokens[begin:end], windows.seq_len, name, starts)
+
+
+class ConcatWindows:
+    """The windows of several :class:`PackedWindows` one after another (the validation windows of mixed sources)."""
+
+    def __init__(self, parts: list[PackedWindows], name: str):
+        self.parts, self.name, self.seq_len = parts, name, parts[0].seq_len
+        self._ends = np.cumsum([len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return int(self._ends[-1])
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k = int(np.searchsorted(self._ends, i, side="right"))
+        return self.parts[k][i - (int(self._ends[k - 1]) if k else 0)]
+
+
+def rank_chunk(local_chunk: int, dp_rank: int, dp_world_size: int, rank_block: int = 1) -> int:
+    """Global index of rank ``dp_rank``'s ``local_chunk``-th chunk (micro-batch) when each of the ``dp_world_size``
+    ranks takes the aligned block of ``rank_block`` consecutive chunks of every ``rank_block * dp_world_size``
+    (``rank_block = 1``: chunks interleave over the ranks; ``training.deterministic = "layout"`` uses the micro-batches
+    per rank, see ``distributed/deterministic.py``)."""
+    block, within = divmod(local_chunk, rank_block)
+    return (block * dp_world_size + dp_rank) * rank_block + within
+
 
 class GlobalWindowStream(IterableDataset):
     """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
 
-    Epoch ``e`` is ``randperm(n_windows)`` seeded with ``seed + e``; from the start position (0, or the one
-    loaded) rank ``r`` of ``W`` takes the chunks ``c % W == r`` of ``local_batch_size`` windows. The state is
-    the global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for
-    any world size and batch size.
+    Epoch ``e`` of a source is ``randperm(n_windows)`` seeded with ``seed + e`` (source ``k > 0`` of a mixture:
+    ``seed + e + k * 2**32``); from the start position (0, or the one loaded) rank ``r`` of ``W`` takes the chunks
+    ``c % W == r`` of ``local_batch_size`` windows, or with ``rank_block = m`` > 1 the aligned blocks of ``m``
+    consecutive chunks (:func:`rank_chunk`). With several sources (``windows`` a list, ``weights`` given),
+    global position ``g`` is window ``Mixture.locate(g)`` of its source's own stream (``data/mixing.py``). The state
+    is the global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for any
+    world size and batch size.
     """
 
     world_size_invariant = True
     """The state is a global position: it loads with any ``dp_world_size`` (read by the checkpointer)."""
 
-    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int, seed: int):
-        self.windows = windows
-        self._settings = {"n_windows": len(windows), "seq_len": windows.seq_len, "seed": seed}
+    def __init__(self, windows: PackedWindows | list[PackedWindows], *, local_batch_size: int, dp_rank: int,
+                 dp_world_size: int, seed: int, weights: list[float] | None = None, rank_block: int = 1):
+        self.windows, self._rank_block = windows, rank_block
+        self.sources = windows if isinstance(windows, list) else [windows]
+        self.mixture = Mixture(weights) if weights is not None else None
+        sizes = [len(w) for w in self.sources]
+        self._settings = {"n_windows": sizes[0] if self.mixture is None else sizes,
+                          "seq_len": self.sources[0].seq_len, "seed": seed}
+        if self.mixture is not None:
+            self._settings["quotas"] = self.mixture.quotas
         self._local_batch_size, self._dp_rank, self._dp_world_size = local_batch_size, dp_rank, dp_world_size
         self._start = 0  # global position of this stream's first window
         self._consumed = 0  # windows this rank has yielded since start
-        self._perm_epoch, self._perm = -1, torch.empty(0, dtype=torch.long)
+        self._perms: dict[int, tuple[int, torch.Tensor]] = {}  # source -> (epoch, its permutation)
 
     def _global_index(self, local_index: int) -> int:
         """Index in the global stream of this rank's ``local_index``-th window since ``start``."""
-        chunk = (local_index // self._local_batch_size) * self._dp_world_size + self._dp_rank
+        chunk = rank_chunk(local_index // self._local_batch_size, self._dp_rank, self._dp_world_size, self._rank_block)
         return self._start + chunk * self._local_batch_size + local_index % self._local_batch_size
 
-    def _permutation(self, epoch: int) -> torch.Tensor:
-        if epoch != self._perm_epoch:
-            gen = torch.Generator().manual_seed(self._settings["seed"] + epoch)
-            self._perm_epoch, self._perm = epoch, torch.randperm(len(self.windows), generator=gen)
-        return self._perm
+    def _permutation(self, source: int, epoch: int) -> torch.Tensor:
+        if self._perms.get(source, (None,))[0] != epoch:
+            gen = torch.Generator().manual_seed(self._settings["seed"] + epoch + (source << 32))
+            self._perms[source] = epoch, torch.randperm(len(self.sources[source]), generator=gen)
+        return self._perms[source][1]
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """``(source, window)``: the window at global ``position`` (source 0 without a mixture)."""
+        source, index = (0, position) if self.mixture is None else self.mixture.locate(position)
+        epoch, i = divmod(index, len(self.sources[source]))
+        return source, int(self._permutation(source, epoch)[i])
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
-            epoch, position = divmod(self._global_index(self._consumed), len(self.windows))
-            window = int(self._permutation(epoch)[position])
+            source, window = self.locate(self._global_index(self._consumed))
             self._consumed += 1
-            yield self.windows[window]
+            yield self.sources[source][window]
+
+    def windows_per_source(self, positions: int) -> list[int]:
+        """Windows each source fills among the first ``positions`` of the global stream."""
+        return [positions] if self.mixture is None else self.mixture.counts(positions)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"windows_consumed", "n_windows", "seq_len", "seed"}``: the global position (epoch
-        ``windows_consumed // n_windows``, index ``windows_consumed % n_windows`` into its permutation)."""
+        """``{"windows_consumed", "n_windows", "seq_len", "seed"}`` (and ``"quotas"`` of a mixture, whose
+        ``n_windows`` is a list per source): the global position (epoch ``windows_consumed // n_windows``, index
+        ``windows_consumed % n_windows`` into its permutation)."""
         return {"windows_consumed": self._start + self._consumed * self._dp_world_size, **self._settings}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
 
         Raises:
-            InputError: ``state`` was saved with other data, seq_len or seed.
+            InputError: ``state`` was saved with other data, seq_len, seed or weights.
         """
         diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
         if diff:
-            raise InputError(f"data loader state of {self.windows.name} was saved with {', '.join(diff)}; "
-                             "resume with the data, seq_len and seed of the saved run")
+            name = ", ".join(w.name for w in self.sources)
+            raise InputError(f"data loader state of {name} was saved with {', '.join(diff)}; "
+                             "resume with the data, seq_len, seed and weights of the saved run")
         self._start, self._consumed = state["windows_consumed"], 0
 
 
@@ -391,6 +473,7 @@ class DataLoaders:
         total: the whole token stream of a local dataset (``None`` otherwise).
         train_size, validation_size: ``None`` when streamed (size unknown) or not built.
         validation_off: why validation is off although it was asked for, or ``None``.
+        sources: the mixed sources' names (their paths), empty for one source.
     """
 
     train: StatefulDataLoader
@@ -401,6 +484,15 @@ class DataLoaders:
     train_size: SplitSize | None = None
     validation_size: SplitSize | None = None
     validation_off: str | None = None
+    sources: list[str] = field(default_factory=list)
+
+    def tokens_per_source(self, tokens_seen: int) -> dict[str, int]:
+        """Training tokens each mixed source gave in the first ``tokens_seen`` global tokens (whole windows of
+        ``seq_len``), e.g. ``{"/data/web": 71680, "/data/code": 30720}``; empty for one source."""
+        if not self.sources:
+            return {}
+        counts = self.train.dataset.windows_per_source(tokens_seen // self.seq_len)
+        return {name: n * self.seq_len for name, n in zip(self.sources, counts)}
 
     def describe(self, steps: int, global_batch: int) -> str:
         """One line: tokens, windows and the epochs ``steps`` of ``global_batch`` windows cover, e.g.
@@ -428,7 +520,7 @@ def _loader(ds: IterableDataset, local_batch_size: int, pin_memory: bool) -> Sta
 def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
                        seq_len, dp_rank, dp_world_size, **_) -> StreamingWindows:
     if dataset_path is not None:
-        stream, text_column = _load_local(dataset_path, text_column, streaming=True)
+        stream, text_column, _ = local_dataset(dataset_path, text_column, streaming=True)
         name = f"dataset_path {dataset_path}"
     else:
         stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
@@ -437,24 +529,104 @@ def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_
                             dp_world_size=dp_world_size, name=name, restart=split == "validation")
 
 
-def _split_tokens(split: str, *, dataset, dataset_path, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
-                  **_) -> tuple[torch.Tensor, int, str]:
-    """``(tokens, documents, source name)`` of a map-style split (local files: the whole stream)."""
-    documents, name = load_documents(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
-                                     hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
-    return tokenize_documents(tokenizer, documents), len(documents), name
+def _play_texts(split: str) -> Iterator[str]:
+    for _, text in shakespeare_plays(split):
+        yield text
 
 
-def _map_dataset(split: str, windows: PackedWindows, *, local_batch_size, dp_rank, dp_world_size, seed,
-                 **_) -> IterableDataset:
+def _local_texts(path: str, text_column: str) -> Iterator[str]:
+    ds, text_column, _ = local_dataset(path, text_column, streaming=True)
+    for row in ds:
+        if text_column not in row:
+            raise InputError(f"dataset_path {path} has no text column '{text_column}' (columns: {', '.join(row)}); "
+                             "set text_column")
+        yield row[text_column]
+
+
+def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
+            seq_len, **_) -> tuple[PackedWindows, int, str]:
+    """``(windows, documents, source name)`` of a map-style split (local data: the whole stream). A prepared folder
+    is mapped; raw local files and the plays are prepared on first use into the cache (``data/prepared.py``); a hub
+    dataset is tokenized here, in memory."""
+    if path is not None and is_prepared(path):
+        corpus, name = PreparedCorpus(path), f"dataset_path {path}"
+        check_tokenizer(path, corpus.manifest, tokenizer, tokenizer.vocab_size)
+    elif path is not None:
+        builder, files = local_data_files(path)
+        column = "text" if builder == "text" else text_column
+        corpus = cached_corpus(f"{builder}:{column}", file_sources(files), tokenizer, _local_texts(path, text_column))
+        name = f"dataset_path {path}"
+    elif dataset == "shakespeare":
+        corpus = cached_corpus(f"shakespeare/{split}", file_sources(play_files(split)), tokenizer, _play_texts(split))
+        name = f"shakespeare ({split})"
+    else:
+        documents, name = load_documents(dataset=dataset, dataset_path=None, hf_dataset_name=hf_dataset_name,
+                                         hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
+        tokens = tokenize_documents(tokenizer, documents)
+        after_eos = np.flatnonzero(tokens.numpy() == tokenizer.eos_id)[:-1] + 1
+        starts = np.concatenate([np.zeros(1, dtype=np.int64), after_eos.astype(np.int64)])
+        return PackedWindows(tokens, seq_len, name, starts), len(documents), name
+    m = corpus.manifest
+    tokens = TokenFile(corpus.tokens_path, np.dtype(m.dtype), 0, m.n_tokens)
+    return PackedWindows(tokens, seq_len, name, corpus.starts), m.n_documents, name
+
+
+def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:
+    """``{split: (windows, tokens)}`` of a local stream: validation is its last ``held`` tokens (``windows`` is
+    ``None`` for a validation part shorter than one window).
+
+    Raises:
+        InputError: the training part is shorter than one window."""
+    n, seq_len = windows.tokens.numel(), windows.seq_len
+    bounds = {"train": (0, n - held), "validation": (n - held, n)}
+    return {s: (_slice(windows, b, e, f"{windows.name} ({s})") if s == "train" or e - b > seq_len else None, e - b)
+            for s, (b, e) in bounds.items()}
+
+
+def _map_dataset(split: str, windows, *, local_batch_size, dp_rank, dp_world_size, seed, weights=None,
+                 rank_block=1, **_) -> IterableDataset:
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
-    return GlobalWindowStream(windows, seed=seed, **ranks) if split == "train" else OrderedWindows(windows, **ranks)
+    if split == "train":
+        return GlobalWindowStream(windows, seed=seed, weights=weights, rank_block=rank_block, **ranks)
+    return OrderedWindows(windows, **ranks)
+
+
+def _map_splits(wanted: tuple[str, ...], *, dataset_path, dataset_paths, val_fraction, min_val_windows, seq_len,
+                **kw) -> tuple[dict[str, tuple[Any, SplitSize]], SplitSize | None, str]:
+    """``({split: (windows, size)}, total, source name)`` of the ``wanted`` map-style splits. Local data: each
+    source's last :func:`held_out_tokens` are its validation part (a mixture's validation: the parts one after
+    another), ``total`` sums the whole streams; the training windows of a mixture are a list, one per source."""
+    paths = list(dataset_paths) or ([dataset_path] if dataset_path is not None else [])
+    if not paths:
+        splits = {}
+        for s in wanted:
+            windows, documents, name = _source(s, None, seq_len=seq_len, **kw)
+            splits[s] = windows, SplitSize(documents, windows.tokens.numel(), len(windows))
+        return splits, None, name.rsplit(" (", 1)[0]  # shakespeare (train) -> shakespeare
+    sources = [_source("train", p, seq_len=seq_len, **kw) for p in paths]
+    min_windows = -(-min_val_windows // len(paths))
+    parts = [_local_splits(w, held_out_tokens(w.tokens.numel(), val_fraction, seq_len=seq_len,
+                                              min_windows=min_windows)) for w, _, _ in sources]
+    total = SplitSize(sum(d for _, d, _ in sources), sum(w.tokens.numel() for w, _, _ in sources),
+                      sum(len(w) for w, _, _ in sources))
+    splits = {}
+    for s in wanted:
+        chosen = [p[s][0] for p in parts if p[s][0] is not None]
+        size = SplitSize(None, sum(p[s][1] for p in parts), sum(len(w) for w in chosen))
+        if len(parts) == 1:
+            windows = chosen[0] if chosen else None
+        else:
+            windows = chosen if s == "train" else ConcatWindows(chosen, f"dataset_paths ({s})") if chosen else None
+        splits[s] = windows, size
+    return splits, total, sources[0][2] if len(paths) == 1 else "dataset_paths " + ", ".join(paths)
 
 
 def build_dataloader(
     *,
     dataset: str = "shakespeare",
     dataset_path: str | None = None,
+    dataset_paths: Sequence[str] = (),
+    dataset_weights: Sequence[float] = (),
     hf_dataset_name: str | None = None,
     hf_dataset_config: str | None = None,
     streaming: bool = False,
@@ -473,12 +645,15 @@ def build_dataloader(
     """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)`` (module docstring).
 
     Training loaders never end; map-style validation loaders end after ``len(loader)`` batches, the same on
-    every rank, and restart on each ``iter()``. Map-style documents are tokenized once, here. After
-    ``load_state_dict`` the next batch is the one the saved run would have produced.
+    every rank, and restart on each ``iter()``. After ``load_state_dict`` the next batch is the one the saved run
+    would have produced.
 
     Args:
         dataset, dataset_path, hf_dataset_name, hf_dataset_config, streaming: the source (module docstring;
             ``dataset_path`` wins over ``dataset``; which combinations a run may use is the config's check).
+            ``dataset_path`` may be a prepared folder (``data/prepared.py``); raw files are prepared on first use.
+        dataset_paths, dataset_weights: several local sources (prepared or raw) mixed by weight (equal when
+            ``dataset_weights`` is empty; ``data/mixing.py``); they win over ``dataset_path``.
         text_column: the text column of ``.jsonl``/``.parquet``/hub rows.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
@@ -490,7 +665,8 @@ def build_dataloader(
         ValueError: arguments outside the contract (named with their value), e.g. a validation split of a
             streamed local dataset.
         InputError: a missing ``dataset_path``, an unknown file extension, a missing text column, no
-            documents, fewer tokens than one window, or too few validation windows for one batch per rank.
+            documents, fewer tokens than one window, too few validation windows for one batch per rank, or a
+            prepared folder that is incomplete or made with another tokenizer.
     """
     kw = dict(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
               hf_dataset_config=hf_dataset_config, text_column=text_column, tokenizer=tokenizer, seq_len=seq_len,
@@ -499,60 +675,66 @@ def build_dataloader(
                 val_fraction)
     if streaming:
         return _loader(_streaming_dataset(split, **kw), local_batch_size, pin_memory)
-    tokens, _, name = _split_tokens(split, **kw)
-    if dataset_path is not None:
-        held = held_out_tokens(tokens.numel(), val_fraction, seq_len=seq_len, min_windows=min_val_windows)
-        tokens, name = split_tokens(tokens, split, held), f"{name} ({split})"
-    return _loader(_map_dataset(split, PackedWindows(tokens, seq_len, name), **kw), local_batch_size, pin_memory)
+    splits, _, _ = _map_splits((split,), dataset_paths=dataset_paths, val_fraction=val_fraction,
+                               min_val_windows=min_val_windows, **kw)
+    weights = _weights(dataset_paths, dataset_weights)
+    return _loader(_map_dataset(split, splits[split][0], weights=weights, **kw), local_batch_size, pin_memory)
+
+
+def _weights(dataset_paths: Sequence[str], dataset_weights: Sequence[float]) -> list[float] | None:
+    """The mixture's weights (equal when none are given), or ``None`` for one source."""
+    if len(dataset_paths) < 2:
+        return None
+    return list(dataset_weights) or [1.0] * len(dataset_paths)
 
 
 def build_dataloaders(*, validation: bool, min_val_windows: int, streaming: bool = False,
-                      val_fraction: float = 0.01, pin_memory: bool = False, **kw: Any) -> DataLoaders:
+                      val_fraction: float = 0.01, pin_memory: bool = False, dataset_paths: Sequence[str] = (),
+                      dataset_weights: Sequence[float] = (), **kw: Any) -> DataLoaders:
     """The training loader and, with ``validation``, the validation loader of one run, with their sizes.
 
-    Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is tokenized once per source
-    (local files: once for both splits). A local dataset holds out :func:`held_out_tokens` with
-    ``min_val_windows`` (the trainer's global batch, so validation gets at least one batch on every rank when
-    the data allows); a validation split with fewer windows than ``local_batch_size * dp_world_size`` leaves
-    validation off, saying why in ``validation_off``, instead of failing.
+    Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is read once per source (local
+    files: once for both splits). A local dataset holds out :func:`held_out_tokens` with ``min_val_windows`` (the
+    trainer's global batch, so validation gets at least one batch on every rank when the data allows); a
+    validation split with fewer windows than ``local_batch_size * dp_world_size`` leaves validation off, saying
+    why in ``validation_off``, instead of failing.
 
     Raises:
         ValueError, InputError: as :func:`build_dataloader` (the training split).
     """
     seq_len, local_batch_size, dp_world_size = kw["seq_len"], kw["local_batch_size"], kw.get("dp_world_size", 1)
-    _check_args(kw.get("dataset", "shakespeare"), kw.get("dataset_path"), streaming, seq_len, local_batch_size,
+    kw.setdefault("dataset", "shakespeare")
+    kw.setdefault("dataset_path", None)
+    for key in ("hf_dataset_name", "hf_dataset_config"):
+        kw.setdefault(key, None)
+    kw.setdefault("text_column", "text")
+    for key, default in (("dp_rank", 0), ("dp_world_size", 1), ("seed", 0)):
+        kw.setdefault(key, default)
+    _check_args(kw["dataset"], kw["dataset_path"], streaming, seq_len, local_batch_size,
                 kw.get("dp_rank", 0), dp_world_size, "train", val_fraction)
     if streaming:
         train = _loader(_streaming_dataset("train", **kw), local_batch_size, pin_memory)
         val = _loader(_streaming_dataset("validation", **kw), local_batch_size, pin_memory) if validation else None
         return DataLoaders(train, val, train.dataset.name, seq_len)
-    tokens, documents, name = _split_tokens("train", **kw)
-    total, splits = None, {}
-    if kw.get("dataset_path") is not None:
-        total = SplitSize(documents, tokens.numel(), (tokens.numel() - 1) // seq_len)
-        held = held_out_tokens(tokens.numel(), val_fraction, seq_len=seq_len, min_windows=min_val_windows)
-        splits = {s: (split_tokens(tokens, s, held), None, f"{name} ({s})") for s in SPLITS}
-    else:
-        splits["train"] = (tokens, documents, name)
-        if validation:
-            splits["validation"] = _split_tokens("validation", **kw)
-    source = name if total is not None else name.rsplit(" (", 1)[0]  # shakespeare (train) -> shakespeare
-    train_tokens, train_documents, train_name = splits["train"]
-    train_windows = PackedWindows(train_tokens, seq_len, train_name)
-    result = DataLoaders(_loader(_map_dataset("train", train_windows, **kw), local_batch_size, pin_memory), None,
-                         source, seq_len, total, SplitSize(train_documents, train_tokens.numel(), len(train_windows)))
+    wanted = ("train", "validation") if validation else ("train",)
+    splits, total, source = _map_splits(wanted, dataset_paths=dataset_paths, val_fraction=val_fraction,
+                                        min_val_windows=min_val_windows, **kw)
+    weights = _weights(dataset_paths, dataset_weights)
+    train_windows, train_size = splits["train"]
+    train = _loader(_map_dataset("train", train_windows, weights=weights, **kw), local_batch_size, pin_memory)
+    names = list(dataset_paths) if weights is not None else []
+    result = DataLoaders(train, None, source, seq_len, total, train_size, sources=names)
     if not validation:
         return result
-    val_tokens, val_documents, val_name = splits["validation"]
-    n_windows, need = max(val_tokens.numel() - 1, 0) // seq_len, local_batch_size * dp_world_size
-    if n_windows < need:
+    val_windows, val_size = splits["validation"]
+    need = local_batch_size * dp_world_size
+    if val_size.windows < need:
         share = f" (at most {MAX_HELD_OUT_SHARE:.0%} of the data is held out)" if total is not None else ""
         result.validation_off = (
-            f"{val_name} has {val_tokens.numel():,} tokens = {n_windows} windows of {seq_len}, fewer than one "
-            f"batch per rank (local_batch_size * data-parallel ranks = {need}){share}; use more data, a smaller "
-            "seq_len or local_batch_size, or --validation.enable=false")
+            f"{source} (validation) has {val_size.tokens:,} tokens = {val_size.windows} windows of {seq_len}, fewer "
+            f"than one batch per rank (local_batch_size * data-parallel ranks = {need}){share}; use more data, a "
+            "smaller seq_len or local_batch_size, or --validation.enable=false")
         return result
-    val_windows = PackedWindows(val_tokens, seq_len, val_name)
     result.validation = _loader(_map_dataset("validation", val_windows, **kw), local_batch_size, pin_memory)
-    result.validation_size = SplitSize(val_documents, val_tokens.numel(), len(val_windows))
+    result.validation_size = val_size
     return result

@@ -26,7 +26,7 @@ class Tokenizer:
 
     Attributes:
         vocab_size: ids an embedding table must hold: the largest id (added tokens included) + 1.
-        eos_id: id of the end-of-text token.
+        eos_token, eos_id: the end-of-text token and its id.
 
     Raises:
         InputError: no file at ``path``, not a readable ``tokenizer.json``, or no EOS token.
@@ -49,7 +49,7 @@ class Tokenizer:
                 f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; "
                 "name its end-of-text token with eos_token=..."
             )
-        self.eos_id = vocab[found[0]]
+        self.eos_token, self.eos_id = found[0], vocab[found[0]]
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added)."""

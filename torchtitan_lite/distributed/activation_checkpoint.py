@@ -5,7 +5,11 @@ module updates in forward (MoE token counters) must not count twice. Every block
 :func:`checkpoint_contexts` as ``torch.utils.checkpoint``'s ``context_fn`` (its public hook for this), whose
 recompute context makes :func:`recomputing` true; a module asks it. Under ``torch.compile`` a block traced whole
 is recomputed by AOTAutograd from the graph, not by re-running Python: the contexts are then only the
-selective-checkpointing modes torch.compile needs, and the flag stays false.
+selective-checkpointing modes torch.compile needs, and the flag stays false. A block that is checkpointed whole and
+compiled gets no ``context_fn`` at all: torch.compile then recomputes it as it does any checkpoint (its own
+always-recompute policy), and logs no warning; a ``context_fn`` under compile makes torch log "Detected that
+context_fn is passed to torch.utils.checkpoint under torch.compile" (``torch/_higher_order_ops/wrap.py``), which
+the op policy cannot avoid.
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ def _op_checkpoint_contexts() -> tuple[ContextManager, ContextManager]:
     return checkpoint_contexts(_op_policy_context)
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_option: str = "op") -> nn.Module:
+def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_option: str = "op", *,
+                                   compiled: bool = False) -> nn.Module:
     """Recompute activations in backward, per block of ``model.layers``, in place.
 
     A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant) under the same key, so names
@@ -132,6 +137,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         model: with ``layers`` (``nn.ModuleDict``), on meta or materialized, not yet FSDP-sharded.
         mode: one of ``AC_MODES``.
         selective_ac_option: ``"op"`` or a positive integer as a string; used by ``"selective"`` only.
+        compiled: the blocks will be ``torch.compile``-d: those checkpointed whole get no ``context_fn`` (the note).
 
     Raises:
         ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`).
@@ -148,5 +154,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
         if every is None:
             layers[key] = checkpoint_wrapper(block, context_fn=_op_checkpoint_contexts)
         elif (int(key) + 1) % every == 0:  # the layer id, also on a pipeline stage that holds later layers only
-            layers[key] = checkpoint_wrapper(block, context_fn=checkpoint_contexts)
+            layers[key] = checkpoint_wrapper(block) if compiled else checkpoint_wrapper(block,
+                                                                                        context_fn=checkpoint_contexts)
     return model

@@ -79,3 +79,9 @@ def compile_available(backend: str, device_type: str) -> bool:
     if reason is not None:
         print(f"warning: torch.compile disabled, running eager: {reason}", file=sys.stderr, flush=True)
     return reason is None
+
+
+def compiles(enable: bool, components: list[str], backend: str, device_type: str, component: str) -> bool:
+    """Whether ``component`` (``"model"`` or ``"loss"``) is compiled: ``compile.enable``, listed in
+    ``compile.components``, and ``backend`` works on ``device_type`` (:func:`compile_available`)."""
+    return enable and component in components and compile_available(backend, device_type)

@@ -37,22 +37,21 @@ _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
 """2**64 / golden ratio (odd), as a signed int64: splitmix64's increment."""
 _M1, _M2 = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64
 """splitmix64's multipliers, as signed int64."""
-_CHUNK = 1 << 22
-"""Elements hashed per batch of tensor ops: bounds the int64 temporaries (a few times 32 MiB)."""
+_CHUNK = 1 << 16
+"""Elements hashed per batch of tensor ops: two int64 work buffers of 512 KiB, small enough to stay in a CPU core's
+cache, each op writing into them in place (a fresh tensor per op costs more in page faults than the op itself)."""
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 """Element size in bytes -> the integer dtype its bit pattern is read as."""
 
 
-def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 ``x`` by ``s`` bits (``>>`` on int64 is arithmetic)."""
-    return (x >> s) & ((1 << (64 - s)) - 1)
-
-
-def _mix(z: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finalizer on int64 ``z``, elementwise (a bijection of the 64-bit words)."""
-    z = (z ^ _shr(z, 30)) * _M1
-    z = (z ^ _shr(z, 27)) * _M2
-    return z ^ _shr(z, 31)
+def _mix_(z: torch.Tensor, work: torch.Tensor) -> None:
+    """splitmix64's finalizer on int64 ``z``, elementwise and in place (a bijection of the 64-bit words); ``work`` is
+    scratch space of ``z``'s shape."""
+    for shift, multiplier in ((30, _M1), (27, _M2), (31, None)):
+        torch.bitwise_right_shift(z, shift, out=work)
+        z ^= work.bitwise_and_((1 << (64 - shift)) - 1)  # logical right shift (``>>`` on int64 is arithmetic)
+        if multiplier is not None:
+            z *= multiplier
 
 
 def tensor_key(names: tuple[str, ...], dtype: torch.dtype, shape: tuple[int, ...]) -> int:
@@ -92,16 +91,22 @@ def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape
     if local.dim() == 0:
         local, indices, strides = local.reshape(1), [torch.zeros(1, dtype=torch.int64, device=local.device)], [0]
     bits = local.detach().view(_BITS[local.element_size()])
+    # key + flat * GOLDEN with flat = sum_d indices[d] * strides[d]: int64 products and sums wrap mod 2**64, so the
+    # product distributes over the sum; the terms of dims 1.. are one pattern (n_1, ..., n_d) shared by every row
+    pattern = torch.zeros((), dtype=torch.int64, device=local.device)
+    for d in range(1, local.dim()):
+        pattern = pattern + (indices[d] * strides[d] * _GOLDEN).view(-1, *[1] * (local.dim() - 1 - d))
+    starts = (key + indices[0] * strides[0] * _GOLDEN).view(-1, *[1] * (local.dim() - 1))  # (n_0, 1, ..., 1)
     total = torch.zeros((), dtype=torch.int64, device=local.device)
     row = max(1, local[0].numel()) if local.shape[0] else 1
     step = max(1, _CHUNK // row)
     for start in range(0, local.shape[0], step):
         rows = slice(start, start + step)
-        flat = indices[0][rows].view(-1, *[1] * (local.dim() - 1)) * strides[0]
-        for d in range(1, local.dim()):
-            flat = flat + (indices[d] * strides[d]).view(-1, *[1] * (local.dim() - 1 - d))  # (rows, n_1, ..., n_d)
-        flat = flat.expand(bits[rows].shape)
-        h = _mix(_mix(key + flat * _GOLDEN) ^ bits[rows].to(torch.int64))
+        h = torch.add(starts[rows], pattern, out=torch.empty(bits[rows].shape, dtype=torch.int64, device=local.device))
+        work = torch.empty_like(h)
+        _mix_(h, work)
+        h ^= work.copy_(bits[rows])  # the bit pattern, sign-extended to int64
+        _mix_(h, work)
         total += h.sum()
     return total
 

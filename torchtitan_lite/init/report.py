@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -33,6 +33,9 @@ _STD_TOLERANCE = 0.05
 _MIN_NUMEL_STD_CHECK = 10_000
 _KURTOSIS_TOLERANCE = 0.1
 _MIN_NUMEL_KURTOSIS_CHECK = 100_000
+_CHUNK = 1 << 16
+"""Elements per float64 work chunk of :func:`tensor_stats`: its temporaries are a few times 512 KiB whatever the
+size of the tensor, and stay in a CPU core's cache."""
 
 
 def truncated_normal_moments(alpha: float, beta: float) -> tuple[float, float, float]:
@@ -144,6 +147,70 @@ class InitReport:
             json.dump(rows, f, indent=1)
 
 
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of the finite values of a tensor (:func:`tensor_stats`), in float64; ``nan`` where none is finite
+    (``excess_kurtosis`` also when all are equal). ``std`` is the population one (divides by ``finite``);
+    ``at_bounds`` counts the values within ``tol`` of ``a`` plus those within ``tol`` of ``b``."""
+
+    finite: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    excess_kurtosis: float
+    at_bounds: int
+
+
+def tensor_stats(x: torch.Tensor, bounds: tuple[float, float] | None = None, tol: float = 0.0, *,
+                 chunk: int = _CHUNK, progress: Callable[[int], object] | None = None) -> TensorStats:
+    """:class:`TensorStats` of ``x`` (any shape, floating or integer dtype), in two passes over chunks of ``chunk``
+    elements: the float64 sum, the min and max and the values at ``bounds = (a, b)`` first, then the sums of the
+    second and fourth powers of ``x - mean`` in float64. Only a chunk's float64 copy is held, never one of the whole
+    tensor. ``progress(k)``, when given, is called as each ``k`` more elements are done (in the second pass)."""
+    flat = x.detach().reshape(-1)
+    starts = range(0, flat.numel(), chunk)
+    nonfinite: set[int] = set()  # the starts of the chunks that hold a nan or an inf
+
+    def values(start: int) -> torch.Tensor:
+        """The finite values of the chunk at ``start``, as a new float64 tensor."""
+        piece = flat[start:start + chunk].to(torch.float64, copy=True)
+        return piece[torch.isfinite(piece)] if start in nonfinite else piece
+
+    count, total, lo, hi, at_bounds = 0, 0.0, math.inf, -math.inf, 0
+    for start in starts:
+        piece = flat[start:start + chunk]
+        piece_sum = torch.sum(piece, dtype=torch.float64).item()  # finite unless the chunk holds a nan or an inf
+        if not math.isfinite(piece_sum):
+            nonfinite.add(start)
+            piece = values(start)
+            piece_sum = piece.sum().item()
+        if not piece.numel():
+            continue
+        count, total = count + piece.numel(), total + piece_sum
+        piece_lo, piece_hi = (float(v.item()) for v in torch.aminmax(piece))
+        lo, hi = min(lo, piece_lo), max(hi, piece_hi)
+        # float64 rounding is monotonic: no x in [piece_lo, piece_hi] has |x - bound| <= tol unless one of these holds
+        for bound in bounds if bounds is not None else ():
+            if piece_lo - bound <= tol and piece_hi - bound >= -tol:
+                at_bounds += int(((piece.to(torch.float64) - bound).abs() <= tol).sum())
+    if not count:
+        if progress is not None:
+            progress(flat.numel())
+        return TensorStats(0, math.nan, math.nan, math.nan, math.nan, math.nan, 0)
+    mean = total / count
+    squares, fourths = 0.0, 0.0
+    for start in starts:
+        powers = values(start).sub_(mean).square_()  # (x - mean)^2
+        squares += powers.sum().item()
+        fourths += powers.square_().sum().item()
+        if progress is not None:
+            progress(min(chunk, flat.numel() - start))
+    var = squares / count
+    kurt = fourths / count / (var * var) - 3.0 if var > 0 else math.nan
+    return TensorStats(count, mean, math.sqrt(var), lo, hi, kurt, at_bounds)
+
+
 def _full_cpu(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.device.type == "meta":
         raise ValueError("init report: tensor is on meta; materialize and initialize first")
@@ -151,30 +218,23 @@ def _full_cpu(tensor: torch.Tensor) -> torch.Tensor:
     return full.detach().to("cpu").contiguous()
 
 
-def _row(entry, tensor: torch.Tensor) -> InitReportRow:
+def _row(entry, tensor: torch.Tensor, progress: Callable[[int], object] | None) -> InitReportRow:
     spec = entry.spec
-    x = _full_cpu(tensor).to(torch.float64).reshape(-1)
+    x = _full_cpu(tensor)
     n = x.numel()
-    finite = x[torch.isfinite(x)]
-    flags = [] if finite.numel() == n else ["nan/inf"]
+    trunc = spec.kind == "trunc_normal"
+    tol = 1e-6 * spec.std if trunc else 0.0
+    stats = tensor_stats(x, spec.bounds if trunc else None, tol, progress=progress)
+    flags = [] if stats.finite == n else ["nan/inf"]
     nan = math.nan
-    if finite.numel():
-        mean = finite.mean().item()
-        centered = finite - mean
-        var = centered.square().mean().item()
-        std = math.sqrt(var)
-        kurt = (centered.pow(4).mean().item() / (var * var) - 3.0) if var > 0 else nan
-        lo, hi = finite.min().item(), finite.max().item()
-    else:
-        mean = std = kurt = lo = hi = nan
+    mean, std, kurt, lo, hi = stats.mean, stats.std, stats.excess_kurtosis, stats.min, stats.max
     at_bound = 0.0
-    if spec.kind == "trunc_normal":
+    if trunc:
         a, b = spec.bounds
         alpha, beta = (a - spec.mean) / spec.std, (b - spec.mean) / spec.std
         m, s, expected_kurt = truncated_normal_moments(alpha, beta)
         expected_mean, expected_std = spec.mean + spec.std * m, spec.std * s
-        tol = 1e-6 * spec.std
-        count = int(((finite - a).abs() <= tol).sum() + ((finite - b).abs() <= tol).sum()) if n else 0
+        count = stats.at_bounds
         at_bound = count / n if n else 0.0
         ulp = max(tol, torch.finfo(tensor.dtype).eps * max(abs(a), abs(b)))
         density = (math.exp(-0.5 * alpha**2) + math.exp(-0.5 * beta**2)) / math.sqrt(2 * math.pi) / normal_mass(alpha, beta)
@@ -198,11 +258,13 @@ def _row(entry, tensor: torch.Tensor) -> InitReportRow:
                          expected_mean, expected_std, expected_kurt, flags)
 
 
-def init_report(model: nn.Module, plan: InitPlan, result: InitResult) -> InitReport:
-    """Per-tensor measured vs expected statistics of an initialized ``model``.
+def init_report(model: nn.Module, plan: InitPlan, result: InitResult, *,
+                progress: Callable[[int], object] | None = None) -> InitReport:
+    """Per-tensor measured vs expected statistics of an initialized ``model`` (:func:`tensor_stats`).
 
     ``result`` is what :func:`~torchtitan_lite.init.init_weights` returned for ``model`` and ``plan``
-    (its table gives each tensor's spec and status). Flags: ``nan/inf``; ``std off`` (> 5% off, tensors
+    (its table gives each tensor's spec and status); ``progress(k)``, when given, is called as each ``k`` more
+    elements are measured (e.g. a ``tqdm`` bar's ``update``). Flags: ``nan/inf``; ``std off`` (> 5% off, tensors
     over 10k elements); ``kurtosis off`` (> 0.1 off, over 100k elements); ``mass at bounds`` (more values
     within 1e-6 std of a bound than rounding can explain); ``not constant`` (a fill that is not).
 
@@ -216,7 +278,7 @@ def init_report(model: nn.Module, plan: InitPlan, result: InitResult) -> InitRep
         if names not in by_names:
             raise ValueError(f"init_report: tensor {' = '.join(names)} is not in the init result of plan "
                              f"{plan.model}; pass the result of init_weights on this model")
-        rows.append(_row(by_names[names], tensor))
+        rows.append(_row(by_names[names], tensor, progress))
     return InitReport(rows)
 
 

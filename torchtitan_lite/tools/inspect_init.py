@@ -6,7 +6,8 @@ no FSDP: the keyed sampler gives the values any world size would), applies the f
 with ``training.seed`` and prints the expected step-1 loss and the init report: a summary per plan pattern
 (tensors, elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
 expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns. Each
-phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends.
+phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends; the report shows its
+progress (``torchtitan_lite.data.progress``: a bar on a terminal, else a line per 10% after 5 s).
 
 Options (before or among the usual ``--section.key=value`` overrides):
   ``--layers N``   build only the first N blocks. The plan is that of the FULL model (residual stds
@@ -33,7 +34,9 @@ from typing import Iterator
 import torch
 
 from models import get_model_spec
-from torchtitan_lite.config.preflight import build_model_args, load_config_or_exit
+from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.data.progress import progress
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -51,11 +54,9 @@ GIB = 2**30
 _HELD_BYTES_PER_ELEMENT = 5
 """Per element of the model: its fp32 value, and a byte for the part of init's sampling work space that the C
 allocator keeps for reuse (``docs/design.md``, "inspect_init: the memory budget")."""
-_REPORT_BYTES_PER_ELEMENT = 40
-"""The report holds about five float64 copies of the tensor it is measuring (``init_report._row``)."""
-_FINGERPRINT_BYTES_PER_ELEMENT = 8
-"""Per element hashed, a bound on what the fingerprint's int64 work chunks leave the process holding: the C
-allocator keeps the heap blocks they free for reuse (same note)."""
+_WORK_BYTES = 64 * 2**20
+"""What the report and the fingerprint hold beside the model, whatever its size: their float64 and int64 work
+chunks (``init/report.py``'s and ``init/fingerprint.py``'s ``_CHUNK``), a few MiB, with a margin (same note)."""
 
 
 def _build_meta(spec, args) -> torch.nn.Module:
@@ -70,12 +71,10 @@ def _sizes(spec, args, n_layers: int) -> list[int]:
     return [p.numel() for p in model.parameters()] + [b.numel() for b in model.buffers()]
 
 
-def _peak_bytes(elements: int, largest: int) -> int:
-    """Memory of materialize + init + report + fingerprint for a model of ``elements`` fp32 values whose largest
-    tensor has ``largest``: what init leaves held, plus the larger of the report's work copies of the largest
-    tensor and what the fingerprint leaves held (the report runs first and frees its copies)."""
-    return _HELD_BYTES_PER_ELEMENT * elements + max(_REPORT_BYTES_PER_ELEMENT * largest,
-                                                    _FINGERPRINT_BYTES_PER_ELEMENT * elements)
+def _peak_bytes(elements: int) -> int:
+    """Memory of materialize + init + report + fingerprint for a model of ``elements`` fp32 values: what init leaves
+    held, plus the report's and the fingerprint's work chunks."""
+    return _HELD_BYTES_PER_ELEMENT * elements + _WORK_BYTES
 
 
 def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int = 0) -> tuple[int | None, str]:
@@ -94,14 +93,14 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int
             raise ValueError(f"--layers {requested}: the model has {total} blocks; pass 1..{total}")
         cut = "" if requested == total else f" (--layers; {same})"
         return requested, f"initialized on CPU: blocks 0..{requested - 1} of {total}{cut}"
-    one = _sizes(spec, args, 1)
-    per_block = sum(_sizes(spec, args, 2)) - sum(one) if total > 1 else 0
-    base, largest = sum(one) - per_block, max(one)
+    one = sum(_sizes(spec, args, 1))
+    per_block = sum(_sizes(spec, args, 2)) - one if total > 1 else 0
+    base = one - per_block
     layers = 0
-    while layers < total and in_use + _peak_bytes(base + (layers + 1) * per_block, largest) <= max_bytes:
+    while layers < total and in_use + _peak_bytes(base + (layers + 1) * per_block) <= max_bytes:
         layers += 1
     if layers == 0:
-        need = in_use + _peak_bytes(base + per_block, largest)
+        need = in_use + _peak_bytes(base + per_block)
         return None, (f"on meta, nothing sampled: even one block needs {need / GIB:.1f} GiB > --max-gib "
                       f"{max_bytes / GIB:g}; expected values only")
     cut = "" if layers == total else f" (the full model needs more than --max-gib {max_bytes / GIB:g}; {same})"
@@ -109,12 +108,13 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int
 
 
 @contextmanager
-def _phase(text: str) -> Iterator[None]:
-    """Print ``text ...`` when a phase starts and its seconds when it ends, on one line."""
-    print(f"{text} ...", end="", flush=True)
+def _phase(name: str, text: str) -> Iterator[None]:
+    """Print ``name: text ...`` when a phase starts and ``name: done in 1.2 s`` when it ends (a progress bar or
+    progress lines can come between)."""
+    print(f"{name}: {text} ...", flush=True)
     start = time.perf_counter()
     yield
-    print(f" {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"{name}: done in {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def plan_table(model: torch.nn.Module, plan) -> str:
@@ -175,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = _build_meta(spec, dataclasses.replace(args, n_layers=layers))
     tensors = [tensor for _, tensor in resolve_plan(model, plan)]
-    count = f"{len(tensors)} tensors ({sum(t.numel() for t in tensors):,} elements)"
-    with _phase(f"init: materializing and sampling {count} on CPU"):
+    elements = sum(t.numel() for t in tensors)
+    count = f"{len(tensors)} tensors ({elements:,} elements)"
+    with _phase("init", f"materializing and sampling {count} on CPU"):
         model = materialize(model, "cpu")
         result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
-    with _phase(f"report: statistics of {count} in float64"):
-        report = init_report(model, plan, result)
-    with _phase(f"fingerprint of {count}"):
+    with _phase("report", f"statistics of {count} in float64"), progress(elements, "report", "element") as bar:
+        report = init_report(model, plan, result, progress=bar.update)
+    with _phase("fingerprint", f"hashing {count}"):
         fingerprint = model_fingerprint(model)
     print(report.by_pattern())
     print()

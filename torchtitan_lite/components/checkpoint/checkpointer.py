@@ -18,7 +18,6 @@ Saves are atomic (``step-N.tmp`` renamed when complete, :mod:`.storage`) and may
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from torchtitan_lite.components.checkpoint.integrity import (
     seal,
     verify_files,
 )
+from torchtitan_lite.components.checkpoint.meta import check_data_parallel_degree, saved_dp_degree
 from torchtitan_lite.components.checkpoint.storage import (
     META_FILE,
     CheckpointError,
@@ -61,27 +61,6 @@ parameters, and DCP keeps one rank's."""
 
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
-
-
-def model_args_json(args) -> dict[str, Any]:
-    """A model args dataclass as the JSON-normal dict stored in ``meta.json`` (tuples become lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(args)))
-
-
-def check_compatible(meta: dict[str, Any], path: str, model_name: str, flavor: str, model_args: dict) -> None:
-    """The checkpoint at ``path`` was saved by the same model family, flavor and model arguments.
-
-    Raises:
-        CheckpointError: naming the first key that differs, with both values.
-    """
-    saved = {"model": meta.get("model"), "flavor": meta.get("flavor"), **(meta.get("model_args") or {})}
-    now = {"model": model_name, "flavor": flavor, **model_args}
-    for key in now:
-        if saved.get(key) != now[key]:
-            raise CheckpointError(
-                f"checkpoint {os.path.join(path, META_FILE)}: {key} = {saved.get(key)!r} but this run has "
-                f"{now[key]!r}; run with the checkpoint's model settings, or use another job.dump_folder / "
-                "checkpoint.folder (or checkpoint.enable=false) to start fresh")
 
 
 @dataclass
@@ -293,14 +272,9 @@ class Checkpointer:
         if bad:
             raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
         excluded = list(exclude)
-        saved_dp = meta["layout"]["dp_replicate"] * meta["layout"]["dp_shard"]
-        same_dp = saved_dp == self.dp_degree
-        if not same_dp and "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
-            raise CheckpointError(
-                f"checkpoint {path} was saved by {saved_dp} data-parallel ranks and this run has {self.dp_degree}: "
-                "the data loader state of a streaming dataset is per data-parallel rank; pass "
-                "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
-                f"(the data order then restarts), or run with {saved_dp} data-parallel ranks")
+        same_dp = saved_dp_degree(meta) == self.dp_degree
+        if "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
+            check_data_parallel_degree(meta, path, self.dp_degree)
         if meta["layout"] != self.layout:
             excluded.append("rng")
         parts = tuple(p for p in (*EXCLUDABLE, "rng") if p not in excluded)

@@ -1,4 +1,6 @@
-"""Resuming with changed settings: the config a checkpoint was saved with against this run's, in one line.
+"""What a run starts from (:func:`load_at_start`: a checkpoint to resume, else an HF folder to import, else
+nothing), and resuming with changed settings: the config a checkpoint was saved with against this run's, in one
+line.
 
 Every checkpoint records the run's resolved config (``meta.json["config"]``, :func:`config_values`) and the LR
 schedule the run followed (``meta.json["lr_schedule"]``, the settings of :data:`~..lr_schedule.SCHEDULE_KEYS`).
@@ -12,9 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Callable
 
-from torchtitan_lite.components.lr_schedule import SCHEDULE_KEYS
+from torch import nn
+
+from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState
+from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
+from torchtitan_lite.components.hf.load import load_hf_folder
+from torchtitan_lite.components.lr_schedule import SCHEDULE_KEYS, follow_schedule
+from torchtitan_lite.components.metrics import folder_bytes, format_bytes
 
 IGNORED = ("job.config_file", "job.dump_folder", "job.description", "job.print_config", "checkpoint.folder",
            "checkpoint.load_step", "checkpoint.load_path", "checkpoint.exclude_from_loading",
@@ -69,3 +77,43 @@ def resume_line(saved: dict[str, Any], now: dict[str, Any], saved_schedule: dict
     return (f"warning: resumed with settings changed since the checkpoint{listed}; this run's values apply except "
             f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule to follow "
             f"this run's from step {step}")
+
+
+def load_at_start(config: Any, checkpointer: Checkpointer, scheduler: Any, model: nn.Module,
+                  args: Any) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
+    """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to resume (into
+    ``checkpointer``'s model, optimizer, ``scheduler`` and data position), else import
+    ``checkpoint.initial_load_hf`` into ``model`` (of ``args``) if set, else a fresh start ``(TrainState(), [],
+    ...)``; ``lines(n)`` describes what was loaded given ``n``, the count of loaded tensors (a tied pair counts once,
+    as in the init line). Call it with the checkpoint folder held (``hold.py``).
+
+    On resume the LR schedule continues as the checkpoint followed it, or with ``checkpoint.reset_lr_schedule`` as
+    this run's settings say, from the resumed step; a line lists the settings that differ from the checkpoint's
+    (:func:`resume_line`).
+
+    Raises:
+        CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
+    """
+    cp = config.checkpoint
+    folder = checkpoint_folder(config.job.dump_folder, cp.folder)
+    path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+    if path is not None:
+        result, train_state = checkpointer.load(path, tuple(cp.exclude_from_loading))
+        skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
+        size = format_bytes(folder_bytes(path))
+        saved = f", saved at step {result.step}" if result.step != train_state.step else ""
+        now, saved_schedule = checkpointer.meta["config"], result.meta["lr_schedule"]
+        if "lr_scheduler" not in result.excluded:
+            schedule = schedule_settings(now) if cp.reset_lr_schedule else saved_schedule
+            follow_schedule(scheduler, **schedule)
+            checkpointer.meta["lr_schedule"] = schedule
+        changed = resume_line(result.meta["config"], now, saved_schedule, reset=cp.reset_lr_schedule,
+                              step=scheduler.last_epoch)
+        return train_state, result.loaded_names, lambda n: [
+            f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
+            *([changed] if changed else [])]
+    if cp.initial_load_hf is None:
+        return TrainState(), [], lambda n: []
+    imported = load_hf_folder(model, cp.initial_load_hf, config.model.name, args,
+                              allow_unexpected=cp.initial_load_hf_allow_unexpected)
+    return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf, n)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from models import hf_family, model_names
+from models import get_model_spec, hf_family, model_names
 from torchtitan_lite.components.hf.quant import Box, Quantization, mxfp4_shape, quantization, read_fp8, read_mxfp4
 from torchtitan_lite.errors import UserError
 
@@ -58,8 +58,6 @@ def family_of(config: dict[str, Any], folder: str) -> str:
     model_type, architectures = config.get("model_type"), config.get("architectures")
     family = hf_family(model_type, architectures)
     if family is None:
-        from models import get_model_spec
-
         known = [get_model_spec(n).state_dict_adapter.model_type for n in model_names()
                  if get_model_spec(n).state_dict_adapter is not None]
         raise HFError(f"{os.path.join(folder, 'config.json')}: model_type {model_type!r} (architectures "

@@ -1,6 +1,6 @@
 """Import an HF folder into the model, each rank reading only the boxes it holds.
 
-Plan (:func:`import_plan`, also run before launch by ``config.preflight``): every tensor of the adapter
+Plan (:func:`import_plan`, also run before launch by ``components/hf/checks.py``): every tensor of the adapter
 (``adapter.tensors``) is loaded when the folder holds all the HF tensors it is made of, with the shapes it needs;
 it is missing (initialized by the trainer, listed) when the folder holds none of them; anything between, and any
 shape that differs, is an error naming the tensor. Tensors of the folder that no adapter tensor uses are skipped

@@ -1,0 +1,168 @@
+"""training.deterministic (issue 25): the canonical pairwise tree, the aligned micro-batch blocks, the refusals, and
+the acceptance runs through ``./run_train.sh``.
+
+Acceptance (``layout``): for the qwen3 and qwen3_moe debug configs (1 block, seq_len 32, micro-batches of 1 window,
+global batch 4, 20 steps, fp32, one thread per rank), 1 process, dp_shard 2, dp_shard 4 and dp_replicate 2 x
+dp_shard 2 give bitwise the same loss and gradient norm at every step (``compare_runs --assert-equal``: max |diff| 0)
+and bitwise the same final parameters and AdamW moments. ``run``: two runs of dp_shard 2 are bitwise equal.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ckpt_helpers import text_file
+from dist_helpers import REPO, env, run_train
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.data.loader import rank_chunk
+from torchtitan_lite.distributed.checks import check_world_size
+from torchtitan_lite.distributed.deterministic import PairwiseSum
+
+STEPS = 20
+RUN = ["--model.overrides.n_layers=1", "--training.seq_len=32", "--training.local_batch_size=1",
+       "--training.global_batch_size=4", f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2",
+       "--validation.enable=false", "--training.num_threads=1", "--metrics.log_freq=1",
+       "--training.compute_dtype=float32", "--checkpoint.enable=true", "--checkpoint.interval=1000"]
+"""Four micro-batches of one 32-token window per step: 4 per rank on 1 process, 2 on dp_shard 2, 1 on 4 ranks."""
+LAYOUTS = {  # name: (processes, options)
+    "1": (1, []),
+    "dp_shard2": (2, []),
+    "dp_shard4": (4, []),
+    "hsdp2x2": (4, ["--parallelism.data_parallel_replicate_degree=2"]),
+}
+
+
+def test_pairwise_sum_of_aligned_blocks_is_the_sum_of_their_items_bitwise():
+    items = [torch.randn(5, generator=torch.Generator().manual_seed(i)) * 10.0 ** (i % 7) for i in range(8)]
+    one = PairwiseSum()
+    for item in items:
+        one.push(item)
+    expected = ((items[0] + items[1]) + (items[2] + items[3])) + ((items[4] + items[5]) + (items[6] + items[7]))
+    total = one.finish()
+    assert torch.equal(total, expected)
+    assert not torch.equal(total, sum(items[1:], items[0]))  # a left fold rounds otherwise
+    for block in (2, 4, 8):
+        blocks = PairwiseSum()
+        for start in range(0, 8, block):
+            inner = PairwiseSum()
+            for item in items[start:start + block]:
+                inner.push(item)
+            blocks.push(inner.finish(), level=block.bit_length() - 1)
+        assert torch.equal(blocks.finish(), expected)
+
+
+def test_pairwise_sum_refuses_a_block_that_is_not_aligned():
+    total = PairwiseSum()
+    total.push(torch.ones(1))
+    with pytest.raises(ValueError, match="2\\*\\*1 items"):
+        total.push(torch.ones(1), level=1)
+
+
+def test_ranks_take_aligned_blocks_of_consecutive_micro_batches():
+    taken = {rank: [rank_chunk(c, rank, 2, rank_block=2) for c in range(4)] for rank in range(2)}
+    assert taken == {0: [0, 1, 4, 5], 1: [2, 3, 6, 7]}
+    assert [rank_chunk(c, 1, 3) for c in range(3)] == [1, 4, 7]  # rank_block 1: interleaved, as before
+
+
+def test_sharded_foreach_adamw_updates_each_element_as_unsharded():
+    """Why layout mode runs AdamW foreach: each element's update must not depend on where its shard ends."""
+    generator = torch.Generator().manual_seed(0)
+    weights, grads = torch.randn(1037, generator=generator), torch.randn(1037, generator=generator)
+
+    def trained(sizes: list[int]) -> torch.Tensor:
+        params = [torch.nn.Parameter(w.clone()) for w in weights.split(sizes)]
+        optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
+        for step in range(1, 4):
+            for param, grad in zip(params, (grads * step).split(sizes)):
+                param.grad = grad.clone()
+            optimizer.step()
+        return torch.cat([p.detach() for p in params])
+
+    whole = trained([1037])
+    assert torch.equal(trained([519, 518]), whole)
+    assert torch.equal(trained([260, 260, 260, 257]), whole)
+
+
+def test_layout_mode_refuses_tensor_parallelism_with_one_config_error_line_and_exit_2(tmp_path):
+    proc = run_train([*RUN, "--training.deterministic=layout", f"--job.dump_folder={tmp_path}",
+                      "--parallelism.tensor_parallel_degree=2"], nproc=2, timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("config error:")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert "covers data parallelism only, but parallelism.tensor_parallel_degree = 2; set it to 1" in errors[0]
+
+
+@pytest.mark.parametrize(("options", "world_size", "message"), [
+    (["--training.global_batch_size=6"], 2, "3 micro-batches per data-parallel rank"),
+    (["--training.streaming=true", "--training.dataset=hf", "--training.hf_dataset_name=x"], 1,
+     "training.streaming = true reads per rank"),
+    (["--optimizer.implementation=fused"], 1, "optimizer.implementation = \"fused\""),
+    (["--parallelism.data_parallel_replicate_degree=2", "--parallelism.data_parallel_shard_degree=1"], 2,
+     "pure replication"),
+])
+def test_layout_mode_refuses_what_it_cannot_hold(options, world_size, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_world_size(parse_args([*RUN, "--training.deterministic=layout", *options]), world_size)
+
+
+def _train(tmp_path: Path, name: str, config: str, nproc: int, options: list[str]) -> Path:
+    """``./run_train.sh`` of one run; its dump folder."""
+    dump = tmp_path / name
+    proc = run_train([*RUN, f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={dump}", *options],
+                     nproc=nproc, timeout=600, CONFIG_FILE=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    return dump
+
+
+def _assert_equal_curves(reference: Path, other: Path) -> None:
+    """``compare_runs --assert-equal`` of the loss and the gradient norm: max |diff| 0 at every step."""
+    for tag in ("loss/train", "grad_norm"):
+        runs = [str(next(path.parent for path in dump.glob("*/run.json"))) for dump in (reference, other)]
+        proc = subprocess.run([sys.executable, "-m", "torchtitan_lite.tools.compare_runs", *runs, "--tag", tag,
+                               "--assert-equal"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"{STEPS} common steps (1-{STEPS}): max |diff| 0 (atol 0)" in proc.stdout, proc.stdout
+
+
+def _final_state(dump: Path) -> dict[str, torch.Tensor]:
+    """The model parameters and AdamW moments of the last checkpoint, gathered (``dcp_to_torch_save``)."""
+    path = dump / "final.pt"
+    dcp_to_torch_save(dump / "checkpoint" / f"step-{STEPS}", path)
+    state = torch.load(path, weights_only=False)
+    return {f"{part}.{key}": value for part in ("model", "optimizer") for key, value in state[part].items()
+            if isinstance(value, torch.Tensor)}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe"])
+def test_layout_mode_trains_bitwise_the_same_on_every_data_parallel_layout(tmp_path, family):
+    text_file(tmp_path)
+    config = f"train_configs/{family}_debug.toml"
+    dumps = {name: _train(tmp_path, name, config, nproc, [*options, "--training.deterministic=layout"])
+             for name, (nproc, options) in LAYOUTS.items()}
+    reference = _final_state(dumps["1"])
+    assert any(key.startswith("model.layers.0.moe") for key in reference) == (family == "qwen3_moe")
+    for name in list(LAYOUTS)[1:]:
+        _assert_equal_curves(dumps["1"], dumps[name])
+        final = _final_state(dumps[name])
+        assert final.keys() == reference.keys()
+        assert [key for key in reference if not torch.equal(final[key], reference[key])] == [], name
+
+
+@pytest.mark.multiprocess
+def test_run_mode_trains_bitwise_the_same_twice_on_one_layout(tmp_path):
+    text_file(tmp_path)
+    first, second = (_train(tmp_path, name, "train_configs/qwen3_debug.toml", 2, ["--training.deterministic=run"])
+                     for name in ("first", "second"))
+    _assert_equal_curves(first, second)
+    reference = _final_state(first)
+    assert [key for key, value in _final_state(second).items() if not torch.equal(value, reference[key])] == []

@@ -1,0 +1,44 @@
+"""How a trainer worker ends: one line and its exit status (:func:`say`), and the process exit (:func:`exit_after`).
+
+Statuses (``docs/checkpoints.md``, "How a run ends"): 0 done or stopped; 2 a user error found before training; 1 a
+user error during training, and a bug. A non-zero status makes torchrun stop the other workers (see the note on
+failing workers in ``faults.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from torchtitan_lite.components.faults import report_outcome
+
+
+def say(code: int, line: str, *, to_stdout: bool = False) -> int:
+    """Print ``line`` (to stderr, or stdout) and return ``code``, the worker's exit status, after handing both to the
+    launcher (:func:`~torchtitan_lite.components.faults.report_outcome`)."""
+    print(line, file=sys.stdout if to_stdout else sys.stderr, flush=True)
+    return report_outcome(code, line)
+
+
+def exit_after(code: int) -> None:
+    """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
+    with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
+    "Distributed: exiting together"); errors exit normally."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code == 0:
+        os._exit(0)
+    sys.exit(code)
+
+
+def without_config_file(argv: list[str]) -> list[str]:
+    """The command line without ``--job.config_file X`` / ``--job.config_file=X`` (for the start-up line)."""
+    kept, skip_next = [], False
+    for arg in argv:
+        if skip_next or arg.startswith("--job.config_file="):
+            skip_next = False
+            continue
+        skip_next = arg == "--job.config_file"
+        if not skip_next:
+            kept.append(arg)
+    return kept
