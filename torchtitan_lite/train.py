@@ -241,7 +241,6 @@ class Trainer:
                  f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per "
                  "data-parallel rank")
         self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
-        self.document_eos = tokenizer.eos_id if config.training.document_masking else None
         self.data = self._build_data(tokenizer)
         self.train_loader, self.val_loader = self.data.train, self.data.validation
         self._phase_done("loading the data")
@@ -374,7 +373,8 @@ class Trainer:
             hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
             streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
             local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
-            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1)
+            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1,
+            documents=t.document_masking)
         self.startup.phase("data", data.describe(t.steps, self.global_batch))
         if data.validation_off:
             self.startup.note(f"warning: validation off: {data.validation_off}")
@@ -417,14 +417,13 @@ class Trainer:
         data_wait_s = 0.0
         for _ in range(self.accum):
             fetch = time.perf_counter()
-            inputs, labels = next(batches)
-            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            inputs, labels, *ids = (t.to(device, non_blocking=True) for t in next(batches))  # ids: document masking
             data_wait_s += time.perf_counter() - fetch
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is not None:
                     loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
                     continue
-                documents = document_inputs(inputs, self.document_eos, self.config.training.document_positions)
+                documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
                 micro_loss = self.loss_fn(self.model(inputs, **documents), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
@@ -469,13 +468,13 @@ class Trainer:
         self.model.eval()
         totals = torch.zeros(2, device=self.info.device, dtype=torch.float64 if self.info.device.type == "cpu"
                              else torch.float32)
-        for i, (inputs, labels) in enumerate(self.val_loader):
+        for i, batch in enumerate(self.val_loader):
             if i == self.config.validation.steps:
                 break
-            inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
+            inputs, labels, *ids = (t.to(self.info.device) for t in batch)
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is None:
-                    documents = document_inputs(inputs, self.document_eos, self.config.training.document_positions)
+                    documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
                     totals[0] += cross_entropy_sum(self.model(inputs, **documents), labels)
                 else:
                     totals[0] += self.pipeline.evaluate(inputs, labels)

@@ -83,8 +83,8 @@ class Training:
     seq_len: int = bounded(256, ge=1)
     """Tokens per training sequence."""
     document_masking: bool = False
-    """Block-causal attention: a position sees only earlier positions of its own document (documents end at the
-    tokenizer's EOS id); the loss targets do not change."""
+    """Block-causal attention: a position sees only earlier positions of its own document (the data's document
+    starts; streamed data: the EOS after each document); the loss targets do not change."""
     document_positions: Literal["continue", "restart"] = "continue"
     """RoPE positions under ``document_masking``: ``continue`` counting through the window (RoPE scores depend only
     on the distance ``i - j``, so within a document both give the same attention; continuing keeps one table for

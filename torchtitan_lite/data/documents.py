@@ -1,7 +1,9 @@
 """Document boundaries inside packed training windows (block-causal masking, as torchtitan's default).
 
-A window of the token stream holds pieces of several documents, each ended by the tokenizer's EOS id. With
-document masking a position attends only to earlier positions of its own document
+A window of the token stream holds pieces of several documents, each ended by the tokenizer's EOS id; the loader
+gives each window's document ids (``data/loader.py``: from the source's document starts, or for streamed data from
+the EOS it puts after each document). With document masking a position attends only to earlier positions of its
+own document
 (``models/common/attention_backends.py``); the loss targets do not change.
 """
 
@@ -30,12 +32,13 @@ def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
     return pos - torch.cummax(torch.where(starts, pos, 0), dim=1).values
 
 
-def document_inputs(tokens: torch.Tensor, eos_id: int | None, positions: str) -> dict[str, torch.Tensor]:
-    """The model forward's document keyword arguments for a batch ``tokens`` int ``(bs, seqlen)``: nothing when
-    ``eos_id`` is ``None`` (document masking off), else ``document_ids`` (:func:`document_ids_from_eos`) and, with
+def document_inputs(document_ids: torch.Tensor | None, positions: str) -> dict[str, torch.Tensor]:
+    """The model forward's document keyword arguments for a batch's int32 ``document_ids`` ``(bs, seqlen)`` (the
+    loader's, ``data/loader.py``): nothing when ``None`` (document masking off), else ``document_ids`` and, with
     ``positions = "restart"``, RoPE ``positions`` (:func:`document_positions`); ``"continue"`` keeps ``0 .. seqlen-1``.
     """
-    if eos_id is None:
+    if document_ids is None:
         return {}
-    ids = document_ids_from_eos(tokens, eos_id)
-    return {"document_ids": ids} if positions == "continue" else {"document_ids": ids, "positions": document_positions(ids)}
+    if positions == "continue":
+        return {"document_ids": document_ids}
+    return {"document_ids": document_ids, "positions": document_positions(document_ids)}
