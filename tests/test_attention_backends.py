@@ -93,9 +93,22 @@ def test_plain_causal_auto_is_sdpa_and_equals_the_reference():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_full_causal_sinks_auto_is_sdpa_on_cpu_and_equals_the_reference():
+    q, k, v, sinks, _, grad_out = inputs("gqa_sinks", "one")
+    assert resolve_backend("auto", "cpu", plain=True, sinks=True) == "sdpa"
+    reference = lambda q, k, v, s: attention(q, k, v, sinks=s, backend="reference")  # noqa: E731
+    ref_out, ref_grads = run(reference, q, k, v, sinks, grad_out)
+    out, grads = run(lambda q, k, v, s: attention(q, k, v, sinks=s), q, k, v, sinks, grad_out)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    assert len(grads) == len(ref_grads) == 4
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_auto_picks_blockwise_on_cpu_and_flex_on_accelerators():
     assert resolve_backend("auto", "cpu", plain=False) == "blockwise"
     assert resolve_backend("auto", "cuda", plain=False) == "flex"
+    assert resolve_backend("auto", "cuda", plain=True, sinks=True) == "flex"
     assert resolve_backend("reference", "cuda", plain=True) == "reference"
     with pytest.raises(ValueError, match="attention backend must be one of auto, flex, blockwise, reference"):
         resolve_backend("dense", "cpu", plain=True)

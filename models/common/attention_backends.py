@@ -5,7 +5,9 @@ Backends (each takes ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seq
 
 * ``auto``: plain causal attention (no sinks, window or documents) through SDPA ``is_causal``
   (:func:`causal_attention`: flash / memory-efficient kernels on accelerators, the flash
-  kernel on CPU); anything else through ``flex`` on an accelerator and ``blockwise`` on CPU.
+  kernel on CPU); on CPU also full causal attention with sinks, the sink folded in as a key
+  (:func:`~models.common.sink_attention.sink_causal_attention`); anything else through ``flex`` on an
+  accelerator and ``blockwise`` on CPU.
 * ``flex``: FlexAttention with a ``BlockMask`` (``models/common/flex.py``); on CPU forward only (torch 2.13 has no
   CPU backward), so it serves CPU inference and the CPU exactness test.
 * ``blockwise``: exact tiles with an online softmax, forward and backward, memory ``O(S x block)``
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 from models.common.attention_checks import check_qkv
 from models.common.blockwise import block_attention
 from models.common.flex import flex_attention_op
-from models.common.sink_attention import sink_attention
+from models.common.sink_attention import sink_attention, sink_causal_attention
 from torchtitan_lite.protocols.attention import ATTN_BACKENDS, AttentionKernel
 
 BACKENDS = ATTN_BACKENDS
@@ -61,9 +63,10 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     return out.transpose(1, 2)  # (bs, seqlen, n_heads, v_head_dim)
 
 
-def resolve_backend(backend: str, device_type: str, plain: bool) -> str:
+def resolve_backend(backend: str, device_type: str, plain: bool, sinks: bool = False) -> str:
     """The kernel that runs: ``sdpa``, ``flex``, ``blockwise`` or ``reference`` for a backend name (module
-    docstring), a device type (``cpu``, ``cuda``, ...) and whether the attention is ``plain`` causal.
+    docstring), a device type (``cpu``, ``cuda``, ...), whether the attention is ``plain`` causal (no window, no
+    documents) and has ``sinks``.
 
     Raises:
         ValueError: ``backend`` not one of :data:`BACKENDS`.
@@ -72,7 +75,7 @@ def resolve_backend(backend: str, device_type: str, plain: bool) -> str:
         raise ValueError(f"attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend != "auto":
         return backend
-    if plain:
+    if plain and (not sinks or device_type == "cpu"):
         return "sdpa"
     return "blockwise" if device_type == "cpu" else "flex"
 
@@ -108,8 +111,10 @@ def attention(
     Raises:
         ValueError: an unknown backend or inconsistent shapes.
     """
-    plain = sinks is None and sliding_window is None and document_ids is None
-    kernel = resolve_backend(backend, q.device.type, plain)
+    plain = sliding_window is None and document_ids is None
+    kernel = resolve_backend(backend, q.device.type, plain, sinks is not None)
+    if kernel == "sdpa" and sinks is not None:
+        return sink_causal_attention(q, k, v, sinks, scale=scale)
     if kernel == "sdpa":
         return causal_attention(q, k, v, scale=scale)
     if kernel == "flex":

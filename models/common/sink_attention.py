@@ -115,23 +115,51 @@ def sink_attention(
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
                                              scale=scale, enable_gqa=n_heads != n_kv_heads)
         return out.transpose(1, 2)
-    if v.shape[3] != head_dim:
-        raise ValueError(f"sink_attention: with sinks v_head_dim must equal head_dim {head_dim}, got {v.shape[3]}")
     scale = head_dim**-0.5 if scale is None else scale
-    padded = head_dim + 8 - head_dim % 8  # room for the sink column, a multiple of 8
-    pad = padded - head_dim
-
-    q = q.transpose(1, 2)  # (bs, n_heads, seqlen, head_dim)
-    sink_col = (sinks.to(q.dtype) / scale).view(1, n_heads, 1, 1).expand(bs, n_heads, seqlen, 1)
-    q_aug = torch.cat([q, sink_col, q.new_zeros(bs, n_heads, seqlen, pad - 1)], dim=-1)
-
-    sink_key = k.new_zeros(bs, n_kv_heads, 1, padded)
-    sink_key[..., head_dim] = 1.0
-    k_aug = torch.cat([F.pad(k.transpose(1, 2), (0, pad)), sink_key], dim=2)  # (bs, n_kv, seqlen + 1, padded)
-    v_aug = F.pad(v.transpose(1, 2), (0, pad, 0, 1))  # (bs, n_kv, seqlen + 1, padded), sink value row 0
-
-    mask = F.pad(mask, (0, 1), value=True)  # the sink key is visible to every query
+    q_aug, k_aug, v_aug = _fold_sinks("sink_attention", q, k, v, sinks, scale, first=False)
+    mask = F.pad(mask, (0, 1), value=True)  # the sink key (last) is visible to every query
     out = F.scaled_dot_product_attention(
         q_aug, k_aug, v_aug, attn_mask=mask, scale=scale, enable_gqa=n_heads != n_kv_heads
     )  # (bs, n_heads, seqlen, padded)
     return out[..., :head_dim].transpose(1, 2)  # (bs, seqlen, n_heads, head_dim)
+
+
+def sink_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor,
+                          scale: float | None = None) -> torch.Tensor:
+    """Full causal attention with per-head sinks through SDPA ``is_causal``: no mask, memory ``O(S)`` with a fused
+    kernel (the flash kernel on CPU).
+
+    The sink key is folded in as in :func:`sink_attention` but placed first, and one query row of zeros is put
+    before the queries: with ``is_causal`` over ``seqlen + 1`` positions, query ``i + 1`` sees the sink key and keys
+    ``0 .. i``, exactly the masked reference; the extra row is dropped.
+
+    Args, returns and raises as :func:`sink_attention` (``sinks`` required, no window, one document).
+    """
+    bs, seqlen, n_heads, head_dim = check_qkv("sink_causal_attention", q, k, v, sinks)
+    scale = head_dim**-0.5 if scale is None else scale
+    q_aug, k_aug, v_aug = _fold_sinks("sink_causal_attention", q, k, v, sinks, scale, first=True)
+    q_aug = F.pad(q_aug, (0, 0, 1, 0))  # (bs, n_heads, 1 + seqlen, padded): the row that sees only the sink
+    out = F.scaled_dot_product_attention(
+        q_aug, k_aug, v_aug, is_causal=True, scale=scale, enable_gqa=n_heads != k.shape[2]
+    )  # (bs, n_heads, 1 + seqlen, padded)
+    return out[:, :, 1:, :head_dim].transpose(1, 2)  # (bs, seqlen, n_heads, head_dim)
+
+
+def _fold_sinks(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float,
+                first: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q_aug, k_aug, v_aug)`` of the module note, heads before positions: ``(bs, n_heads, seqlen, padded)``,
+    ``(bs, n_kv_heads, seqlen + 1, padded)`` twice, with the sink key and its zero value row ``first`` or last."""
+    bs, seqlen, n_heads, head_dim = q.shape
+    if v.shape[3] != head_dim:
+        raise ValueError(f"{name}: with sinks v_head_dim must equal head_dim {head_dim}, got {v.shape[3]}")
+    padded = head_dim + 8 - head_dim % 8  # room for the sink column, a multiple of 8
+    pad = padded - head_dim
+    q = q.transpose(1, 2)  # (bs, n_heads, seqlen, head_dim)
+    sink_col = (sinks.to(q.dtype) / scale).view(1, n_heads, 1, 1).expand(bs, n_heads, seqlen, 1)
+    q_aug = torch.cat([q, sink_col, q.new_zeros(bs, n_heads, seqlen, pad - 1)], dim=-1)
+    sink_key = k.new_zeros(bs, k.shape[2], 1, padded)
+    sink_key[..., head_dim] = 1.0
+    keys = F.pad(k.transpose(1, 2), (0, pad))
+    k_aug = torch.cat([sink_key, keys] if first else [keys, sink_key], dim=2)  # (bs, n_kv, seqlen + 1, padded)
+    v_aug = F.pad(v.transpose(1, 2), (0, pad, 1, 0) if first else (0, pad, 0, 1))  # the sink's value row is 0
+    return q_aug, k_aug, v_aug

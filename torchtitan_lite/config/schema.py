@@ -46,9 +46,9 @@ class Model:
     """Fields of the flavor's args dataclass to replace, as the table ``[model.overrides]`` or
     ``--model.overrides.<field>=value`` (e.g. ``max_seq_len = 2048``)."""
     attn_backend: Literal["auto", "flex", "blockwise", "reference"] = "auto"
-    """Attention kernel (``models/common/attention_backends.py``): ``auto`` = SDPA for plain causal attention, and
-    for sinks, sliding windows or document masks FlexAttention on accelerators, the exact ``blockwise`` tiles on
-    CPU; ``flex`` (CPU: forward only, not for training), ``blockwise``, or the dense ``O(S^2)`` ``reference``."""
+    """Attention kernel (``models/common/attention_backends.py``): ``auto`` = SDPA for plain causal attention (on
+    CPU also with sinks), and for sinks, sliding windows or document masks FlexAttention on accelerators, the exact
+    ``blockwise`` tiles on CPU; ``flex`` (CPU: forward only, not for training), ``blockwise``, or the dense ``O(S^2)`` ``reference``."""
 
 
 @dataclass
