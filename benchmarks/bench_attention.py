@@ -4,7 +4,8 @@ with the dense reference, and tokens/s of greedy decoding with and without the K
 Attention shapes are the GPT-OSS debug model's (4 query heads, 2 key/value heads, head_dim 64, batch 1, fp32 on
 CPU): ``sliding`` = GPT-OSS's even layers (128-key window + sinks), ``full`` = its odd layers (sinks), ``plain`` =
 Qwen3-style causal attention (no sinks). Backends: ``reference`` (dense ``(S, S + 1)`` mask through SDPA),
-``blockwise`` (``models/common/blockwise.py``), ``sdpa`` (``is_causal``, plain only). Each measurement runs in its own
+``blockwise`` (``models/common/blockwise.py``), ``sdpa`` (``is_causal``; with sinks the sink folded in as the first key,
+``models/common/sink_attention.py``). Each measurement runs in its own
 process: ``peak`` is that process's peak RSS above its RSS once the inputs exist (``ru_maxrss``), so it counts
 every transient of forward and backward. The reference is skipped at a length where its peak, extrapolated as
 ``S^2`` from the previous length, would exceed ``--ref-limit-gib``.
@@ -29,7 +30,7 @@ import torch
 from benchmarks.machine_load import reported_load
 
 CASES = {"sliding": (128, True), "full": (None, True), "plain": (None, False)}  # name -> (window, sinks)
-BACKENDS = {"sliding": ("reference", "blockwise"), "full": ("reference", "blockwise"), "plain": ("reference", "sdpa")}
+BACKENDS = {"sliding": ("reference", "blockwise"), "full": ("reference", "sdpa"), "plain": ("reference", "sdpa")}
 N_HEADS, N_KV_HEADS, HEAD_DIM = 4, 2, 64  # models/gpt_oss/args.py debug flavor
 
 
