@@ -1,6 +1,6 @@
 """Decoding with a KV cache (models/common/kv_cache.py, components/generation.py) equals the full recompute for every
-family: greedy ids identical, logits within 1e-5 in fp32; sliding-window layers keep only their window and MLA keeps
-its compressed latent."""
+family: greedy ids identical, logits within 2e-5 in fp32 (the fp32 noise floor, see the test); sliding-window layers
+keep only their window and MLA keeps its compressed latent."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def test_cached_logits_and_greedy_ids_equal_the_full_recompute(family):
         steps = [model(tokens[:, : len(PROMPT)], cache=cache)[0]]
         steps += [model(tokens[:, i : i + 1], cache=cache)[0] for i in range(len(PROMPT), tokens.shape[1])]
     assert cache.length == tokens.shape[1]
-    torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
+    # fp32 rounding: on GPT-OSS (logits up to 7) every fp32 path is 0.9-1.4e-5 from the fp64 logits (cached 1.2e-5,
+    # full recompute 1.3e-5), so two of them agree within 2e-5, not 1e-5.
+    torch.testing.assert_close(torch.cat(steps), full, atol=2e-5, rtol=1e-5)
 
     kept = {layer_id: state.tensors for layer_id, state in cache.layers.items()}
     if family == "gpt_oss":  # layer 0 slides (keeps WINDOW positions), layer 1 is full
