@@ -8,6 +8,7 @@ and collects their results, ``ckpt_helpers`` the tiny training runs, ``model_hel
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 import pytest
@@ -19,9 +20,20 @@ def pytest_configure(config):
     """One CPU thread from the start (collection and the first module's fixtures), as every launched worker has
     (``dist_helpers.env``): what a test computes in its own process is computed as its workers compute, and the
     test process does not compete with its workers for the cores. Raw text is prepared into a cache of this
-    session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched workers), not the user's."""
+    session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched workers), not the user's. Signals as under a
+    shell (:func:`restore_signals`)."""
     torch.set_num_threads(1)
     os.environ.setdefault("TORCHTITAN_LITE_DATA_CACHE", tempfile.mkdtemp(prefix="torchtitan_lite_data_cache_"))
+    restore_signals()
+
+
+def restore_signals():
+    """Give this process the signal handling of a process started from a shell: pytest-xdist's workers (``-n``)
+    start with SIGINT, SIGHUP and SIGQUIT ignored, and an ignored signal stays ignored across ``exec``, so the
+    ``run_train.sh`` that a test signals (Ctrl-C under a pseudo-terminal) would never see it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

@@ -285,6 +285,8 @@ def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resume
         if not sent and re.search(rb"\[rank0\]:step +3 ", output):
             os.write(fd, b"\x03")
             sent = True
+    else:  # the run did not end: stop it rather than wait for its 100,000 steps
+        os.killpg(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     lines = output.decode(errors="replace").replace("\r\n", "\n").strip().splitlines()
     assert sent and os.waitstatus_to_exitcode(status) == 0, "\n".join(lines[-30:])

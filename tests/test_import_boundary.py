@@ -7,6 +7,8 @@ and itself, never another family, and ``models.common`` imports no family; every
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -136,3 +138,13 @@ def test_the_engine_has_no_function_local_imports_and_config_loading_is_the_base
     for name in ("schema", "cli", "load"):
         imported = engine_imports(ENGINE / "config" / f"{name}.py")[0]
         assert [module for module in imported if module not in base] == [], name
+
+
+def test_a_rank_and_the_preflight_start_without_the_datasets_library():
+    """``datasets`` (about 2 s of a process's start-up: pandas, pyarrow, httpx) is imported where raw files, a hub
+    dataset or a stream are read, not by the trainer, the preflight or evaluate: every rank of a run on prepared or
+    cached data starts without it."""
+    code = ("import sys, torchtitan_lite.train, torchtitan_lite.config.checks, torchtitan_lite.evaluate; "
+            "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr

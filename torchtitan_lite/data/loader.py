@@ -18,6 +18,10 @@ Map-style training data is one infinite, seeded global window stream that ranks 
 the same number of batches on every rank. Several local sources (``dataset_paths``) are mixed by weight over the
 global stream (``data/mixing.py``). Streaming data is read per rank (``split_dataset_by_node``), in
 stream order, forever; it resumes on the same world size only. The loader runs in the main process.
+
+``datasets`` is imported where raw files, a hub dataset or a stream are read, not with this module: it takes about
+2 s per process (pandas, pyarrow, httpx), which every rank would pay at start-up while a run on prepared or cached
+data never calls it.
 """
 
 from __future__ import annotations
@@ -26,12 +30,10 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-import datasets
 import numpy as np
 import torch
-from datasets.distributed import split_dataset_by_node
 from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -43,6 +45,9 @@ from torchtitan_lite.data.prepared import PreparedCorpus, cached_corpus, check_t
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.errors import InputError
+
+if TYPE_CHECKING:
+    import datasets
 
 DATASETS = ("shakespeare", "hf")
 SPLITS = ("train", "validation")
@@ -56,6 +61,8 @@ def local_dataset(
     """The local dataset at ``path``, its text column (always ``"text"`` for ``.txt`` files) and its files. HF
     datasets' progress bar for converting the files is off while they load: its carriage-return updates garble the
     rank logs, and the run prints its own data and tokenizing lines."""
+    import datasets
+
     builder, files = local_data_files(path)
     if all(Path(f).stat().st_size == 0 for f in files):
         raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
@@ -98,12 +105,12 @@ def load_documents(
         where = f"dataset_path {dataset_path}"
         docs = _column(*local_dataset(dataset_path, text_column, streaming=False)[:2], where)
     elif dataset == "hf":
+        import datasets
+
         where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
         docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
     else:
-        plays = shakespeare_plays(split)
-        ds = datasets.Dataset.from_dict({"name": [n for n, _ in plays], "text": [t for _, t in plays]})
-        return list(ds["text"]), f"shakespeare ({split})"
+        return [text for _, text in shakespeare_plays(split)], f"shakespeare ({split})"
     if not docs:
         raise InputError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
@@ -395,6 +402,8 @@ class StreamingWindows(IterableDataset):
 
     def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
                  dp_rank: int, dp_world_size: int, name: str, restart: bool = False, documents: bool = False):
+        from datasets.distributed import split_dataset_by_node
+
         self._stream = split_dataset_by_node(stream, rank=dp_rank, world_size=dp_world_size)
         self._tokenizer, self._text_column, self._seq_len, self.name = tokenizer, text_column, seq_len, name
         self._restart, self._documents = restart, documents
@@ -537,6 +546,8 @@ def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_
         stream, text_column, _ = local_dataset(dataset_path, text_column, streaming=True)
         name = f"dataset_path {dataset_path}"
     else:
+        import datasets
+
         stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
         name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
     return StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len, dp_rank=dp_rank,
