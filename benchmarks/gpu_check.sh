@@ -29,6 +29,10 @@
 #                NGPU / PP. With EP > 1 compile is off (EP under torch.compile is not checked yet; EXTRA_ARGS
 #                "--compile.enable=true" turns it on)
 #   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
+#   FLEX_GPT_OSS 1: the attention variant instead: a GPT-OSS-20B-shaped model (train_configs/gpt_oss_20b.toml: 64
+#                query / 8 key-value heads, 128-key sliding windows with sinks on even layers) cut to 2 layers, at
+#                seq_len 8192, one sequence per step, through FlexAttention (model.attn_backend = "flex", sinks from
+#                the log-sum-exp; models/common/flex.py): ~45 GB of model state, no 8192^2 mask
 #   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
 #                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
@@ -47,6 +51,11 @@ EP=${EP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
+if [[ "${FLEX_GPT_OSS:-0}" == 1 ]]; then
+    CONFIG_FILE=train_configs/gpt_oss_20b.toml
+    extra=(--model.overrides.n_layers=2 --model.overrides.max_seq_len=8192 --training.seq_len=8192
+           --training.local_batch_size=1 --training.global_batch_size="$NGPU" --model.attn_backend=flex "${extra[@]}")
+fi
 layout=()
 if [[ "$PP" != 1 ]]; then
     layout=(--parallelism.pipeline_parallel_degree="$PP" --model.tie_embeddings=false)

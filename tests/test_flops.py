@@ -140,11 +140,12 @@ MEASURED_ATTENTION = {
     "qwen3 tied": 2 * 12 * BS * 4 * T * T * 8,  # full T x T square per layer: equals the formula
     "qwen3 untied": 2 * 12 * BS * 4 * T * T * 8,
     "qwen3_moe": 2 * 12 * BS * 4 * T * T * 8,
-    # Sink attention (models/common/sink_attention.py) calls SDPA with one extra key (the sink) and the
-    # head dim padded to a multiple of 8 with room for the sink column (8 -> 16), on both layer kinds: the
-    # kernel multiplies the whole (T, T + 1) square, the sliding window being only a mask. The formula
+    # Sink attention on CPU: the sliding layer runs the blockwise tiles (models/common/blockwise.py): T < one
+    # tile, so it multiplies the whole T x T square (the window only masks), 2 matmuls forward and 5 backward
+    # (the scores are recomputed, not kept); the full layer runs SDPA is_causal with the sink folded in
+    # (models/common/sink_attention.py): one more key and query row, the head dim padded 8 -> 16. The formula
     # counts the useful work instead: min(window, T) keys on sliding layers, T on full ones, head_dim 8.
-    "gpt_oss": 2 * 12 * BS * 4 * T * (T + 1) * 16,
+    "gpt_oss": 2 * 7 * BS * 4 * T * T * 8 + 12 * BS * 4 * (T + 1) * (T + 1) * 16,
     # MLA: scores with qk_head_dim 12, weighted values with v_head_dim 8: 6 * h * (12 + 8) * T^2 per layer.
     "deepseek_v3": 2 * 6 * BS * 4 * T * T * (12 + 8),
     "llama3": 2 * 12 * BS * 4 * T * T * 8,
@@ -228,9 +229,10 @@ def test_experts_run_top_k_rows_plus_the_padding_rows_only(name):
 def test_measured_attention_equals_the_formula_where_the_kernel_does_no_extra_work():
     for name in ("qwen3 tied", "qwen3_moe", "deepseek_v3", "llama3"):
         assert MEASURED_ATTENTION[name] == CASES[name][5] * TOKENS
-    # gpt_oss: 221184 measured vs 4608 * 16 = 73728 counted: the sink key, the padding and the masked
-    # part of the sliding layer's square are work the kernel does but the model does not need.
-    assert (MEASURED_ATTENTION["gpt_oss"], GPT_OSS_ATTENTION * TOKENS) == (221184, 73728)
+    # gpt_oss: 181760 measured vs 4608 * 16 = 73728 counted: the masked part of the sliding layer's tile, its
+    # scores recomputed in backward (7 tile matmuls, not 6), and the full layer's sink key, extra query row and
+    # head-dim padding are work the kernels do but the model does not need.
+    assert (MEASURED_ATTENTION["gpt_oss"], GPT_OSS_ATTENTION * TOKENS) == (181760, 73728)
 
 
 def test_seq_len_must_be_positive():

@@ -18,7 +18,7 @@ from model_helpers import (
 )
 
 from models import get_model_spec
-from models.common.attention import causal_attention
+from models.common.attention_backends import causal_attention
 from models.common.rope import rope_cos_sin
 from models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_plan
 from models.qwen3.flops import num_flops_per_token, qwen3_num_params

@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from models import get_model_spec
+from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState, expected_bytes
 from torchtitan_lite.components.checkpoint.hold import hold_checkpoint_folder
 from torchtitan_lite.components.checkpoint.meta import model_args_json
@@ -77,6 +78,7 @@ from torchtitan_lite.config.memory import check_memory
 from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
 from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.checks import check_deterministic
@@ -172,6 +174,7 @@ def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
     args = build_model_args(config)
     with torch.device("meta"):
         model = spec.model_cls(args)
+    set_attn_backend(model, config.model.attn_backend)
     return model, spec, args
 
 
@@ -370,7 +373,8 @@ class Trainer:
             hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
             streaming=t.streaming, text_column=t.text_column, tokenizer=tokenizer, seq_len=t.seq_len,
             local_batch_size=t.local_batch_size, dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree,
-            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1)
+            seed=t.seed, pin_memory=info.device.type != "cpu", rank_block=self.accum if self.layout_invariant else 1,
+            documents=t.document_masking)
         self.startup.phase("data", data.describe(t.steps, self.global_batch))
         if data.validation_off:
             self.startup.note(f"warning: validation off: {data.validation_off}")
@@ -413,14 +417,14 @@ class Trainer:
         data_wait_s = 0.0
         for _ in range(self.accum):
             fetch = time.perf_counter()
-            inputs, labels = next(batches)
-            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            inputs, labels, *ids = (t.to(device, non_blocking=True) for t in next(batches))  # ids: document masking
             data_wait_s += time.perf_counter() - fetch
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is not None:
                     loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
                     continue
-                micro_loss = self.loss_fn(self.model(inputs), labels)
+                documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
+                micro_loss = self.loss_fn(self.model(inputs, **documents), labels)
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
             if self.layout_invariant:
@@ -464,13 +468,14 @@ class Trainer:
         self.model.eval()
         totals = torch.zeros(2, device=self.info.device, dtype=torch.float64 if self.info.device.type == "cpu"
                              else torch.float32)
-        for i, (inputs, labels) in enumerate(self.val_loader):
+        for i, batch in enumerate(self.val_loader):
             if i == self.config.validation.steps:
                 break
-            inputs, labels = inputs.to(self.info.device), labels.to(self.info.device)
+            inputs, labels, *ids = (t.to(self.info.device) for t in batch)
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is None:
-                    totals[0] += cross_entropy_sum(self.model(inputs), labels)
+                    documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
+                    totals[0] += cross_entropy_sum(self.model(inputs, **documents), labels)
                 else:
                     totals[0] += self.pipeline.evaluate(inputs, labels)
             totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
@@ -483,10 +488,12 @@ class Trainer:
     def sample(self) -> str:
         """The greedy continuation of ``validation.sample_prompt`` (``validation.sample_tokens`` tokens; every rank
         runs the same forwards, so FSDP gathers as in validation and all ranks get the same text)."""
-        cfg = self.config.validation
+        cfg, cc = self.config.validation, self.config.compile
+        compiled = compiles(cc.enable, cc.components, cc.backend, self.info.device.type, "model")
         self.model.eval()
         ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
-                       device=self.info.device, eos_id=self.tokenizer.eos_id)
+                       device=self.info.device, eos_id=self.tokenizer.eos_id,  # one-token steps: no TP split, no recompile
+                       use_cache=self.info.dims.tp == 1 and not compiled)
         self.model.train()
         return self.tokenizer.decode(ids)
 

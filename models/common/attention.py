@@ -1,5 +1,5 @@
-"""Causal grouped-query attention through PyTorch's fused SDPA kernel, and the GQA self-attention layer of the
-Qwen3, Qwen3-MoE and Llama 3 blocks (:class:`Attention`).
+"""The GQA self-attention layer of the Qwen3, Qwen3-MoE and Llama 3 blocks (:class:`Attention`); its kernel is
+``inner_attention`` (``models/common/attention_backends.py``).
 
 Grouped-query attention (GQA; Ainslie et al. 2023, arXiv 2305.13245): ``n_heads`` query heads share
 ``n_kv_heads`` key/value heads, query head ``h`` reading key/value head ``h // (n_heads // n_kv_heads)``
@@ -11,74 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from models.common.attention_backends import InnerAttention
+from models.common.kv_cache import LayerKV, cached_attention
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Causal softmax attention, position ``t`` attending to positions ``0 .. t``.
-
-    Runs :func:`torch.nn.functional.scaled_dot_product_attention` with ``is_causal=True`` and
-    ``enable_gqa=True`` (forward and backward work on CPU in fp32, and on accelerators).
-
-    Args:
-        q: queries ``(bs, seqlen, n_heads, head_dim)``.
-        k: keys ``(bs, seqlen, n_kv_heads, head_dim)``.
-        v: values ``(bs, seqlen, n_kv_heads, v_head_dim)``.
-        scale: softmax scale; default ``head_dim ** -0.5`` (Vaswani et al. 2017).
-
-    Returns:
-        ``(bs, seqlen, n_heads, v_head_dim)`` in the dtype of ``q``.
-
-    Raises:
-        ValueError: inputs not 4-D, mismatched batch/sequence sizes or head dims, or ``n_heads`` not
-            a multiple of ``n_kv_heads``.
-    """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(
-            "causal_attention: q, k, v must be (bs, seqlen, heads, head_dim), got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
-        raise ValueError(
-            "causal_attention: q, k, v must agree on (bs, seqlen), k and v on n_kv_heads, q and k on "
-            f"head_dim; got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    n_heads, n_kv_heads = q.shape[2], k.shape[2]
-    if n_heads % n_kv_heads:
-        raise ValueError(
-            f"causal_attention: n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})"
-        )
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2),  # (bs, n_heads, seqlen, head_dim)
-        k.transpose(1, 2),  # (bs, n_kv_heads, seqlen, head_dim)
-        v.transpose(1, 2),  # (bs, n_kv_heads, seqlen, v_head_dim)
-        is_causal=True,
-        scale=scale,
-        enable_gqa=n_heads != n_kv_heads,
-    )
-    return out.transpose(1, 2)  # (bs, seqlen, n_heads, v_head_dim)
-
-
-class CausalAttention(nn.Module):
-    """:func:`causal_attention` as a parameterless module (torchtitan's ``inner_attention``): the attention kernel
-    of a layer, a boundary where tensor parallelism hands it plain local tensors (the rank's heads).
-
-    Args:
-        scale: softmax scale; ``None`` = ``head_dim ** -0.5``.
-    """
-
-    def __init__(self, scale: float | None = None):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
-        ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``."""
-        return causal_attention(q, k, v, scale=self.scale)
 
 
 class Attention(nn.Module):
@@ -108,6 +46,8 @@ class Attention(nn.Module):
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=bias)
         self.q_norm = RMSNorm(args.head_dim, eps=args.norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(args.head_dim, eps=args.norm_eps) if qk_norm else None
+        self.inner_attention = InnerAttention()
+        self.kv_cache: LayerKV | None = None  # set by the decoder for a forward with a KV cache
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Queries ``(bs, seqlen, n_heads, head_dim)`` and keys after (QK-norm and) RoPE, values
@@ -120,6 +60,22 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        out = causal_attention(*self.qkv(x, cos, sin))  # (bs, seqlen, n_heads, head_dim)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``; ``document_ids`` int ``(bs, seqlen)`` or ``None``
+        (:func:`models.common.attention_backends.attention`)."""
+        out = self.attend(*self.qkv(x, cos, sin), document_ids=document_ids)  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None,
+               document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``inner_attention`` of ``q`` ``(bs, seqlen, n_heads, head_dim)`` over ``k``/``v``; with ``kv_cache`` set, the
+        new positions' keys and values are kept and the queries attend to all kept ones
+        (:mod:`models.common.kv_cache`)."""
+        if self.kv_cache is None:
+            args = (q, k, v) if sinks is None else (q, k, v, sinks)  # positional: what a TP plan prepares
+            return self.inner_attention(*args, document_ids=document_ids)
+        window = self.inner_attention.sliding_window
+        (k, v), k_start = self.kv_cache.extend((k, v), keep=window)
+        return cached_attention(q, k, v, self.kv_cache.end - q.shape[1], k_start, sinks=sinks,
+                                sliding_window=window, scale=self.inner_attention.scale)

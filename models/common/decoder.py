@@ -15,8 +15,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from models.common.kv_cache import LayerKV
 from models.common.norm import RMSNorm
 from models.common.rope import rope_cos_sin
+from torchtitan_lite.protocols.attention import KVCache
 
 
 class Decoder(nn.Module):
@@ -72,7 +74,8 @@ class Decoder(nn.Module):
         device = self.rope_cos.device if buffer_device is None else buffer_device
         self.rope_cos, self.rope_sin = self.rope_tables(device)
 
-    def forward(self, tokens: torch.Tensor, seqlen: int | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, seqlen: int | None = None, document_ids: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """Logits of the next token at every position; on a pipeline stage, what the stage owns of that.
 
         Args:
@@ -81,6 +84,15 @@ class Decoder(nn.Module):
                 ``(bs, seqlen, dim)`` the previous stage returned.
             seqlen: the batch's sequence length where ``tokens`` do not show it (hidden states sharded along the
                 sequence by sequence parallelism, on a later pipeline stage); default ``tokens.shape[1]``.
+            document_ids: int ``(bs, seqlen)``, the document of each position (non-decreasing along a row): a
+                position attends only to earlier positions of its document (block-causal masking). ``None``: the
+                whole window is one document.
+            positions: int64 ``(bs, seqlen)`` RoPE positions (e.g. restarting at each document,
+                :func:`torchtitan_lite.data.documents.document_positions`); ``None``: ``0 .. seqlen - 1``.
+            cache: decoding state (:class:`~torchtitan_lite.protocols.attention.KVCache`): ``tokens`` are the positions
+                ``cache.length ..`` of the sequences, each block's ``attention`` keeps what later positions need
+                (``models/common/kv_cache.py``) and ``cache.length`` advances by ``seqlen``. Not with
+                ``document_ids`` or ``positions``.
 
         Returns:
             ``(bs, seqlen, vocab_size)`` logits in the compute dtype; on a stage without ``output`` (``None``: not
@@ -96,13 +108,23 @@ class Decoder(nn.Module):
             expected = "tokens (bs, seqlen)" if first else "hidden states (bs, seqlen, dim)"
             raise ValueError(f"{name}: expected {expected}, got shape {tuple(tokens.shape)}")
         seqlen = tokens.shape[1] if seqlen is None else seqlen
-        if seqlen > self.args.max_seq_len:
-            raise ValueError(f"{name}: sequence length {seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
+        start = 0 if cache is None else cache.length
+        if start + seqlen > self.args.max_seq_len:
+            raise ValueError(f"{name}: sequence length {start + seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
                              "raise model max_seq_len or lower training.seq_len")
-        cos, sin = self.rope_cos[:seqlen], self.rope_sin[:seqlen]
+        if positions is None:
+            cos, sin = self.rope_cos[start:start + seqlen], self.rope_sin[start:start + seqlen]  # (seqlen, rope_dim)
+        else:
+            cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # (bs, seqlen, rope_dim)
         h = self.tok_embeddings(tokens) if first else tokens  # (bs, seqlen, dim)
-        for layer in self.layers.values():
-            h = layer(h, cos, sin)
+        for layer_id, layer in self.layers.items():
+            if cache is not None:
+                layer.attention.kv_cache = cache.layers.setdefault(layer_id, LayerKV())
+            h = layer(h, cos, sin) if document_ids is None else layer(h, cos, sin, document_ids=document_ids)
+        if cache is not None:
+            cache.length += seqlen
+            for layer in self.layers.values():
+                layer.attention.kv_cache = None
         if self.output is None:
             return h
         return self.output(self.norm(h))  # (bs, seqlen, vocab_size)

@@ -72,17 +72,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     Args:
         x: ``(bs, seqlen, n_heads, head_dim)`` queries or keys.
         cos, sin: ``(seqlen, head_dim)`` rows of :func:`rope_cos_sin` for the positions of ``x``
-            (slice ``cos[:seqlen]`` for positions ``0 .. seqlen-1``).
+            (slice ``cos[:seqlen]`` for positions ``0 .. seqlen-1``), or ``(bs, seqlen, head_dim)`` rows per sequence
+            (positions restarting at each document).
 
     Returns:
         A tensor of the shape and dtype of ``x``.
 
     Raises:
-        ValueError: ``x`` is not 4-D or ``cos``/``sin`` are not ``(seqlen, head_dim)``.
+        ValueError: ``x`` is not 4-D or ``cos``/``sin`` are not ``([bs,] seqlen, head_dim)``.
     """
     if x.dim() != 4:
         raise ValueError(f"apply_rope: x must be (bs, seqlen, n_heads, head_dim), got shape {tuple(x.shape)}")
-    expected = (x.shape[1], x.shape[3])
+    expected = (x.shape[1], x.shape[3]) if cos.dim() == 2 else (x.shape[0], x.shape[1], x.shape[3])
     if tuple(cos.shape) != expected or tuple(sin.shape) != expected:
         raise ValueError(
             f"apply_rope: cos and sin must be (seqlen, head_dim) = {expected}, got {tuple(cos.shape)} and "
@@ -91,6 +92,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x32 = x.float()
     x1, x2 = x32.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    cos = cos.float()[None, :, None, :]  # (1, seqlen, 1, head_dim)
-    sin = sin.float()[None, :, None, :]
+    cos = cos.float().view(-1, x.shape[1], 1, x.shape[3])  # (1 or bs, seqlen, 1, head_dim)
+    sin = sin.float().view(-1, x.shape[1], 1, x.shape[3])
     return (x32 * cos + rotated * sin).to(x.dtype)

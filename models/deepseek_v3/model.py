@@ -20,11 +20,12 @@ import math
 import torch
 from torch import nn
 
-from models.common.attention import CausalAttention
+from models.common.attention_backends import InnerAttention
 from models.common.balance_loss import sequence_aux_loss
 from models.common.decoder import Decoder
 from models.common.experts import GroupedSwiGLUExperts
 from models.common.ffn import FeedForward
+from models.common.kv_cache import LayerKV, cached_attention
 from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.rope import apply_rope, rope_cos_sin
@@ -78,36 +79,50 @@ class MLA(nn.Module):
         self.kv_norm = RMSNorm(args.kv_lora_rank, eps=LATENT_NORM_EPS)
         self.wkv_b = nn.Linear(args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False)
         self.wo = nn.Linear(args.n_heads * args.v_head_dim, args.dim, bias=False)
-        self.inner_attention = CausalAttention(softmax_scale(args))
+        self.inner_attention = InnerAttention(scale=softmax_scale(args))
+        self.kv_cache: LayerKV | None = None  # set by the decoder for a forward with a KV cache
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values of ``x`` ``(bs, seqlen, dim)`` at the positions of ``cos``/``sin``.
-
-        Args:
-            cos, sin: ``(seqlen, qk_rope_head_dim)`` RoPE table rows.
-
-        Returns:
-            ``q``, ``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` (the last ``qk_rope_head_dim`` features
-            rotated) and ``v`` ``(bs, seqlen, n_heads, v_head_dim)``.
-        """
+    def queries(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``q`` ``(bs, seqlen, n_heads, qk_head_dim)`` of ``x`` ``(bs, seqlen, dim)`` at the positions of ``cos``/``sin``
+        ``(seqlen, qk_rope_head_dim)`` (the last ``qk_rope_head_dim`` features rotated)."""
         bs, seqlen, _ = x.shape
         q = self.wq(x) if self.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
         q = q.view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.qk_rope_head_dim)
         q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-        c_kv, k_pe = self.wkv_a(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
-        k_pe = apply_rope(k_pe.unsqueeze(2), cos, sin)  # (bs, seqlen, 1, qk_rope_head_dim)
-        kv = self.wkv_b(self.kv_norm(c_kv)).view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim)
-        k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
-        q = torch.cat([q_nope, apply_rope(q_pe, cos, sin)], dim=-1)
-        k = torch.cat([k_nope, k_pe.expand(-1, -1, self.n_heads, -1)], dim=-1)
-        return q, k, v
+        return torch.cat([q_nope, apply_rope(q_pe, cos, sin)], dim=-1)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)`` -> ``(bs, seqlen, dim)``."""
-        q, k, v = self.qkv(x, cos, sin)
-        out = self.inner_attention(q, k, v)  # (bs, seqlen, n_heads, v_head_dim)
-        return self.wo(out.flatten(2))
+    def latent(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compressed key/value latent of ``x``: ``c_kv`` ``(bs, seqlen, kv_lora_rank)`` after ``kv_norm`` and the
+        rotated shared key ``k_pe`` ``(bs, seqlen, 1, qk_rope_head_dim)`` (what a KV cache keeps)."""
+        c_kv, k_pe = self.wkv_a(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        return self.kv_norm(c_kv), apply_rope(k_pe.unsqueeze(2), cos, sin)
+
+    def keys_values(self, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` and ``v`` ``(bs, seqlen, n_heads, v_head_dim)`` up-projected
+        from the latent (:meth:`latent`)."""
+        bs, seqlen, _ = c_kv.shape
+        kv = self.wkv_b(c_kv).view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim)
+        k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+        return torch.cat([k_nope, k_pe.expand(-1, -1, self.n_heads, -1)], dim=-1), v
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`queries`, then keys and values (:meth:`keys_values` of :meth:`latent`) of ``x``."""
+        return self.queries(x, cos, sin), *self.keys_values(*self.latent(x, cos, sin))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``, ``document_ids`` int
+        ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With ``kv_cache`` set (decoding) the latent is kept
+        (:mod:`models.common.kv_cache`)."""
+        if self.kv_cache is None:
+            out = self.inner_attention(*self.qkv(x, cos, sin), document_ids=document_ids)
+        else:
+            q = self.queries(x, cos, sin)
+            latent, k_start = self.kv_cache.extend(self.latent(x, cos, sin), keep=None)
+            out = cached_attention(q, *self.keys_values(*latent), self.kv_cache.end - q.shape[1], k_start,
+                                   scale=self.inner_attention.scale)
+        return self.wo(out.flatten(2))  # out: (bs, seqlen, n_heads, v_head_dim)
 
 
 def build_moe(args: DeepSeekV3ModelArgs) -> MoE:
@@ -137,9 +152,10 @@ class TransformerBlock(nn.Module):
         else:
             self.moe = build_moe(args)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+        h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         ffn = self.moe if self.is_moe else self.feed_forward
         return h + ffn(self.ffn_norm(h))
 

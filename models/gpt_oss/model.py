@@ -4,7 +4,7 @@ HF transformers ``modeling_gpt_oss.py``).
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))``.
   * RMSNorm, eps 1e-5 (``models/common/norm.py``).
   * Grouped-query attention with biases on ``wq/wk/wv/wo`` (HF ``attention_bias: true``), a learned
-    per-head sink logit (``models/common/sink_attention.py``), YaRN RoPE in the rotate-half layout
+    per-head sink logit (``models/common/sink_attention.py``, run by ``models/common/attention_backends.py``), YaRN RoPE in the rotate-half layout
     (the reference's ``_apply_rotary_emb`` splits halves; ``models/common/yarn.py``); even layers see
     only the ``sliding_window`` most recent keys, odd layers are full causal (reference
     ``layer_idx % 2 == 0``; HF ``layer_types`` starts with ``sliding_attention``).
@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 from models.common import attention as common_attention
+from models.common.attention_backends import InnerAttention
 from models.common.balance_loss import switch_aux_loss
 from models.common.decoder import Decoder
 from models.common.experts import GroupedExperts, clamped_swiglu
 from models.common.moe import MoE
 from models.common.norm import RMSNorm
 from models.common.routers import TopKRouter
-from models.common.sink_attention import SinkAttention
 from models.common.yarn import yarn_cos_sin
 from models.gpt_oss.args import GptOssModelArgs
 
@@ -49,11 +49,13 @@ class Attention(common_attention.Attention):
     def __init__(self, args: GptOssModelArgs, sliding_window: int | None):
         super().__init__(args, qk_norm=False, bias=True)
         self.sinks = nn.Parameter(torch.empty(args.n_heads))
-        self.inner_attention = SinkAttention(sliding_window)
+        self.inner_attention = InnerAttention(sliding_window=sliding_window)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``."""
-        out = self.inner_attention(*self.qkv(x, cos, sin), self.sinks)  # (bs, seqlen, n_heads, head_dim)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)``, ``document_ids`` int ``(bs, seqlen)`` or
+        ``None`` -> ``(bs, seqlen, dim)``."""
+        out = self.attend(*self.qkv(x, cos, sin), self.sinks, document_ids)  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
 
 
@@ -73,9 +75,10 @@ class TransformerBlock(nn.Module):
             aux_loss_coeff=args.aux_loss_coeff,
         )
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+        h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.moe(self.ffn_norm(h))
 
 

@@ -38,8 +38,9 @@ class TransformerBlock(nn.Module):
         experts = GroupedSwiGLUExperts(args.num_experts, args.dim, args.moe_inter_dim)
         self.moe = MoE(router, experts, aux_loss=switch_aux_loss, aux_loss_coeff=args.aux_loss_coeff)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.moe(self.ffn_norm(h))
 
 

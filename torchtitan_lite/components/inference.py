@@ -25,6 +25,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from models import get_model_spec
+from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.integrity import read_meta, verify_files
 from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
 from torchtitan_lite.components.hf.folder import HFError
@@ -119,6 +120,7 @@ def load_model(config: JobConfig) -> LoadedModel:
     spec = get_model_spec(config.model.name)
     with torch.device("meta"):
         model = spec.model_cls(args)
+    set_attn_backend(model, config.model.attn_backend)
     materialize(model, device)
     if kind == "checkpoint":
         loaded = _load_checkpoint(model, path)

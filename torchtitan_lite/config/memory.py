@@ -6,7 +6,11 @@ Per rank, FSDP2 sharding everything over the ``world_size`` ranks: the fp32 para
 AdamW's two fp32 moments (16 bytes per parameter / world size), plus the activations of one micro-batch, which are
 not sharded. Activations per block without checkpointing: ``s b h (34 + 5 a s / h)`` bytes at 2 bytes per value
 (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198,
-Sec. 4.1; ``s`` seq_len, ``b`` local batch, ``h`` dim, ``a`` heads), scaled to the compute dtype; with
+Sec. 4.1; ``s`` seq_len, ``b`` local batch, ``h`` dim, ``a`` heads), scaled to the compute dtype. The ``5 a s / h``
+term is the ``s x s`` scores, softmax and mask each layer keeps: only the dense ``reference`` attention backend keeps
+them; SDPA's fused kernels, FlexAttention and the blockwise tiles keep the output and one log-sum-exp per query
+instead (FlashAttention, Dao et al. 2022: memory linear in ``s``), so the term is dropped for them (Korthikanti et
+al. Sec. 4.1 note the same for FlashAttention-style kernels); with
 ``activation_checkpoint.mode = "full"`` each block keeps only its input (``s b h`` values) and one block's
 activations are live at a time (Sec. 5); the output logits and their gradient add ``2 s b V`` fp32 values. On a CPU
 the ranks of a node share the host memory.
@@ -46,12 +50,13 @@ class MemoryEstimate:
 
 
 def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int, local_batch_size: int,
-                         compute_bytes: int, ac_mode: str) -> MemoryEstimate:
+                         compute_bytes: int, ac_mode: str, dense_scores: bool = True) -> MemoryEstimate:
     """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args ``args``
-    (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``); ``compute_bytes`` per activation value (4 fp32, 2 bf16)."""
+    (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``); ``compute_bytes`` per activation value (4 fp32, 2 bf16);
+    ``dense_scores``: the attention keeps ``s x s`` scores (``model.attn_backend = "reference"``)."""
     states = 16 * n_params // world_size
     s, b, h, a = seq_len, local_batch_size, args.dim, args.n_heads
-    block = s * b * h * (34 + 5 * a * s / h) * compute_bytes / 2
+    block = s * b * h * (34 + (5 * a * s / h if dense_scores else 0)) * compute_bytes / 2
     blocks = (args.n_layers * s * b * h * compute_bytes + block) if ac_mode == "full" else args.n_layers * block
     logits = 2 * s * b * args.vocab_size * 4
     return MemoryEstimate(states, int(blocks + logits))
@@ -118,7 +123,8 @@ def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None =
     fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
     estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
                                     local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
-                                    ac_mode=config.activation_checkpoint.mode)
+                                    ac_mode=config.activation_checkpoint.mode,
+                                    dense_scores=config.model.attn_backend == "reference")
     total, available, name = memory_limit(kind)
     problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
                           available=available, name=name, world_size=world_size)

@@ -45,6 +45,10 @@ class Model:
     overrides: dict[str, Any] = field(default_factory=dict)
     """Fields of the flavor's args dataclass to replace, as the table ``[model.overrides]`` or
     ``--model.overrides.<field>=value`` (e.g. ``max_seq_len = 2048``)."""
+    attn_backend: Literal["auto", "flex", "blockwise", "reference"] = "auto"
+    """Attention kernel (``models/common/attention_backends.py``): ``auto`` = SDPA for plain causal attention (on
+    CPU also with sinks), and for sinks, sliding windows or document masks FlexAttention on accelerators, the exact
+    ``blockwise`` tiles on CPU; ``flex`` (CPU: forward only, not for training), ``blockwise``, or the dense ``O(S^2)`` ``reference``."""
 
 
 @dataclass
@@ -78,6 +82,13 @@ class Training:
     -1 = ``local_batch_size *`` the data-parallel degree."""
     seq_len: int = bounded(256, ge=1)
     """Tokens per training sequence."""
+    document_masking: bool = False
+    """Block-causal attention: a position sees only earlier positions of its own document (the data's document
+    starts; streamed data: the EOS after each document); the loss targets do not change."""
+    document_positions: Literal["continue", "restart"] = "continue"
+    """RoPE positions under ``document_masking``: ``continue`` counting through the window (RoPE scores depend only
+    on the distance ``i - j``, so within a document both give the same attention; continuing keeps one table for
+    the batch), or ``restart`` at 0 in each document (as the model sees a document alone, e.g. at inference)."""
     steps: int = bounded(200, ge=1, le=10**12)
     """Optimizer steps to train."""
     max_norm: float = bounded(1.0, gt=0)

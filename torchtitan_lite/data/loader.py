@@ -38,6 +38,7 @@ from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from torchtitan_lite.data.corpus import play_files, shakespeare_plays
+from torchtitan_lite.data.documents import document_ids_from_eos
 from torchtitan_lite.data.files import local_data_files
 from torchtitan_lite.data.mixing import Mixture
 from torchtitan_lite.data.prepared import PreparedCorpus, cached_corpus, check_tokenizer, file_sources, is_prepared
@@ -193,26 +194,34 @@ class TokenFile:
 class PackedWindows:
     """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring; a tensor in memory or
     a prepared folder's ``TokenFile``); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
-    unknown); ``name`` is the source, for messages.
+    unknown); ``name`` is the source, for messages; ``documents``: each window also carries its
+    :func:`document_ids` (document masking).
 
     Raises:
         InputError: fewer than ``seq_len + 1`` tokens (not one window).
+        ValueError: ``documents`` without ``starts``.
     """
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str, starts: np.ndarray | None = None):
+    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str, starts: np.ndarray | None = None,
+                 documents: bool = False):
         if tokens.numel() < seq_len + 1:
             raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
                 "use more data or a smaller seq_len"
             )
-        self.tokens, self.seq_len, self.name, self.starts = tokens, seq_len, name, starts
+        if documents and starts is None:
+            raise ValueError(f"{name}: document ids asked for, but the document starts are unknown")
+        self.tokens, self.seq_len, self.name, self.starts, self.documents = tokens, seq_len, name, starts, documents
 
     def __len__(self) -> int:
         return (self.tokens.numel() - 1) // self.seq_len
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(input_ids, labels)`` of window ``i``: two int64 tensors ``(seq_len,)``."""
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        """``(input_ids, labels)`` of window ``i``: two int64 tensors ``(seq_len,)``; with ``documents`` also its
+        int32 :func:`document_ids` ``(seq_len,)``."""
         window = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
+        if self.documents:
+            return window[:-1], window[1:], document_ids(self.document_starts(i), self.seq_len)
         return window[:-1], window[1:]
 
     def document_starts(self, i: int) -> torch.Tensor:
@@ -244,7 +253,7 @@ def _slice(windows: PackedWindows, begin: int, end: int, name: str) -> PackedWin
     if windows.starts is not None:
         lo, hi = np.searchsorted(windows.starts, [begin, end])
         starts = np.asarray(windows.starts[lo:hi], dtype=np.int64) - begin
-    return PackedWindows(windows.tokens[begin:end], windows.seq_len, name, starts)
+    return PackedWindows(windows.tokens[begin:end], windows.seq_len, name, starts, windows.documents)
 
 
 class ConcatWindows:
@@ -257,7 +266,7 @@ class ConcatWindows:
     def __len__(self) -> int:
         return int(self._ends[-1])
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
         k = int(np.searchsorted(self._ends, i, side="right"))
         return self.parts[k][i - (int(self._ends[k - 1]) if k else 0)]
 
@@ -381,7 +390,8 @@ class StreamingWindows(IterableDataset):
 
     Documents in stream order, each followed by the EOS, forever; the state (epoch, stream state, unused
     tokens) resumes exactly with the same ``dp_rank`` and ``dp_world_size``. ``restart=True`` (validation)
-    starts every new iterator from the beginning.
+    starts every new iterator from the beginning. ``documents``: each window also carries its document ids, from the
+    EOS this loader puts after each document (:func:`~torchtitan_lite.data.documents.document_ids_from_eos`).
 
     Raises (while iterating):
         InputError: a document without ``text_column``, or no document in this rank's share.
@@ -391,15 +401,15 @@ class StreamingWindows(IterableDataset):
     """The state is this rank's position in its own part of the stream (read by the checkpointer)."""
 
     def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
-                 dp_rank: int, dp_world_size: int, name: str, restart: bool = False):
+                 dp_rank: int, dp_world_size: int, name: str, restart: bool = False, documents: bool = False):
         from datasets.distributed import split_dataset_by_node
 
         self._stream = split_dataset_by_node(stream, rank=dp_rank, world_size=dp_world_size)
         self._tokenizer, self._text_column, self._seq_len, self.name = tokenizer, text_column, seq_len, name
-        self._restart = restart
+        self._restart, self._documents = restart, documents
         self._epoch, self._buffer, self._stream_state = 0, [], None
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self._restart:
             self._epoch, self._buffer, self._stream_state = 0, [], None
         while True:
@@ -417,7 +427,10 @@ class StreamingWindows(IterableDataset):
                 while len(self._buffer) > self._seq_len:
                     window = torch.tensor(self._buffer[: self._seq_len + 1], dtype=torch.long)
                     del self._buffer[: self._seq_len]
-                    yield window[:-1], window[1:]
+                    if self._documents:
+                        yield window[:-1], window[1:], document_ids_from_eos(window[None, :-1], self._tokenizer.eos_id)[0]
+                    else:
+                        yield window[:-1], window[1:]
             if from_start and documents == 0:
                 raise InputError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
                                  "split between ranks by position); use more data or fewer ranks")
@@ -432,9 +445,10 @@ class StreamingWindows(IterableDataset):
         self._epoch, self._stream_state, self._buffer = state["epoch"], state["stream"], list(state["buffer"])
 
 
-def collate_windows(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack windows into ``(input_ids, labels)``, each int64 ``(batch, seq_len)``."""
-    return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
+def collate_windows(batch: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    """Stack windows into ``(input_ids, labels)``, each int64 ``(batch, seq_len)`` (and their int32 document ids
+    ``(batch, seq_len)`` when the windows carry them)."""
+    return tuple(torch.stack(column) for column in zip(*batch))
 
 
 def _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
@@ -527,7 +541,7 @@ def _loader(ds: IterableDataset, local_batch_size: int, pin_memory: bool) -> Sta
 
 
 def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
-                       seq_len, dp_rank, dp_world_size, **_) -> StreamingWindows:
+                       seq_len, dp_rank, dp_world_size, documents=False, **_) -> StreamingWindows:
     if dataset_path is not None:
         stream, text_column, _ = local_dataset(dataset_path, text_column, streaming=True)
         name = f"dataset_path {dataset_path}"
@@ -537,7 +551,7 @@ def _streaming_dataset(split: str, *, dataset_path, hf_dataset_name, hf_dataset_
         stream = datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split, streaming=True)
         name = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
     return StreamingWindows(stream, tokenizer=tokenizer, text_column=text_column, seq_len=seq_len, dp_rank=dp_rank,
-                            dp_world_size=dp_world_size, name=name, restart=split == "validation")
+                            dp_world_size=dp_world_size, name=name, restart=split == "validation", documents=documents)
 
 
 def _play_texts(split: str) -> Iterator[str]:
@@ -555,7 +569,7 @@ def _local_texts(path: str, text_column: str) -> Iterator[str]:
 
 
 def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_dataset_config, text_column, tokenizer,
-            seq_len, **_) -> tuple[PackedWindows, int, str]:
+            seq_len, documents=False, **_) -> tuple[PackedWindows, int, str]:
     """``(windows, documents, source name)`` of a map-style split (local data: the whole stream). A prepared folder
     is mapped; raw local files and the plays are prepared on first use into the cache (``data/prepared.py``); a hub
     dataset is tokenized here, in memory."""
@@ -571,15 +585,15 @@ def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_datase
         corpus = cached_corpus(f"shakespeare/{split}", file_sources(play_files(split)), tokenizer, _play_texts(split))
         name = f"shakespeare ({split})"
     else:
-        documents, name = load_documents(dataset=dataset, dataset_path=None, hf_dataset_name=hf_dataset_name,
+        texts, name = load_documents(dataset=dataset, dataset_path=None, hf_dataset_name=hf_dataset_name,
                                          hf_dataset_config=hf_dataset_config, text_column=text_column, split=split)
-        tokens = tokenize_documents(tokenizer, documents)
+        tokens = tokenize_documents(tokenizer, texts)
         after_eos = np.flatnonzero(tokens.numpy() == tokenizer.eos_id)[:-1] + 1
         starts = np.concatenate([np.zeros(1, dtype=np.int64), after_eos.astype(np.int64)])
-        return PackedWindows(tokens, seq_len, name, starts), len(documents), name
+        return PackedWindows(tokens, seq_len, name, starts, documents), len(texts), name
     m = corpus.manifest
     tokens = TokenFile(corpus.tokens_path, np.dtype(m.dtype), 0, m.n_tokens)
-    return PackedWindows(tokens, seq_len, name, corpus.starts), m.n_documents, name
+    return PackedWindows(tokens, seq_len, name, corpus.starts, documents), m.n_documents, name
 
 
 def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:
@@ -652,6 +666,7 @@ def build_dataloader(
     val_fraction: float = 0.01,
     min_val_windows: int = 0,
     pin_memory: bool = False,
+    documents: bool = False,
 ) -> StatefulDataLoader:
     """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)`` (module docstring).
 
@@ -671,6 +686,9 @@ def build_dataloader(
         val_fraction, min_val_windows: local files: the part of the token stream (its end) held out for
             validation (:func:`held_out_tokens`).
         pin_memory: batches in page-locked memory, for ``non_blocking`` copies to an accelerator.
+        documents: batches are ``(input_ids, labels, document_ids)``, the ids int32 ``(local_batch_size, seq_len)``
+            (:func:`document_ids`) from the document starts of the source (streamed data: from the EOS the loader
+            puts after each document).
 
     Raises:
         ValueError: arguments outside the contract (named with their value), e.g. a validation split of a
@@ -681,7 +699,8 @@ def build_dataloader(
     """
     kw = dict(dataset=dataset, dataset_path=dataset_path, hf_dataset_name=hf_dataset_name,
               hf_dataset_config=hf_dataset_config, text_column=text_column, tokenizer=tokenizer, seq_len=seq_len,
-              local_batch_size=local_batch_size, dp_rank=dp_rank, dp_world_size=dp_world_size, seed=seed)
+              local_batch_size=local_batch_size, dp_rank=dp_rank, dp_world_size=dp_world_size, seed=seed,
+              documents=documents)
     _check_args(dataset, dataset_path, streaming, seq_len, local_batch_size, dp_rank, dp_world_size, split,
                 val_fraction)
     if streaming:
