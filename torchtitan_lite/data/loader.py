@@ -428,7 +428,8 @@ class StreamingWindows(IterableDataset):
                     window = torch.tensor(self._buffer[: self._seq_len + 1], dtype=torch.long)
                     del self._buffer[: self._seq_len]
                     if self._documents:
-                        yield window[:-1], window[1:], document_ids_from_eos(window[None, :-1], self._tokenizer.eos_id)[0]
+                        ids = document_ids_from_eos(window[None, :-1], self._tokenizer.eos_id)[0]
+                        yield window[:-1], window[1:], ids
                     else:
                         yield window[:-1], window[1:]
             if from_start and documents == 0:
