@@ -29,8 +29,6 @@ from models.common.flex import flex_attention_op
 from models.common.sink_attention import sink_attention, sink_causal_attention
 from torchtitan_lite.protocols.attention import ATTN_BACKENDS, AttentionKernel
 
-BACKENDS = ATTN_BACKENDS
-
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """Causal softmax attention, position ``t`` attending to positions ``0 .. t``.
@@ -69,10 +67,10 @@ def resolve_backend(backend: str, device_type: str, plain: bool, sinks: bool = F
     documents) and has ``sinks``.
 
     Raises:
-        ValueError: ``backend`` not one of :data:`BACKENDS`.
+        ValueError: ``backend`` not one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend not in ATTN_BACKENDS:
+        raise ValueError(f"attention backend must be one of {', '.join(ATTN_BACKENDS)}, got {backend!r}")
     if backend != "auto":
         return backend
     if plain and (not sinks or device_type == "cpu"):
@@ -103,7 +101,7 @@ def attention(
         sliding_window: keys visible to each query, itself included, or ``None``.
         document_ids: int32/int64 ``(bs, seqlen)``, the document of each position (non-decreasing), or ``None``.
         scale: softmax scale; default ``head_dim ** -0.5``.
-        backend: one of :data:`BACKENDS`.
+        backend: one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
 
     Returns:
         ``(bs, seqlen, n_heads, v_head_dim)`` in the dtype of ``q``.
