@@ -148,3 +148,13 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
             "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr
+
+
+def test_the_preflight_runs_without_importing_dynamo():
+    """``torch.distributed.pipelining`` imports ``torch._dynamo`` (about 1.5 CPU-s); it is imported by pipelined runs
+    only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
+    code = ("import sys; from torchtitan_lite.config.checks import load_config_or_exit; "
+            "load_config_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
+            "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr

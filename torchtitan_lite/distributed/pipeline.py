@@ -28,22 +28,28 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
 from torchtitan_lite.distributed.fsdp import is_tied
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.init.apply import materialize
 
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
+
+# torch.distributed.pipelining is imported where it is used: it imports torch._dynamo (about 0.7 CPU-s), which every
+# process would pay at start-up (the preflight and each rank), pipelined or not.
+
 
 def _single_stage(schedule: str) -> bool:
     """Whether ``schedule`` (a ``torch.distributed.pipelining`` schedule name) runs one stage per rank."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
     return issubclass(get_schedule_class(schedule), PipelineScheduleSingle)
 
 
@@ -290,6 +296,9 @@ def build_pipeline(model: nn.Module, parallel_dims: ParallelDims,
     Raises:
         ValueError: see :func:`stage_layer_ids` and :func:`split_stage` (the config checks both first).
     """
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
     pp, pp_rank = parallel_dims.pp, parallel_dims.pp_rank
     n_microbatches = local_batch_size // microbatch_size
     layer_ids = stage_layer_ids(len(model.layers), pp, schedule, n_microbatches=n_microbatches,
