@@ -202,3 +202,19 @@ def test_keyed_values_depend_only_on_key_and_index():
     assert not torch.equal(a[:100], c[:100]) and not torch.equal(a[:100], d[:100])
     bf16 = trunc_normal_(torch.empty(KEYED_N, dtype=torch.bfloat16), key=InitKey(7, "w"))
     assert torch.equal(bf16, a.to(torch.bfloat16).clamp(*sampling.inner_bounds(-2.0, 2.0, torch.bfloat16)))
+
+
+def test_the_public_import_is_the_exact_sampler_and_fills_in_place():
+    from torchtitan_lite import init
+
+    assert init.trunc_normal_ is trunc_normal_ and init.InitKey is InitKey and sorted(init.__all__) == [
+        "InitKey", "trunc_normal_"]
+    weight = nn.Parameter(torch.empty(512, 512))
+    out = init.trunc_normal_(weight, 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(0))
+    assert out is weight and weight.requires_grad
+    law = _law(0.0, 1.0, -2.0, 2.0)
+    x = weight.detach().double()
+    assert -2.0 <= x.min() and x.max() <= 2.0
+    assert abs(x.std().item() - law.std()) < 4 * law.std() / math.sqrt(2 * x.numel())  # 0.8796, 4 standard errors
+    with pytest.raises(AttributeError, match="no attribute 'normal_'"):
+        init.normal_  # noqa: B018
