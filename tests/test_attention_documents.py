@@ -10,6 +10,7 @@ import test_data
 import torch
 from test_data_prepared import _prepare
 from test_kv_cache import tiny_model
+from test_tokenizer import _word_level
 
 from models import model_names
 from torchtitan_lite.config.checks import load_config
@@ -65,6 +66,16 @@ def test_the_loader_gives_document_ids_from_the_document_starts_not_from_eos(toy
 def test_attention_combinations_no_backend_runs_are_config_errors(cli, message, tmp_path):
     with pytest.raises(ConfigError, match=f"^{message}"):
         load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli])
+
+
+def test_document_masking_with_a_tokenizer_without_eos_is_one_config_error(tmp_path):
+    """Documents are cut at the EOS the data pipeline writes, so a tokenizer without one is refused before launch
+    (for every run: the pipeline needs it between documents)."""
+    noeos = _word_level(tmp_path / "noeos.json", {"<unk>": 0, "a": 1})
+    with pytest.raises(ConfigError, match=r"^model.tokenizer_path: tokenizer .*noeos.json has none of the EOS "
+                                          r"tokens .*; use a tokenizer.json whose vocab has one"):
+        load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", f"--model.tokenizer_path={noeos}",
+                     "--training.document_masking=true"])
 
 
 def test_memory_estimate_keeps_the_s_squared_scores_only_for_the_dense_reference():

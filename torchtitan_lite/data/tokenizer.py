@@ -46,8 +46,9 @@ class Tokenizer:
         found = [name for name in names if name in vocab]
         if not found:
             raise InputError(
-                f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; "
-                "name its end-of-text token with eos_token=..."
+                f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; use a tokenizer.json whose vocab "
+                "has one (the data pipeline puts it between documents), or from Python name its end-of-text token "
+                "with eos_token=..."
             )
         self.eos_token, self.eos_id = found[0], vocab[found[0]]
 
