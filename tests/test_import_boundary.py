@@ -151,7 +151,7 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
 
 
 def test_the_preflight_runs_without_importing_dynamo():
-    """``torch.distributed.pipelining`` imports ``torch._dynamo`` (about 1.5 CPU-s); it is imported by pipelined runs
+    """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported by pipelined runs
     only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
     code = ("import sys; from torchtitan_lite.config.checks import load_config_or_exit; "
             "load_config_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "

@@ -52,7 +52,7 @@ class Decoder(nn.Module):
         self.args = args
         self.rope_dim = rope_dim
         # An empty weight skips nn.Embedding's N(0, 1) fill: init_weights draws every parameter, and normal_ on a meta
-        # tensor imports torch._dynamo (about 1.5 CPU-s in the config check, which builds the model on meta).
+        # tensor imports torch._dynamo, a second of CPU for the config check (which builds the model on meta).
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim, _weight=torch.empty(args.vocab_size, args.dim))
         self.layers = nn.ModuleDict({str(i): block(args, i) for i in range(args.n_layers)})
         self.norm = RMSNorm(args.dim, eps=args.norm_eps)

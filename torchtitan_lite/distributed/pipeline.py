@@ -42,7 +42,7 @@ from torchtitan_lite.init.apply import materialize
 if TYPE_CHECKING:
     from torch.distributed.pipelining import PipelineStage
 
-# torch.distributed.pipelining is imported where it is used: it imports torch._dynamo (about 0.7 CPU-s), which every
+# torch.distributed.pipelining is imported where it is used: it imports torch._dynamo (a second of CPU), which every
 # process would pay at start-up (the preflight and each rank), pipelined or not.
 
 
