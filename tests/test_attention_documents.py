@@ -26,7 +26,9 @@ DOCS = [[5, 17, 3, 99, 42, 7, EOS], [7, 1, 8, EOS], [11, 12, 13, 14, 15]]  # the
 
 @pytest.mark.parametrize("family", model_names())
 def test_each_document_of_a_packed_window_gets_its_logits_alone(family):
-    model, _ = tiny_model(family)  # GPT-OSS: sliding window 4, shorter than the first document
+    # The family's own init (logits <= 4.4): the packed and the separate forwards differ by <= 2.9e-6 on an AVX-512
+    # CPU, where random N(0, 0.1) weights (logits ~7) differ by up to 2.2e-5: past 1e-5 from rounding alone.
+    model, _ = tiny_model(family, planned=True)  # GPT-OSS: sliding window 4, shorter than the first document
     tokens = torch.tensor([sum(DOCS, [])])
     ids = document_ids_from_eos(tokens, EOS)
     with torch.no_grad():
