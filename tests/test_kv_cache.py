@@ -63,8 +63,9 @@ def test_cached_greedy_ids_equal_the_full_recompute_on_large_random_weights(fami
     length = len(PROMPT) + len(ids)
     assert cache.length == length
     # Random N(0, 0.1) weights make hidden states and logits (up to ~7) large, and fp32 rounding with them: on GPT-OSS
-    # every fp32 path is 0.9-1.4e-5 from the fp64 logits, so the two agree within 2e-5 there.
-    torch.testing.assert_close(cached, full, atol=2e-5, rtol=1e-5)
+    # every fp32 path is 0.9-1.4e-5 from the fp64 logits (AVX2), and cached vs full differ by up to 2.1e-5 on an
+    # AVX-512 CPU. A wrong cache entry moves logits by O(1).
+    torch.testing.assert_close(cached, full, atol=4e-5, rtol=1e-5)
 
     kept = {layer_id: state.tensors for layer_id, state in cache.layers.items()}
     if family == "gpt_oss":  # layer 0 slides (keeps WINDOW positions), layer 1 is full
