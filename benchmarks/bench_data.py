@@ -87,8 +87,10 @@ def write_tokens(folder: Path, gigabytes: float, tokenizer) -> None:
 
 def rank(args) -> None:
     """One rank's loader: prints a JSON line of start, rss growth and data_wait."""
-    from torchtitan_lite.data.loader import PackedWindows, build_dataloaders, load_documents, tokenize_documents
+    from torchtitan_lite.data.loader import build_dataloaders
+    from torchtitan_lite.data.sources import load_documents, tokenize_documents
     from torchtitan_lite.data.tokenizer import build_tokenizer
+    from torchtitan_lite.data.windows import PackedWindows
 
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on recent torch
     tok = build_tokenizer()
@@ -98,7 +100,7 @@ def rank(args) -> None:
     if args.mode == "in_memory":  # the path before prepared data: tokenize everything here, hold int32 ids
         from torchdata.stateful_dataloader import StatefulDataLoader
 
-        from torchtitan_lite.data.loader import GlobalWindowStream, collate_windows
+        from torchtitan_lite.data.streams import GlobalWindowStream, collate_windows
 
         docs, name = load_documents(dataset="shakespeare", dataset_path=args.path, hf_dataset_name=None,
                                     hf_dataset_config=None, text_column="text", split="train")

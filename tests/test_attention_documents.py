@@ -17,7 +17,8 @@ from torchtitan_lite.config.checks import load_config
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.memory import estimate_rank_memory
 from torchtitan_lite.data.documents import document_ids_from_eos, document_inputs
-from torchtitan_lite.data.loader import build_dataloader, collate_windows
+from torchtitan_lite.data.loader import build_dataloader
+from torchtitan_lite.data.streams import collate_windows
 
 EOS = 0
 toy_tokenizer = test_data.toy_tokenizer  # the word-level fixture: the word "k" is id k, the EOS id 0

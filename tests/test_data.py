@@ -13,14 +13,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from torchtitan_lite.data.corpus import VALIDATION_PLAY, markdown_to_text, shakespeare_plays
-from torchtitan_lite.data.loader import (
-    GlobalWindowStream,
-    PackedWindows,
-    StreamingWindows,
-    build_dataloader,
-    tokenize_documents,
-)
+from torchtitan_lite.data.loader import build_dataloader
+from torchtitan_lite.data.sources import tokenize_documents
+from torchtitan_lite.data.streams import GlobalWindowStream, StreamingWindows
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
+from torchtitan_lite.data.windows import PackedWindows
 from torchtitan_lite.errors import InputError
 
 
@@ -96,15 +93,15 @@ def test_packing_joins_documents_with_eos_and_cuts_overlapping_windows(toy_token
 
 
 def test_tokenizing_in_chunks_of_characters_gives_the_same_stream(toy_tokenizer, monkeypatch):
-    from torchtitan_lite.data import loader
+    from torchtitan_lite.data import sources
 
     docs = _docs(10)  # 13 characters, then 27 each
     whole = tokenize_documents(toy_tokenizer, docs)
-    monkeypatch.setattr(loader, "_ENCODE_CHARACTERS", 60)
-    assert [len(chunk) for chunk in loader._encode_chunks(docs)] == [2, 2, 2, 2, 2]
+    monkeypatch.setattr(sources, "_ENCODE_CHARACTERS", 60)
+    assert [len(chunk) for chunk in sources._encode_chunks(docs)] == [2, 2, 2, 2, 2]
     assert torch.equal(tokenize_documents(toy_tokenizer, docs), whole)
-    monkeypatch.setattr(loader, "_ENCODE_CHARACTERS", 10)  # a document longer than that goes alone
-    assert [len(chunk) for chunk in loader._encode_chunks(docs)] == [1] * 10
+    monkeypatch.setattr(sources, "_ENCODE_CHARACTERS", 10)  # a document longer than that goes alone
+    assert [len(chunk) for chunk in sources._encode_chunks(docs)] == [1] * 10
 
 
 def test_shakespeare_loader_shapes_and_sizes():

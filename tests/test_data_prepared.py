@@ -16,9 +16,11 @@ import torch
 
 from torchtitan_lite.config.checks import load_config_or_exit
 from torchtitan_lite.data import prepare, prepared
-from torchtitan_lite.data.loader import build_dataloader, build_dataloaders, document_ids, tokenize_documents
+from torchtitan_lite.data.loader import build_dataloader, build_dataloaders
 from torchtitan_lite.data.mixing import BLOCK, Mixture
+from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.data.windows import document_ids
 
 toy_tokenizer = test_data.toy_tokenizer  # the word-level fixture: the word "k" is id k, the EOS id 0
 

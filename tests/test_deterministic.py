@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.data.loader import rank_chunk
+from torchtitan_lite.data.streams import rank_chunk
 from torchtitan_lite.distributed.checks import check_world_size
 from torchtitan_lite.distributed.deterministic import PairwiseSum
 

@@ -20,8 +20,9 @@ from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.generation import generate as continue_ids
 from torchtitan_lite.config.checks import check_paths, parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.data.loader import PackedWindows, tokenize_documents
+from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.data.windows import PackedWindows
 from torchtitan_lite.train import Trainer
 
 

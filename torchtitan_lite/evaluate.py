@@ -19,8 +19,10 @@ import torch
 from torchtitan_lite.components.inference import LoadedModel, load_model, parse_tool_args, run_tool
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.config.schema import JobConfig
-from torchtitan_lite.data.loader import PackedWindows, build_dataloader, load_documents, tokenize_documents
+from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.progress import progress
+from torchtitan_lite.data.sources import load_documents, tokenize_documents
+from torchtitan_lite.data.windows import PackedWindows
 from torchtitan_lite.errors import InputError
 
 

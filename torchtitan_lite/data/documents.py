@@ -1,8 +1,8 @@
 """Document boundaries inside packed training windows (block-causal masking, as torchtitan's default).
 
 A window of the token stream holds pieces of several documents, each ended by the tokenizer's EOS id; the loader
-gives each window's document ids (``data/loader.py``: from the source's document starts, or for streamed data from
-the EOS it puts after each document). With document masking a position attends only to earlier positions of its
+gives each window's document ids (``data/windows.py``: from the source's document starts, or for streamed data,
+``data/streams.py``, from the EOS it puts after each document). With document masking a position attends only to earlier positions of its
 own document
 (``models/common/attention_backends.py``); the loss targets do not change.
 """
@@ -34,7 +34,7 @@ def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
 
 def document_inputs(document_ids: torch.Tensor | None, positions: str) -> dict[str, torch.Tensor]:
     """The model forward's document keyword arguments for a batch's int32 ``document_ids`` ``(bs, seqlen)`` (the
-    loader's, ``data/loader.py``): nothing when ``None`` (document masking off), else ``document_ids`` and, with
+    loader's, ``data/windows.py``): nothing when ``None`` (document masking off), else ``document_ids`` and, with
     ``positions = "restart"``, RoPE ``positions`` (:func:`document_positions`); ``"continue"`` keeps ``0 .. seqlen-1``.
     """
     if document_ids is None:

@@ -18,8 +18,8 @@ from typing import Iterable, Iterator
 
 import datasets
 
-from torchtitan_lite.data.loader import local_dataset
 from torchtitan_lite.data.prepared import file_sources, write_prepared
+from torchtitan_lite.data.sources import local_dataset
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.errors import InputError
 
@@ -39,7 +39,7 @@ def input_documents(source: str, text_column: str, hf_config: str | None = None,
 
     Raises:
         InputError: an unknown extension, a folder without data files, a missing text column (see
-            ``loader.local_data_files``).
+            ``files.local_data_files``).
     """
     if Path(source).exists():
         stream, text_column, files = local_dataset(source, text_column, streaming=True)

@@ -3,7 +3,7 @@
 
 A prepared folder holds three files:
 
-- ``tokens.bin``: every document's ids followed by the EOS, concatenated (the stream of ``loader.py``), raw
+- ``tokens.bin``: every document's ids followed by the EOS, concatenated (the stream of ``windows.py``), raw
   little-endian ``uint16`` when the tokenizer's ids fit (vocab <= 65,536), else ``uint32``;
 - ``documents.bin``: int64, the position in ``tokens.bin`` where each document starts (the first is 0);
 - ``manifest.json``: format, tokenizer (path, sha256 of its file, vocab size, EOS id), dtype, counts, the largest
@@ -95,7 +95,7 @@ def is_prepared(path: str | Path) -> bool:
 
 class PreparedCorpus:
     """A prepared folder opened for reading: its checked ``manifest``, ``tokens_path`` (read a window at a time by
-    ``loader.TokenFile``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``).
+    ``windows.TokenFile``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``).
 
     Raises:
         InputError: see :func:`check_files`.

@@ -3,7 +3,7 @@
 
 Note: on the canonical order of cross-micro-batch sums. A step trains on ``M`` global micro-batches of
 ``local_batch_size`` windows; data-parallel rank ``d`` of ``D`` runs the aligned block ``[d * m, (d + 1) * m)``
-(``m = M / D``, see ``GlobalWindowStream`` in ``data/loader.py``). A micro-batch's forward and backward is the same
+(``m = M / D``, see ``GlobalWindowStream`` in ``data/streams.py``). A micro-batch's forward and backward is the same
 computation on whichever rank runs it: same shapes, weights all-gathered exactly, its loss divided by the step's
 global token count (an integer). Only the order of the sums over micro-batches depends on the layout, so in
 ``layout`` mode every such sum follows ONE tree over the global micro-batch index, the pairwise tree that
