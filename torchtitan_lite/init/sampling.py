@@ -24,22 +24,9 @@ Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and 
 target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
 value inside (torch 2.13's bf16 result can exceed ``b`` by half an ulp).
 
-Note: on why not ``manual_seed`` for keyed streams. PyTorch's CPU generator keeps only the low 32
-bits of a seed, so per-block seeds hashed from (seed, name, block) collide: for a 7B model cut into
-2^16-element blocks a collision is more likely than not, and a collision means two identical blocks
-of weights. We instead write the generator's *entire* MT19937 state (624 words) from the key: 616
-words come from a Philox stream keyed by blake2b(seed, block, name digest), and the key itself
-(64-bit seed, 128-bit name digest, 64-bit block index) is written verbatim into state words 1..8.
-Distinct keys therefore give distinct states by construction, and since MT19937's twist is a
-bijection of its 19937 effective state bits (all of words 1..623 count; only the top bit of word 0
-does, which is why the key avoids word 0), distinct states give distinct streams. Seeds ``s`` and
-``s + 1`` share no block: their states differ in the seed words and in all 616 Philox words.
-
-Note: on drawing on the host. Keyed blocks are drawn on the host CPU and copied to the shard's
-device: the values are then identical on CPU, CUDA and NPU, no float64 tensor is ever created on an
-accelerator, and the per-launch cost of small ``normal_`` calls on NPU disappears. The CPU fills a
-16M-element fp32 tensor with normals in ~40 ms, and each rank draws only the blocks its shard
-overlaps, so the per-rank cost falls as 1/world size.
+Note: on keyed streams. How a keyed tensor's values are tied to (seed, name, global index) and drawn by each
+rank (keyed tiles, each from its own MT19937 state written whole from the key, on the host CPU) is described in
+:mod:`torchtitan_lite.init.keyed`; :class:`TileSampler` is the distribution's part of it.
 """
 
 from __future__ import annotations
