@@ -7,8 +7,12 @@ recipe the issue names, in plain torch integer ops compiled by inductor (static 
 Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) at the pair index
 ``i // 2`` of the elements, two 52-bit uniforms from its four 32-bit words (bit-cast into float64), and
 Box-Muller in float64 rounded to float32 (``r cos t`` for one element of the pair, ``r sin t`` for the other).
-Each part is timed alone and the whole in one kernel; ratios are medians of back-to-back pairs with ``normal_``
-on the same number of float32 elements. Compile seconds are reported separately (the first call).
+Each part is timed alone and the whole in one kernel; then the first pass of a ziggurat on the same words (Marsaglia
+& Tsang, "The ziggurat method for generating random variables", J. Stat. Softw. 5(8), 2000: 128 layers and a sign
+bit, 64 bits per element; the pass that accepts the candidates inside their layer's rectangle and the +-2 sigma
+bounds, leaving the rest to a later pass). Ratios are medians of back-to-back pairs with ``normal_`` on the same
+number of float32 elements. Compile seconds are reported separately (the first call; inductor's cache may hold
+the kernel already).
 
 Usage: ``python benchmarks/bench_counter_rng.py [--reps 20] [--threads 1]`` from the repo root (needs a C++
 compiler for inductor).
@@ -59,6 +63,36 @@ def box_muller(u1, u2):
     return (r * torch.cos(t)).float(), (r * torch.sin(t)).float()
 
 
+ZIGGURAT_R, ZIGGURAT_V = 3.442619855899, 9.91256303526217e-3
+"""The 128-layer ziggurat's rightmost layer edge and layer area for ``exp(-x^2 / 2)`` (Marsaglia & Tsang 2000)."""
+
+
+def ziggurat_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, ratio)``: float64 ``(128,)`` layer widths (``x[0]`` the base strip's ``V / f(R)``) and ``x[i + 1] / x[i]``,
+    the share of layer ``i`` inside the curve's rectangle (``x[128] = 0``)."""
+    f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
+    x = [ZIGGURAT_V / f(ZIGGURAT_R), ZIGGURAT_R]
+    for i in range(1, 127):
+        x.append(math.sqrt(-2.0 * math.log(ZIGGURAT_V / x[i] + f(x[i]))))
+    x.append(0.0)
+    return torch.tensor(x[:128], dtype=torch.float64), torch.tensor([x[i + 1] / x[i] for i in range(128)],
+                                                                   dtype=torch.float64)
+
+
+def ziggurat_element(hi, lo, widths, ratios, bound: float):
+    """One element from two words: layer (7 bits), sign (1 bit), a 52-bit uniform; ``(float32 value, accepted)``."""
+    layer = hi & 127
+    u = uniform52(hi >> 12, lo)
+    value = torch.where((hi >> 7) & 1 == 1, -u * widths[layer], u * widths[layer]).float()
+    return value, (u < ratios[layer]) & (value.abs() <= bound)
+
+
+def ziggurat_first_pass(start: int, k0: int, k1: int, widths, ratios):
+    """Two elements per Philox call, each with its acceptance at +-2 sigma."""
+    w0, w1, w2, w3 = words(start, k0, k1)
+    return (*ziggurat_element(w0, w1, widths, ratios, 2.0), *ziggurat_element(w2, w3, widths, ratios, 2.0))
+
+
 def words_only(start: int, k0: int, k1: int):
     """The words XOR-folded into one int32 per pair: the generator's cost without storing 16 bytes per pair."""
     w0, w1, w2, w3 = words(start, k0, k1)
@@ -90,6 +124,8 @@ def main() -> None:
         ("+ two 52-bit float64 uniforms", torch.compile(uniforms_only, dynamic=False), (0, 1, 2)),
         ("Box-Muller in float64 alone", torch.compile(box_muller, dynamic=False), (u1, u2)),
         ("Philox + uniforms + Box-Muller", torch.compile(normals, dynamic=False), (0, 1, 2)),
+        ("ziggurat first pass, +-2 sigma", torch.compile(ziggurat_first_pass, dynamic=False),
+         (0, 1, 2, *ziggurat_tables())),
     ]
     print(f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over {args.reps} "
           "back-to-back pairs with normal_")
@@ -102,6 +138,9 @@ def main() -> None:
         print(f"{label:<38} {compile_s:>9.1f} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
     t, ratio = median_ratio(lambda: normals(0, 1, 2), base, max(1, args.reps // 5))
     print(f"{'the whole, eager':<38} {'':>9} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
+    _, accept_a, _, accept_b = ziggurat_first_pass(0, 1, 2, *ziggurat_tables())
+    print(f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left to a later pass "
+          "at +-2 sigma")
     a, b = torch.compile(normals, dynamic=False)(0, 1, 2)
     c, d = normals(0, 1, 2)
     print(f"compiled == eager bitwise: {torch.equal(a, c) and torch.equal(b, d)}; "
