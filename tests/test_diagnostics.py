@@ -16,6 +16,8 @@ from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import layer_grad_norms, log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.data.loader import build_dataloader
+from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.report import init_report, init_report_summary, write_init_report
 from torchtitan_lite.init.spec import InitPlan, trunc_normal
@@ -134,6 +136,40 @@ def test_measured_step1_loss_lies_in_the_expected_range(flavor):
     loss = step1_loss(model)
     assert e.low - 0.1 <= loss <= e.high + 0.1
     assert check_step1_loss(e, loss, margin=0.5, strict=True, report=init_report(model, plan, result)) == []
+
+
+def test_repeated_targets_lower_the_tied_range_by_rate_times_self_logit_and_leave_untied_as_is():
+    tied = expected_step1_loss(*build("debug")[:2])
+    widened = tied.with_repeats(0.025)
+    assert widened.bounds == (pytest.approx(tied.low - 0.025 * tied.self_logit), tied.high)
+    assert tied.bounds == (tied.low, tied.high)
+    assert "2.5% of the step-1 targets repeat their input token, which lowers the low end by 0.089" in widened.describe()
+    untied = expected_step1_loss(*build("debug_untied")[:2])
+    assert untied.with_repeats(0.025).bounds == (untied.low, untied.low)
+    with pytest.raises(ValueError, match="rate must be a share in"):
+        tied.with_repeats(1.5)
+
+
+def test_the_debug_runs_first_batch_repeats_93_targets_and_its_loss_is_inside_the_widened_range():
+    """The default run's step-1 batch (plays, seed 42, 16 windows of 256): 93 of its 4,096 targets repeat their input
+    token, and the step-1 loss (7.6115 in the run's log) lies under the partition range but inside the widened one."""
+    args = qwen3_flavors["debug"]
+    with torch.device("meta"):
+        model = Qwen3Model(args)
+    plan = qwen3_init_plan(args)
+    materialize(model, "cpu")
+    init_weights(model, plan, 42, buffer_device="cpu")
+    loader = build_dataloader(tokenizer=build_tokenizer(), seq_len=256, local_batch_size=16, seed=42)
+    rate = loader.dataset.repeated_targets(16)
+    inputs, labels = next(iter(loader))
+    assert rate == 93 / 4096 == (inputs == labels).float().mean().item()
+    with torch.no_grad():
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten()).item()
+    assert loss == pytest.approx(7.6115, abs=1e-3)
+    e = expected_step1_loss(model, plan)
+    assert loss < e.low
+    low, high = e.with_repeats(rate).bounds
+    assert low <= loss <= high
 
 
 def test_tied_output_left_at_std_1_is_flagged_and_strict_names_output_weight():

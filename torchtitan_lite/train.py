@@ -80,6 +80,7 @@ from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
+from torchtitan_lite.data.streams import GlobalWindowStream
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
@@ -339,6 +340,8 @@ class Trainer:
                                               buffer_device=self.info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
         self.expected = expected_step1_loss(self.whole, self.plan)
+        if isinstance(self.train_loader.dataset, GlobalWindowStream):  # streamed data: the batch is not known yet
+            self.expected = self.expected.with_repeats(self.train_loader.dataset.repeated_targets(self.global_batch))
         self._phase_done("the weight init")
         self.check_step1 = not loaded
         self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
@@ -396,9 +399,11 @@ class Trainer:
         debug = self.config.debug
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)
-        self.metrics.log_text([f"warning: {p}" for p in problems] or
-                              [f"step-1 check: loss {loss:.4f} is within debug.init_loss_margin = {debug.init_loss_margin} "
-                               f"nats of the range expected from the init plan"])
+        low, high = self.expected.bounds
+        where = (f"inside the expected {low:.4f}" + (f"..{high:.4f}" if self.expected.tied else "")
+                 if low <= loss <= high else
+                 f"within debug.init_loss_margin = {debug.init_loss_margin} nats of the range expected from the init plan")
+        self.metrics.log_text([f"warning: {p}" for p in problems] or [f"step-1 check: loss {loss:.4f} is {where}"])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each

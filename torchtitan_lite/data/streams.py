@@ -84,6 +84,18 @@ class GlobalWindowStream(IterableDataset):
             self._consumed += 1
             yield self.sources[source][window]
 
+    def repeated_targets(self, positions: int) -> float:
+        """Share of the targets equal to their input token (``labels == input_ids``) in the windows at the next
+        ``positions`` global positions from the start (the first step's global batch for ``positions`` = its
+        windows), whatever this rank's share; reads those windows, iterates nothing."""
+        same = total = 0
+        for position in range(self._start, self._start + positions):
+            source, window = self.locate(position)
+            inputs, labels = self.sources[source][window][:2]
+            same += int((inputs == labels).sum())
+            total += labels.numel()
+        return same / total
+
     def windows_per_source(self, positions: int) -> list[int]:
         """Windows each source fills among the first ``positions`` of the global stream."""
         return [positions] if self.mixture is None else self.mixture.counts(positions)
