@@ -18,12 +18,11 @@ Usage: ``python benchmarks/bench_counter_rng.py [--reps 20] [--threads 1]`` from
 compiler for inductor).
 """
 
-import argparse
 import math
 import time
 
 import torch
-from bench_init import median_ratio
+from bench_init import median_ratio, timing_args
 from machine_load import reported_load
 
 N = 2**20
@@ -110,12 +109,7 @@ def normals(start: int, k0: int, k1: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"command: python benchmarks/bench_counter_rng.py --reps {args.reps} --threads {args.threads}")
+    args = timing_args(__doc__, "bench_counter_rng.py", reps=20)
     x = torch.empty(N)
     base = lambda: x.normal_()  # noqa: E731
     u1, u2 = (torch.rand(N // 2, dtype=torch.float64).clamp_(min=2.0**-53) for _ in range(2))

@@ -87,13 +87,20 @@ PLAN = InitPlan("bench", (
 ))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5)
+def timing_args(doc: str, script: str, reps: int) -> argparse.Namespace:
+    """``--reps`` (default ``reps``) and ``--threads`` (default 1) of a timing benchmark: sets torch's threads and
+    prints the command line."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=reps)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"command: python benchmarks/bench_init.py --reps {args.reps} --threads {args.threads}")
+    print(f"command: python benchmarks/{script} --reps {args.reps} --threads {args.threads}")
+    return args
+
+
+def main() -> None:
+    args = timing_args(__doc__, "bench_init.py", reps=5)
     x = torch.empty(2**24)
     matrix = x.view(4096, 4096)
     gen = torch.Generator().manual_seed(0)
