@@ -85,9 +85,9 @@ class GlobalWindowStream(IterableDataset):
             yield self.sources[source][window]
 
     def repeated_targets(self, positions: int) -> float:
-        """Share of the targets equal to their input token (``labels == input_ids``) in the windows at the next
-        ``positions`` global positions from the start (the first step's global batch for ``positions`` = its
-        windows), whatever this rank's share; reads those windows, iterates nothing."""
+        """Share of the targets equal to their input token (``labels == input_ids``) in the ``positions`` windows
+        from the start position on (the first step's whole global batch when ``positions`` is its size in windows,
+        whatever this rank's share): reads ``positions * (seq_len + 1)`` tokens, moves no position."""
         same = total = 0
         for position in range(self._start, self._start + positions):
             source, window = self.locate(position)
