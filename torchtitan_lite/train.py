@@ -340,10 +340,11 @@ class Trainer:
                                               buffer_device=self.info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
         self.expected = expected_step1_loss(self.whole, self.plan)
-        if isinstance(self.train_loader.dataset, GlobalWindowStream):  # streamed data: the batch is not known yet
-            self.expected = self.expected.with_repeats(self.train_loader.dataset.repeated_targets(self.global_batch))
-        self._phase_done("the weight init")
         self.check_step1 = not loaded
+        dataset = self.train_loader.dataset
+        if self.check_step1 and self.expected.tied and isinstance(dataset, GlobalWindowStream):  # streamed: unknown
+            self.expected = self.expected.with_repeats(dataset.repeated_targets(self.global_batch))
+        self._phase_done("the weight init")
         self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
         counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
                               device=self.info.device)
@@ -400,8 +401,7 @@ class Trainer:
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)
         low, high = self.expected.bounds
-        where = (f"inside the expected {low:.4f}" + (f"..{high:.4f}" if self.expected.tied else "")
-                 if low <= loss <= high else
+        where = (f"inside the expected {self.expected.span}" if low <= loss <= high else
                  f"within debug.init_loss_margin = {debug.init_loss_margin} nats of the range expected from the init plan")
         self.metrics.log_text([f"warning: {p}" for p in problems] or [f"step-1 check: loss {loss:.4f} is {where}"])
 

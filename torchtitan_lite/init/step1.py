@@ -105,6 +105,12 @@ class Step1Expectation:
         """The expected step-1 loss range in nats: ``(low - repeat_rate * self_logit, high)`` (module note)."""
         return self.low - self.repeat_rate * self.self_logit, self.high
 
+    @property
+    def span(self) -> str:
+        """:attr:`bounds` as text, to 4 decimals: ``7.5937..7.6913`` (tied), ``8.1113`` (untied: one value)."""
+        low, high = self.bounds
+        return f"{low:.4f}" + (f"..{high:.4f}" if self.tied else "")
+
     def with_repeats(self, rate: float) -> Step1Expectation:
         """This expectation for a step-1 batch whose targets repeat their input token at share ``rate`` (module
         note, "Repeated tokens").
@@ -261,9 +267,8 @@ def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: flo
     problems = []
     low, high = expected.bounds
     if not low - margin <= measured <= high + margin:
-        span = f"{low:.4f}" + (f"..{high:.4f}" if expected.tied else "")
         problems.append(
-            f"step-1 loss {measured:.4f} is outside the {span} expected from the init plan by more than "
+            f"step-1 loss {measured:.4f} is outside the {expected.span} expected from the init plan by more than "
             f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output left at the "
             f"embedding's std-1 init starts near dim nats)")
     excess = expected.low - expected.ln_vocab
