@@ -83,7 +83,7 @@ def load_documents(
         where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
         docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
     else:
-        return [text for _, text in shakespeare_plays(split)], f"shakespeare ({split})"
+        return list(play_texts(split)), f"shakespeare ({split})"
     if not docs:
         raise InputError(f"{where} holds no documents; point the dataset at non-empty data")
     return docs, where
