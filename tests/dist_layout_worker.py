@@ -5,12 +5,11 @@
 
 For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout given (so the init,
 TP plan, FSDP2, loss parallelism, clipping and optimizer are the trainer's own; its runs go to ``OUT/runs``), counts
-the elements every rank draws per tensor (a spy on ``keyed.keyed_fill_local``), trains :data:`STEPS` steps, then two
+the elements every rank draws per tensor (a spy on ``keyed.keyed_fill``), trains :data:`STEPS` steps, then two
 more as the trainer runs steps between log steps (``sync=False``) while counting host reads. Rank 0 returns
 (``dist_helpers.write_result``) per case: the gathered initial parameters, the gradients of step 1 before clipping
 (gathered) and the number of distinct meshes they live on, the global loss and gradient norm of every step, the init
-fingerprint, the host reads of the two quiet steps, per rank ``{tensor: [local elements, drawn, bound]}`` where
-``bound`` is the local box grown to tile boundaries, the expert choices of every sequence of step 1
+fingerprint, the host reads of the two quiet steps, per rank ``{tensor: [local elements, drawn]}``, the expert choices of every sequence of step 1
 (``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks) the MoE layers' expert loads of step 1 as the
 training hooks summed them (``{layer: (num_experts,)}``) and the routers' expert biases after the last step.
 """
@@ -31,7 +30,6 @@ from models.common.moe import moe_layers
 from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
-from torchtitan_lite.init.keyed import tile_shape
 
 STEPS = 10
 CASES = {
@@ -48,32 +46,18 @@ auxiliary losses and expert loads are those of one process), fp32, one thread pe
 
 
 def count_draws() -> dict[str, list[int]]:
-    """Patch ``keyed.keyed_fill_local``: name -> [local elements, drawn, local box grown to tile boundaries]."""
+    """Patch ``keyed.keyed_fill``: name -> [local elements, elements drawn]."""
     counts: dict[str, list[int]] = {}
-    real = keyed.keyed_fill_local
+    real = keyed.keyed_fill
 
-    class Counted:
-        def __init__(self, sampler, entry):
-            self.sampler, self.entry = sampler, entry
+    def spy(tensor, key, law, cast, compiled):
+        drawn = real(tensor, key, law, cast, compiled)
+        entry = counts.setdefault(key.name, [0, 0])
+        entry[0] += keyed.local_box(tensor)[0].numel()
+        entry[1] += drawn
+        return drawn
 
-        def spare(self, n):
-            return self.sampler.spare(n)
-
-        def draw(self, buffer, n, generator):
-            self.entry[1] += n
-            self.sampler.draw(buffer, n, generator)
-
-    def spy(local, shape, offset, key, work_dtype, sampler, write):
-        _, rows, cols = keyed.matrix_shape(tuple(shape))
-        lead, local_rows, local_cols = keyed.matrix_shape(tuple(local.shape))
-        tile_r, tile_c = tile_shape(tuple(shape))
-        grown = lead * min(rows, local_rows + 2 * (tile_r - 1)) * min(cols, local_cols + 2 * (tile_c - 1))
-        entry = counts.setdefault(key.name, [0, 0, 0])
-        entry[0] += local.numel()
-        entry[2] += grown
-        real(local, shape, offset, key, work_dtype, Counted(sampler, entry), write)
-
-    keyed.keyed_fill_local = spy
+    keyed.keyed_fill = spy
     return counts
 
 

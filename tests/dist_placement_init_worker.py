@@ -1,4 +1,4 @@
-"""torchrun worker of test_keyed_tiles.py: keyed init of DTensors with every placement on a 2 x 2 gloo mesh.
+"""torchrun worker of test_keyed_boxes.py: keyed init of DTensors with every placement on a 2 x 2 gloo mesh.
 
 Every rank returns (``dist_helpers.write_result``), per case, whether the gathered tensor equals the 1-process keyed
 init bitwise, this rank's local elements and the elements it drew.
@@ -14,7 +14,7 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from torchtitan_lite.init import keyed
-from torchtitan_lite.init.keyed import InitKey, tile_shape
+from torchtitan_lite.init.keyed import InitKey
 from torchtitan_lite.init.sampling import trunc_normal_
 
 CASES = {  # name: (global shape, placements on the (dp, tp) mesh)
@@ -27,24 +27,15 @@ CASES = {  # name: (global shape, placements on the (dp, tp) mesh)
 
 
 def counting():
-    """Patch keyed.keyed_fill_local to count the elements drawn; returns the running list."""
-    drawn, real = [], keyed.keyed_fill_local
+    """Patch ``keyed.keyed_fill`` to record the elements each call draws; returns the running list."""
+    drawn, real = [], keyed.keyed_fill
 
-    class Counted:
-        def __init__(self, sampler):
-            self.sampler = sampler
+    def spy(tensor, key, law, cast, compiled):
+        n = real(tensor, key, law, cast, compiled)
+        drawn.append(n)
+        return n
 
-        def spare(self, n):
-            return self.sampler.spare(n)
-
-        def draw(self, buffer, n, generator):
-            drawn.append(n)
-            self.sampler.draw(buffer, n, generator)
-
-    def spy(local, shape, offset, key, work_dtype, sampler, write):
-        real(local, shape, offset, key, work_dtype, Counted(sampler), write)
-
-    keyed.keyed_fill_local = spy
+    keyed.keyed_fill = spy
     return drawn
 
 
@@ -57,7 +48,7 @@ def check(name, dtensor, shape, drawn, out):
     del drawn[start:]
     out[name] = {"equal": bool(torch.equal(dtensor.full_tensor(), reference)), "local": dtensor.to_local().numel(),
                  "local_shape": list(dtensor.to_local().shape), "shape": list(shape),
-                 "drawn": mine, "tile": list(tile_shape(shape)), "placements": str(dtensor.placements)}
+                 "drawn": mine, "placements": str(dtensor.placements)}
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init.keyed import InitKey, name_digest
+from torchtitan_lite.init import draw
+from torchtitan_lite.init.keyed import InitKey, local_box, name_digest
 from torchtitan_lite.init.sampling import trunc_normal_
 from torchtitan_lite.init.spec import InitPlan, InitSpec
 
@@ -158,7 +159,9 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
     Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one call per
-    tensor, independent of sharding; fills set the local shard. ``seed`` is in ``[0, 2**64)``; tensors named
+    tensor, independent of sharding; fills set the local shard. The draws use compiled kernels when the random
+    tensors' local elements number at least :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS` in all (the same
+    values either way). ``seed`` is in ``[0, 2**64)``; tensors named
     in ``skip`` (any alias) are untouched. ``partial``: ``model`` is a rank's pipeline stages (see
     :func:`resolve_plan`); each tensor still draws from its canonical name, so the values are the whole model's.
 
@@ -168,6 +171,8 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     InitKey(seed, "init_weights")  # validates the seed before any tensor is touched
     resolved = resolve_plan(model, plan, skip, partial=partial)
     counts = [0, 0, 0, 0]
+    random = [t for e, t in resolved if not e.loaded and e.spec.kind in ("normal", "trunc_normal")]
+    compiled = sum(local_box(t)[0].numel() for t in random) >= draw.COMPILE_MIN_ELEMENTS
     for entry, tensor in resolved:
         numel = tensor.numel()
         if entry.loaded:
@@ -176,7 +181,7 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
             continue
         spec = entry.spec
         if spec.kind in ("normal", "trunc_normal"):
-            trunc_normal_(tensor, spec.mean, spec.std, *spec.bounds, key=InitKey(seed, entry.name))
+            trunc_normal_(tensor, spec.mean, spec.std, *spec.bounds, key=InitKey(seed, entry.name), compiled=compiled)
         else:
             _fill(tensor, {"zeros": 0.0, "ones": 1.0, "constant": spec.value}[spec.kind])
         counts[0] += 1

@@ -24,9 +24,10 @@ Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and 
 target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
 value inside (torch 2.13's bf16 result can exceed ``b`` by half an ulp).
 
-Note: on keyed streams. How a keyed tensor's values are tied to (seed, name, global index) and drawn by each
-rank (keyed tiles, each from its own MT19937 state written whole from the key, on the host CPU) is described in
-:mod:`torchtitan_lite.init.keyed`; :class:`TileSampler` is the distribution's part of it.
+Note: on keyed streams. A keyed tensor's values are a counter-based function of (seed, name, global index,
+distribution), exact per element and the same bits on every device and host CPU (:mod:`torchtitan_lite.init.counter`),
+drawn by each rank for exactly its local elements (:mod:`torchtitan_lite.init.keyed`, :mod:`torchtitan_lite.init.draw`).
+The notes above describe the unkeyed path (a device generator), a drop-in for ``torch.nn.init.trunc_normal_``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init.keyed import InitKey, keyed_fill
+from torchtitan_lite.init import draw, keyed
+from torchtitan_lite.init.keyed import InitKey
 
 _INVERSE_CDF_CHUNK = 2**20
 """Elements per inverse-CDF pass (bounds its float64 temporaries)."""
@@ -198,56 +200,6 @@ def _sample_into(out: torch.Tensor, law: _Law, generator, redraws: int = _MAX_RO
     out.index_copy_(0, idx, values)
 
 
-def _spare_draws(n: int, law: _Law) -> int:
-    """Extra normals a keyed tile of ``n`` elements draws in the same call, so that its rejected positions can
-    be refilled from them: enough in-bound values for the expected rejections plus 6 standard deviations
-    (a shortage falls back to :func:`_sample_into`); 0 when fewer than 0.001 rejections are expected."""
-    rejected = n * (1.0 - law.mass)
-    if rejected < 1e-3:
-        return 0
-    return math.ceil((rejected + 6.0 * math.sqrt(rejected) + 8.0) / law.mass)
-
-
-class TileSampler:
-    """Draws keyed tiles of ``law`` (see :mod:`torchtitan_lite.init.keyed`): a tile of ``n`` elements is drawn
-    into the first ``n`` elements of a buffer of ``n + spare(n)``, from one generator state.
-
-    The ``normal_`` call draws the ``n`` values and :func:`_spare_draws` more; each out-of-bounds position of
-    the first ``n`` takes the next in-bound spare value, in order (iid, as for any refill: which positions were
-    rejected does not depend on the spare values); a tile whose spares run short refills the rest with
-    :func:`_sample_into` from the same generator. Laws with little in-bound mass use the inverse CDF. The
-    values depend only on the generator's state, ``n`` and the law.
-    """
-
-    def __init__(self, law: _Law):
-        self.law = law
-
-    def spare(self, n: int) -> int:
-        """Extra buffer elements a tile of ``n`` elements needs."""
-        return 0 if self.law.mass < _MIN_REJECTION_MASS else _spare_draws(n, self.law)
-
-    def draw(self, buffer: torch.Tensor, n: int, generator: torch.Generator) -> None:
-        """Fill ``buffer[:n]`` (1-D contiguous CPU, ``n + spare(n)`` elements or more) with one tile."""
-        law, spare, out = self.law, self.spare(n), buffer[:n]
-        if law.mass < _MIN_REJECTION_MASS:
-            _inverse_cdf_into(out, law, generator)
-            return
-        if spare == 0:
-            _sample_into(out, law, generator)
-            return
-        values = buffer[: n + spare].normal_(law.mean, law.std, generator=generator).numpy()
-        bad = np.flatnonzero((values[:n] < law.lo) | (values[:n] > law.hi))
-        if bad.size:
-            tail = values[n:]
-            good = tail[(tail >= law.lo) & (tail <= law.hi)]
-            take = min(bad.size, good.size)
-            values[bad[:take]] = good[:take]
-            if take < bad.size:
-                refill = torch.empty(bad.size - take, dtype=out.dtype)
-                _sample_into(refill, law, generator)
-                values[bad[take:]] = refill.numpy()
-
-
 def _inverse_cdf_into(out: torch.Tensor, law: _Law, generator) -> None:
     """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``_INVERSE_CDF_CHUNK`` elements at a time, clamped to
     ``[law.lo, law.hi]``."""
@@ -261,6 +213,14 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _caster(dtype: torch.dtype, work_dtype: torch.dtype, a: float, b: float):
+    """Rounds ``work_dtype`` values to ``dtype`` (nearest), clamped into ``[a, b]`` when they differ."""
+    if dtype == work_dtype:
+        return lambda values: values
+    bounds = inner_bounds(a, b, dtype)
+    return lambda values: values.to(dtype).clamp_(*bounds)
+
+
 def _write(target: torch.Tensor, values: torch.Tensor, a: float, b: float) -> None:
     """Copy ``values`` (same shape) into ``target``, rounding to nearest and clamping into ``[a, b]``."""
     target.copy_(values)
@@ -270,7 +230,8 @@ def _write(target: torch.Tensor, values: torch.Tensor, a: float, b: float) -> No
 
 @torch.no_grad()
 def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
-                  generator: torch.Generator | None = None, *, key: InitKey | None = None) -> torch.Tensor:
+                  generator: torch.Generator | None = None, *, key: InitKey | None = None,
+                  compiled: bool | None = None) -> torch.Tensor:
     """Fill ``tensor`` in place with ``N(mean, std^2)`` truncated to ``[a, b]`` (absolute bounds).
 
     Drop-in for ``torch.nn.init.trunc_normal_``; no-grad by itself (works on a leaf Parameter that
@@ -285,9 +246,11 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
         mean, std: of the untruncated normal.
         a, b: absolute bounds.
         generator: generator of the tensor's device, for the unkeyed path.
-        key: draw from the sharding-invariant keyed tiles of ``key`` (host CPU,
-            :mod:`torchtitan_lite.init.keyed`): the value of every element depends only on (``key``, the
-            global shape, the element's global index, mean, std, a, b).
+        key: draw from the counter-based stream of ``key`` (:mod:`torchtitan_lite.init.keyed`): the value of every
+            element depends only on (``key``, the global shape, the element's global index, mean, std, a, b), the
+            same bits on every device and host CPU.
+        compiled: for a keyed draw, use compiled kernels (the same values); ``None``: when the local elements number
+            at least :data:`torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`.
 
     Raises:
         ValueError: non-finite mean or std, std <= 0, NaN bound, a >= b, a dtype that is not
@@ -301,8 +264,7 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
     dtype = _work_dtype(tensor.dtype)
     law = _law(mean, std, a, b, dtype)
     if key is not None:
-        keyed_fill(tensor, key, dtype, TileSampler(law),
-                   write=lambda target, values: _write(target, values, a, b))
+        keyed.keyed_fill(tensor, key, draw.Law(*law, dtype=dtype), _caster(tensor.dtype, dtype, a, b), compiled)
         return tensor
     if isinstance(tensor, DTensor):
         raise ValueError(

@@ -1,0 +1,42 @@
+"""The init fingerprint of every debug config on one CPU process, as ``python tests/init_fingerprints.py`` prints it
+(one ``config fingerprint seconds`` line each): the subject of test_init_golden.py, run in a subprocess there so that
+``ATEN_CPU_CAPABILITY`` selects torch's CPU kernels."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from models import get_model_spec
+from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.fingerprint import model_fingerprint
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(p.name for p in (REPO / "train_configs").glob("*_debug.toml"))
+"""Every debug config in train_configs/."""
+
+
+def fingerprint(config_name: str) -> tuple[str, float]:
+    """``(fingerprint, init seconds)`` of ``train_configs/config_name`` on one CPU process, its own seed."""
+    config = load_config_or_exit(["--job.config_file", str(REPO / "train_configs" / config_name)])
+    spec = get_model_spec(config.model.name)
+    args = build_model_args(config)
+    with torch.device("meta"):
+        model = spec.model_cls(args)
+    begin = time.perf_counter()
+    materialize(model, "cpu")
+    init_weights(model, spec.init_plan(args), config.training.seed, buffer_device="cpu")
+    seconds = time.perf_counter() - begin
+    return model_fingerprint(model), seconds
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    for name in CONFIGS:
+        value, seconds = fingerprint(name)
+        print(name, value, f"{seconds:.3f}")

@@ -1,0 +1,254 @@
+"""Keyed draws of one law: the kernels that turn counters into values, eager or compiled, and the rejection loop.
+
+A rank fills exactly its local elements (:func:`fill_local`): its box of the global tensor is a set of runs of
+consecutive global indices (:func:`torchtitan_lite.init.keyed.element_runs`); runs that start and end on multiples of 4
+are drawn a Philox block (four normals) at a time, other runs element by element (each element computes its own
+block: the same values, 4x the Philox work). Both are cut into chunks, so temporaries stay bounded whatever the shard.
+
+Note: on exact truncation per element. Element ``i``'s value is its first candidate ``k = 0, 1, ...`` that lies in
+``[lo, hi]`` after rounding to the work dtype (:mod:`torchtitan_lite.init.counter`: candidate ``k`` comes from counter
+``(i, k)``), so it is an exact draw of the truncated law and a function of ``(key, i)`` only: the first pass draws
+candidate 0 of every element, each later pass only the elements still out of bounds. Where the in-bounds mass is
+below :data:`MIN_REJECTION_MASS` the candidates come from a proposal instead of the normal, with the same per-element
+counter (Robert, "Simulation of truncated normal variables", Stat. Comput. 5, 1995: a uniform proposal on the
+interval, or a translated exponential one with rate ``(alpha + sqrt(alpha^2 + 4)) / 2`` in a tail, whichever accepts
+more), accepted by ``ln u <= log density ratio`` so that only :func:`counter.log_word_uniform` is needed.
+
+Note: on where values are computed. On CPU, CUDA and XPU the values are computed on the tensor's device; devices
+without float64 (MPS) and other accelerators (NPU: its float64 coverage varies) compute on the host CPU and copy each
+chunk over. Compiled kernels (:func:`_compiled`) run on static chunk shapes, so each compiles once per device type,
+dtype and thread count, and inductor's cache keeps them across runs; a CPU without a working C++ compiler falls back to
+eager with one warning.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from torchtitan_lite.init import counter
+
+MIN_REJECTION_MASS = 0.3
+"""Below this in-bounds mass, candidates come from a proposal (Robert 1995) instead of the normal."""
+COMPILE_MIN_ELEMENTS = 2**25
+"""Default: a draw of at least this many elements (one call of ``init_weights``) uses compiled kernels; below it eager
+ops, whose cost per element (about 20x a ``normal_`` fill on CPU) stays under a compile's start-up."""
+COMPILED_MIN_LOCAL = 2**14
+"""Tensors with fewer local elements stay eager even in a compiled draw (a compiled call computes a whole chunk)."""
+BLOCK_CHUNK = {True: 2**18, False: 2**16}
+"""Philox blocks per call (4 elements each), compiled / eager: one static shape; a cache-sized eager chunk."""
+ELEMENT_CHUNK = {True: 2**16, False: 2**16}
+"""Elements per call of the element path, compiled / eager."""
+MAX_ATTEMPTS = 10_000
+"""Candidates per element before giving up (with mass >= 0.3 the chance of reaching it is below 1e-1500)."""
+
+_COMPILED: dict[tuple[str, str], Callable] = {}
+_STATE = {"eager_only": False, "compile_seconds": 0.0}
+
+
+class Law(NamedTuple):
+    """``N(mean, std^2)`` truncated to ``[lo, hi]``, values in ``dtype`` (float32 or float64; ``lo``/``hi``
+    representable in it, infinite for no bound), with the standardized bounds ``alpha``, ``beta`` of the requested
+    interval and its normal mass."""
+
+    mean: float
+    std: float
+    lo: float
+    hi: float
+    alpha: float
+    beta: float
+    mass: float
+    dtype: torch.dtype
+
+
+def draw_device(device: torch.device) -> torch.device:
+    """Where the values of a tensor on ``device`` are computed (see the note on where values are computed)."""
+    return device if device.type in ("cpu", "cuda", "xpu") else torch.device("cpu")
+
+
+def compile_seconds() -> float:
+    """Seconds spent in the first call of each compiled kernel in this process (compiling or loading the cache)."""
+    return _STATE["compile_seconds"]
+
+
+def _scaled(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (z * std + mean).to(dtype)
+
+
+def _normal_blocks(block, attempt, k0, k1, salt, mean, std, lo, hi, dtype: torch.dtype):
+    """Values and out-of-bounds flags of the four elements of each block: ``(v0, bad0, ..., v3, bad3)``."""
+    out = []
+    for z in counter.block_normals(block, attempt, k0, k1, salt):
+        v = _scaled(z, mean, std, dtype)
+        out += [v, (v < lo) | (v > hi)]
+    return out
+
+
+def _normal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, dtype: torch.dtype):
+    """Values and out-of-bounds flags of candidate ``attempt`` of the elements at ``index``."""
+    v = _scaled(counter.element_normals(index, attempt, k0, k1, salt), mean, std, dtype)
+    return v, (v < lo) | (v > hi)
+
+
+def _proposal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, alpha, beta, rate, peak, dtype: torch.dtype,
+                       exponential: bool, flip: bool):
+    """Values and rejection flags of candidate ``attempt`` from the proposal on standardized ``[alpha, beta]``
+    (``alpha >= 0`` or containing 0; mirrored back when ``flip``): exponential with ``rate``, else uniform with the
+    density's peak ``peak`` (``alpha`` or 0) on the interval. Values are clamped into ``[lo, hi]`` after rounding."""
+    w0, w1 = counter.element_words(index, attempt, k0, k1, salt)
+    log_u = counter.log_word_uniform(w1)
+    if exponential:
+        z = alpha - counter.log_word_uniform(w0) / rate
+        reject = (z > beta) | (log_u > (z - rate) * (z - rate) * -0.5)
+    else:
+        z = alpha + (beta - alpha) * counter.unit_uniform(w0)
+        reject = log_u > (peak * peak - z * z) * 0.5
+    if flip:
+        z = -z
+    return _scaled(z, mean, std, dtype).clamp(lo, hi), reject
+
+
+def _compiled(fn: Callable, device: torch.device) -> Callable | None:
+    """``fn`` compiled for ``device`` with :data:`counter.EXACT_COMPILE_OPTIONS`, or ``None`` for eager (after a
+    failed compile, with one warning)."""
+    if _STATE["eager_only"]:
+        return None
+    key = (fn.__name__, device.type)
+    if key not in _COMPILED:
+        _COMPILED[key] = torch.compile(fn, dynamic=False, options=counter.EXACT_COMPILE_OPTIONS)
+    return _COMPILED[key]
+
+
+def _call(fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **static) -> list[torch.Tensor]:
+    """``fn(x, *args, **static)``, compiled on ``x`` padded to ``chunk`` elements when ``compiled``."""
+    kernel = _compiled(fn, x.device) if compiled else None
+    if kernel is None:
+        return list(fn(x, *args, **static))
+    n = x.numel()
+    padded = x if n == chunk else torch.cat([x, x.new_zeros(chunk - n)])
+    first = getattr(kernel, "_tt_first_done", False)
+    begin = time.perf_counter()
+    try:
+        out = kernel(padded, *args, **static)
+    except Exception as err:  # noqa: BLE001 - any compiler failure: draw eagerly instead (same values)
+        _STATE["eager_only"] = True
+        warnings.warn(f"init: torch.compile of the keyed init kernels failed ({type(err).__name__}); drawing with "
+                      "eager ops (the same values, slower)", stacklevel=3)
+        return list(fn(x, *args, **static))
+    if not first:
+        _STATE["compile_seconds"] += time.perf_counter() - begin
+        kernel._tt_first_done = True
+    return [o[:n] for o in out]
+
+
+def _scalars(law: Law, key_words: tuple[int, int, int], device: torch.device) -> dict[str, torch.Tensor]:
+    as64 = lambda v: torch.tensor(v, dtype=torch.float64, device=device)  # noqa: E731
+    k0, k1, salt = (torch.tensor(w, dtype=torch.int64, device=device) for w in key_words)
+    return {"k0": k0, "k1": k1, "salt": salt, "mean": as64(law.mean), "std": as64(law.std),
+            "lo": torch.tensor(law.lo, dtype=law.dtype, device=device),
+            "hi": torch.tensor(law.hi, dtype=law.dtype, device=device)}
+
+
+def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
+    """``(parameters, exponential, flip)`` of the proposal for a law with little in-bounds mass (Robert 1995)."""
+    flip = law.alpha + law.beta < 0  # put the interval at alpha >= 0 (or around 0)
+    alpha, beta = (-law.beta, -law.alpha) if flip else (law.alpha, law.beta)
+    peak = max(alpha, 0.0)
+    rate = (alpha + math.sqrt(alpha * alpha + 4.0)) / 2.0
+    accept_uniform = law.mass / ((beta - alpha) * math.exp(-0.5 * peak * peak) / math.sqrt(2.0 * math.pi)) \
+        if math.isfinite(beta) else 0.0
+    accept_exponential = law.mass * rate * math.sqrt(2.0 * math.pi) * math.exp(rate * alpha - 0.5 * rate * rate) \
+        if alpha > 0 else 0.0
+    return {"alpha": alpha, "beta": beta, "rate": rate, "peak": peak}, accept_exponential > accept_uniform, flip
+
+
+def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device):
+    """``(position, indices)``: consecutive pieces of at most ``cap`` of the concatenated runs
+    ``range(s, s + length)`` for ``s`` in ``starts``; ``position`` is the piece's offset in that concatenation."""
+    if length >= cap:
+        for r, s in enumerate(starts):
+            for j in range(0, length, cap):
+                yield r * length + j, torch.arange(s + j, s + min(length, j + cap), device=device)
+        return
+    per = cap // length
+    ramp = torch.arange(length, device=device)
+    for r0 in range(0, len(starts), per):
+        part = torch.tensor(starts[r0 : r0 + per], dtype=torch.int64, device=device)
+        yield r0 * length, (part[:, None] + ramp).view(-1)
+
+
+def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tuple[int, int, int], law: Law,
+               cast: Callable[[torch.Tensor], torch.Tensor], compiled: bool) -> int:
+    """Fill the contiguous 1-D ``flat`` (a rank's local elements in order) with the keyed values of ``law``.
+
+    Args:
+        flat: the local elements, whose global row-major indices are the runs ``range(s, s + length)``, ``s`` in
+            ``starts``, concatenated.
+        key_words: :func:`counter.stream_words` of the stream.
+        law: the distribution (:class:`Law`).
+        cast: rounds work-dtype values to ``flat``'s dtype (and keeps them in bounds).
+        compiled: use compiled kernels for this tensor.
+
+    Returns:
+        The number of elements drawn (first pass): ``flat.numel()``.
+
+    Raises:
+        RuntimeError: an element found no candidate in bounds in :data:`MAX_ATTEMPTS` tries.
+    """
+    device = draw_device(flat.device)
+    scal = _scalars(law, key_words, device)
+    base = (scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"], scal["lo"], scal["hi"])
+    bounded = math.isfinite(law.lo) or math.isfinite(law.hi)
+    if law.mass < MIN_REJECTION_MASS:
+        params, exponential, flip = _proposal(law)
+        extra = tuple(torch.tensor(params[k], dtype=torch.float64, device=device)
+                      for k in ("alpha", "beta", "rate", "peak"))
+        element_fn, static = _proposal_elements, {"dtype": law.dtype, "exponential": exponential, "flip": flip}
+    else:
+        extra, element_fn, static = (), _normal_elements, {"dtype": law.dtype}
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+    put = lambda lo, values: flat[lo : lo + values.numel()].copy_(cast(values).to(flat.device))  # noqa: E731
+    drawn, pending_pos, pending_idx = 0, [], []
+    if element_fn is _normal_elements and length % 4 == 0 and all(s % 4 == 0 for s in starts):
+        chunk = BLOCK_CHUNK[compiled]
+        for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, chunk, device):
+            out = _call(_normal_blocks, compiled, chunk, blocks, zero, *base, **static)
+            put(4 * pos, torch.stack(out[0::2], dim=1).view(-1))
+            drawn += 4 * blocks.numel()
+            if bounded:
+                bad = torch.stack(out[1::2], dim=1).view(-1).nonzero().squeeze(1)
+                if bad.numel():
+                    pending_pos.append(bad + 4 * pos)
+                    pending_idx.append(blocks[bad >> 2] * 4 + (bad & 3))
+    else:
+        chunk = ELEMENT_CHUNK[compiled]
+        for pos, index in _index_chunks(starts, length, chunk, device):
+            values, bad = _call(element_fn, compiled, chunk, index, zero, *base, *extra, **static)
+            put(pos, values)
+            drawn += index.numel()
+            bad = bad.nonzero().squeeze(1)
+            if bad.numel():
+                pending_pos.append(bad + pos)
+                pending_idx.append(index[bad])
+    if not pending_pos:
+        return drawn
+    pos, index = torch.cat(pending_pos), torch.cat(pending_idx)
+    chunk = ELEMENT_CHUNK[compiled]
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        use_compiled = compiled and index.numel() >= COMPILED_MIN_LOCAL
+        step = torch.tensor(attempt, dtype=torch.int64, device=device)
+        values, bad = (torch.cat(parts) for parts in zip(*(
+            _call(element_fn, use_compiled, chunk, index[s : s + chunk], step, *base, *extra, **static)
+            for s in range(0, index.numel(), chunk))))
+        good = ~bad
+        flat.index_copy_(0, pos[good].to(flat.device), cast(values[good]).to(flat.device))
+        pos, index = pos[bad], index[bad]
+        if not pos.numel():
+            return drawn
+    raise RuntimeError(f"init: {pos.numel()} elements found no value in [{law.lo}, {law.hi}] in {MAX_ATTEMPTS} "
+                       "candidates each")
