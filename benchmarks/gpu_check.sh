@@ -33,6 +33,9 @@
 #                query / 8 key-value heads, 128-key sliding windows with sinks on even layers) cut to 2 layers, at
 #                seq_len 8192, one sequence per step, through FlexAttention (model.attn_backend = "flex", sinks from
 #                the log-sum-exp; models/common/flex.py): ~45 GB of model state, no 8192^2 mask
+#   INIT         1: the init check instead: benchmarks/bench_init_device.py draws CONFIG_FILE's init on the GPU and on
+#                the CPU, prints both fingerprints (they must be equal) and the GPU's init seconds against a CUDA
+#                normal_ fill of the same tensors (compile seconds apart); exits 1 when the fingerprints differ
 #   REQUIRE_GPU  1 (default) fails without CUDA; 0 runs anywhere, e.g. a CPU dry run of the parsing:
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
 #                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
@@ -51,6 +54,9 @@ EP=${EP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
+if [[ "${INIT:-0}" == 1 ]]; then
+    exec "$PYTHON" benchmarks/bench_init_device.py --device cuda --config "$CONFIG_FILE"
+fi
 if [[ "${FLEX_GPT_OSS:-0}" == 1 ]]; then
     CONFIG_FILE=train_configs/gpt_oss_20b.toml
     extra=(--model.overrides.n_layers=2 --model.overrides.max_seq_len=8192 --training.seq_len=8192
