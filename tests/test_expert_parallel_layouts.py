@@ -84,7 +84,9 @@ def test_losses_and_gradients_reproduce_one_process(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert abs(other["losses"][0] / one["losses"][0] - 1) < 1e-5
     for a, b in zip(other["losses"], one["losses"], strict=True):
-        assert abs(a / b - 1) < 1e-4
+        # fp32 reductions in another order, through 10 steps of top-k routing: 1.9e-4 at most measured (tp2_ep2
+        # qwen3_moe, 2026-12-03); a wrong expert or a lost token moves the loss by 1e-2 or more
+        assert abs(a / b - 1) < 5e-4
     assert abs(other["grad_norms"][0] / one["grad_norms"][0] - 1) < 1e-4  # one global norm over both meshes
     assert other["grads"].keys() == one["grads"].keys()
     assert max((other["grads"][n] - one["grads"][n]).abs().max().item() for n in one["grads"]) < 1e-5
