@@ -26,8 +26,30 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.load import where
+
 ADJUST_LR_FNS = ("match_rms_adamw", "original")
 """Values of ``optimizer.adjust_lr_fn`` (``torch.optim.Muon``'s names)."""
+
+
+def check_muon_config(config, sources) -> None:
+    """``optimizer.name = "Muon"`` runs on data-parallel layouts only (FSDP2, HSDP; its matrices are gathered over
+    the row-shard dimension), and ``ns_coefficients`` is three numbers; one :class:`ConfigError` line otherwise.
+    Tensor- and expert-parallel weights are split over more mesh dimensions (and pipeline stages were not run
+    with it), which this gather does not cover."""
+    opt = config.optimizer
+    if opt.name != "Muon":
+        return
+    for name in ("tensor_parallel_degree", "expert_parallel_degree", "pipeline_parallel_degree"):
+        degree = getattr(config.parallelism, name)
+        if degree > 1:
+            raise ConfigError(f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / HSDP "
+                              f"shards only, but parallelism.{name} = {degree}; set it to 1 (use data parallelism) "
+                              "or optimizer.name = \"AdamW\"")
+    if len(opt.ns_coefficients) != 3:
+        raise ConfigError(f"{where(sources, 'optimizer.ns_coefficients')}: must be three numbers (a, b, c), got "
+                          f"{opt.ns_coefficients}; e.g. [3.4445, -4.7750, 2.0315]")
 
 
 def newton_schulz(update: torch.Tensor, coefficients: Sequence[float], steps: int, eps: float) -> torch.Tensor:
@@ -140,8 +162,11 @@ def orthogonalize_sharded(updates: list[torch.Tensor], shapes: list[torch.Size],
         send = torch.cat([t.reshape(-1) for parts in send_parts for t in parts]) if any(send_parts) else \
             torch.empty(0, dtype=torch.bfloat16, device=device)
         recv = torch.empty(sum(recv_sizes), dtype=torch.bfloat16, device=device)
-        dist.all_to_all_single(recv.view(torch.int16), send.view(torch.int16), output_split_sizes=recv_sizes,
-                               input_split_sizes=[sum(t.numel() for t in parts) for parts in send_parts], group=group)
+        # as bytes: gloo's all-to-all has no 16-bit types
+        dist.all_to_all_single(recv.view(torch.uint8), send.view(torch.uint8),
+                               output_split_sizes=[2 * n for n in recv_sizes],
+                               input_split_sizes=[2 * sum(t.numel() for t in parts) for parts in send_parts],
+                               group=group)
         return list(recv.split(recv_sizes))
 
     # 1. every rank's shard of each matrix to its owner; the owner concatenates them in rank order
