@@ -4,6 +4,7 @@ same parameter split, bitwise; the split; Newton-Schulz's output; the state thro
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 from models import get_model_spec
 from torchtitan_lite.components.muon import MuonWithAdamW, newton_schulz
 from torchtitan_lite.components.optimizer import build_optimizer
+from torchtitan_lite.config.checks import parse_args
 
 MUON = {"momentum": 0.95, "nesterov": True, "ns_coefficients": [3.4445, -4.7750, 2.0315], "ns_steps": 5,
         "muon_eps": 1e-7, "adjust_lr_fn": "match_rms_adamw"}
@@ -115,3 +117,18 @@ def test_state_dict_round_trip_resumes_exactly():
 def test_bad_muon_setting_is_refused():
     with pytest.raises(ValueError, match="ns_coefficients"):
         build_optimizer(_deepseek(), **HYPER, muon={**MUON, "ns_coefficients": [1.0, 2.0]})
+
+
+def test_moonlight_config_is_the_16b_job_with_moonlight_optimizer_settings():
+    muon, adamw = (parse_args(["--job.config_file", f"train_configs/{name}.toml"])
+                   for name in ("deepseek_v3_16b_muon", "deepseek_v3_16b"))
+    opt = muon.optimizer
+    assert (opt.name, opt.momentum, opt.nesterov, opt.ns_steps, opt.adjust_lr_fn) == (
+        "Muon", 0.95, True, 5, "match_rms_adamw")
+    assert opt.ns_coefficients == [3.4445, -4.7750, 2.0315] and opt.weight_decay == 0.1
+    assert (opt.beta1, opt.beta2, opt.eps, opt.decay_embeddings, opt.decay_norms_and_biases) == (
+        0.9, 0.95, 1e-8, True, True)
+    differ = {f.name for f in dataclasses.fields(muon) if getattr(muon, f.name) != getattr(adamw, f.name)}
+    assert differ == {"job", "optimizer"}
+    assert dataclasses.replace(muon.job, description="", config_file=None) == dataclasses.replace(
+        adamw.job, description="", config_file=None)
