@@ -7,13 +7,15 @@ Newton-Schulz iteration in bfloat16, decoupled weight decay ``W <- W * (1 - lr *
 ``torch.optim.Muon``'s (torch 2.13 ``torch/optim/_muon.py``); ``tests/test_muon.py`` holds it bitwise equal.
 
 Note: on whole matrices. The elementwise steps (momentum, Nesterov, weight decay, the update) run on each rank's
-FSDP2 row shard; Newton-Schulz needs the whole matrix. Each Muon parameter has an owner among the ranks of its
-shard dimension (parameter ``i`` of the group: rank ``i % S``): one ``all_to_all_single`` sends every rank's
-bfloat16 shard of ``U`` to its owner, the owner runs Newton-Schulz on the whole matrix (each expert's matrix of a
-3-D ``(experts, rows, cols)`` stack on its own), and a second ``all_to_all_single`` sends each rank its rows of the
-result. The whole matrix is the concatenation of the shards, the same bits on every layout, and Newton-Schulz runs
-on it with the same ops wherever it runs, so ``training.deterministic = "layout"`` stays bitwise (HSDP replicas each
-do this within their shard group, with the same result). Memory and bytes: ``docs/optimizers.md``.
+FSDP2 row shard; Newton-Schulz needs the whole matrix. A 3-D expert stack is sharded by whole experts (FSDP2's dim 0
+is the expert dimension), so each rank orthogonalizes the experts it holds, with no communication. A 2-D matrix has
+an owner among the ranks of its shard dimension (largest matrix first, each to the least loaded rank so far, ties
+to the lower rank: the same on every rank, from the shapes): one ``all_to_all_single`` sends every rank's bfloat16
+shard of ``U`` to its owner, the owner runs Newton-Schulz on the whole matrix, and a second ``all_to_all_single``
+sends each rank its rows of the result. The whole matrix is the concatenation of the shards, the same bits on every
+layout, and Newton-Schulz runs on it with the same ops wherever it runs, so ``training.deterministic = "layout"``
+stays bitwise (HSDP replicas each do this within their shard group, with the same result). Memory and bytes:
+``docs/optimizers.md``.
 """
 
 from __future__ import annotations
@@ -134,19 +136,33 @@ def _rows(n: int, size: int) -> list[int]:
 
 
 def _orthogonalize(matrix: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
-    """:func:`newton_schulz` of a 2-D matrix, or of each matrix of a 3-D expert stack, contiguous bfloat16."""
+    """:func:`newton_schulz` of a 2-D matrix, or of each matrix of a 3-D expert stack (none: an empty shard),
+    contiguous bfloat16."""
     if matrix.ndim == 2:
         return newton_schulz(matrix, coefficients, steps, eps).contiguous()
+    if matrix.shape[0] == 0:
+        return matrix.bfloat16()
     return torch.stack([newton_schulz(m, coefficients, steps, eps) for m in matrix.unbind(0)])
+
+
+def owners(numels: list[int], size: int) -> list[int]:
+    """The owner rank of each matrix: the largest first, each to the rank with the fewest elements so far (ties: the
+    lower rank, then the earlier matrix), so every rank computes the same assignment from the shapes."""
+    load, owner = [0] * size, [0] * len(numels)
+    for i in sorted(range(len(numels)), key=lambda i: -numels[i]):
+        owner[i] = min(range(size), key=load.__getitem__)
+        load[owner[i]] += numels[i]
+    return owner
 
 
 def orthogonalize_sharded(updates: list[torch.Tensor], shapes: list[torch.Size], group, size: int, rank: int,
                           coefficients, steps: int, eps: float) -> list[torch.Tensor]:
-    """Newton-Schulz of whole matrices held as row shards over ``group``: see the module note.
+    """Newton-Schulz of whole matrices held as row shards over ``group``, each on its owner (:func:`owners`): see
+    the module note.
 
     Args:
-        updates: this rank's row shards, bfloat16, ``(rows of this rank, *shape[1:])`` each.
-        shapes: each update's global shape (2-D, or 3-D ``(experts, rows, cols)`` stacks sharded by experts).
+        updates: this rank's row shards, bfloat16, ``(rows of this rank, cols)`` each.
+        shapes: each update's global ``(rows, cols)``.
         group, size, rank: the shard dimension's process group, its size and this rank's index in it.
 
     Returns:
@@ -154,7 +170,8 @@ def orthogonalize_sharded(updates: list[torch.Tensor], shapes: list[torch.Size],
     """
     rows = [_rows(shape[0], size) for shape in shapes]
     inner = [math.prod(shape[1:]) for shape in shapes]
-    owned = [[i for i in range(len(shapes)) if i % size == k] for k in range(size)]
+    owner = owners([math.prod(shape) for shape in shapes], size)
+    owned = [[i for i in range(len(shapes)) if owner[i] == k] for k in range(size)]
     mine = owned[rank]
     device = updates[0].device if updates else torch.device("cpu")
 
@@ -195,8 +212,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
     The AdamW groups are an inner ``torch.optim.AdamW``'s own group dicts, which steps them on the shared state
     (re-linked after ``load_state_dict``). A Muon group's state is ``momentum_buffer``, shaped and sharded as the
     parameter. Muon parameters are 2-D matrices or 3-D ``(experts, rows, cols)`` stacks, each expert's matrix
-    orthogonalized and learning-rate-scaled on its own; FSDP2 / HSDP row shards are orthogonalized whole
-    (:func:`orthogonalize_sharded`), every rank taking part in every step.
+    orthogonalized and learning-rate-scaled on its own; FSDP2 / HSDP row shards of 2-D matrices are orthogonalized
+    whole (:func:`orthogonalize_sharded`), every rank taking part in every step (see the module note).
 
     Args:
         muon_params: the matrices (same order on every rank).
@@ -273,19 +290,18 @@ class MuonWithAdamW(torch.optim.Optimizer):
             updates.append((grad.lerp(buf, momentum) if group["nesterov"] else buf).bfloat16())
         by_group: dict[tuple, list[int]] = {}
         groups = {}
+        coefficients, steps, eps = group["ns_coefficients"], group["ns_steps"], group["eps"]
+        ortho: list[torch.Tensor | None] = [None] * len(params)
         for i, p in enumerate(params):
             pg, size, rank = _shard_group(p)
+            if size == 1 or p.ndim == 3:  # whole here: unsharded, or an expert stack split by whole experts
+                ortho[i] = _orthogonalize(updates[i], coefficients, steps, eps)
+                continue
             key = (id(pg), size, rank)
             by_group.setdefault(key, []).append(i)
             groups[key] = pg
-        coefficients, steps, eps = group["ns_coefficients"], group["ns_steps"], group["eps"]
-        ortho: list[torch.Tensor | None] = [None] * len(params)
         for key, ids in by_group.items():
             _, size, rank = key
-            if size == 1:
-                for i in ids:
-                    ortho[i] = _orthogonalize(updates[i], coefficients, steps, eps)
-                continue
             done = orthogonalize_sharded([updates[i] for i in ids], [params[i].shape for i in ids],
                                          groups[key], size, rank, coefficients, steps, eps)
             for i, o in zip(ids, done):
