@@ -278,35 +278,33 @@ class MuonWithAdamW(torch.optim.Optimizer):
         return loss
 
     def _muon_step(self, group: dict) -> None:
-        params = [p for p in group["params"] if p.grad is not None]
+        """Each matrix held whole here is updated as soon as its momentum is (one update alive at a time); the row
+        shards of each shard group are kept, bfloat16, for one exchange (:func:`orthogonalize_sharded`)."""
         momentum, lr, wd = group["momentum"], group["lr"], group["weight_decay"]
-        updates = []
-        for p in params:
+        ns = (group["ns_coefficients"], group["ns_steps"], group["eps"])
+
+        def apply(p: torch.Tensor, ortho: torch.Tensor) -> None:
+            local = _local(p)
+            local.mul_(1 - lr * wd)
+            local.add_(ortho, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *p.shape[-2:]))
+
+        sharded: dict[tuple, tuple[dist.ProcessGroup, list[torch.Tensor], list[torch.Tensor]]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
             state = self.state[p]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
             grad, buf = _local(p.grad), _local(state["momentum_buffer"])
             buf.lerp_(grad, 1 - momentum)
-            updates.append((grad.lerp(buf, momentum) if group["nesterov"] else buf).bfloat16())
-        by_group: dict[tuple, list[int]] = {}
-        groups = {}
-        coefficients, steps, eps = group["ns_coefficients"], group["ns_steps"], group["eps"]
-        ortho: list[torch.Tensor | None] = [None] * len(params)
-        for i, p in enumerate(params):
+            update = (grad.lerp(buf, momentum) if group["nesterov"] else buf).bfloat16()
             pg, size, rank = _shard_group(p)
             if size == 1 or p.ndim == 3:  # whole here: unsharded, or an expert stack split by whole experts
-                ortho[i] = _orthogonalize(updates[i], coefficients, steps, eps)
+                apply(p, _orthogonalize(update, *ns))
                 continue
-            key = (id(pg), size, rank)
-            by_group.setdefault(key, []).append(i)
-            groups[key] = pg
-        for key, ids in by_group.items():
-            _, size, rank = key
-            done = orthogonalize_sharded([updates[i] for i in ids], [params[i].shape for i in ids],
-                                         groups[key], size, rank, coefficients, steps, eps)
-            for i, o in zip(ids, done):
-                ortho[i] = o
-        for p, o in zip(params, ortho):
-            local = _local(p)
-            local.mul_(1 - lr * wd)
-            local.add_(o, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], *p.shape[-2:]))
+            _, params, updates = sharded.setdefault((id(pg), size, rank), (pg, [], []))
+            params.append(p)
+            updates.append(update)
+        for (_, size, rank), (pg, params, updates) in sharded.items():
+            for p, ortho in zip(params, orthogonalize_sharded(updates, [p.shape for p in params], pg, size, rank, *ns)):
+                apply(p, ortho)
