@@ -1,6 +1,7 @@
 """Muon through ``./run_train.sh`` on every data-parallel layout: bitwise one run in ``training.deterministic =
 "layout"`` (qwen3 and deepseek_v3 debug configs: 1 process, dp_shard 2, dp_shard 4, HSDP 2 x 2), exact resume from a
-checkpoint another layout wrote, ``off`` mode within a measured tolerance, and the refusal of tensor parallelism.
+checkpoint another layout wrote, ``off`` mode within a measured tolerance, the refusal of tensor parallelism, and
+the exchange on uneven and empty row shards (``dist_muon_worker.py``).
 
 The configs are cut for CI time (qwen3: 1 block; deepseek_v3: 2 blocks, the second a mixture of experts; seq_len 32,
 global batch 4, 6 steps, fp32, one thread per rank); ``docs/optimizers.md`` lists the 20-step runs made by hand.
@@ -14,6 +15,7 @@ import shutil
 import pytest
 import torch
 from ckpt_helpers import text_file
+from dist_helpers import REPO, launch
 from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
 from torchtitan_lite.config.checks import parse_args
@@ -74,3 +76,10 @@ def test_muon_refuses_tensor_and_expert_parallelism_before_launch():
                         ("--parallelism.expert_parallel_degree=2", "expert_parallel_degree")):
         with pytest.raises(ConfigError, match=re.escape(f"parallelism.{key} = 2; set it to 1")):
             parse_args(["--job.config_file=train_configs/deepseek_v3_debug.toml", *RUN, option])
+
+
+@pytest.mark.multiprocess
+def test_muon_on_uneven_and_empty_row_shards_equals_one_process_bitwise():
+    """3 gloo ranks: 7, 3, 2 and 4 rows (an empty shard for 2) and a 4-expert stack (experts 2 + 2 + 0)."""
+    result = launch(REPO / "tests" / "dist_muon_worker.py", nproc=3, timeout=120).result()
+    assert result == {"differ": [], "unchanged": []}
