@@ -10,15 +10,13 @@ and bitwise the same final parameters and AdamW moments. ``run``: two runs of dp
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from ckpt_helpers import text_file
-from dist_helpers import REPO, env, run_train
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from dist_helpers import run_train
+from layout_helpers import LAYOUTS, assert_equal_curves, final_state, train
 
 from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
@@ -32,12 +30,6 @@ RUN = ["--model.overrides.n_layers=1", "--training.seq_len=32", "--training.loca
        "--validation.enable=false", "--training.num_threads=1", "--metrics.log_freq=1",
        "--training.compute_dtype=float32", "--checkpoint.enable=true", "--checkpoint.interval=1000"]
 """Four micro-batches of one 32-token window per step: 4 per rank on 1 process, 2 on dp_shard 2, 1 on 4 ranks."""
-LAYOUTS = {  # name: (processes, options)
-    "1": (1, []),
-    "dp_shard2": (2, []),
-    "dp_shard4": (4, []),
-    "hsdp2x2": (4, ["--parallelism.data_parallel_replicate_degree=2"]),
-}
 
 
 def test_pairwise_sum_of_aligned_blocks_is_the_sum_of_their_items_bitwise():
@@ -91,6 +83,10 @@ def test_sharded_foreach_adamw_updates_each_element_as_unsharded():
     assert torch.equal(trained([260, 260, 260, 257]), whole)
 
 
+def _train(tmp_path: Path, name: str, config: str, nproc: int, options: list[str]) -> Path:
+    return train(tmp_path, name, config, nproc, [*RUN, *options])
+
+
 def test_layout_mode_refuses_tensor_parallelism_with_one_config_error_line_and_exit_2(tmp_path):
     proc = run_train([*RUN, "--training.deterministic=layout", f"--job.dump_folder={tmp_path}",
                       "--parallelism.tensor_parallel_degree=2"], nproc=2, timeout=120)
@@ -113,35 +109,6 @@ def test_layout_mode_refuses_what_it_cannot_hold(options, world_size, message):
         check_world_size(parse_args([*RUN, "--training.deterministic=layout", *options]), world_size)
 
 
-def _train(tmp_path: Path, name: str, config: str, nproc: int, options: list[str]) -> Path:
-    """``./run_train.sh`` of one run; its dump folder."""
-    dump = tmp_path / name
-    proc = run_train([*RUN, f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={dump}", *options],
-                     nproc=nproc, timeout=600, CONFIG_FILE=config)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    return dump
-
-
-def _assert_equal_curves(reference: Path, other: Path) -> None:
-    """``compare_runs --assert-equal`` of the loss and the gradient norm: max |diff| 0 at every step."""
-    for tag in ("loss/train", "grad_norm"):
-        runs = [str(next(path.parent for path in dump.glob("*/run.json"))) for dump in (reference, other)]
-        proc = subprocess.run([sys.executable, "-m", "torchtitan_lite.tools.compare_runs", *runs, "--tag", tag,
-                               "--assert-equal"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert f"{STEPS} common steps (1-{STEPS}): max |diff| 0 (atol 0)" in proc.stdout, proc.stdout
-
-
-def _final_state(dump: Path) -> dict[str, torch.Tensor]:
-    """The model parameters and AdamW moments of the last checkpoint, gathered (``dcp_to_torch_save``)."""
-    path = dump / "final.pt"
-    dcp_to_torch_save(dump / "checkpoint" / f"step-{STEPS}", path)
-    state = torch.load(path, weights_only=False)
-    return {f"{part}.{key}": value for part in ("model", "optimizer") for key, value in state[part].items()
-            if isinstance(value, torch.Tensor)}
-
-
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("family", ["qwen3", "qwen3_moe"])
 def test_layout_mode_trains_bitwise_the_same_on_every_data_parallel_layout(tmp_path, family):
@@ -149,11 +116,11 @@ def test_layout_mode_trains_bitwise_the_same_on_every_data_parallel_layout(tmp_p
     config = f"train_configs/{family}_debug.toml"
     dumps = {name: _train(tmp_path, name, config, nproc, [*options, "--training.deterministic=layout"])
              for name, (nproc, options) in LAYOUTS.items()}
-    reference = _final_state(dumps["1"])
+    reference = final_state(dumps["1"], STEPS)
     assert any(key.startswith("model.layers.0.moe") for key in reference) == (family == "qwen3_moe")
     for name in list(LAYOUTS)[1:]:
-        _assert_equal_curves(dumps["1"], dumps[name])
-        final = _final_state(dumps[name])
+        assert_equal_curves(dumps["1"], dumps[name], STEPS)
+        final = final_state(dumps[name], STEPS)
         assert final.keys() == reference.keys()
         assert [key for key in reference if not torch.equal(final[key], reference[key])] == [], name
 
@@ -163,6 +130,6 @@ def test_run_mode_trains_bitwise_the_same_twice_on_one_layout(tmp_path):
     text_file(tmp_path)
     first, second = (_train(tmp_path, name, "train_configs/qwen3_debug.toml", 2, ["--training.deterministic=run"])
                      for name in ("first", "second"))
-    _assert_equal_curves(first, second)
-    reference = _final_state(first)
-    assert [key for key, value in _final_state(second).items() if not torch.equal(value, reference[key])] == []
+    assert_equal_curves(first, second, STEPS)
+    reference = final_state(first, STEPS)
+    assert [key for key, value in final_state(second, STEPS).items() if not torch.equal(value, reference[key])] == []

@@ -65,7 +65,7 @@ from torchtitan_lite.components.metrics import (
     format_bytes,
     format_duration,
 )
-from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
+from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, muon_settings
 from torchtitan_lite.components.peak_flops import peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.run_folder import create_run_folder
@@ -267,7 +267,7 @@ class Trainer:
         self.optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
             decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases,
-            implementation=optimizer_implementation(config))
+            implementation=optimizer_implementation(config), muon=muon_settings(opt))
         sched = config.lr_scheduler
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,

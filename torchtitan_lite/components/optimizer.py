@@ -1,4 +1,5 @@
-"""AdamW with decay / no-decay parameter groups, and global-norm gradient clipping over DTensors."""
+"""AdamW with decay / no-decay parameter groups (or Muon for the matrices: ``muon.py``), and global-norm gradient
+clipping over DTensors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
+
+from torchtitan_lite.components.muon import MuonWithAdamW, split_muon_params
 
 IMPLEMENTATIONS = ("auto", "fused", "foreach")
 """Values of ``optimizer.implementation``."""
@@ -59,6 +62,15 @@ def fused_adamw_runs(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
+def muon_settings(optimizer_config) -> dict | None:
+    """The ``muon`` argument of :func:`build_optimizer` for an ``[optimizer]`` section (``config.schema.Optimizer``):
+    ``None`` unless ``name = "Muon"``."""
+    if optimizer_config.name != "Muon":
+        return None
+    return {key: getattr(optimizer_config, key)
+            for key in ("momentum", "nesterov", "ns_coefficients", "ns_steps", "muon_eps", "adjust_lr_fn")}
+
+
 def build_optimizer(
     model: nn.Module,
     *,
@@ -69,8 +81,11 @@ def build_optimizer(
     decay_embeddings: bool,
     decay_norms_and_biases: bool,
     implementation: str = "auto",
-) -> torch.optim.AdamW:
-    """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``.
+    muon: dict | None = None,
+) -> torch.optim.Optimizer:
+    """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``; with ``muon``,
+    Muon for the decay group's matrices (:func:`~.muon.split_muon_params`) and AdamW for the rest
+    (:class:`~.muon.MuonWithAdamW`, same ``lr``; the matrices' weight decay is ``weight_decay``).
 
     Param groups ``[decay (weight_decay), no_decay (0.0)]`` (:func:`split_decay_params`; empty ones omitted).
     ``fused`` is one kernel for all parameters, ``foreach`` a few batched ones (both take FSDP2 shards);
@@ -82,7 +97,9 @@ def build_optimizer(
         betas: Adam ``(beta1, beta2)``, each in ``[0, 1)``.
         eps: Adam epsilon, > 0.
         weight_decay: decoupled weight decay of the decay group, >= 0.
-        implementation: ``"auto"``, ``"fused"`` or ``"foreach"``.
+        implementation: ``"auto"``, ``"fused"`` or ``"foreach"`` (of the AdamW part under Muon).
+        muon: ``None`` (AdamW only) or the keyword arguments ``momentum``, ``nesterov``, ``ns_coefficients``,
+            ``ns_steps``, ``muon_eps``, ``adjust_lr_fn`` of :class:`~.muon.MuonWithAdamW`.
 
     Raises:
         ValueError: an out-of-range hyperparameter (named, with its value), an unknown implementation, fused
@@ -99,21 +116,27 @@ def build_optimizer(
     decay, no_decay = split_decay_params(
         model, decay_embeddings=decay_embeddings, decay_norms_and_biases=decay_norms_and_biases
     )
+    matrices: NamedParams = []
+    if muon is not None:
+        matrices, decay = split_muon_params(model, decay)
     groups = [
         {"params": [p for _, p in named], "weight_decay": wd}
         for named, wd in ((decay, weight_decay), (no_decay, 0.0))
         if named
     ]
-    if not groups:
+    if not groups and not matrices:
         raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True to optimize")
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"optimizer.implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    first = groups[0]["params"][0]
+    first = groups[0]["params"][0] if groups else matrices[0][1]
     fused_here = fused_adamw_runs(first.device, first.dtype)
     if implementation == "fused" and not fused_here:
         raise ValueError(f"optimizer.implementation = 'fused' but this torch build has no fused AdamW for "
                          f"{first.device.type} parameters; use 'foreach' or 'auto'")
     fused = implementation == "fused" or (implementation == "auto" and fused_here)
+    if muon is not None:
+        return MuonWithAdamW([p for _, p in matrices], groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas),
+                             eps=eps, fused=fused, **muon)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
 
 

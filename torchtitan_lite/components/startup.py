@@ -24,10 +24,13 @@ def layout_text(dims: ParallelDims, config: JobConfig, loss_parallel: bool) -> s
 
 
 def memory_and_compile_line(config: JobConfig, device_type: str, fused_adamw: bool) -> str:
-    """``activation checkpointing full, compile inductor (model, loss), AdamW fused``."""
+    """``activation checkpointing full, compile inductor (model, loss), AdamW fused`` (``Muon + AdamW fused`` under
+    ``optimizer.name = "Muon"``)."""
     ac, cfg = config.activation_checkpoint, config.compile
     ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
     compiled = [c for c in cfg.components if compiles(cfg.enable, cfg.components, cfg.backend, device_type, c)]
     compile_text = (f"{cfg.backend} ({', '.join(compiled)})" if compiled else
                     "off (eager fallback, see the warning above)" if cfg.enable else "off")
-    return f"activation checkpointing {ac_text}, compile {compile_text}, AdamW {'fused' if fused_adamw else 'foreach'}"
+    muon = "Muon + " if config.optimizer.name == "Muon" else ""
+    return (f"activation checkpointing {ac_text}, compile {compile_text}, "
+            f"{muon}AdamW {'fused' if fused_adamw else 'foreach'}")

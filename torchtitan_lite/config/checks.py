@@ -4,7 +4,7 @@
 :func:`parse_args` loads the TOML file and the command line (``config/load.py``), resolves the model
 (``config/model_args.py``: the family and sizes of an HF folder, typed overrides, the model args built once) and
 runs each component's checks of its own section: this module's of ``[job]``, ``[training]``'s batch,
-``[lr_scheduler]`` and ``[debug]``; ``data/checks.py``; ``distributed/checks.py``; ``components/attention.py``. :func:`check_paths` probes the
+``[lr_scheduler]`` and ``[debug]``; ``data/checks.py``; ``distributed/checks.py``; ``components/attention.py``; ``components/muon.py``. :func:`check_paths` probes the
 files the run reads and the folders it writes (``data/checks.py``, ``components/checkpoint/checks.py``,
 ``components/hf/checks.py``); :func:`load_config` adds the checkpoint folder's lock and, for a known world size,
 the parallel degrees and the memory estimate (``config/memory.py``). Every problem is one :class:`ConfigError`
@@ -20,6 +20,7 @@ from typing import Any
 from torchtitan_lite.components.attention import check_attention_config
 from torchtitan_lite.components.checkpoint.checks import check_checkpoint_folder, check_resume
 from torchtitan_lite.components.hf.checks import check_export, check_import
+from torchtitan_lite.components.muon import check_muon_config
 from torchtitan_lite.config.cli import ConfigError, format_help, format_toml
 from torchtitan_lite.config.load import Sources, read_config, where
 from torchtitan_lite.config.memory import check_memory
@@ -64,6 +65,7 @@ def _parse(argv: list[str]) -> tuple[JobConfig, Any]:
     check_model_fit(config, args, sources)
     check_layout_fits_model(config, args, sources)
     check_attention_config(config, args, sources)
+    check_muon_config(config, sources)
     return config, args
 
 

@@ -116,12 +116,15 @@ class Training:
 
 @dataclass
 class Optimizer:
-    """``[optimizer]``: AdamW hyperparameters."""
+    """``[optimizer]``: AdamW hyperparameters, and Muon's for ``name = "Muon"``."""
 
-    name: Literal["AdamW"] = "AdamW"
-    """Optimizer (``torch.optim.AdamW``, Loshchilov & Hutter 2019)."""
+    name: Literal["AdamW", "Muon"] = "AdamW"
+    """``AdamW`` (``torch.optim.AdamW``, Loshchilov & Hutter 2019) for every parameter, or ``Muon`` (Moonlight,
+    arXiv 2502.16982; ``torch.optim.Muon``'s update): Newton-Schulz orthogonalized momentum for the weight matrices
+    (each expert's on its own), AdamW for the embedding, the output head, norms and biases, with the same ``lr`` and
+    ``weight_decay`` (``docs/optimizers.md``)."""
     lr: float = bounded(3e-3, gt=0)
-    """Peak learning rate."""
+    """Peak learning rate (of both parts under Muon: ``adjust_lr_fn`` scales the matrices' update)."""
     beta1: float = bounded(0.9, ge=0, lt=1)
     """Adam first-moment decay."""
     beta2: float = bounded(0.95, ge=0, lt=1)
@@ -137,6 +140,21 @@ class Optimizer:
     implementation: Literal["auto", "fused", "foreach"] = "auto"
     """AdamW kernels: ``fused`` (one kernel for all parameters), ``foreach`` (a few batched kernels);
     ``auto`` = fused where this torch build has it for the device, else foreach."""
+    momentum: float = bounded(0.95, ge=0, lt=1)
+    """Muon: momentum of the matrices' update (``torch.optim.Muon`` and Moonlight: 0.95)."""
+    nesterov: bool = True
+    """Muon: Nesterov momentum (the update orthogonalized is ``lerp(grad, buffer, momentum)``)."""
+    ns_steps: int = bounded(5, ge=1, lt=100)
+    """Muon: Newton-Schulz iterations per update (Keller Jordan's Muon and Moonlight: 5)."""
+    ns_coefficients: list[float] = field(default_factory=lambda: [3.4445, -4.7750, 2.0315])
+    """Muon: the quintic Newton-Schulz coefficients ``(a, b, c)`` (Keller Jordan's Muon, ``torch.optim.Muon``)."""
+    muon_eps: float = bounded(1e-7, gt=0)
+    """Muon: the floor of the Frobenius norm the update is divided by before Newton-Schulz (``torch.optim.Muon``'s
+    ``eps``)."""
+    adjust_lr_fn: Literal["match_rms_adamw", "original"] = "match_rms_adamw"
+    """Muon: the matrices' learning rate, ``torch.optim.Muon``'s names: ``match_rms_adamw`` = ``lr * 0.2 *
+    sqrt(max(rows, cols))`` (Moonlight: the update's RMS matches AdamW's, so ``lr`` and ``weight_decay`` carry
+    over from AdamW); ``original`` = ``lr * sqrt(max(1, rows / cols))`` (Keller Jordan's)."""
 
 
 @dataclass
