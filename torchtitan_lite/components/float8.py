@@ -180,6 +180,12 @@ def float8_linear_names(model: nn.Module) -> list[str]:
     return [name for name, module in model.named_modules() if type(module).__name__ == "Float8Linear"]
 
 
+def high_precision(tensor: torch.Tensor) -> torch.Tensor:
+    """The plain tensor inside torchao's ``WeightWithDynamicFloat8CastTensor`` (the weight wrapper of the float8
+    all-gather, same dtype and values), for writers that need plain storage (safetensors); ``tensor`` otherwise."""
+    return tensor._tensor if type(tensor).__name__ == "WeightWithDynamicFloat8CastTensor" else tensor
+
+
 def float8_line(model: nn.Module, settings: Float8Settings) -> str:
     """The start-up line of a float8 run, e.g. ``float8 (tensorwise, float8 all-gather off): 14 linear layers
     converted; high precision: names containing 'output', 'router.gate', dimensions not multiples of 16, grouped
