@@ -3,11 +3,13 @@
 Trains the same config (same init, same batches) with fp32 matmuls and with each float8 recipe (``[float8]``,
 torchao), one ``./run_train.sh`` each, reads every step's loss from the log lines (4 decimals) and prints, per
 recipe, the largest ``|loss_float8 - loss_fp32|`` over the steps, the step where it occurs and the last step's gap.
-On CPU this measures numerics only (``torch._scaled_mm`` on CPU is a slow reference kernel).
+On CPU this measures numerics only (``torch._scaled_mm`` on CPU is a slow reference kernel: the debug configs'
+16 x 256 tokens per step take minutes per float8 step there, so shrink the batch on CPU).
 
     python benchmarks/bench_float8_numerics.py                                  # qwen3_debug.toml, 30 steps
     python benchmarks/bench_float8_numerics.py --config train_configs/llama3_debug.toml
-    python benchmarks/bench_float8_numerics.py --steps 10 -- --model.overrides.n_layers=2
+    python benchmarks/bench_float8_numerics.py -- --training.local_batch_size=2 --training.global_batch_size=2 \
+        --training.seq_len=32                                                   # a CPU-sized batch
 
 Arguments after ``--`` are config overrides, as for ``run_train.sh``.
 """
