@@ -53,6 +53,7 @@ from torchtitan_lite.components.faults import (
     exit_with_launcher,
     peer_failed,
 )
+from torchtitan_lite.components.float8 import float8_flops_per_token, float8_line, float8_settings, precompute_scales
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
@@ -66,7 +67,6 @@ from torchtitan_lite.components.metrics import (
     format_duration,
 )
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
-from torchtitan_lite.components.float8 import float8_flops_per_token, float8_line, float8_settings, precompute_scales
 from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.run_folder import create_run_folder
