@@ -29,6 +29,11 @@
 #                NGPU / PP. With EP > 1 compile is off (EP under torch.compile is not checked yet; EXTRA_ARGS
 #                "--compile.enable=true" turns it on)
 #   EXTRA_ARGS   more config overrides, applied last, e.g. "--training.seq_len=2048"
+#   FLOAT8       1: the float8 variant (needs torchao: pip install -e ".[float8]"; compute capability >= 8.9): a
+#                Llama 3 8B-shaped model (--model.name=llama3 --model.flavor=8b) cut to 4 layers, trained twice in one
+#                run, bf16 then float8 (tensorwise, float8 FSDP all-gather with precomputed scales), same config and
+#                batches, then a side-by-side table of tokens/s and MFU (and their ratio). Float8 runs only the
+#                matmuls of the blocks' linear layers in float8 (docs/performance.md, "Float8 training")
 #   FLEX_GPT_OSS 1: the attention variant instead: a GPT-OSS-20B-shaped model (train_configs/gpt_oss_20b.toml: 64
 #                query / 8 key-value heads, 128-key sliding windows with sinks on even layers) cut to 2 layers, at
 #                seq_len 8192, one sequence per step, through FlexAttention (model.attn_backend = "flex", sinks from
@@ -56,6 +61,10 @@ PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
 if [[ "${INIT:-0}" == 1 ]]; then
     exec "$PYTHON" benchmarks/bench_init_device.py --device cuda --config "$CONFIG_FILE"
+fi
+FLOAT8=${FLOAT8:-0}
+if [[ "$FLOAT8" == 1 ]]; then
+    extra=(--model.name=llama3 --model.flavor=8b --model.overrides.n_layers=4 "${extra[@]}")
 fi
 if [[ "${FLEX_GPT_OSS:-0}" == 1 ]]; then
     CONFIG_FILE=train_configs/gpt_oss_20b.toml
@@ -99,16 +108,22 @@ elif os.environ["REQUIRE_GPU"] == "1":
 EOF
 
 log=$(mktemp "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
-trap 'rm -f "$log"' EXIT
+table=$(mktemp "${TMPDIR:-/tmp}/gpu_check_table.XXXXXX")
+trap 'rm -f "$log" "$table"' EXIT
+
+# One training run and its summary; $1 names it in the table, the rest are more config overrides.
+train_and_summarize() {
+local label=$1
+shift
 NGPU=$NGPU LOG_RANK=$(seq -s, 0 $((NGPU - 1))) CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
     --training.dataset=shakespeare --training.hf_dataset_name=none --training.hf_dataset_config=none \
     --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP) )) \
     --parallelism.tensor_parallel_degree="$TP" "${layout[@]}" \
     --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
     --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=$compile --training.compute_dtype=bfloat16 \
-    "${extra[@]}" 2>&1 | tee "$log"
+    "${extra[@]}" "$@" 2>&1 | tee "$log"
 
-"$PYTHON" - "$log" "$STEPS" <<'EOF'
+"$PYTHON" - "$log" "$STEPS" "$label" "$table" <<'EOF'
 import re
 import statistics
 import sys
@@ -127,7 +142,7 @@ tps = statistics.median(r[2] for r in timed)
 tflops = statistics.median(r[3] for r in timed)
 mfus = [float(r[4].rstrip("%")) for r in timed if r[4] != "n/a"]
 mems = [float(r[5].removesuffix("GiB")) for r in rows if r[5] != "n/a"]
-print("\ngpu_check summary")
+print(f"\ngpu_check summary ({sys.argv[3]})")
 print(f"  steps logged        {len(rows)} (last step {rows[-1][0]}, loss {rows[0][1]:.4f} -> {rows[-1][1]:.4f})")
 print(f"  tokens/s per device {tps:,.0f}  (median of steps {timed[0][0]}..{timed[-1][0]})")
 print(f"  TFLOP/s per device  {tflops:.2f}")
@@ -136,6 +151,30 @@ print(f"  peak memory         {'n/a' if not mems else f'{max(mems):.2f} GiB'}" +
 for rank, ranked in sorted(by_rank.items())[1:]:
     peak = [float(r[5].removesuffix("GiB")) for r in ranked if r[5] != "n/a"]
     print(f"  peak memory rank {rank:<2} {'n/a' if not peak else f'{max(peak):.2f} GiB'}")
+with open(sys.argv[4], "a") as table:
+    table.write(f"{sys.argv[3]}\t{tps}\t{statistics.median(mfus) if mfus else 'n/a'}\n")
 if rows[-1][0] != steps:
     sys.exit(f"gpu_check: the last logged step is {rows[-1][0]}, expected {steps}")
 EOF
+}
+
+if [[ "$FLOAT8" == 1 ]]; then
+    train_and_summarize bf16
+    train_and_summarize float8 --float8.enable=true --float8.enable_fsdp_float8_all_gather=true \
+        --float8.precompute_float8_dynamic_scale_for_fsdp=true
+    "$PYTHON" - "$table" <<'EOF'
+import sys
+
+rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines()]
+(_, tps_bf16, _), (_, tps_f8, _) = rows
+print("\ngpu_check float8 vs bf16 (same config, same batches; float8's MFU against the bf16/fp8 mixed peak)")
+print("| run | tokens/s per device | MFU |")
+print("|---|---|---|")
+for name, tps, mfu in rows:
+    print(f"| {name} | {float(tps):,.0f} | {mfu if mfu == 'n/a' else f'{float(mfu):.2f}%'} |")
+print(f"| float8 / bf16 | {float(tps_f8) / float(tps_bf16):.3f}x | |")
+EOF
+else
+    train_and_summarize "$(basename "$CONFIG_FILE" .toml)"
+fi
+

@@ -84,27 +84,37 @@ def test_backends():
         D.backend_for("mps")
 
 
-@pytest.mark.parametrize("name, bf16, fp32", [  # names as torch.cuda.get_device_name reports them
-    ("NVIDIA H100 80GB HBM3", 989e12, 67e12),  # SXM
-    ("NVIDIA H100 PCIe", 756e12, 51e12),
-    ("NVIDIA H100 NVL", 835.5e12, 60e12),
-    ("NVIDIA H200", 989e12, 67e12),  # SXM
-    ("NVIDIA H200 NVL", 835.5e12, 60e12),
-    ("NVIDIA GH200 480GB", 989e12, 67e12),  # the H200 row: same GPU peaks
-    ("NVIDIA B200", 2250e12, 75e12),
-    ("NVIDIA A100-SXM4-80GB", 312e12, 19.5e12),
-    ("NVIDIA A100 80GB PCIe", 312e12, 19.5e12),
-    ("AMD Instinct MI300X", 1307.4e12, 163.4e12),
-    ("NVIDIA H800", None, None),  # export variant, not in the table: n/a rather than H100's numbers
-    ("NVIDIA GeForce RTX 4090", None, None),
+@pytest.mark.parametrize("name, bf16, fp32, fp8", [  # names as torch.cuda.get_device_name reports them
+    ("NVIDIA H100 80GB HBM3", 989e12, 67e12, 1979e12),  # SXM
+    ("NVIDIA H100 PCIe", 756e12, 51e12, 1513e12),
+    ("NVIDIA H100 NVL", 835.5e12, 60e12, 1670.5e12),
+    ("NVIDIA H200", 989e12, 67e12, 1979e12),  # SXM
+    ("NVIDIA H200 NVL", 835.5e12, 60e12, 1670.5e12),
+    ("NVIDIA GH200 480GB", 989e12, 67e12, 1979e12),  # the H200 row: same GPU peaks
+    ("NVIDIA B200", 2250e12, 75e12, 4500e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12, 19.5e12, None),  # no FP8 tensor cores
+    ("NVIDIA A100 80GB PCIe", 312e12, 19.5e12, None),
+    ("AMD Instinct MI300X", 1307.4e12, 163.4e12, 2614.9e12),
+    ("NVIDIA H800", None, None, None),  # export variant, not in the table: n/a rather than H100's numbers
+    ("NVIDIA GeForce RTX 4090", None, None, None),
 ])
-def test_peak_flops_table(monkeypatch, name, bf16, fp32):
+def test_peak_flops_table(monkeypatch, name, bf16, fp32, fp8):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     cuda0 = torch.device("cuda", 0)
     assert (flops_table.peak_flops(cuda0, torch.bfloat16), flops_table.peak_flops(cuda0, torch.float32)) == (bf16, fp32)
     assert flops_table.peak_flops(cuda0, torch.float16) == bf16
     assert flops_table.peak_flops(cuda0, torch.float64) is None
-    assert flops_table.peak_flops(cuda0, torch.float8_e4m3fn) is None
+    assert flops_table.peak_flops(cuda0, torch.float8_e4m3fn) == fp8
+
+
+def test_mixed_peak_runs_each_share_at_its_own_peak():
+    # half the FLOPs at 2000, half at 1000: 1 FLOP takes 0.5/2000 + 0.5/1000 = 0.00075 s -> 1333.3 FLOP/s
+    assert flops_table.mixed_peak_flops(1.0, 0.5, 1000.0, 2000.0) == pytest.approx(1000 / 0.75)
+    assert flops_table.mixed_peak_flops(6.0, 0.0, 1000.0, None) == 1000.0
+    assert flops_table.mixed_peak_flops(6.0, 6.0, 1000.0, 2000.0) == 2000.0
+    assert flops_table.mixed_peak_flops(6.0, 3.0, 1000.0, None) is None
+    with pytest.raises(ValueError, match="float8_flops"):
+        flops_table.mixed_peak_flops(6.0, 7.0, 1000.0, 2000.0)
 
 
 @pytest.mark.parametrize("name, bf16", [("Ascend910B2", 376e12), ("Ascend910B2C", 376e12), ("Ascend910B4", None),

@@ -1,6 +1,6 @@
 """A run prints no warning on any parallel layout: two steps through ``./run_train.sh`` of a 2-rank FSDP2 run, a
-tensor x expert parallel run (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks) and a 2-stage
-pipeline run leave no line saying "warning", and no warning line of torch's C++ logging (``W1202 06:00:00.123 ...``),
+tensor x expert parallel run (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks), a 2-stage
+pipeline run and a 2-rank float8 run (torchao, float8 all-gather) leave no line saying "warning", and no warning line of torch's C++ logging (``W1202 06:00:00.123 ...``),
 on the console or in any rank's ``logs/rank<N>.log``."""
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ LAYOUTS = {  # name: (processes, config file, options)
                 ["--parallelism.tensor_parallel_degree=2", "--parallelism.expert_parallel_degree=2"]),
     "pp2": (2, "train_configs/qwen3_debug.toml",
             ["--parallelism.pipeline_parallel_degree=2", "--model.tie_embeddings=false"]),
+    "fsdp2_float8": (2, "train_configs/qwen3_debug.toml",  # torchao's import warnings are silenced at their source
+                     ["--float8.enable=true", "--float8.enable_fsdp_float8_all_gather=true",
+                      "--float8.precompute_float8_dynamic_scale_for_fsdp=true", "--model.overrides.dim=64",
+                      "--model.overrides.hidden_dim=128"]),  # CPU's float8 matmul is a slow reference kernel
 }
 
 

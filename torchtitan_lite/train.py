@@ -53,6 +53,7 @@ from torchtitan_lite.components.faults import (
     exit_with_launcher,
     peer_failed,
 )
+from torchtitan_lite.components.float8 import float8_flops_per_token, float8_line, float8_settings, precompute_scales
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
@@ -66,7 +67,7 @@ from torchtitan_lite.components.metrics import (
     format_duration,
 )
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, muon_settings
-from torchtitan_lite.components.peak_flops import peak_flops
+from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.run_folder import create_run_folder
 from torchtitan_lite.components.startup import layout_text, memory_and_compile_line
@@ -158,14 +159,15 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
     blocks when
     ``compile.enable`` and ``"model" in compile.components`` and the backend works here (else one warning line
     and eager, see :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision
-    (compute dtype, fp32 reduction) and ``parallelism.fsdp_reshard_after_forward``."""
+    (compute dtype, fp32 reduction), ``parallelism.fsdp_reshard_after_forward`` and ``[float8]``."""
     ac, par, cc = config.activation_checkpoint, config.parallelism, config.compile
     return ParallelOptions(
         sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel, ac_mode=ac.mode,
         selective_ac_option=ac.selective_ac_option,
         compile=compiles(cc.enable, cc.components, cc.backend, device.type, "model"),
         compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
-        reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward)
+        reduce_dtype=torch.float32, reshard_after_forward=config.parallelism.fsdp_reshard_after_forward,
+        float8=float8_settings(config))
 
 
 def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
@@ -233,6 +235,7 @@ class Trainer:
         deterministic_line = enable_deterministic() if deterministic else None
         torch.manual_seed(config.training.seed)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
+        self.float8 = float8_settings(config)
         dtype = compute_dtype(config, info.device)
         say.phase("process group", f"{info.backend}, world size {info.world_size}, {layout_text(info.dims, config, self.loss_parallel)}; device "
                                    f"{info.device}, compute dtype {str(dtype).removeprefix('torch.')}, threads per rank "
@@ -259,6 +262,8 @@ class Trainer:
         else:
             self.model = parallelize_model(build_meta_model(config)[0], self.spec, config, info)
         self._phase_done("the model build")
+        if self.float8 is not None:
+            say.note(float8_line(self.model, self.float8))
         self.loss_fn = build_loss_fn(config, info.device)
         self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
         if self.layout_invariant:
@@ -290,12 +295,14 @@ class Trainer:
                                     self.train_state.skipped_steps, device=info.device)
         self.run_folder = create_run_folder(config, info.rank, info.world_size, info.local_world_size)
         log_path = console.open(Path(self.run_folder) / "logs" / f"rank{info.rank}.log") if console else None
+        flops_per_token = self.spec.num_flops_per_token(self.args, config.training.seq_len)
         self.metrics = MetricsLogger(
             self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
             tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
             total_steps=config.training.steps, world_size=info.world_size,
-            num_flops_per_token=self.spec.num_flops_per_token(self.args, config.training.seq_len),
-            peak_flops=peak_flops(info.device, dtype))
+            num_flops_per_token=flops_per_token, peak_flops=mixed_peak_flops(
+                flops_per_token, float8_flops_per_token(self.whole, self.float8), peak_flops(info.device, dtype),
+                peak_flops(info.device, torch.float8_e4m3fn)))
         kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
             [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
         if deterministic_line:
@@ -462,6 +469,7 @@ class Trainer:
         self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
             self.optimizer.step()
+        precompute_scales(self.model, self.float8)
         self.hooks.after_optimizer_step(step)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

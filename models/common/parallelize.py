@@ -1,4 +1,4 @@
-"""The parallelize body every family shares: tensor parallelism (the family's block plan) -> expert parallelism ->
+"""The parallelize body every family shares: float8 conversion of the linear layers (``[float8]``) -> tensor parallelism (the family's block plan) -> expert parallelism ->
 activation checkpointing -> compile -> FSDP2 (torchtitan's order), through the engine's helpers in
 ``torchtitan_lite/distributed/``."""
 
@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
 from models.common.moe import moe_layers
+from torchtitan_lite.components.float8 import convert_to_float8
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
@@ -51,7 +52,8 @@ def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, Parallel
 
 def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
                         block_plan: BlockPlan) -> nn.Module:
-    """Tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
+    """Float8 linear layers when ``options.float8`` (:func:`~torchtitan_lite.components.float8.convert_to_float8`,
+    before any parallelism, as torchtitan converts), tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
     block over ``parallel_dims.tp_mesh``), expert parallelism when ``parallel_dims.ep > 1`` (every MoE layer's
     ``experts`` split by whole experts over ``parallel_dims.ep_mesh``, tokens dispatched by all-to-all:
     :class:`~torchtitan_lite.distributed.expert_parallel.ExpertParallel`), then :func:`apply_ac_compile_fsdp`, in
@@ -60,6 +62,8 @@ def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: 
     Returns:
         ``model`` (now an FSDP2 module, its tensor-parallel parameters 2-D or 3-D DTensors).
     """
+    if options.float8 is not None:
+        convert_to_float8(model, options.float8)
     if parallel_dims.tp > 1:
         mesh = parallel_dims.tp_mesh
         apply_embedding_and_output_tp(model, mesh, sequence_parallel=options.sequence_parallel,

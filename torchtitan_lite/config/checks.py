@@ -19,6 +19,7 @@ from typing import Any
 
 from torchtitan_lite.components.attention import check_attention_config
 from torchtitan_lite.components.checkpoint.checks import check_checkpoint_folder, check_resume
+from torchtitan_lite.components.float8 import check_float8_config
 from torchtitan_lite.components.hf.checks import check_export, check_import
 from torchtitan_lite.components.muon import check_muon_config
 from torchtitan_lite.config.cli import ConfigError, format_help, format_toml
@@ -61,6 +62,7 @@ def _parse(argv: list[str]) -> tuple[JobConfig, Any]:
     check_data_settings(config, sources)
     check_degrees(config, sources)
     check_activation_checkpoint_and_compile(config, sources)
+    check_float8_config(config, sources)
     args = resolve_model(config, sources)
     check_model_fit(config, args, sources)
     check_layout_fits_model(config, args, sources)

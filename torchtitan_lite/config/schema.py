@@ -249,6 +249,29 @@ class Compile:
 
 
 @dataclass
+class Float8:
+    """``[float8]``: float8 matmuls of the linear layers through torchao (torchtitan's names; optional dependency:
+    ``pip install -e ".[float8]"``). Weights, gradients and optimizer states stay in high precision; the speed needs
+    a GPU of compute capability >= 8.9 (H100, H200, B200, L4, RTX 4090); on CPU it checks the numerics only."""
+
+    enable: bool = False
+    """Convert the ``nn.Linear`` layers not filtered out (``filter_fqns``) to torchao ``Float8Linear``."""
+    recipe_name: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
+    """Scaling recipe (torchao ``Float8LinearRecipeName``): ``tensorwise`` = one dynamic scale per tensor (fastest,
+    allows the float8 all-gather); ``rowwise`` = one scale per row of each operand (closer to bf16);
+    ``rowwise_with_gw_hp`` = rowwise with the weight-gradient matmul in high precision."""
+    filter_fqns: list[str] = field(default_factory=lambda: ["output", "router.gate"])
+    """Linear layers whose fully qualified name contains any of these stay in high precision (default: the output
+    head and the MoE router gates, as torchtitan); layers with a dimension not a multiple of 16 always do."""
+    enable_fsdp_float8_all_gather: bool = False
+    """FSDP2 casts each float8 weight shard to float8 before the all-gather (half the bf16 traffic); tensorwise
+    recipe only."""
+    precompute_float8_dynamic_scale_for_fsdp: bool = False
+    """With the float8 all-gather: compute all weights' scales in one all-reduce after each optimizer step instead
+    of one small all-reduce per weight in the next forward."""
+
+
+@dataclass
 class Validation:
     """``[validation]``: loss on held-out data."""
 
@@ -363,6 +386,8 @@ class JobConfig:
     """Activation checkpointing mode."""
     compile: Compile = field(default_factory=Compile)
     """``torch.compile`` of blocks and loss."""
+    float8: Float8 = field(default_factory=Float8)
+    """Float8 linear layers through torchao."""
     validation: Validation = field(default_factory=Validation)
     """Validation loss on held-out data."""
     metrics: Metrics = field(default_factory=Metrics)

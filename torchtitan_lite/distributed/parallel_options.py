@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from torchtitan_lite.components.float8 import Float8Settings
+
 
 @dataclass(frozen=True)
 class ParallelOptions:
@@ -24,6 +26,7 @@ class ParallelOptions:
         param_dtype: FSDP2 all-gather and compute dtype (``MixedPrecisionPolicy.param_dtype``).
         reduce_dtype: gradient reduce-scatter dtype (``MixedPrecisionPolicy.reduce_dtype``).
         reshard_after_forward: FSDP2 ``reshard_after_forward`` of the blocks and the root.
+        float8: convert the chosen linear layers to torchao float8 first (``[float8]``); ``None`` = off.
     """
 
     sequence_parallel: bool = True
@@ -35,3 +38,4 @@ class ParallelOptions:
     param_dtype: torch.dtype = torch.float32
     reduce_dtype: torch.dtype = torch.float32
     reshard_after_forward: bool = True
+    float8: Float8Settings | None = None

@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from torchtitan_lite.components.float8 import high_precision
 from torchtitan_lite.components.hf.folder import INDEX_FILE, HFError, read_config
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import canonical_name
@@ -130,6 +131,7 @@ def export_hf(model: nn.Module, folder: str, adapter, tokenizer: Tokenizer, *, d
     if dtype not in EXPORT_DTYPES:
         raise HFError(f"checkpoint.export_hf_dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = {name: high_precision(tensor) for name, tensor in full.items()}  # float8 all-gather's weight wrapper
     if rank != 0:
         return
     buffers = {canonical_name(name) for name, _ in model.named_buffers()}
