@@ -64,7 +64,7 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
     """The parallel degrees fit the model ``args``: ``tensor_parallel_degree`` divides every :data:`TP_SPLIT_FIELDS`
     field the model has (and ``training.seq_len`` under sequence parallelism); ``expert_parallel_degree`` > 1 needs
     experts and divides ``num_experts``; no tensor or pipeline parallelism with multi-token prediction
-(``mtp_num_layers``); ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of
+    (``mtp_num_layers``); ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of
     the degrees against the world size: :func:`check_world_size`.)"""
     par = config.parallelism
     tp, tp_key = par.tensor_parallel_degree, where(sources, "parallelism.tensor_parallel_degree")
