@@ -9,7 +9,7 @@ and init plans.
 from torch import nn
 
 from models.common.moe_hooks import MoETrainingHooks
-from models.common.mtp import MTPTrainingHooks
+from models.common.mtp import MTPTrainingHooks, mtp_module
 from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
 from models.deepseek_v3.flops import num_flops_per_token
 from models.deepseek_v3.init_plan import deepseek_v3_init_plan
@@ -17,12 +17,16 @@ from models.deepseek_v3.model import DeepSeekV3Model
 from models.deepseek_v3.parallelize import parallelize_deepseek_v3
 from models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
-from torchtitan_lite.protocols.model_spec import ModelSpec
+from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
 
 
-def deepseek_v3_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> MTPTrainingHooks:
-    """The MoE hooks (expert loads, expert biases, aux-loss scale) inside the MTP hooks (MTP loss scale and log)."""
-    return MTPTrainingHooks(MoETrainingHooks(model, parallel_dims, micro_batches), model, parallel_dims, micro_batches)
+def deepseek_v3_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> TrainingHooks:
+    """The MoE hooks (expert loads, expert biases, aux-loss scale); with MTP modules inside the MTP hooks (MTP loss
+    scale and log)."""
+    hooks = MoETrainingHooks(model, parallel_dims, micro_batches)
+    if mtp_module(model) is None:
+        return hooks
+    return MTPTrainingHooks(hooks, model, parallel_dims, micro_batches)
 
 
 model_spec = ModelSpec(
