@@ -252,7 +252,8 @@ def test_mtp_layers_and_a_tied_copy_of_the_head_are_skipped_and_listed(tmp_path)
     assert imported.unexpected == [] and sorted(imported.skipped) == ["model.layers.4.eh_proj.weight",
                                                                        "model.layers.4.enorm.weight"]
     assert imported.describe("D")[1] == ("skipped 2 tensors of D (model.layers.4.eh_proj.weight, ...): "
-                                         "multi-token-prediction layer (num_nextn_predict_layers): not built")
+                                         "multi-token-prediction layer (num_nextn_predict_layers 1) beyond the "
+                                         "model's mtp_num_layers 0: set --model.overrides.mtp_num_layers=1 to train it")
     _, qwen = saved(tmp_path, "Qwen3-0.6B")  # tied
     tensors = load_file(qwen / "model.safetensors")
     rewrite(qwen, {}, {**tensors, "lm_head.weight": torch.zeros_like(tensors["model.embed_tokens.weight"])})

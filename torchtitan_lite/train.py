@@ -436,7 +436,7 @@ class Trainer:
                     loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
                     continue
                 documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
-                micro_loss = self.loss_fn(self.model(inputs, **documents), labels)
+                micro_loss = self.loss_fn(self.model(inputs, **documents, labels=labels), labels)  # labels: MTP
                 (micro_loss / tokens_global).backward()
             loss_sum += micro_loss.detach()
             if self.layout_invariant:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from models.common.kv_cache import LayerKV
+from models.common.mtp import MTP
 from models.common.norm import RMSNorm
 from models.common.rope import rope_cos_sin
 from torchtitan_lite.protocols.attention import KVCache
@@ -32,7 +33,10 @@ class Decoder(nn.Module):
             ``h`` ``(bs, seqlen, dim)`` to ``(bs, seqlen, dim)`` given ``cos``/``sin`` ``(seqlen, rope_dim)``.
         rope_dim: features rotated per head (``head_dim``; DeepSeek-V3's ``qk_rope_head_dim``).
 
-    Modules are registered in the order ``tok_embeddings``, ``layers``, ``norm``, ``output``, which fixes
+    With ``args.mtp_num_layers`` > 0 (a family whose args have the field) the multi-token-prediction modules
+    ``mtp`` (:class:`models.common.mtp.MTP`) follow ``output``; a training forward given ``labels`` adds their loss.
+
+    Modules are registered in the order ``tok_embeddings``, ``layers``, ``norm``, ``output`` (, ``mtp``), which fixes
     the parameter and state-dict order. ``output`` has no bias (Qwen3, GPT-OSS and DeepSeek-V3 ``lm_head``).
     With ``args.tie_embeddings`` the output projection reuses the embedding table
     (``output.weight is tok_embeddings.weight``). A plain ``nn.Module.to_empty`` of a model built on meta
@@ -59,6 +63,7 @@ class Decoder(nn.Module):
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         if args.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
+        self.mtp = MTP(args, block) if getattr(args, "mtp_num_layers", 0) else None
         self.register_buffer("rope_cos", torch.empty(args.max_seq_len, rope_dim), persistent=False)
         self.register_buffer("rope_sin", torch.empty(args.max_seq_len, rope_dim), persistent=False)
 
@@ -77,7 +82,8 @@ class Decoder(nn.Module):
         self.rope_cos, self.rope_sin = self.rope_tables(device)
 
     def forward(self, tokens: torch.Tensor, seqlen: int | None = None, document_ids: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, cache: KVCache | None = None,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the next token at every position; on a pipeline stage, what the stage owns of that.
 
         Args:
@@ -95,6 +101,8 @@ class Decoder(nn.Module):
                 ``cache.length ..`` of the sequences, each block's ``attention`` keeps what later positions need
                 (``models/common/kv_cache.py``) and ``cache.length`` advances by ``seqlen``. Not with
                 ``document_ids`` or ``positions``.
+            labels: int64 ``(bs, seqlen)``, the next token of each position: in training mode, with ``mtp``, the
+                multi-token-prediction loss is attached to the logits (``models/common/mtp.py``); else ignored.
 
         Returns:
             ``(bs, seqlen, vocab_size)`` logits in the compute dtype; on a stage without ``output`` (``None``: not
@@ -129,4 +137,7 @@ class Decoder(nn.Module):
                 layer.attention.kv_cache = None
         if self.output is None:
             return h
-        return self.output(self.norm(h))  # (bs, seqlen, vocab_size)
+        h = self.norm(h)
+        if self.mtp is not None and labels is not None and self.training and cache is None:
+            h = self.mtp.attach_loss(h, tokens, labels, self.tok_embeddings, self.output, cos, sin, document_ids)
+        return self.output(h)  # (bs, seqlen, vocab_size)

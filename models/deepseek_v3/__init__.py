@@ -1,18 +1,33 @@
 """DeepSeek-V3 (arXiv 2412.19437): multi-head latent attention, DeepSeekMoE with shared experts and
-auxiliary-loss-free load balancing (the expert biases move once per optimizer step, in the training hooks).
+auxiliary-loss-free load balancing (the expert biases move once per optimizer step, in the training hooks), and
+optional multi-token prediction (``mtp_num_layers``, ``models/common/mtp.py``).
 
 ``debug`` trains on CPU; the 16b (Moonlight-16B-A3B) and 671b flavors give the published parameter counts
 and init plans.
 """
 
+from torch import nn
+
 from models.common.moe_hooks import MoETrainingHooks
+from models.common.mtp import MTPTrainingHooks, mtp_module
 from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
 from models.deepseek_v3.flops import num_flops_per_token
 from models.deepseek_v3.init_plan import deepseek_v3_init_plan
 from models.deepseek_v3.model import DeepSeekV3Model
 from models.deepseek_v3.parallelize import parallelize_deepseek_v3
 from models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
-from torchtitan_lite.protocols.model_spec import ModelSpec
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
+
+
+def deepseek_v3_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> TrainingHooks:
+    """The MoE hooks (expert loads, expert biases, aux-loss scale); with MTP modules inside the MTP hooks (MTP loss
+    scale and log)."""
+    hooks = MoETrainingHooks(model, parallel_dims, micro_batches)
+    if mtp_module(model) is None:
+        return hooks
+    return MTPTrainingHooks(hooks, model, parallel_dims, micro_batches)
+
 
 model_spec = ModelSpec(
     name="deepseek_v3",
@@ -21,7 +36,7 @@ model_spec = ModelSpec(
     init_plan=deepseek_v3_init_plan,
     num_flops_per_token=num_flops_per_token,
     parallelize=parallelize_deepseek_v3,
-    training_hooks=MoETrainingHooks,
+    training_hooks=deepseek_v3_training_hooks,
     state_dict_adapter=DeepSeekV3StateDictAdapter,
 )
 

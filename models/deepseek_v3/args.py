@@ -101,10 +101,18 @@ class DeepSeekV3ModelArgs:
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
     init_std: float = 0.02
     """Std of the random initial weights [initializer_range]."""
+    mtp_num_layers: int = 0
+    """Multi-token-prediction depth ``D``: modules predicting the tokens 2..D+1 ahead (report sec. 2.2;
+    ``models/common/mtp.py``); 0 = off. A training knob (Megatron-LM ``--mtp-num-layers``): the published
+    ``num_nextn_predict_layers`` is 1, and an HF import reads that many ``model.layers.{n_layers + k}`` modules
+    when this is set (``models/deepseek_v3/state_dict_adapter.py``)."""
+    mtp_loss_scaling_factor: float = 0.3
+    """``lambda``, the weight of the mean MTP loss over the depths (report sec. 4.2: 0.3 for the first 10T
+    tokens, 0.1 after; Megatron-LM ``--mtp-loss-scaling-factor``)."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        check.ints(self, may_be_zero=("q_lora_rank", "n_dense_layers", "num_shared_experts"))
+        check.ints(self, may_be_zero=("q_lora_rank", "n_dense_layers", "num_shared_experts", "mtp_num_layers"))
         check.even(self, "qk_rope_head_dim")
         check.at_most(self, "n_dense_layers", "n_layers")
         check.at_most(self, "top_k", "num_experts")
@@ -121,7 +129,7 @@ class DeepSeekV3ModelArgs:
             raise ValueError(f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}")
         check.bools(self, "route_norm", "tie_embeddings")
         check.positive(self, "route_scale", "norm_eps", "init_std", "rope_mscale")
-        check.non_negative(self, "bias_update_speed", "aux_loss_coeff")
+        check.non_negative(self, "bias_update_speed", "aux_loss_coeff", "mtp_loss_scaling_factor")
         check.rope(self, yarn=True)
 
     @property
@@ -135,9 +143,10 @@ class DeepSeekV3ModelArgs:
         return self.max_seq_len > self.rope_original_max_seq_len
 
 
-# Published sizes. 671b: config.json of deepseek-ai/DeepSeek-V3 (the defaults above). Main model only:
-# the multi-token-prediction module (num_nextn_predict_layers 1, 14B more on the hub) is not built.
-# Totals on meta, checked in tests/test_deepseek_v3.py: 671,026,404,352 parameters (report: 671B),
+# Published sizes. 671b: config.json of deepseek-ai/DeepSeek-V3 (the defaults above). Main model only by default;
+# with mtp_num_layers = 1 (the published num_nextn_predict_layers) it has 11,610,067,968 parameters more
+# (tests/test_mtp.py): eh_proj 2 * 7168^2, enorm, hnorm, shared_head.norm 3 * 7168, and one MoE block
+# (11,507,286,016), the embedding and head shared. Totals on meta, checked in tests/test_deepseek_v3.py: 671,026,404,352 parameters (report: 671B),
 # 36,625,603,584 activated per token without the input embedding, 37,552,300,544 with it (report: 37B).
 _671B = DeepSeekV3ModelArgs()
 

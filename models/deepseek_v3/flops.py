@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from models.deepseek_v3.args import DeepSeekV3ModelArgs
 
 
@@ -35,6 +37,9 @@ def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
     Attention adds ``6 * n_heads * (qk_head_dim + v_head_dim) * seq_len`` per layer (scores with
     ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are ``q``).
 
+    With ``mtp_num_layers`` = D, depth ``k`` adds the same count for its block, ``eh_proj``, norms and output on
+    ``seq_len - k`` of the ``seq_len`` positions (``models/common/mtp.py``).
+
     Raises:
         ValueError: ``seq_len`` is not positive.
     """
@@ -42,4 +47,15 @@ def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
         raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
     a = args
     attention = 6.0 * a.n_layers * a.n_heads * (a.qk_head_dim + a.v_head_dim) * seq_len
-    return 6.0 * num_active_params(a) + attention
+    main = 6.0 * num_active_params(a) + attention
+    if not a.mtp_num_layers:
+        return main
+    # MTP depth k (models/common/mtp.py) runs one MoE block, eh_proj, three norms and the output on seq_len - k
+    # positions of each window: per token of the window, (seq_len - k) / seq_len of that work.
+    moe_block = (num_active_params(replace(a, n_layers=1, n_dense_layers=0)) - a.dim - a.dim * a.vocab_size)
+    per_position = moe_block + 2 * a.dim * a.dim + 3 * a.dim + a.dim * a.vocab_size
+    mtp = 0.0
+    for k in range(1, a.mtp_num_layers + 1):
+        n = max(seq_len - k, 0)
+        mtp += n / seq_len * (6.0 * per_position + 6.0 * a.n_heads * (a.qk_head_dim + a.v_head_dim) * n)
+    return main + mtp

@@ -15,8 +15,14 @@ model.py``). Import permutes the RoPE rows of ``wq``/``wq_b`` (in every head) an
 with :func:`interleaved_to_half`; export writes them back interleaved, so the exported
 folder has the published layout. A config with ``rope_interleave: false`` maps one to one.
 
-Config: the multi-token-prediction layers (``num_nextn_predict_layers``, the published ``model.layers.61.*``) are
-not built (HF does not build them either) and their tensors are skipped, listed. YaRN: ``mscale`` must equal
+Multi-token prediction (``models/common/mtp.py``): with ``mtp_num_layers`` = D > 0 our ``mtp.layers.{k}`` is the
+folder's ``model.layers.{n_layers + k}`` (the published ``model.layers.61``, as vLLM's ``deepseek_mtp.py`` reads it):
+``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` = ``norm`` and the block's tensors under the usual names.
+The layer's ``embed_tokens`` and ``shared_head.head`` are copies of ``model.embed_tokens`` and ``lm_head`` (report
+sec. 2.2: shared): import skips them (the main tensors are loaded; a folder whose copies differ loses them), export
+writes both copies of our one tensor (:class:`WithCopies`) and ``num_nextn_predict_layers`` = D. A folder without
+the layers leaves ours missing (initialized, listed); with D = 0 the folder's ``num_nextn_predict_layers`` layers
+are skipped, listed (transformers does not build them either), so a folder without them loads the same. YaRN: ``mscale`` must equal
 ``mscale_all_dim`` (then HF scales no cos/sin and the softmax scale gets ``mscale_all_dim``, as our
 ``softmax_scale``), the ramp bounds are rounded (``truncate``, HF's default and the reference's), and YaRN needs
 ``max_position_embeddings > original_max_position_embeddings`` (our model turns it on by that rule, the
@@ -31,7 +37,7 @@ from typing import Any
 
 from models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
 from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
-from torchtitan_lite.protocols.hf_tensors import HFTensor, RowPermuted, Same
+from torchtitan_lite.protocols.hf_tensors import HFTensor, RowPermuted, Same, WithCopies
 
 HF_DEFAULTS = {
     "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
@@ -186,21 +192,44 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
             tensors.update(same(f"{prefix}mlp.shared_experts.", shared))
         return tensors
 
+    def __init__(self, args: Any, hf_config: dict[str, Any] | None = None):
+        super().__init__(args, hf_config)
+        n, depth = args.n_layers, args.mtp_num_layers
+        if not depth:
+            return
+        self.tensors["tok_embeddings.weight"] = WithCopies("model.embed_tokens.weight", tuple(
+            f"model.layers.{n + k}.embed_tokens.weight" for k in range(depth)))
+        self.tensors["output.weight"] = WithCopies("lm_head.weight", tuple(
+            f"model.layers.{n + k}.shared_head.head.weight" for k in range(depth)))
+        for k in range(depth):
+            prefix = f"model.layers.{n + k}."
+            layer = same(prefix, {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight",
+                                  "eh_proj.weight": "eh_proj.weight", "norm.weight": "shared_head.norm.weight",
+                                  "block.attention_norm.weight": "input_layernorm.weight",
+                                  "block.ffn_norm.weight": "post_attention_layernorm.weight"})
+            layer.update({f"block.{name}": t for name, t in self.layer_tensors(n + k, prefix).items()})
+            self.tensors.update({f"mtp.layers.{k}.{name}": t for name, t in layer.items()})
+
     def state_tensors(self) -> tuple[str, ...]:
-        """The token counters of the MoE layers."""
-        return moe_counters(self.args, self.args.n_dense_layers)
+        """The token counters of the MoE layers (the MTP blocks' too)."""
+        mtp = tuple(f"mtp.layers.{k}.block.moe.tokens_per_expert" for k in range(self.args.mtp_num_layers))
+        return moe_counters(self.args, self.args.n_dense_layers) + mtp
 
     def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a multi-token-prediction layer, a tied ``lm_head.weight``),
-        or ``None``."""
+        """Why the HF tensor ``hf_name`` is not loaded (a copy of the shared embedding or head in an MTP layer, an
+        MTP layer beyond ``mtp_num_layers``, a tied ``lm_head.weight``), or ``None``."""
         match = _LAYER_RE.match(hf_name)
         mtp = self.hf_config.get("num_nextn_predict_layers", HF_DEFAULTS["num_nextn_predict_layers"]) or 0
-        if match and self.args.n_layers <= int(match.group(1)) < self.args.n_layers + mtp:
-            return "multi-token-prediction layer (num_nextn_predict_layers): not built"
+        n, depth = self.args.n_layers, self.args.mtp_num_layers
+        if match and n <= int(match.group(1)) < n + max(mtp, depth):
+            if int(match.group(1)) < n + depth and hf_name.endswith((".embed_tokens.weight", ".shared_head.head.weight")):
+                return "copy of model.embed_tokens / lm_head in a multi-token-prediction layer (shared)"
+            return (f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's mtp_num_layers "
+                    f"{depth}: set --model.overrides.mtp_num_layers={mtp} to train it")
         return super().skipped(hf_name)
 
     def family_config(self) -> dict[str, Any]:
-        """MLA, MoE, router and RoPE keys (interleaved RoPE rows, no MTP layers)."""
+        """MLA, MoE, router, RoPE keys (interleaved RoPE rows) and ``num_nextn_predict_layers`` = ``mtp_num_layers``."""
         a = self.args
         rope = None
         if a.uses_yarn:
@@ -216,5 +245,5 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
                 "kv_lora_rank": a.kv_lora_rank,
                 "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
                 "v_head_dim": a.v_head_dim, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
-                "rope_interleave": True, "num_nextn_predict_layers": 0, "rope_theta": a.rope_theta,
+                "rope_interleave": True, "num_nextn_predict_layers": a.mtp_num_layers, "rope_theta": a.rope_theta,
                 "rope_scaling": rope}

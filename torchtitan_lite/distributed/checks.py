@@ -63,7 +63,8 @@ def check_model_fit(config: JobConfig, args: Any, sources: Sources) -> None:
 def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> None:
     """The parallel degrees fit the model ``args``: ``tensor_parallel_degree`` divides every :data:`TP_SPLIT_FIELDS`
     field the model has (and ``training.seq_len`` under sequence parallelism); ``expert_parallel_degree`` > 1 needs
-    experts and divides ``num_experts``; ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of
+    experts and divides ``num_experts``; no tensor or pipeline parallelism with multi-token prediction
+    (``mtp_num_layers``); ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of
     the degrees against the world size: :func:`check_world_size`.)"""
     par = config.parallelism
     tp, tp_key = par.tensor_parallel_degree, where(sources, "parallelism.tensor_parallel_degree")
@@ -87,6 +88,12 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
         if experts % ep:
             raise ConfigError(f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
                               "whole experts); pick an expert_parallel_degree that divides it")
+    mtp = getattr(args, "mtp_num_layers", 0)
+    for degree, name in ((tp, "tensor_parallel_degree"), (par.pipeline_parallel_degree, "pipeline_parallel_degree")):
+        if mtp and degree > 1:
+            raise ConfigError(f"{where(sources, f'parallelism.{name}')}: {degree} is not implemented with "
+                              f"multi-token prediction (model mtp_num_layers {mtp}); use FSDP and expert parallelism, "
+                              "or --model.overrides.mtp_num_layers=0")
     if par.pipeline_parallel_degree > 1:
         _check_pipeline(config, args, sources)
 

@@ -9,7 +9,8 @@ whole tensor it only holds a slice of. Export turns our full tensor into the HF 
 Kinds: :class:`Same` (one HF tensor, same layout), :class:`Transposed` (GPT-OSS experts: HF stores
 ``(E, in, out)``, we ``(E, out, in)``), :class:`Stacked` (MoE experts that published checkpoints store one
 tensor per expert, ``mlp.experts.{e}.gate_proj.weight``), :class:`RowPermuted` (DeepSeek's RoPE rows,
-``models/deepseek_v3/state_dict_adapter.py``).
+``models/deepseek_v3/state_dict_adapter.py``), :class:`WithCopies` (a tensor the checkpoint also stores under other
+names: DeepSeek-V3's MTP ``embed_tokens`` and ``shared_head.head``).
 """
 
 from __future__ import annotations
@@ -136,6 +137,18 @@ class RowPermuted(_OneTensor):
         return {self.hf_name: out}
 
 
-HFTensor = Same | Transposed | Stacked | RowPermuted
+@dataclass(frozen=True)
+class WithCopies(Same):
+    """Our tensor is the HF tensor ``hf_name``, which export also writes as ``copies`` (the same values); import
+    reads ``hf_name`` only (the adapter says why the copies are skipped)."""
+
+    copies: tuple[str, ...] = ()
+
+    def to_hf(self, full: torch.Tensor) -> dict[str, torch.Tensor]:
+        """See :meth:`Same.to_hf`: ``hf_name`` and every copy (its own memory: safetensors refuses shared tensors)."""
+        return {self.hf_name: full, **{name: full.clone() for name in self.copies}}
+
+
+HFTensor = Same | Transposed | Stacked | RowPermuted | WithCopies
 """Any of the kinds."""
 
