@@ -80,19 +80,15 @@ def _scaled(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch
     return (z * std + mean).to(dtype)
 
 
-def _normal_blocks(block, attempt, k0, k1, salt, mean, std, lo, hi, dtype: torch.dtype):
-    """Values and out-of-bounds flags of the four elements of each block: ``(v0, bad0, ..., v3, bad3)``."""
-    out = []
-    for z in counter.block_normals(block, attempt, k0, k1, salt):
-        v = _scaled(z, mean, std, dtype)
-        out += [v, (v < lo) | (v > hi)]
-    return out
+def _normal_blocks(block, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
+    """Values of the four elements of each block: ``(v0, v1, v2, v3)``. (Out-of-bounds flags are computed from them
+    outside: as extra outputs of the compiled kernel, inductor recomputes the whole transform for them.)"""
+    return [_scaled(z, mean, std, dtype) for z in counter.block_normals(block, attempt, k0, k1, salt)]
 
 
-def _normal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, dtype: torch.dtype):
-    """Values and out-of-bounds flags of candidate ``attempt`` of the elements at ``index``."""
-    v = _scaled(counter.element_normals(index, attempt, k0, k1, salt), mean, std, dtype)
-    return v, (v < lo) | (v > hi)
+def _normal_elements(index, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
+    """Values of candidate ``attempt`` of the elements at ``index`` (a one-element list)."""
+    return [_scaled(counter.element_normals(index, attempt, k0, k1, salt), mean, std, dtype)]
 
 
 def _proposal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, alpha, beta, rate, peak, dtype: torch.dtype,
@@ -111,6 +107,14 @@ def _proposal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, alpha, b
     if flip:
         z = -z
     return _scaled(z, mean, std, dtype).clamp(lo, hi), reject
+
+
+def _checked(out: list[torch.Tensor], lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, rejected)`` of an element kernel's output: the proposal's own flags, else the values outside
+    ``[lo, hi]``."""
+    if len(out) == 2:
+        return out[0], out[1]
+    return out[0], (out[0] < lo) | (out[0] > hi)
 
 
 def _compiled(fn: Callable, device: torch.device) -> Callable | None:
@@ -202,12 +206,13 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
     """
     device = draw_device(flat.device)
     scal = _scalars(law, key_words, device)
-    base = (scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"], scal["lo"], scal["hi"])
+    base = (scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"])
+    lo, hi = scal["lo"], scal["hi"]
     bounded = math.isfinite(law.lo) or math.isfinite(law.hi)
     if law.mass < MIN_REJECTION_MASS:
         params, exponential, flip = _proposal(law)
-        extra = tuple(torch.tensor(params[k], dtype=torch.float64, device=device)
-                      for k in ("alpha", "beta", "rate", "peak"))
+        extra = (lo, hi) + tuple(torch.tensor(params[k], dtype=torch.float64, device=device)
+                                 for k in ("alpha", "beta", "rate", "peak"))
         element_fn, static = _proposal_elements, {"dtype": law.dtype, "exponential": exponential, "flip": flip}
     else:
         extra, element_fn, static = (), _normal_elements, {"dtype": law.dtype}
@@ -217,18 +222,18 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
     if element_fn is _normal_elements and length % 4 == 0 and all(s % 4 == 0 for s in starts):
         chunk = BLOCK_CHUNK[compiled]
         for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, chunk, device):
-            out = _call(_normal_blocks, compiled, chunk, blocks, zero, *base, **static)
-            put(4 * pos, torch.stack(out[0::2], dim=1).view(-1))
+            values = torch.stack(_call(_normal_blocks, compiled, chunk, blocks, zero, *base, **static), dim=1).view(-1)
+            put(4 * pos, values)
             drawn += 4 * blocks.numel()
             if bounded:
-                bad = torch.stack(out[1::2], dim=1).view(-1).nonzero().squeeze(1)
+                bad = ((values < lo) | (values > hi)).nonzero().squeeze(1)
                 if bad.numel():
                     pending_pos.append(bad + 4 * pos)
                     pending_idx.append(blocks[bad >> 2] * 4 + (bad & 3))
     else:
         chunk = ELEMENT_CHUNK[compiled]
         for pos, index in _index_chunks(starts, length, chunk, device):
-            values, bad = _call(element_fn, compiled, chunk, index, zero, *base, *extra, **static)
+            values, bad = _checked(_call(element_fn, compiled, chunk, index, zero, *base, *extra, **static), lo, hi)
             put(pos, values)
             drawn += index.numel()
             bad = bad.nonzero().squeeze(1)
@@ -243,7 +248,7 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
         use_compiled = compiled and index.numel() >= COMPILED_MIN_LOCAL
         step = torch.tensor(attempt, dtype=torch.int64, device=device)
         values, bad = (torch.cat(parts) for parts in zip(*(
-            _call(element_fn, use_compiled, chunk, index[s : s + chunk], step, *base, *extra, **static)
+            _checked(_call(element_fn, use_compiled, chunk, index[s : s + chunk], step, *base, *extra, **static), lo, hi)
             for s in range(0, index.numel(), chunk))))
         good = ~bad
         flat.index_copy_(0, pos[good].to(flat.device), cast(values[good]).to(flat.device))
