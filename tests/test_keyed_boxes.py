@@ -11,7 +11,7 @@ from torchtitan_lite.init import counter, draw, sampling
 from torchtitan_lite.init.keyed import InitKey, element_runs
 
 KEY = InitKey(20261201, "layers.3.attention.wq.weight")
-LAW = draw.Law(*sampling._law(0.0, 0.02, -0.06, 0.06, torch.float32), dtype=torch.float32)
+LAW = sampling._law(0.0, 0.02, -0.06, 0.06, torch.float32)
 
 
 def _fill_box(shape, offset, size, computed=None):

@@ -33,13 +33,13 @@ The notes above describe the unkeyed path (a device generator), a drop-in for ``
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.init import draw, keyed
+from torchtitan_lite.init import keyed
+from torchtitan_lite.init.draw import Law
 from torchtitan_lite.init.keyed import InitKey
 
 _INVERSE_CDF_CHUNK = 2**20
@@ -145,26 +145,13 @@ def _out_of_bounds(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     return mask.nonzero().squeeze_(1)
 
 
-class _Law(NamedTuple):
-    """``N(mean, std^2)`` truncated to ``[a, b]``, drawn in ``dtype`` (float32 or float64), with the bounds
-    representable in ``dtype`` (``lo``, ``hi``), the standardized bounds and their normal mass."""
-
-    mean: float
-    std: float
-    lo: float
-    hi: float
-    alpha: float
-    beta: float
-    mass: float
-
-
-def _law(mean: float, std: float, a: float, b: float, dtype: torch.dtype) -> _Law:
-    """The :class:`_Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in ``dtype``."""
+def _law(mean: float, std: float, a: float, b: float, dtype: torch.dtype) -> Law:
+    """The :class:`~torchtitan_lite.init.draw.Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in ``dtype``."""
     alpha, beta = (a - mean) / std, (b - mean) / std
-    return _Law(mean, std, *inner_bounds(a, b, dtype), alpha, beta, normal_mass(alpha, beta))
+    return Law(mean, std, *inner_bounds(a, b, dtype), alpha, beta, normal_mass(alpha, beta), dtype)
 
 
-def _sample_into(out: torch.Tensor, law: _Law, generator, redraws: int = _MAX_ROUNDS) -> None:
+def _sample_into(out: torch.Tensor, law: Law, generator, redraws: int = _MAX_ROUNDS) -> None:
     """Fill the 1-D contiguous ``out`` (of ``law.dtype``) with iid draws of ``law``; every value lies in
     ``[law.lo, law.hi]``.
 
@@ -200,7 +187,7 @@ def _sample_into(out: torch.Tensor, law: _Law, generator, redraws: int = _MAX_RO
     out.index_copy_(0, idx, values)
 
 
-def _inverse_cdf_into(out: torch.Tensor, law: _Law, generator) -> None:
+def _inverse_cdf_into(out: torch.Tensor, law: Law, generator) -> None:
     """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``_INVERSE_CDF_CHUNK`` elements at a time, clamped to
     ``[law.lo, law.hi]``."""
     for s in range(0, out.numel(), _INVERSE_CDF_CHUNK):
@@ -264,7 +251,7 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
     dtype = _work_dtype(tensor.dtype)
     law = _law(mean, std, a, b, dtype)
     if key is not None:
-        keyed.keyed_fill(tensor, key, draw.Law(*law, dtype=dtype), _caster(tensor.dtype, dtype, a, b), compiled)
+        keyed.keyed_fill(tensor, key, law, _caster(tensor.dtype, dtype, a, b), compiled)
         return tensor
     if isinstance(tensor, DTensor):
         raise ValueError(
