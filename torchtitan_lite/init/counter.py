@@ -7,7 +7,7 @@ Note: on counters. A keyed stream has a 64-bit Philox key ``(k0, k1)`` and a 32-
 hash of the seed and the tensor's canonical name, :func:`stream_words`). Element ``i`` (row-major global index) of a
 tensor takes its ``k``-th candidate from the Philox block at counter ``(block_lo, block_hi, k, salt)``:
 ``block = i // 4`` for normal candidates (a block gives four normals: :func:`block_normals`), ``block = i`` where a
-candidate needs two uniforms of its own (:func:`element_uniforms`).
+candidate needs two uniforms of its own (:func:`element_words`).
 
 Note: on the same bits everywhere. Philox is integer arithmetic (exact on every device: 32-bit words held in int64,
 ``32 x 32 -> 64``-bit products that wrap as two's complement). The float stage uses only IEEE-754 operations that are
