@@ -68,8 +68,9 @@ def main() -> None:
         return stats
 
     def recording_validate():
-        validation.append(validate())
-        return validation[-1]
+        loss, tokens = validate()
+        validation.append(loss)
+        return loss, tokens
 
     trainer.forward_backward, trainer.train_step, trainer.validate = (
         recording_forward_backward, recording_step, recording_validate)

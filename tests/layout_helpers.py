@@ -36,14 +36,17 @@ def run_folder(dump: Path) -> str:
     return str(next(path.parent for path in dump.glob("*/run.json")))
 
 
-def assert_equal_curves(reference: Path, other: Path, steps: int) -> None:
-    """``compare_runs --assert-equal`` of the loss and the gradient norm: max |diff| 0 at each of ``steps``."""
-    for tag in ("loss/train", "grad_norm"):
+def assert_equal_curves(reference: Path, other: Path, steps: int, tags: tuple[str, ...] = ("loss/train", "grad_norm"),
+                        at: tuple[int, ...] | None = None) -> None:
+    """``compare_runs --assert-equal`` of ``tags`` (default: the loss and the gradient norm): max |diff| 0 at each of
+    steps 1..``steps`` (or at exactly the steps ``at``)."""
+    steps_said = f"{steps} common steps (1-{steps})" if at is None else f"{len(at)} common steps ({', '.join(map(str, at))})"
+    for tag in tags:
         proc = subprocess.run([sys.executable, "-m", "torchtitan_lite.tools.compare_runs", run_folder(reference),
                                run_folder(other), "--tag", tag, "--assert-equal"], cwd=REPO, env=env(),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert f"{steps} common steps (1-{steps}): max |diff| 0 (atol 0)" in proc.stdout, proc.stdout
+        assert f"{steps_said}: max |diff| 0 (atol 0)" in proc.stdout, proc.stdout
 
 
 def final_state(dump: Path, step: int) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from tokenizers import models, pre_tokenizers
 from torchtitan_lite.data.corpus import VALIDATION_PLAY, markdown_to_text, shakespeare_plays
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.sources import tokenize_documents
-from torchtitan_lite.data.streams import GlobalWindowStream, StreamingWindows
+from torchtitan_lite.data.streams import GlobalWindowStream, OrderedWindows, StreamingWindows
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.data.windows import PackedWindows
 from torchtitan_lite.errors import InputError
@@ -239,6 +239,21 @@ def test_validation_is_ordered_equal_per_rank_and_restarts(toy_tokenizer, tmp_pa
     assert train.tokens.numel() == 7 * 16
 
 
+def test_validation_reads_the_same_whole_global_batches_on_every_layout(toy_tokenizer, tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", _docs(10, length=15))
+    windows = _local_loader(toy_tokenizer, path, split="validation", val_fraction=0.3).dataset.windows
+    assert len(windows) == 11  # one global batch of 8 windows; the other 3 are never read
+    for local_batch_size, world in ((8, 1), (2, 1), (2, 2), (1, 4), (2, 4)):
+        ranks = [OrderedWindows(windows, local_batch_size=local_batch_size, dp_rank=r, dp_world_size=world,
+                                batch_windows=8) for r in range(world)]
+        read = [[tuple(window[0].tolist()) for window in rank] for rank in ranks]
+        chunks = [read[r][i:i + local_batch_size] for i in range(0, len(read[0]), local_batch_size) for r in range(world)]
+        # the first 8 windows, the i-th chunk of rank r being global chunk i * world + r
+        assert sum(chunks, []) == [tuple(windows[i][0].tolist()) for i in range(8)], (local_batch_size, world)
+    with pytest.raises(ValueError, match="batch_windows 6 is not a multiple of local_batch_size 2 \\* dp_world_size 2"):
+        OrderedWindows(windows, local_batch_size=2, dp_rank=0, dp_world_size=2, batch_windows=6)
+
+
 # --- local files ----------------------------------------------------------------------------------
 
 
@@ -338,7 +353,7 @@ def test_missing_text_column(toy_tokenizer, tmp_path):
 
 def test_too_few_validation_windows_for_every_rank(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(3))
-    with pytest.raises(ValueError, match="fewer than local_batch_size \\* dp_world_size = 4"):
+    with pytest.raises(ValueError, match="fewer than one global batch = 4"):
         _local_loader(toy_tokenizer, path, split="validation", val_fraction=0.5, dp_world_size=2, dp_rank=1)
 
 

@@ -3,8 +3,9 @@ the acceptance runs through ``./run_train.sh``.
 
 Acceptance (``layout``): for the qwen3 and qwen3_moe debug configs (1 block, seq_len 32, micro-batches of 1 window,
 global batch 4, 20 steps, fp32, one thread per rank), 1 process, dp_shard 2, dp_shard 4 and dp_replicate 2 x
-dp_shard 2 give bitwise the same loss and gradient norm at every step (``compare_runs --assert-equal``: max |diff| 0)
-and bitwise the same final parameters and AdamW moments. ``run``: two runs of dp_shard 2 are bitwise equal.
+dp_shard 2 give bitwise the same loss and gradient norm at every step (``compare_runs --assert-equal``: max |diff| 0),
+bitwise the same validation losses (steps 10 and 20, 2 global batches each) and bitwise the same final parameters
+and AdamW moments. ``run``: two runs of dp_shard 2 are bitwise equal.
 """
 
 from __future__ import annotations
@@ -114,12 +115,16 @@ def test_layout_mode_refuses_what_it_cannot_hold(options, world_size, message):
 def test_layout_mode_trains_bitwise_the_same_on_every_data_parallel_layout(tmp_path, family):
     text_file(tmp_path)
     config = f"train_configs/{family}_debug.toml"
-    dumps = {name: _train(tmp_path, name, config, nproc, [*options, "--training.deterministic=layout"])
+    # the default thread count of layout mode (1) instead of RUN's; validation of 2 global batches at steps 10, 20
+    run = [option for option in RUN if option != "--training.num_threads=1"] + [
+        "--validation.enable=true", "--validation.freq=10", "--validation.steps=2"]
+    dumps = {name: train(tmp_path, name, config, nproc, [*run, *options, "--training.deterministic=layout"])
              for name, (nproc, options) in LAYOUTS.items()}
     reference = final_state(dumps["1"], STEPS)
     assert any(key.startswith("model.layers.0.moe") for key in reference) == (family == "qwen3_moe")
     for name in list(LAYOUTS)[1:]:
         assert_equal_curves(dumps["1"], dumps[name], STEPS)
+        assert_equal_curves(dumps["1"], dumps[name], STEPS, tags=("loss/validation",), at=(10, 20))
         final = final_state(dumps[name], STEPS)
         assert final.keys() == reference.keys()
         assert [key for key in reference if not torch.equal(final[key], reference[key])] == [], name

@@ -160,6 +160,20 @@ def test_init_distributed_without_torchrun_gives_a_one_rank_gloo_group(monkeypat
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("mode", ["off", "layout"])
+def test_cpu_threads_default_to_the_cores_per_process_and_to_one_in_layout_mode(monkeypatch, no_gpu, mode):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    PG.init_distributed(parse_args(["--training.device=cpu", f"--training.deterministic={mode}"]))
+    try:
+        cores = len(os.sched_getaffinity(0))
+        assert cores > 1, "needs a machine of 2 or more cores to tell the defaults apart"
+        assert torch.get_num_threads() == (1 if mode == "layout" else cores)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_starting(monkeypatch, no_gpu):
     for name in TORCHRUN_VARS:
         monkeypatch.delenv(name, raising=False)

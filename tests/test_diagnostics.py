@@ -254,7 +254,7 @@ def test_event_files_hold_histogram_and_scalar_tags(tmp_path):
     norms = log_layer_grad_norms(logger.writer, model, 1)
     logger.log_step(1, loss=7.7, grad_norm=1.0, lr=1e-3, tokens_per_step=32, elapsed_s=1.0, memory_bytes=None,
                     data_wait_s=0.0)
-    logger.log_validation(1, 7.6)
+    logger.log_validation(1, 7.6, 4096)
     logger.close()
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={SCALARS: 0, HISTOGRAMS: 0})
     events.Reload()

@@ -101,7 +101,7 @@ def test_tensorboard_scalars_read_back(tmp_path):
     logger = _logger(tmp_path, log_freq=1, total_steps=3)
     for step, loss in ((1, 7.5), (2, 6.25), (3, 5.125)):
         _step(logger, step, elapsed_s=float(step), loss=loss)
-    logger.log_validation(3, 5.5)
+    logger.log_validation(3, 5.5, 4096)
     logger.log_text(["model qwen3 debug", "world size 2"])
     logger.close()
     acc = EventAccumulator(str(tmp_path / "tb")).Reload()

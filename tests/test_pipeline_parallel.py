@@ -118,7 +118,8 @@ def test_run_train_sh_1f1b_prints_the_one_process_fingerprint_and_losses_on_ever
         printed = {int(s): float(v) for s, v in (re.search(r"step +(\d+) +loss +(\S+)", line).groups()
                                                 for line in lines if re.search(r"step +\d+ +loss ", line))}
         assert sorted(printed) == list(range(1, STEPS + 1))
-        (validation,) = [float(line.split()[-1]) for line in lines if "validation loss" in line]
+        (validation,) = [float(re.search(r"validation loss +(\S+)", line).group(1)) for line in lines
+                         if "validation loss" in line]
         assert abs(validation - ref["validation"]) <= 5e-5 + 1e-4 * validation
         for step, loss in printed.items():  # printed with 4 decimals
             assert abs(loss - ref["losses"][step]) <= 5e-5 + 1e-4 * loss, (rank, step, loss)

@@ -97,7 +97,9 @@ def test_a_140_kb_folder_of_text_trains_with_validation_at_the_debug_batch(tmp_p
     assert data.endswith("validation the last 4,097 tokens = 16 windows of 256")
     assert f"dataset_path {folder}: 4 documents, {total:,} tokens; train " in data
     assert not any(line.startswith("warning: validation off") for line in lines)
-    assert re.fullmatch(r"step +2  validation loss +\d+\.\d{4}", next(x for x in lines if "validation loss" in x))
+    validation = next(x for x in lines if "validation loss" in x)
+    # one global batch of 16 windows of 256 (validation.steps = 4 asks more than the split holds)
+    assert re.fullmatch(r"step +2  validation loss +\d+\.\d{4}  \(4,096 tokens\)", validation)
 
 
 def test_too_little_data_for_validation_trains_without_it_and_says_why(tmp_path, capsys):
@@ -108,8 +110,8 @@ def test_too_little_data_for_validation_trains_without_it_and_says_why(tmp_path,
     (warning,) = [line for line in lines if line.startswith("warning: validation off: ")]
     assert warning == (
         f"warning: validation off: dataset_path {tmp_path / 'data.txt'} (validation) has 351 tokens = 10 windows of "
-        "32, fewer than one batch per rank (local_batch_size * data-parallel ranks = 128) (at most 10% of the data "
-        "is held out); use more data, a smaller seq_len or local_batch_size, or --validation.enable=false")
+        "32, fewer than one global batch (128 windows) (at most 10% of the data "
+        "is held out); use more data, a smaller seq_len or global batch, or --validation.enable=false")
     assert trainer.val_loader is None
     assert next(line for line in lines if line.startswith("data (")).endswith("; validation off (see the warning)")
     assert any(line.startswith("done: step 1 of 1") for line in lines)

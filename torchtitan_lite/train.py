@@ -27,6 +27,7 @@ same global count (``distributed/pipeline.py``, the note on the loss).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -476,27 +477,37 @@ class Trainer:
         return StepStats(loss_sum=loss_sum, grad_norm=grad_norm, lr=lr, data_wait_s=data_wait_s)
 
     @torch.no_grad()
-    def validate(self) -> float:
-        """Mean token cross-entropy over ``validation.steps`` batches (fewer if the set ends), all ranks."""
+    def validate(self) -> tuple[float, int]:
+        """``(mean token cross-entropy, tokens scored)`` over the first ``validation.steps`` global batches of the
+        validation windows (fewer if the split ends), the same on every rank.
+
+        Map-style data: the windows are the same on every layout with this global batch (:class:`OrderedWindows`),
+        each rank's micro-batch of ``local_batch_size`` windows gives one fp32 cross-entropy sum, and the sums of all
+        ranks are gathered and added exactly (``math.fsum``), so the loss depends on the micro-batches' forwards
+        only: bitwise the same on every data-parallel layout in ``training.deterministic = "layout"``. Streamed data
+        is read per rank (its windows depend on the layout)."""
         self.model.eval()
-        totals = torch.zeros(2, device=self.info.device, dtype=torch.float64 if self.info.device.type == "cpu"
-                             else torch.float32)
+        sums, tokens = [], 0
         for i, batch in enumerate(self.val_loader):
-            if i == self.config.validation.steps:
+            if i == self.config.validation.steps * self.accum:
                 break
             inputs, labels, *ids = (t.to(self.info.device) for t in batch)
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is None:
                     documents = document_inputs(ids[0] if ids else None, self.config.training.document_positions)
-                    totals[0] += cross_entropy_sum(self.model(inputs, **documents), labels)
-                else:
-                    totals[0] += self.pipeline.evaluate(inputs, labels)
-            totals[1] += labels.numel() if self.pipeline is None or self.pipeline.has_last else 0
+                    loss = cross_entropy_sum(self.model(inputs, **documents), labels)
+                else:  # the last stage's sum (0 on the others)
+                    loss = self.pipeline.evaluate(inputs, labels)
+            sums.append(loss.detach().float().reshape(1))
+            tokens += labels.numel()
         self.model.train()
-        dist.all_reduce(totals, group=self.info.dims.dp_group)
-        if self.pipeline is not None:  # the last stage's totals to every stage
-            dist.all_reduce(totals, group=self.pipeline.group)
-        return (totals[0] / totals[1]).item()
+        local = torch.cat(sums)
+        gathered = torch.empty(local.numel() * self.info.dims.dp_degree, dtype=local.dtype, device=local.device)
+        dist.all_gather_single(gathered, local, group=self.info.dims.dp_group)
+        if self.pipeline is not None:  # the last stage's sums to every stage (adding zeros is exact)
+            dist.all_reduce(gathered, group=self.pipeline.group)
+        tokens *= self.info.dims.dp_degree
+        return math.fsum(gathered.tolist()) / tokens, tokens
 
     def sample(self) -> str:
         """The greedy continuation of ``validation.sample_prompt`` (``validation.sample_tokens`` tokens; every rank
@@ -564,7 +575,7 @@ class Trainer:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
                 with self.metrics.paused():
-                    self.metrics.log_validation(step, self.validate())
+                    self.metrics.log_validation(step, *self.validate())
                     if cfg.validation.sample_prompt is not None:
                         self.metrics.log_sample(step, cfg.validation.sample_prompt, self.sample())
             step_s = max(step_s, time.perf_counter() - step_start)

@@ -319,9 +319,10 @@ class MetricsLogger:
             for name, n in tokens.items():
                 self.writer.add_scalar(f"tokens_seen/{name}", n, step)
 
-    def log_validation(self, step: int, loss: float) -> str:
-        """Print, write (``loss/validation``) and return ``step  12  validation loss  5.4321``."""
-        line = f"step {step:>3}  validation loss {loss:7.4f}"
+    def log_validation(self, step: int, loss: float, tokens: int) -> str:
+        """Print, write (``loss/validation``) and return ``step  12  validation loss  5.4321  (8,192 tokens)``:
+        the mean token cross-entropy over ``tokens`` validation tokens."""
+        line = f"step {step:>3}  validation loss {loss:7.4f}  ({tokens:,} tokens)"
         print(line, flush=True)
         if self.writer is not None:
             self.writer.add_scalar("loss/validation", loss, step)

@@ -106,7 +106,8 @@ class Training:
     """Matmul dtype (parameters are stored in fp32); ``auto`` = bfloat16 on accelerators, float32 on CPU
     (bf16 matmuls are much slower than fp32 on CPUs without AMX)."""
     num_threads: int | None = bounded(None, ge=1)
-    """CPU threads per process; unset = CPU cores / processes on this node."""
+    """CPU threads per process; unset = CPU cores / processes on this node, or 1 on CPU with ``deterministic =
+    "layout"`` (a CPU matmul's rounding may depend on its thread count: layouts agree bitwise at equal counts)."""
     nonfinite_policy: Literal["stop", "skip"] = "stop"
     """A NaN/inf loss or gradient norm: ``stop`` the run naming the step (the last checkpoint stays intact),
     or ``skip`` that step's update (at most ``max_skipped_steps`` times in the run, then stop)."""
@@ -280,7 +281,9 @@ class Validation:
     freq: int = bounded(50, ge=1)
     """Validate every this many steps (and after the last step)."""
     steps: int = bounded(4, ge=1)
-    """Batches per validation."""
+    """Global batches per validation: the first ``steps * global_batch_size`` held-out windows (fewer if the split
+    ends), the same windows on every layout; each rank scores its share in ``local_batch_size`` micro-batches and the
+    loss line says how many tokens were scored. Streamed data: this many global batches, read per rank."""
     sample_prompt: str | None = None
     """Text whose greedy continuation is printed and written to TensorBoard (text ``validation/sample``) at each
     validation, to watch the model learn; unset = none."""

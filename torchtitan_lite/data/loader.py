@@ -192,11 +192,11 @@ def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWi
 
 
 def _map_dataset(split: str, windows, *, local_batch_size, dp_rank, dp_world_size, seed, weights=None,
-                 rank_block=1, **_) -> IterableDataset:
+                 rank_block=1, batch_windows=None, **_) -> IterableDataset:
     ranks = {"local_batch_size": local_batch_size, "dp_rank": dp_rank, "dp_world_size": dp_world_size}
     if split == "train":
         return GlobalWindowStream(windows, seed=seed, weights=weights, rank_block=rank_block, **ranks)
-    return OrderedWindows(windows, **ranks)
+    return OrderedWindows(windows, batch_windows=batch_windows, **ranks)
 
 
 def _map_splits(wanted: tuple[str, ...], *, dataset_path, dataset_paths, val_fraction, min_val_windows, seq_len,
@@ -308,9 +308,10 @@ def build_dataloaders(*, validation: bool, min_val_windows: int, streaming: bool
 
     Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is read once per source (local
     files: once for both splits). A local dataset holds out :func:`held_out_tokens` with ``min_val_windows`` (the
-    trainer's global batch, so validation gets at least one batch on every rank when the data allows); a
-    validation split with fewer windows than ``local_batch_size * dp_world_size`` leaves validation off, saying
-    why in ``validation_off``, instead of failing.
+    trainer's global batch, so validation gets at least one batch on every rank when the data allows). Map-style
+    validation reads whole batches of ``min_val_windows`` windows (:class:`OrderedWindows`: the same windows on
+    every layout with that global batch); a validation split with fewer windows than that leaves validation off,
+    saying why in ``validation_off``, instead of failing.
 
     Raises:
         ValueError, InputError: as :func:`build_dataloader` (the training split).
@@ -340,14 +341,15 @@ def build_dataloaders(*, validation: bool, min_val_windows: int, streaming: bool
     if not validation:
         return result
     val_windows, val_size = splits["validation"]
-    need = local_batch_size * dp_world_size
+    need = max(min_val_windows, local_batch_size * dp_world_size)
     if val_size.windows < need:
         share = f" (at most {MAX_HELD_OUT_SHARE:.0%} of the data is held out)" if total is not None else ""
         result.validation_off = (
             f"{source} (validation) has {val_size.tokens:,} tokens = {val_size.windows} windows of {seq_len}, fewer "
-            f"than one batch per rank (local_batch_size * data-parallel ranks = {need}){share}; use more data, a "
-            "smaller seq_len or local_batch_size, or --validation.enable=false")
+            f"than one global batch ({need} windows){share}; use more data, a smaller seq_len or global batch, or "
+            "--validation.enable=false")
         return result
-    result.validation = _loader(_map_dataset("validation", val_windows, **kw), local_batch_size, pin_memory)
+    result.validation = _loader(_map_dataset("validation", val_windows, batch_windows=need, **kw), local_batch_size,
+                                pin_memory)
     result.validation_size = val_size
     return result

@@ -123,18 +123,29 @@ class GlobalWindowStream(IterableDataset):
 class OrderedWindows(IterableDataset):
     """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module docstring).
 
+    The windows are read in whole batches of ``batch_windows`` (default ``local_batch_size * dp_world_size``; the
+    trainer passes its global batch, so the windows read do not depend on the layout), as chunks of
+    ``local_batch_size``; rank ``r`` takes the chunks ``c % dp_world_size == r``: its ``i``-th batch is global
+    chunk ``i * dp_world_size + dp_rank`` (:func:`rank_chunk`).
+
     Raises:
-        InputError: fewer than ``local_batch_size * dp_world_size`` windows (not one batch per rank).
+        InputError: fewer than ``batch_windows`` windows (not one batch per rank).
+        ValueError: ``batch_windows`` is not a multiple of ``local_batch_size * dp_world_size``.
     """
 
-    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int):
-        n_chunks = (len(windows) // local_batch_size) // dp_world_size * dp_world_size
-        if n_chunks == 0:
+    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int,
+                 batch_windows: int | None = None):
+        batch_windows = batch_windows or local_batch_size * dp_world_size
+        if batch_windows % (local_batch_size * dp_world_size):
+            raise ValueError(f"OrderedWindows: batch_windows {batch_windows} is not a multiple of local_batch_size "
+                             f"{local_batch_size} * dp_world_size {dp_world_size}")
+        if len(windows) < batch_windows:
             raise InputError(
                 f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
-                f"local_batch_size * dp_world_size = {local_batch_size * dp_world_size}; "
-                "use more validation data, a smaller seq_len or a smaller local_batch_size"
+                f"one global batch = {batch_windows}; "
+                "use more validation data, a smaller seq_len or a smaller global batch"
             )
+        n_chunks = len(windows) // batch_windows * (batch_windows // local_batch_size)
         self.windows = windows
         self._chunks = range(dp_rank, n_chunks, dp_world_size)
         self._local_batch_size = local_batch_size

@@ -60,7 +60,8 @@ def init_distributed(config: Any) -> DistInfo:
 
     Under torchrun the group starts from the environment; without it, a 1-rank group on an in-memory store
     (the same FSDP2 code paths). Reads ``training.device``, ``training.num_threads`` (unset: cores //
-    processes on this node), the degrees of ``[parallelism]`` and ``comm_timeout_seconds``.
+    processes on this node; 1 on CPU with ``training.deterministic = "layout"``), the degrees of ``[parallelism]``
+    and ``comm_timeout_seconds``.
 
     Raises:
         LaunchError: more processes on a node than devices, the requested device is unavailable, or
@@ -81,7 +82,11 @@ def init_distributed(config: Any) -> DistInfo:
                                f"start at most {count} processes per node (NGPU={count})")
         device = torch.device(kind, local_rank)
         torch.accelerator.set_device_index(local_rank)
-    torch.set_num_threads(config.training.num_threads or max(1, _cpu_cores() // local_world_size))
+    threads = config.training.num_threads
+    if threads is None:  # a CPU matmul's rounding may depend on its thread count: "layout" fixes it at 1
+        layout = kind == "cpu" and config.training.deterministic == "layout"
+        threads = 1 if layout else max(1, _cpu_cores() // local_world_size)
+    torch.set_num_threads(threads)
     timeout = timedelta(seconds=config.parallelism.comm_timeout_seconds)
     device_id = None if kind == "cpu" else device
     if launched:
