@@ -7,7 +7,7 @@ A prepared folder holds three files:
   little-endian ``uint16`` when the tokenizer's ids fit (vocab <= 65,536), else ``uint32``;
 - ``documents.bin``: int64, the position in ``tokens.bin`` where each document starts (the first is 0);
 - ``manifest.json``: format, tokenizer (path, sha256 of its file, vocab size, EOS id), dtype, counts, the largest
-  id, and the source files with their sizes.
+  id, the source files with their sizes, and for a shard of a set its place in the set (``data/shards.py``).
 
 Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a folder with a
 manifest at the output path is always whole. Documents are encoded by ``workers`` spawned processes (each with the
@@ -69,6 +69,7 @@ class Manifest:
     n_documents: int
     max_token_id: int
     sources: list
+    shard: dict | None = None  # {"index", "count", "by", "input"} of a shard of a set (data/shards.py), else None
 
     @staticmethod
     def read(folder: str | Path) -> Manifest:
@@ -82,7 +83,8 @@ class Manifest:
             data = json.loads(path.read_text())
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, not {FORMAT!r}")
-            return Manifest(**{k: data[k] for k in Manifest.__dataclass_fields__})
+            return Manifest(**{k: data[k] for k in Manifest.__dataclass_fields__ if k != "shard"},
+                            shard=data.get("shard"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise InputError(f"{path} is not a prepared-data manifest ({err}); prepare the folder again with "
                              "python -m torchtitan_lite.data.prepare") from None
@@ -201,13 +203,14 @@ def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int) -> It
 
 
 def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Tokenizer, *, sources: list[dict],
-                   workers: int = 0, total_bytes: int | None = None) -> Manifest:
+                   workers: int = 0, total_bytes: int | None = None, shard: dict | None = None) -> Manifest:
     """Tokenize ``documents`` into the prepared folder ``output`` (module docstring) and return its manifest.
 
     Args:
         sources: ``[{"path", "size"}, ...]`` recorded in the manifest.
         workers: encoding processes; 0 encodes here with the tokenizer library's threads.
         total_bytes: the input's size for the progress bar's ETA (``None``: unknown).
+        shard: recorded in the manifest for a shard of a set (``data/shards.py``).
 
     Raises:
         InputError: ``output`` exists (nothing is touched), or no documents.
@@ -218,7 +221,7 @@ def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Toke
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
-        manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes)
+        manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes, shard)
         os.chmod(partial, 0o777 & ~_umask())  # mkdtemp makes it private (0o700); a corpus is shared like any folder
         os.rename(partial, output)  # atomic: the output appears whole or not at all
     finally:
@@ -234,7 +237,7 @@ def _umask() -> int:
     return mask
 
 
-def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes) -> Manifest:
+def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes, shard) -> Manifest:
     dtype = token_dtype(tokenizer.vocab_size)
     n_tokens, n_documents, max_id, start = 0, 0, 0, time.perf_counter()
     with (open(folder / TOKENS, "wb") as tokens_file, open(folder / DOCUMENTS, "wb") as documents_file,
@@ -252,7 +255,8 @@ def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, tota
     if n_documents == 0:
         raise InputError(f"no documents to prepare from {', '.join(s['path'] for s in sources) or 'the input'}; "
                          "point it at non-empty data")
-    manifest = Manifest(FORMAT, tokenizer_identity(tokenizer), dtype.name, n_tokens, n_documents, max_id, sources)
+    manifest = Manifest(FORMAT, tokenizer_identity(tokenizer), dtype.name, n_tokens, n_documents, max_id, sources,
+                        shard)
     (folder / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
     return manifest
 
