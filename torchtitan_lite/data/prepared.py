@@ -44,6 +44,7 @@ CACHE_ENV = "TORCHTITAN_LITE_DATA_CACHE"
 
 CHUNK_DOCUMENTS = 1024  # documents per task sent to a worker: bounds its memory and the results in flight
 CHUNK_CHARACTERS = 2**22  # and characters (a longer document alone)
+MIN_CHUNKS = 40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -166,12 +167,12 @@ def check_tokenizer(folder: str | Path, manifest: Manifest, tokenizer: Tokenizer
                          "model's tokenizer")
 
 
-def _chunks(documents: Iterable[str]) -> Iterator[tuple[list[str], int]]:
-    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and
-    :data:`CHUNK_CHARACTERS` characters (a longer document alone)."""
+def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[list[str], int]]:
+    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and ``max_characters``
+    characters (a longer document alone)."""
     chunk, characters, size = [], 0, 0
     for doc in documents:
-        if chunk and (len(chunk) >= CHUNK_DOCUMENTS or characters + len(doc) > CHUNK_CHARACTERS):
+        if chunk and (len(chunk) >= CHUNK_DOCUMENTS or characters + len(doc) > max_characters):
             yield chunk, size
             chunk, characters, size = [], 0, 0
         chunk.append(doc)
@@ -181,18 +182,20 @@ def _chunks(documents: Iterable[str]) -> Iterator[tuple[list[str], int]]:
         yield chunk, size
 
 
-def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int) -> Iterator[tuple[np.ndarray, np.ndarray,
-                                                                                              int]]:
-    """``(ids, lengths, bytes)`` of each chunk of ``documents``, in order; at most ``2 * workers`` chunks in flight
-    (``multiprocessing.Pool.imap`` would read the whole input ahead)."""
+def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int,
+             total_bytes: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of ``total_bytes``
+    when known), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
+    whole input ahead)."""
+    max_characters = min(CHUNK_CHARACTERS, max(1, (total_bytes or 2**62) // MIN_CHUNKS))
     if workers == 0:
-        for chunk, size in _chunks(documents):
+        for chunk, size in _chunks(documents, max_characters):
             yield *encode(tokenizer, chunk), size
         return
     ctx = multiprocessing.get_context("spawn")  # fork after the library's threads ran can deadlock it
     with ctx.Pool(workers, initializer=init_worker, initargs=(tokenizer.path, tokenizer.eos_token)) as pool:
         pending: deque = deque()
-        for chunk, size in _chunks(documents):
+        for chunk, size in _chunks(documents, max_characters):
             pending.append((pool.apply_async(encode_in_worker, (chunk,)), size))
             if len(pending) >= 2 * workers:
                 result, size = pending.popleft()
@@ -242,7 +245,7 @@ def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, tota
     n_tokens, n_documents, max_id, start = 0, 0, 0, time.perf_counter()
     with (open(folder / TOKENS, "wb") as tokens_file, open(folder / DOCUMENTS, "wb") as documents_file,
           progress(total_bytes or 0, "preparing", unit="byte") as bar):
-        for ids, lengths, size in _encoded(documents, tokenizer, workers):
+        for ids, lengths, size in _encoded(documents, tokenizer, workers, total_bytes):
             max_id = max(max_id, int(ids.max()))
             if max_id > np.iinfo(dtype).max:
                 raise InputError(f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its vocab_size "
