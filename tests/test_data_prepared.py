@@ -286,7 +286,8 @@ def test_prepare_says_its_worker_count_and_prints_a_line_per_ten_percent(toy_tok
                                                                           monkeypatch):
     from torchtitan_lite.data import progress
 
-    monkeypatch.setattr(progress, "LINES_AFTER_S", 0.0)  # as if the prepare were slow
+    monkeypatch.setattr(progress, "LINES_AFTER_S", 0.0)  # as if the prepare were slow,
+    monkeypatch.setattr(prepared, "MIN_CHUNK_CHARACTERS", 1)  # and large: chunks of 1/40 of the input
     docs = _docs(80, length=120)  # ~480 bytes each: the JSON keys are ~3% of the file
     _prepare_default = ["--input", str(_jsonl(tmp_path / "c.jsonl", docs)), "--output", str(tmp_path / "out"),
                         "--tokenizer", toy_tokenizer.path]

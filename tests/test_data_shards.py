@@ -118,3 +118,27 @@ def test_shard_arguments_are_checked_before_any_work(toy_tokenizer, tmp_path, ca
         assert prepare.main(base + extra) == 2
         assert capsys.readouterr().err.strip().startswith(f"prepare error: {expected}")
     assert not (tmp_path / "set" / "shard-00000-of-00003").exists()
+
+
+def test_a_hub_dataset_is_split_by_its_files_into_the_stream_of_one_prepare(toy_tokenizer, tmp_path, capsys,
+                                                                              monkeypatch):
+    import datasets
+
+    files = [str(tdp._jsonl(tmp_path / f"part{f}.jsonl", tdp._docs(4, first=4 * f))) for f in range(4)]
+    load = datasets.load_dataset
+    monkeypatch.setattr(prepare.datasets, "load_dataset",  # the hub dataset "org/corpus": these 4 files, streamed
+                        lambda name, config, split, streaming: load("json", data_files=files, split="train",
+                                                                    streaming=True))
+    one = tmp_path / "one"
+    assert prepare.main(["--input", "org/corpus", "--output", str(one), "--tokenizer", toy_tokenizer.path,
+                         "--workers", "0"]) == 0
+    shards = _prepare_shards("org/corpus", tmp_path / "set", toy_tokenizer.path, 3)
+    folders = [shards / f"shard-0000{i}-of-00003" for i in range(3)]
+    assert [prepared.Manifest.read(f).n_documents for f in folders] == [8, 4, 4]  # files 2, 1, 1
+    joined = b"".join((f / prepared.TOKENS).read_bytes() for f in folders)
+    assert joined == (one / prepared.TOKENS).read_bytes()
+    capsys.readouterr()
+    assert prepare.main(["--input", "org/corpus", "--output", str(tmp_path / "set5"), "--tokenizer",
+                         toy_tokenizer.path, "--num_shards", "5", "--shard_index", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("prepare error: hub dataset org/corpus has 4 files, fewer than "
+                                               "--num_shards 5; use at most 4 shards")

@@ -44,7 +44,8 @@ CACHE_ENV = "TORCHTITAN_LITE_DATA_CACHE"
 
 CHUNK_DOCUMENTS = 1024  # documents per task sent to a worker: bounds its memory and the results in flight
 CHUNK_CHARACTERS = 2**22  # and characters (a longer document alone)
-MIN_CHUNKS = 40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks
+MIN_CHUNKS = 40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks,
+MIN_CHUNK_CHARACTERS = 2**18  # but not below 256 Ki characters: the library's threads share a chunk's documents
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -185,9 +186,9 @@ def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[lis
 def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int,
              total_bytes: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of ``total_bytes``
-    when known), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
+    when known, but at least ``MIN_CHUNK_CHARACTERS``), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
     whole input ahead)."""
-    max_characters = min(CHUNK_CHARACTERS, max(1, (total_bytes or 2**62) // MIN_CHUNKS))
+    max_characters = min(CHUNK_CHARACTERS, max(MIN_CHUNK_CHARACTERS, (total_bytes or 2**62) // MIN_CHUNKS))
     if workers == 0:
         for chunk, size in _chunks(documents, max_characters):
             yield *encode(tokenizer, chunk), size
