@@ -41,9 +41,9 @@ from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.errors import InputError
 
 BYTES_PER_WORKER = 16 * 2**20
-"""Input bytes per default encoding worker: a spawned worker pays about a second or two of start-up (imports and
-its tokenizer) on a loaded 2-core machine, a small share of the ~20 s it spends on 16 MiB
-(``benchmarks/bench_prepare_workers.py``)."""
+"""Input bytes per default encoding worker: each spawned worker pays its start-up (imports, its own tokenizer)
+before it encodes, so a small input is faster in this process (``benchmarks/bench_prepare_workers.py``; the
+measurements behind this value: ``docs/benchmarks.md``, "Prepare workers")."""
 
 
 def _texts(rows: Iterable[dict], text_column: str, where: str) -> Iterator[str]:
