@@ -47,7 +47,7 @@ def test_a_log_that_is_never_opened_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_progress_lines_every_ten_percent_once_the_phase_is_slow(capsys):
-    clock = iter([0.0, 1.0, 6.0, 6.5, 7.0, 9.0, 12.0])  # seconds at the start and at each update
+    clock = iter([0.0, 1.0, 6.0, 6.5, 7.0, 9.0, 12.0, 12.1])  # seconds at the start, each update and the end
     with ProgressLines(1000, "tokenizing", "document", clock=lambda: next(clock)) as bar:
         for done in (50, 250, 30, 20, 150, 500):  # 5%, 30%, 33%, 35%, 50%, 100%
             bar.update(done)

@@ -269,3 +269,37 @@ def test_prepare_refuses_empty_input_and_an_existing_output(toy_tokenizer, tmp_p
                                                "folder or delete it")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done", "empty.jsonl"]
     assert (tmp_path / "done" / "x").read_text() == "kept"
+
+
+# --- prepare's worker count and progress lines --------------------------------------------------------------
+
+
+def test_prepare_default_workers_follow_the_input_size_and_the_cpu_count():
+    mib = 2**20
+    per = prepare.BYTES_PER_WORKER // mib
+    cases = [((1 * mib, 2), 0), ((2 * per * mib, 2), 2), ((2 * per * mib - 1, 2), 0), ((10 * per * mib, 2), 2),
+             ((3 * per * mib, 64), 3), ((per * mib, 64), 0), ((2**40, 64), 64), ((2**40, 1), 0), ((None, 8), 8)]
+    assert [prepare.default_workers(*args) for args, _ in cases] == [n for _, n in cases]
+
+
+def test_prepare_says_its_worker_count_and_prints_a_line_per_ten_percent(toy_tokenizer, tmp_path, capsys,
+                                                                          monkeypatch):
+    from torchtitan_lite.data import progress
+
+    monkeypatch.setattr(progress, "LINES_AFTER_S", 0.0)  # as if the prepare were slow,
+    monkeypatch.setattr(prepared, "MIN_CHUNK_CHARACTERS", 1)  # and large: chunks of 1/40 of the input
+    docs = _docs(80, length=120)  # ~480 bytes each: the JSON keys are ~3% of the file
+    _prepare_default = ["--input", str(_jsonl(tmp_path / "c.jsonl", docs)), "--output", str(tmp_path / "out"),
+                        "--tokenizer", toy_tokenizer.path]
+    assert prepare.main(_prepare_default) == 0
+    lines = capsys.readouterr().out.splitlines()
+    size = (tmp_path / "c.jsonl").stat().st_size
+    assert lines[0] == (f"prepare: encoding in this process (default for {size / 2**20:,.1f} MiB on "
+                        f"{prepare.available_cpus()} CPU{'s' * (prepare.available_cpus() > 1)}: one worker per 16 MiB, "
+                        "none below 2; --workers N to choose)")
+    bars = [line for line in lines if line.startswith("preparing: ")]
+    percents = [int(line.split()[1].rstrip("%")) for line in bars]
+    assert [p // 10 for p in percents[:-1]] == list(range(1, 10)), bars  # one line in each 10% of the file's bytes
+    text_bytes = sum(len(d.encode()) for d in docs)
+    assert bars[-1].startswith(f"preparing: 100% ({text_bytes:,} bytes), ") and bars[-1].endswith(" tokens/s")
+    assert lines[-1].startswith(f"{tmp_path / 'out'}: 80 documents, ")

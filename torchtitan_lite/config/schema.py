@@ -60,7 +60,8 @@ class Training:
     ``hf``: the Hugging Face hub dataset ``hf_dataset_name`` (online only)."""
     dataset_path: str | None = None
     """Train on local ``.txt``/``.jsonl``/``.parquet`` file(s) (a file or a folder, prepared into a cache on first use)
-    or a folder made by ``python -m torchtitan_lite.data.prepare``, instead of ``dataset``."""
+    or a folder (or a set of shards, read as one corpus) made by ``python -m torchtitan_lite.data.prepare``, instead
+    of ``dataset``."""
     dataset_paths: list[str] = field(default_factory=list)
     """Several local sources (prepared folders or raw files) mixed by ``dataset_weights``, interleaved by global
     window position; instead of ``dataset_path``."""

@@ -11,7 +11,7 @@ from typing import Any
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.load import Sources, where
 from torchtitan_lite.config.schema import JobConfig, Training
-from torchtitan_lite.data import prepared
+from torchtitan_lite.data import prepared, shards
 from torchtitan_lite.data.files import local_data_files
 from torchtitan_lite.data.mixing import quotas
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
@@ -44,8 +44,8 @@ def check_data_settings(config: JobConfig, sources: Sources) -> None:
 
 
 def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: int) -> None:
-    """``training.dataset_path`` or each of ``training.dataset_paths`` is a whole prepared folder made with
-    ``tokenizer`` whose largest id is below ``vocab_size``, or raw files of one known format; a mixture's
+    """``training.dataset_path`` or each of ``training.dataset_paths`` is a whole prepared folder or set
+    (``data/shards.py``: every shard present, one tokenizer) made with ``tokenizer`` whose largest id is below ``vocab_size``, or raw files of one known format; a mixture's
     ``dataset_weights`` has one positive weight per path. Reads manifests and file sizes only.
 
     Raises:
@@ -68,8 +68,9 @@ def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: in
         for path in paths:
             if not os.path.exists(path):
                 raise InputError(f"no such file or folder {path!r}")
-            if prepared.is_prepared(path):
-                prepared.check_tokenizer(path, prepared.check_files(path), tokenizer, vocab_size)
+            if prepared.is_prepared(path) or shards.is_prepared_set(path):
+                for folder, manifest in shards.checked_folders(path):
+                    prepared.check_tokenizer(folder, manifest, tokenizer, vocab_size)
             else:
                 local_data_files(path)
     except InputError as err:

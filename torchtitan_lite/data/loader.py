@@ -32,6 +32,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchtitan_lite.data.corpus import play_files
 from torchtitan_lite.data.files import local_data_files
 from torchtitan_lite.data.prepared import PreparedCorpus, cached_corpus, check_tokenizer, file_sources, is_prepared
+from torchtitan_lite.data.shards import is_prepared_set, prepared_folders
 from torchtitan_lite.data.sources import load_documents, local_dataset, local_texts, play_texts, tokenize_documents
 from torchtitan_lite.data.streams import GlobalWindowStream, OrderedWindows, StreamingWindows, collate_windows
 from torchtitan_lite.data.tokenizer import Tokenizer
@@ -40,6 +41,7 @@ from torchtitan_lite.data.windows import (
     ConcatWindows,
     PackedWindows,
     TokenFile,
+    TokenFiles,
     held_out_tokens,
     slice_windows,
 )
@@ -156,10 +158,14 @@ def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_datase
     """``(windows, documents, source name)`` of a map-style split (local data: the whole stream). A prepared folder
     is mapped; raw local files and the plays are prepared on first use into the cache (``data/prepared.py``); a hub
     dataset is tokenized here, in memory."""
-    if path is not None and is_prepared(path):
-        corpus, name = PreparedCorpus(path), f"dataset_path {path}"
-        check_tokenizer(path, corpus.manifest, tokenizer, tokenizer.vocab_size)
-    elif path is not None:
+    if path is not None and (is_prepared(path) or is_prepared_set(path)):
+        corpora = [PreparedCorpus(folder) for folder in prepared_folders(path)]
+        for corpus in corpora:
+            check_tokenizer(corpus.folder, corpus.manifest, tokenizer, tokenizer.vocab_size)
+        tokens, starts = _joined(corpora)
+        windows = PackedWindows(tokens, seq_len, f"dataset_path {path}", starts, documents)
+        return windows, sum(c.manifest.n_documents for c in corpora), f"dataset_path {path}"
+    if path is not None:
         builder, files = local_data_files(path)
         column = "text" if builder == "text" else text_column
         corpus = cached_corpus(f"{builder}:{column}", file_sources(files), tokenizer, local_texts(path, text_column))
@@ -174,9 +180,19 @@ def _source(split: str, path: str | None, *, dataset, hf_dataset_name, hf_datase
         after_eos = np.flatnonzero(tokens.numpy() == tokenizer.eos_id)[:-1] + 1
         starts = np.concatenate([np.zeros(1, dtype=np.int64), after_eos.astype(np.int64)])
         return PackedWindows(tokens, seq_len, name, starts, documents), len(texts), name
-    m = corpus.manifest
-    tokens = TokenFile(corpus.tokens_path, np.dtype(m.dtype), 0, m.n_tokens)
-    return PackedWindows(tokens, seq_len, name, corpus.starts, documents), m.n_documents, name
+    tokens, starts = _joined([corpus])
+    return PackedWindows(tokens, seq_len, name, starts, documents), corpus.manifest.n_documents, name
+
+
+def _joined(corpora: list[PreparedCorpus]) -> tuple[TokenFile | TokenFiles, np.ndarray]:
+    """The token stream and document starts of prepared ``corpora`` one after another (a set's shards): one
+    folder's file and mapped starts as they are; several as :class:`TokenFiles` and the starts shifted by the
+    tokens before each (int64 in memory, 8 bytes per document)."""
+    files = [TokenFile(c.tokens_path, np.dtype(c.manifest.dtype), 0, c.manifest.n_tokens) for c in corpora]
+    if len(corpora) == 1:
+        return files[0], corpora[0].starts
+    offsets = np.cumsum([0] + [c.manifest.n_tokens for c in corpora[:-1]])
+    return TokenFiles(files), np.concatenate([c.starts + off for c, off in zip(corpora, offsets)])
 
 
 def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:

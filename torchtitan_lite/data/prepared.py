@@ -7,7 +7,7 @@ A prepared folder holds three files:
   little-endian ``uint16`` when the tokenizer's ids fit (vocab <= 65,536), else ``uint32``;
 - ``documents.bin``: int64, the position in ``tokens.bin`` where each document starts (the first is 0);
 - ``manifest.json``: format, tokenizer (path, sha256 of its file, vocab size, EOS id), dtype, counts, the largest
-  id, and the source files with their sizes.
+  id, the source files with their sizes, and for a shard of a set its place in the set (``data/shards.py``).
 
 Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a folder with a
 manifest at the output path is always whole. Documents are encoded by ``workers`` spawned processes (each with the
@@ -44,6 +44,8 @@ CACHE_ENV = "TORCHTITAN_LITE_DATA_CACHE"
 
 CHUNK_DOCUMENTS = 1024  # documents per task sent to a worker: bounds its memory and the results in flight
 CHUNK_CHARACTERS = 2**22  # and characters (a longer document alone)
+MIN_CHUNKS = 40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks,
+MIN_CHUNK_CHARACTERS = 2**18  # but not below 256 Ki characters: the library's threads share a chunk's documents
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -69,6 +71,7 @@ class Manifest:
     n_documents: int
     max_token_id: int
     sources: list
+    shard: dict | None = None  # {"index", "count", "by", "input"} of a shard of a set (data/shards.py), else None
 
     @staticmethod
     def read(folder: str | Path) -> Manifest:
@@ -82,7 +85,8 @@ class Manifest:
             data = json.loads(path.read_text())
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, not {FORMAT!r}")
-            return Manifest(**{k: data[k] for k in Manifest.__dataclass_fields__})
+            return Manifest(**{k: data[k] for k in Manifest.__dataclass_fields__ if k != "shard"},
+                            shard=data.get("shard"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise InputError(f"{path} is not a prepared-data manifest ({err}); prepare the folder again with "
                              "python -m torchtitan_lite.data.prepare") from None
@@ -164,12 +168,12 @@ def check_tokenizer(folder: str | Path, manifest: Manifest, tokenizer: Tokenizer
                          "model's tokenizer")
 
 
-def _chunks(documents: Iterable[str]) -> Iterator[tuple[list[str], int]]:
-    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and
-    :data:`CHUNK_CHARACTERS` characters (a longer document alone)."""
+def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[list[str], int]]:
+    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and ``max_characters``
+    characters (a longer document alone)."""
     chunk, characters, size = [], 0, 0
     for doc in documents:
-        if chunk and (len(chunk) >= CHUNK_DOCUMENTS or characters + len(doc) > CHUNK_CHARACTERS):
+        if chunk and (len(chunk) >= CHUNK_DOCUMENTS or characters + len(doc) > max_characters):
             yield chunk, size
             chunk, characters, size = [], 0, 0
         chunk.append(doc)
@@ -179,18 +183,20 @@ def _chunks(documents: Iterable[str]) -> Iterator[tuple[list[str], int]]:
         yield chunk, size
 
 
-def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int) -> Iterator[tuple[np.ndarray, np.ndarray,
-                                                                                              int]]:
-    """``(ids, lengths, bytes)`` of each chunk of ``documents``, in order; at most ``2 * workers`` chunks in flight
-    (``multiprocessing.Pool.imap`` would read the whole input ahead)."""
+def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int,
+             total_bytes: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of ``total_bytes``
+    when known, but at least ``MIN_CHUNK_CHARACTERS``), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
+    whole input ahead)."""
+    max_characters = min(CHUNK_CHARACTERS, max(MIN_CHUNK_CHARACTERS, (total_bytes or 2**62) // MIN_CHUNKS))
     if workers == 0:
-        for chunk, size in _chunks(documents):
+        for chunk, size in _chunks(documents, max_characters):
             yield *encode(tokenizer, chunk), size
         return
     ctx = multiprocessing.get_context("spawn")  # fork after the library's threads ran can deadlock it
     with ctx.Pool(workers, initializer=init_worker, initargs=(tokenizer.path, tokenizer.eos_token)) as pool:
         pending: deque = deque()
-        for chunk, size in _chunks(documents):
+        for chunk, size in _chunks(documents, max_characters):
             pending.append((pool.apply_async(encode_in_worker, (chunk,)), size))
             if len(pending) >= 2 * workers:
                 result, size = pending.popleft()
@@ -201,13 +207,14 @@ def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int) -> It
 
 
 def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Tokenizer, *, sources: list[dict],
-                   workers: int = 0, total_bytes: int | None = None) -> Manifest:
+                   workers: int = 0, total_bytes: int | None = None, shard: dict | None = None) -> Manifest:
     """Tokenize ``documents`` into the prepared folder ``output`` (module docstring) and return its manifest.
 
     Args:
         sources: ``[{"path", "size"}, ...]`` recorded in the manifest.
         workers: encoding processes; 0 encodes here with the tokenizer library's threads.
         total_bytes: the input's size for the progress bar's ETA (``None``: unknown).
+        shard: recorded in the manifest for a shard of a set (``data/shards.py``).
 
     Raises:
         InputError: ``output`` exists (nothing is touched), or no documents.
@@ -218,7 +225,7 @@ def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Toke
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
-        manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes)
+        manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes, shard)
         os.chmod(partial, 0o777 & ~_umask())  # mkdtemp makes it private (0o700); a corpus is shared like any folder
         os.rename(partial, output)  # atomic: the output appears whole or not at all
     finally:
@@ -234,12 +241,12 @@ def _umask() -> int:
     return mask
 
 
-def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes) -> Manifest:
+def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes, shard) -> Manifest:
     dtype = token_dtype(tokenizer.vocab_size)
     n_tokens, n_documents, max_id, start = 0, 0, 0, time.perf_counter()
     with (open(folder / TOKENS, "wb") as tokens_file, open(folder / DOCUMENTS, "wb") as documents_file,
           progress(total_bytes or 0, "preparing", unit="byte") as bar):
-        for ids, lengths, size in _encoded(documents, tokenizer, workers):
+        for ids, lengths, size in _encoded(documents, tokenizer, workers, total_bytes):
             max_id = max(max_id, int(ids.max()))
             if max_id > np.iinfo(dtype).max:
                 raise InputError(f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its vocab_size "
@@ -252,7 +259,8 @@ def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, tota
     if n_documents == 0:
         raise InputError(f"no documents to prepare from {', '.join(s['path'] for s in sources) or 'the input'}; "
                          "point it at non-empty data")
-    manifest = Manifest(FORMAT, tokenizer_identity(tokenizer), dtype.name, n_tokens, n_documents, max_id, sources)
+    manifest = Manifest(FORMAT, tokenizer_identity(tokenizer), dtype.name, n_tokens, n_documents, max_id, sources,
+                        shard)
     (folder / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
     return manifest
 

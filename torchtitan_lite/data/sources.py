@@ -29,14 +29,16 @@ _ENCODE_CHARACTERS = 2**20  # and characters (past its first document): a progre
 
 
 def local_dataset(
-    path: str, text_column: str, *, streaming: bool
+    path: str, text_column: str, *, streaming: bool, files: list[str] | None = None
 ) -> tuple[datasets.Dataset | datasets.IterableDataset, str, list[str]]:
-    """The local dataset at ``path``, its text column (always ``"text"`` for ``.txt`` files) and its files. HF
-    datasets' progress bar for converting the files is off while they load: its carriage-return updates garble the
-    rank logs, and the run prints its own data and tokenizing lines."""
+    """The local dataset at ``path`` (only its ``files``, in that order, when given: a shard of a prepared set), its
+    text column (always ``"text"`` for ``.txt`` files) and its files. HF datasets' progress bar for converting the
+    files is off while they load: its carriage-return updates garble the rank logs, and the run prints its own data
+    and tokenizing lines."""
     import datasets
 
-    builder, files = local_data_files(path)
+    builder, all_files = local_data_files(path)
+    files = all_files if files is None else files
     if all(Path(f).stat().st_size == 0 for f in files):
         raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
     options = {"sample_by": "document"} if builder == "text" else {}

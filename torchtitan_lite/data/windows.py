@@ -64,6 +64,51 @@ class TokenFile:
         return self.numpy().tolist()
 
 
+class TokenFiles:
+    """Several :class:`TokenFile` of one dtype read as one stream, one after another (the shards of a prepared set,
+    ``data/shards.py``): slicing gives a :class:`TokenFile` when the slice lies in one part (a window, mostly),
+    else another :class:`TokenFiles`; :meth:`long` reads the ids as an int64 tensor.
+
+    Raises:
+        ValueError: no parts, or parts of different dtypes.
+    """
+
+    def __init__(self, parts: list[TokenFile]):
+        if not parts or len({p.np_dtype for p in parts}) > 1:
+            raise ValueError(f"TokenFiles: need parts of one dtype, got {[p.np_dtype.name for p in parts]}")
+        self.parts, self.np_dtype = parts, parts[0].np_dtype
+        self._ends = np.cumsum([p.count for p in parts])
+
+    def numel(self) -> int:
+        return int(self._ends[-1])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.parts[0].dtype
+
+    def __getitem__(self, items: slice) -> TokenFile | TokenFiles:
+        begin, end, _ = items.indices(self.numel())
+        if end <= begin:
+            return self.parts[0][0:0]
+        first, last = np.searchsorted(self._ends, [begin, end - 1], side="right")
+        parts = []
+        for k in range(int(first), int(last) + 1):
+            offset = int(self._ends[k]) - self.parts[k].count
+            parts.append(self.parts[k][max(begin - offset, 0) : end - offset])
+        return parts[0] if len(parts) == 1 else TokenFiles(parts)
+
+    def numpy(self) -> np.ndarray:
+        """The items as a ``dtype`` array ``(numel,)``."""
+        return np.concatenate([p.numpy() for p in self.parts])
+
+    def long(self) -> torch.Tensor:
+        """The items as an int64 tensor ``(numel,)``."""
+        return torch.from_numpy(self.numpy().astype(np.int64))
+
+    def tolist(self) -> list[int]:
+        return self.numpy().tolist()
+
+
 class PackedWindows:
     """Random access to the windows of an int token stream ``(n_tokens,)`` (module docstring; a tensor in memory or
     a prepared folder's ``TokenFile``); ``starts`` are the int64 positions in ``tokens`` where documents start (``None``:
