@@ -40,7 +40,8 @@ class ProgressLines:
         seconds = self._clock() - self._start
         if seconds >= self.after_s and (percent >= self._printed_percent + self.every_percent or
                                         (percent >= 100 and self._printed)):
-            print(f"{self.desc}: {percent:.0f}% ({self.done:,} of {self.total:,} {self.unit}s), {seconds:.1f} s"
+            plural = self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")  # batch: batches
+            print(f"{self.desc}: {percent:.0f}% ({self.done:,} of {self.total:,} {plural}), {seconds:.1f} s"
                   f"{', ' + self._postfix if self._postfix else ''}", flush=True)
             self._printed_percent, self._printed = percent - percent % self.every_percent, True
 
