@@ -65,6 +65,7 @@ from torchtitan_lite.components.metrics import (
     folder_bytes,
     format_bytes,
     format_duration,
+    process_cpu_s,
 )
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, muon_settings
 from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
@@ -302,7 +303,8 @@ class Trainer:
             total_steps=config.training.steps, world_size=info.world_size,
             num_flops_per_token=flops_per_token, peak_flops=mixed_peak_flops(
                 flops_per_token, float8_flops_per_token(self.whole, self.float8), peak_flops(info.device, dtype),
-                peak_flops(info.device, torch.float8_e4m3fn)))
+                peak_flops(info.device, torch.float8_e4m3fn)),
+            cpu_threads=torch.get_num_threads() if info.device.type == "cpu" else None)
         kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
             [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
         if deterministic_line:
@@ -526,7 +528,7 @@ class Trainer:
         self.checkpointer.restore_rng()
         tokens_global = self.global_batch * cfg.training.seq_len
         tokens_per_device = tokens_global / self.info.world_size  # the ranks of a tensor/pipeline group share them
-        start = time.perf_counter()
+        start, start_cpu_s = time.perf_counter(), process_cpu_s()
         self.model.train()
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
@@ -547,7 +549,8 @@ class Trainer:
                 loss = stats.loss_sum.item() / tokens_global  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
-                                      memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
+                                      memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s,
+                                      cpu_s=process_cpu_s() - start_cpu_s)
                 data_wait_s = 0.0
                 self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
                 if step == 1 and self.check_step1:
