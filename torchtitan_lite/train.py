@@ -563,6 +563,8 @@ class Trainer:
             if log_due or summary_due:
                 report = self.hooks.report(step)
                 self.metrics.log_scalars(step, report.scalars)
+                for note in report.notes:
+                    self.metrics.log_line(note)
                 if summary_due and report.summary is not None:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):
