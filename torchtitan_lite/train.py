@@ -71,7 +71,14 @@ from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm
 from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.run_folder import create_run_folder
-from torchtitan_lite.components.startup import layout_text, memory_and_compile_line
+from torchtitan_lite.components.startup import (
+    STEP1_TERMS,
+    layout_text,
+    memory_and_compile_line,
+    step1_check_line,
+    step1_expectation,
+    step1_line,
+)
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.components.worker_exit import exit_after, say, without_config_file
 from torchtitan_lite.config.checks import load_config, load_config_or_exit
@@ -82,7 +89,6 @@ from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
-from torchtitan_lite.data.streams import GlobalWindowStream
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
@@ -102,7 +108,7 @@ from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
-from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
+from torchtitan_lite.init.step1 import check_step1_loss
 
 
 class TrainingError(UserError, RuntimeError):
@@ -348,11 +354,9 @@ class Trainer:
         self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
                                               buffer_device=self.info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
-        self.expected = expected_step1_loss(self.whole, self.plan)
         self.check_step1 = not loaded
-        dataset = self.train_loader.dataset
-        if self.check_step1 and self.expected.tied and isinstance(dataset, GlobalWindowStream):  # streamed: unknown
-            self.expected = self.expected.with_repeats(dataset.repeated_targets(self.global_batch))
+        self.expected = step1_expectation(self.whole, self.plan, self.train_loader.dataset if self.check_step1
+                                          else None, self.global_batch)
         self._phase_done("the weight init")
         self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
         counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
@@ -372,7 +376,11 @@ class Trainer:
         self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
                                    f"fingerprint {self.fingerprint}", seconds=init_s)
         if self.check_step1:
-            self.startup.note(self.expected.describe())
+            detail = self.config.debug.init_report
+            terms = "every term: the next line" if detail else STEP1_TERMS
+            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms))
+            if detail:
+                self.startup.note(self.expected.describe())
         return train_state
 
     def _build_data(self, tokenizer) -> DataLoaders:
@@ -409,10 +417,8 @@ class Trainer:
         debug = self.config.debug
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)
-        low, high = self.expected.bounds
-        where = (f"inside the expected {self.expected.span}" if low <= loss <= high else
-                 f"within debug.init_loss_margin = {debug.init_loss_margin} nats of the range expected from the init plan")
-        self.metrics.log_text([f"warning: {p}" for p in problems] or [f"step-1 check: loss {loss:.4f} is {where}"])
+        self.metrics.log_text([f"warning: {p}" for p in problems] or
+                              [step1_check_line(self.expected, loss, debug.init_loss_margin)])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each
