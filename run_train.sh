@@ -34,6 +34,7 @@
 set -euo pipefail
 
 NGPU=${NGPU:-1}
+config_file_from=${CONFIG_FILE:+CONFIG_FILE}  # what --help and config errors call the file: CONFIG_FILE or its default
 CONFIG_FILE=${CONFIG_FILE:-train_configs/qwen3_debug.toml}
 LOG_RANK=${LOG_RANK:-0}
 TORCHRUN_ARGS=${TORCHRUN_ARGS:-}
@@ -100,6 +101,7 @@ wait_for_pid() {  # wait until $pid exits, its status in $status; after a stop r
 # the resolved config to the control folder, which the workers read instead of checking again. It ignores
 # SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
 ( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" \
+    TORCHTITAN_LITE_CONFIG_FILE_FROM="${config_file_from:-CONFIG_FILE default of run_train.sh}" \
     exec "$PYTHON" -m torchtitan_lite.config \
     --job.config_file "$CONFIG_FILE" "$@" ) > "$control/printed" &
 pid=$!

@@ -202,7 +202,7 @@ def test_missing_config_file_exits_2_naming_job_config_file(tmp_path):
     result = run(["./run_train.sh", f"--job.dump_folder={tmp_path / 'outputs'}"], tmp_path, CONFIG_FILE=str(missing))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"config error: job.config_file (command line): no such file {str(missing)!r}; "
+        f"config error: job.config_file (CONFIG_FILE): no such file {str(missing)!r}; "
         "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml")
     assert not (tmp_path / "outputs").exists()
 

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -12,9 +15,11 @@ from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.config import checks as cfg
 from torchtitan_lite.config.cli import config_dict
+from torchtitan_lite.config.load import CONFIG_FILE_FROM_ENV
 from torchtitan_lite.train import Trainer
 
 DEBUG = "train_configs/qwen3_debug.toml"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _help(capsys, *argv: str) -> str:
@@ -40,6 +45,27 @@ def test_help_names_a_config_file_that_does_not_read_and_still_shows_the_default
     missing = tmp_path / "missing.toml"
     assert f"the values of this run are not shown: job.config_file (command line): no such file '{missing}'" in text
     assert "  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      Optimizer steps to train." in text
+
+
+def test_help_names_config_file_when_run_train_sh_supplied_the_file(capsys, monkeypatch):
+    monkeypatch.setenv(CONFIG_FILE_FROM_ENV, "CONFIG_FILE")  # run_train.sh, CONFIG_FILE set by the user
+    text = _help(capsys, "--job.config_file", DEBUG)
+    assert f'  --job.config_file  str | None = none\n      this run: "{DEBUG}" (CONFIG_FILE)\n' in text
+    other = "train_configs/gpt_oss_debug.toml"  # given again after run_train.sh's: the command line's wins
+    text = _help(capsys, "--job.config_file", DEBUG, f"--job.config_file={other}")
+    assert f'  --job.config_file  str | None = none\n      this run: "{other}" (command line)\n' in text
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--training.stepz=3"], "config error: training.stepz (command line): unknown key (did you mean training.steps?)"),
+    (["--training.steps=abc"], "config error: training.steps (command line): expected int, got 'abc'"),
+    (["--job.config_file=no_such.toml"], "config error: job.config_file (command line): no such file 'no_such.toml'"),
+])
+def test_common_config_errors_exit_2_before_torch_is_imported(argv, error):
+    probe = ("import runpy, sys\nsys.argv[1:] = %r\ntry:\n    runpy.run_module('torchtitan_lite.config', "
+             "run_name='__main__')\nexcept SystemExit as stop:\n    print(stop.code, 'torch' in sys.modules)" % argv)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == "2 False\n" and done.stderr.startswith(error)
 
 
 def _train(argv: list[str]) -> list[float]:

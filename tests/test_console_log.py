@@ -63,6 +63,13 @@ def test_progress_lines_every_ten_percent_once_the_phase_is_slow(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_progress_lines_spell_the_plural_of_batch_batches(capsys):
+    clock = iter([0.0, 6.0])
+    with ProgressLines(4, "evaluating", "batch", clock=lambda: next(clock)) as bar:
+        bar.update(4)
+    assert capsys.readouterr().out == "evaluating: 100% (4 of 4 batches), 6.0 s\n"
+
+
 def _strip_rank(line: str) -> str:
     return re.sub(r"^\[rank0\]:", "", line)
 

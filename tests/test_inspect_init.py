@@ -10,9 +10,12 @@ import sys
 import pytest
 import torch
 from dist_helpers import REPO
+from model_helpers import train_to_the_end
 
 from models import get_model_spec
 from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+from torchtitan_lite.components.startup import STEP1_TERMS
+from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
@@ -23,7 +26,9 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
     assert main(DEBUG + ["--layers", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
-    assert "expected step-1 loss 7.6745..7.6913" in out
+    assert ("expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; init plan and "
+            "the step-1 batch; every term: the next line)\nexpected step-1 loss 7.5937..7.6913 = ln V 7.6246 "
+            "-0.0309..+0.0667 (logit std 0.316, tied self-logit") in out  # the trainer's range (docs/running.md)
     assert "init report: 24 tensors, none flagged" in out  # 11 per block, tied output, final norm
     rows = {r["name"]: r for r in json.loads((tmp_path / "init_report.json").read_text())}
     assert rows["layers.1.attention.wo.weight"]["expected_std"] == pytest.approx(0.02 / 8**0.5 * 0.9865784)
@@ -40,12 +45,28 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
         assert torch.equal(value, full[name]), name
 
 
+def test_inspect_init_prints_the_trainers_expected_step1_loss_and_the_debug_loss_lies_in_it(tmp_path, capsys):
+    argv = DEBUG + ["--training.steps=1", "--lr_scheduler.warmup_steps=0", "--validation.enable=false",
+                    "--metrics.enable_tensorboard=false", f"--job.dump_folder={tmp_path}"]
+    assert main(argv + ["--meta"]) == 0
+    inspected = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("expected step-1"))
+    train_to_the_end(parse_args(argv))
+    lines = capsys.readouterr().out.splitlines()
+    trained = next(line for line in lines if line.startswith("expected step-1"))
+    assert inspected == trained.replace(STEP1_TERMS, "every term: the next line")
+    assert trained.startswith("expected step-1 loss 7.5937..7.6913 ")
+    (check,) = [line for line in lines if line.startswith("step-1 check")]
+    loss = float(re.match(r"step-1 check: loss (\S+) is inside the expected 7\.5937\.\.7\.6913$", check).group(1))
+    assert 7.5937 <= loss <= 7.6913
+
+
 def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
     assert main(["--job.config_file", "train_configs/gpt_oss_120b.toml"]) == 0
     out = capsys.readouterr().out
     assert "on meta, nothing sampled: even one block needs" in out
     assert "layers.35.moe.experts.mlp1_weight" in out
-    assert "expected step-1 loss 12.7875 = ln V 12.2115 + 0.5760" in out
+    assert ("expected step-1 loss 12.7875 = ln V 12.2115 +0.5760 (one value: untied output; init plan; every term: "
+            "the next line)\nexpected step-1 loss 12.7875 = ln V 12.2115 + 0.5760 (logit std") in out
 
 
 def test_a_budget_cuts_the_block_count_to_what_fits():

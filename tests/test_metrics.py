@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from torchtitan_lite.components.metrics import (
     MetricsLogger,
+    cpu_share_hint,
     format_duration,
     format_step_line,
     make_run_folder,
@@ -35,6 +36,24 @@ def test_step_line_with_mfu_and_unknown_memory():
         "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu 31.25%  "
         "mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
     )
+
+
+def test_cpu_share_hint_appears_only_below_half_the_threads_with_the_load():
+    assert cpu_share_hint(8.0, 10.0, 2, load=5.23) == "cpu 0.8/2 load 5.2"  # 0.8 < 0.5 x 2 threads
+    assert cpu_share_hint(10.0, 10.0, 2, load=5.0) == ""  # 1.0 = half of 2 threads: no hint
+    assert cpu_share_hint(0.4, 1.0, 1, load=3.0) == "cpu 0.4/1 load 3.0"
+    with pytest.raises(ValueError, match="threads >= 1"):
+        cpu_share_hint(1.0, 0.0, 2)
+
+
+def test_step_line_carries_the_cpu_hint_of_its_own_window(tmp_path):
+    logger = _logger(tmp_path, enable_tensorboard=False, log_freq=1, cpu_threads=2)
+    starved = logger.log_step(1, loss=5.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1000, elapsed_s=10.0,
+                              memory_bytes=None, data_wait_s=0.0, cpu_s=3.0)  # 0.3 CPU s per s of 2 threads
+    assert re.fullmatch(r".*eta 0:\d\d:\d\d  cpu 0\.3/2 load \d+\.\d", starved)
+    busy = logger.log_step(2, loss=5.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1000, elapsed_s=20.0,
+                           memory_bytes=None, data_wait_s=0.0, cpu_s=3.0 + 19.0)  # this window: 1.9 of 2
+    assert "cpu" not in busy
 
 
 def test_duration_rejects_negative():

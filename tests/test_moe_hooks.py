@@ -13,7 +13,7 @@ from test_expert_bias import STEP, TINY, biases, build
 from models import get_model_spec, model_names
 from models.common.expert_bias import expert_bias_delta
 from models.common.moe import moe_layers
-from models.common.moe_hooks import MoETrainingHooks, expert_load_report
+from models.common.moe_hooks import DEAD_EXPERT_STEPS, MoETrainingHooks, dead_expert_notes, expert_load_report
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
@@ -59,3 +59,37 @@ def test_dense_families_have_the_no_op_hooks_and_moe_families_the_moe_hooks():
         if not is_moe(name):
             assert type(hooks) is TrainingHooks
             assert hooks.after_optimizer_step(1) is None and hooks.report(1) == HookReport({}, None)
+
+
+def test_an_expert_without_tokens_for_dead_expert_steps_is_named_once_with_its_layer_and_count():
+    named, idle = {}, {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS - 1, 3, 0])}
+    assert dead_expert_notes(9, idle, named) == ()  # expert 1: one step short
+    idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 4, 0])}
+    assert dead_expert_notes(10, idle, named) == (
+        f"warning: step  10  layers.1.moe: 2 of 4 experts (1, 2) received no tokens for {DEAD_EXPERT_STEPS} "
+        "steps; raise the load balancing (model.overrides.aux_loss_coeff)",)
+    assert dead_expert_notes(11, idle, named) == ()  # named already
+    idle = {"layers.1.moe": torch.tensor([0, 0, DEAD_EXPERT_STEPS + 5, 0])}  # expert 1 got tokens again
+    assert dead_expert_notes(12, idle, named) == ()
+    idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 6, 0])}  # and lost them
+    assert dead_expert_notes(22, idle, named)[0].startswith("warning: step  22  layers.1.moe: 1 of 4 experts (1) ")
+
+
+def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
+    model = build()
+    hooks = MoETrainingHooks(model, SimpleNamespace(dp_group=None, dp_degree=1, pp=1), micro_batches=1)
+    layers = moe_layers(model)
+    n = next(iter(layers.values())).tokens_per_expert.numel()
+    for step in range(1, DEAD_EXPERT_STEPS + 1):
+        for layer in layers.values():
+            layer.tokens_per_expert.copy_(torch.arange(n) % 2 * 5.0)  # the even experts get nothing
+        hooks.after_optimizer_step(step)
+        notes = hooks.report(step).notes
+        assert notes == () or step == DEAD_EXPERT_STEPS
+    assert {k: v.tolist() for k, v in hooks.idle.items()} == {
+        name: [DEAD_EXPERT_STEPS if e % 2 == 0 else 0 for e in range(n)] for name in layers}
+    evens = ", ".join(str(e) for e in range(0, n, 2))
+    assert notes == tuple(
+        f"warning: step {DEAD_EXPERT_STEPS:>3}  {name}: {len(range(0, n, 2))} of {n} experts ({evens}) received no "
+        f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)"
+        for name in layers)

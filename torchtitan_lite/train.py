@@ -66,12 +66,20 @@ from torchtitan_lite.components.metrics import (
     folder_bytes,
     format_bytes,
     format_duration,
+    process_cpu_s,
 )
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, muon_settings
 from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.run_folder import create_run_folder
-from torchtitan_lite.components.startup import layout_text, memory_and_compile_line
+from torchtitan_lite.components.startup import (
+    STEP1_TERMS,
+    layout_text,
+    memory_and_compile_line,
+    step1_check_line,
+    step1_expectation,
+    step1_line,
+)
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.components.worker_exit import exit_after, say, without_config_file
 from torchtitan_lite.config.checks import load_config, load_config_or_exit
@@ -82,7 +90,6 @@ from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
-from torchtitan_lite.data.streams import GlobalWindowStream
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
@@ -102,7 +109,7 @@ from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
-from torchtitan_lite.init.step1 import check_step1_loss, expected_step1_loss
+from torchtitan_lite.init.step1 import check_step1_loss
 
 
 class TrainingError(UserError, RuntimeError):
@@ -303,7 +310,8 @@ class Trainer:
             total_steps=config.training.steps, world_size=info.world_size,
             num_flops_per_token=flops_per_token, peak_flops=mixed_peak_flops(
                 flops_per_token, float8_flops_per_token(self.whole, self.float8), peak_flops(info.device, dtype),
-                peak_flops(info.device, torch.float8_e4m3fn)))
+                peak_flops(info.device, torch.float8_e4m3fn)),
+            cpu_threads=torch.get_num_threads() if info.device.type == "cpu" else None)
         kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
             [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
         if deterministic_line:
@@ -347,11 +355,9 @@ class Trainer:
         self.init_result = res = init_weights(self.model, self.plan, self.config.training.seed, skip=loaded,
                                               buffer_device=self.info.device, partial=self.pipeline is not None)
         self.fingerprint = model_fingerprint(self.model)
-        self.expected = expected_step1_loss(self.whole, self.plan)
         self.check_step1 = not loaded
-        dataset = self.train_loader.dataset
-        if self.check_step1 and self.expected.tied and isinstance(dataset, GlobalWindowStream):  # streamed: unknown
-            self.expected = self.expected.with_repeats(dataset.repeated_targets(self.global_batch))
+        self.expected = step1_expectation(self.whole, self.plan, self.train_loader.dataset if self.check_step1
+                                          else None, self.global_batch)
         self._phase_done("the weight init")
         self.report = init_report(self.model, self.plan, res) if self.config.debug.init_report else None
         counts = torch.tensor([res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
@@ -371,7 +377,11 @@ class Trainer:
         self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
                                    f"fingerprint {self.fingerprint}", seconds=init_s)
         if self.check_step1:
-            self.startup.note(self.expected.describe())
+            detail = self.config.debug.init_report
+            terms = "every term: the next line" if detail else STEP1_TERMS
+            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms))
+            if detail:
+                self.startup.note(self.expected.describe())
         return train_state
 
     def _build_data(self, tokenizer) -> DataLoaders:
@@ -408,10 +418,8 @@ class Trainer:
         debug = self.config.debug
         problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
                                     report=self.report)
-        low, high = self.expected.bounds
-        where = (f"inside the expected {self.expected.span}" if low <= loss <= high else
-                 f"within debug.init_loss_margin = {debug.init_loss_margin} nats of the range expected from the init plan")
-        self.metrics.log_text([f"warning: {p}" for p in problems] or [f"step-1 check: loss {loss:.4f} is {where}"])
+        self.metrics.log_text([f"warning: {p}" for p in problems] or
+                              [step1_check_line(self.expected, loss, debug.init_loss_margin)])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each
@@ -537,7 +545,7 @@ class Trainer:
         self.checkpointer.restore_rng()
         tokens_global = self.global_batch * cfg.training.seq_len
         tokens_per_device = tokens_global / self.info.world_size  # the ranks of a tensor/pipeline group share them
-        start = time.perf_counter()
+        start, start_cpu_s = time.perf_counter(), process_cpu_s()
         self.model.train()
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
@@ -558,7 +566,8 @@ class Trainer:
                 loss = stats.loss_sum.item() / tokens_global  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(), lr=stats.lr,
                                       tokens_per_step=tokens_per_device, elapsed_s=time.perf_counter() - start,
-                                      memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s)
+                                      memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s,
+                                      cpu_s=process_cpu_s() - start_cpu_s)
                 data_wait_s = 0.0
                 self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
                 if step == 1 and self.check_step1:
@@ -571,6 +580,8 @@ class Trainer:
             if log_due or summary_due:
                 report = self.hooks.report(step)
                 self.metrics.log_scalars(step, report.scalars)
+                for note in report.notes:
+                    self.metrics.log_line(note)
                 if summary_due and report.summary is not None:
                     self.metrics.log_line(report.summary)
             if self.val_loader is not None and (step % cfg.validation.freq == 0 or step == cfg.training.steps):

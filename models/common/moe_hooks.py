@@ -35,6 +35,35 @@ def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:
     return HookReport(scalars, f"step {step:>3}  expert load min/max  " + "  ".join(parts))
 
 
+DEAD_EXPERT_STEPS = 10
+"""An expert that has received no token for this many consecutive optimizer steps is named in the log: with the
+debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignments per expert and step when balanced)
+that is no passing fluctuation, and a router rarely revives such an expert unaided."""
+
+
+def dead_expert_notes(step: int, idle: dict[str, torch.Tensor], named: dict[str, set[int]],
+                      steps: int = DEAD_EXPERT_STEPS) -> tuple[str, ...]:
+    """A warning line per layer in which experts have just reached ``steps`` optimizer steps without a token, e.g.
+    ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps; raise the load
+    balancing (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
+    updated here: an expert that gets tokens again leaves it) are not named again.
+
+    Args:
+        step: 1-based step.
+        idle: layer name -> int ``(num_experts,)`` consecutive steps each expert has had no token (host or device).
+    """
+    notes = []
+    for layer, counts in idle.items():
+        dead = set(torch.nonzero(counts.cpu() >= steps).flatten().tolist())
+        new = sorted(dead - named.get(layer, set()))
+        named[layer] = dead
+        if new:
+            notes.append(f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
+                         f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the load "
+                         "balancing (model.overrides.aux_loss_coeff)")
+    return tuple(notes)
+
+
 class MoETrainingHooks(TrainingHooks):
     """Hooks of a model with :class:`models.common.moe.MoE` layers.
 
@@ -43,8 +72,10 @@ class MoETrainingHooks(TrainingHooks):
     ``models/common/moe.py``). After each optimizer step the counts of every layer are summed over
     ``parallel_dims.dp_group`` (one all-reduce, :func:`collect_expert_load`) and move the expert biases
     (:func:`models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
-    the device. :meth:`report` reads the last step's counts (:func:`expert_load_report`); under pipeline
-    parallelism each stage counts its own layers and the report gathers them from every stage.
+    the device, as does each expert's count of consecutive steps without a token (since this process started).
+    :meth:`report` reads the last step's counts (:func:`expert_load_report`) and warns of experts without a token
+    for :data:`DEAD_EXPERT_STEPS` steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts
+    its own layers and the report gathers them from every stage.
 
     Args:
         model: the parallelized model.
@@ -58,6 +89,8 @@ class MoETrainingHooks(TrainingHooks):
         self.group = parallel_dims.dp_group
         self.pp_group = parallel_dims.pp_mesh.get_group() if parallel_dims.pp > 1 else None
         self.loads: dict[str, torch.Tensor] = {}
+        self.idle: dict[str, torch.Tensor] = {}
+        self._named_dead: dict[str, set[int]] = {}
         for moe in moe_layers(model).values():
             moe.aux_loss_scale = 1.0 / (parallel_dims.dp_degree * micro_batches)
 
@@ -65,11 +98,17 @@ class MoETrainingHooks(TrainingHooks):
         """Sum the step's expert loads over the data-parallel ranks and move DeepSeek-V3's expert biases."""
         self.loads = collect_expert_load(self.model, self.group)
         update_expert_bias(self.model, self.loads)
+        for name, counts in self.loads.items():
+            idle = self.idle.get(name, torch.zeros_like(counts, dtype=torch.int64))
+            self.idle[name] = torch.where(counts == 0, idle + 1, 0)
 
     def report(self, step: int) -> HookReport:
-        """The step's expert-load scalars (min/max vs balanced per layer) and summary line, gathered over stages."""
-        loads = self.loads
+        """The step's expert-load scalars (min/max vs balanced per layer), summary line and dead-expert warnings,
+        gathered over stages."""
+        loads, idle = self.loads, self.idle
         if self.pp_group is not None:
-            local = {name: counts.cpu() for name, counts in loads.items()}
-            loads = {name: counts for stage in gather_stages(local, self.pp_group) for name, counts in stage.items()}
-        return expert_load_report(step, loads)
+            local = {name: (counts.cpu(), idle[name].cpu()) for name, counts in loads.items()}
+            stages = [item for stage in gather_stages(local, self.pp_group) for item in stage.items()]
+            loads, idle = {name: pair[0] for name, pair in stages}, {name: pair[1] for name, pair in stages}
+        report = expert_load_report(step, loads)
+        return report._replace(notes=dead_expert_notes(step, idle, self._named_dead))

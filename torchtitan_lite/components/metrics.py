@@ -43,9 +43,11 @@ def format_step_line(
     data_wait_s: float,
     elapsed_s: float,
     eta_s: float,
+    cpu_hint: str = "",
 ) -> str:
     """The log line of one step, e.g. ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops
-    0.12  mfu n/a  mem 1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line).
+    0.12  mfu n/a  mem 1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line), ``cpu_hint``
+    (:func:`cpu_share_hint`) at its end when not empty.
 
     Units: ``tps`` tokens/s and ``tflops`` 1e12 FLOP/s per device; ``mfu`` a fraction (printed in percent) or
     ``None`` (``n/a``); ``memory_bytes`` bytes (printed in GiB) or ``None``; ``data_wait_s`` seconds per step
@@ -56,8 +58,38 @@ def format_step_line(
     return (
         f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f}  "
         f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms  "
-        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
+        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}" + (f"  {cpu_hint}" if cpu_hint else "")
     )
+
+
+def process_cpu_s() -> float:
+    """CPU seconds this process has used so far, all its threads, user and system (``os.times``)."""
+    times = os.times()
+    return times.user + times.system
+
+
+CPU_SHARE_HINT_BELOW = 0.5
+"""The step line names the CPU share when a window's CPU seconds per wall second fall below this fraction of the
+process's compute threads: a CPU step keeps its threads busy, so a lower share means they were waiting (for cores
+that other processes hold, or for other ranks)."""
+
+
+def cpu_share_hint(cpu_s: float, wall_s: float, threads: int, load: float | None = None) -> str:
+    """``cpu 0.4/2 load 5.2``: the CPU seconds per wall second (``cpu_s / wall_s``) of this process against its
+    ``threads``, and the machine's 1-minute load average (``load``, default ``os.getloadavg()``; left out where
+    the OS has none); ``""`` when the share is at least :data:`CPU_SHARE_HINT_BELOW` of ``threads``.
+
+    Raises:
+        ValueError: ``threads < 1``, ``wall_s <= 0`` or ``cpu_s < 0``.
+    """
+    if threads < 1 or not wall_s > 0 or cpu_s < 0:
+        raise ValueError(f"cpu_share_hint: need threads >= 1, wall_s > 0, cpu_s >= 0; got {threads}, {wall_s}, {cpu_s}")
+    share = cpu_s / wall_s
+    if share >= CPU_SHARE_HINT_BELOW * threads:
+        return ""
+    if load is None and hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+    return f"cpu {share:.1f}/{threads}" + ("" if load is None else f" load {load:.1f}")
 
 
 def process_age_s() -> float | None:
@@ -192,6 +224,8 @@ class MetricsLogger:
         num_flops_per_token: training FLOPs per token (forward + backward), > 0.
         peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU ``n/a``).
         eta_window: steps the ETA's mean step time covers (at least).
+        cpu_threads: the compute threads of a CPU run, for the step line's CPU share hint
+            (:func:`cpu_share_hint`, given ``cpu_s`` in :meth:`log_step`); ``None``: no hint (accelerators).
 
     Raises:
         ValueError: ``log_freq``, ``total_steps``, ``world_size``, ``eta_window`` or ``num_flops_per_token`` out
@@ -211,6 +245,7 @@ class MetricsLogger:
         num_flops_per_token: float,
         peak_flops: float | None,
         eta_window: int = 20,
+        cpu_threads: int | None = None,
     ):
         for name, value in (("log_freq", log_freq), ("total_steps", total_steps), ("world_size", world_size)):
             if value < 1:
@@ -231,6 +266,8 @@ class MetricsLogger:
         self._window_start_s = 0.0
         self._paused_s = 0.0
         self._step_times = StepTimeAverage(eta_window)
+        self.cpu_threads = cpu_threads
+        self._window_start_cpu_s = 0.0
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -260,6 +297,7 @@ class MetricsLogger:
         elapsed_s: float,
         memory_bytes: int | None,
         data_wait_s: float,
+        cpu_s: float | None = None,
     ) -> str:
         """Print, write to TensorBoard and return the line of step ``step``, which must be :meth:`due`.
 
@@ -271,6 +309,8 @@ class MetricsLogger:
                 included: :meth:`paused` takes them out).
             memory_bytes: peak memory (``devices.peak_memory_bytes``) or ``None``.
             data_wait_s: seconds this rank waited for batches since the previous line.
+            cpu_s: CPU seconds of this process since the loop started (:func:`process_cpu_s` then and now), for
+                the CPU share hint over the window's wall time, pauses included (with ``cpu_threads``).
 
         Raises:
             ValueError: the step is not due (the window arithmetic would be wrong).
@@ -286,9 +326,15 @@ class MetricsLogger:
         flops = self.num_flops_per_token * tps
         mfu = None if self.peak_flops is None else flops / self.peak_flops
         eta_s = self._step_times.seconds_per_step() * max(self.total_steps - step, 0)
+        hint = ""
+        if self.cpu_threads is not None and cpu_s is not None and elapsed_s > self._window_start_s:
+            hint = cpu_share_hint(max(cpu_s - self._window_start_cpu_s, 0.0), elapsed_s - self._window_start_s,
+                                  self.cpu_threads)
+            self._window_start_cpu_s = cpu_s
         line = format_step_line(
             step, loss=loss, grad_norm=grad_norm, lr=lr, tps=tps, tflops=flops / 1e12, mfu=mfu,
             memory_bytes=memory_bytes, data_wait_s=data_wait_s / steps, elapsed_s=elapsed_s, eta_s=eta_s,
+            cpu_hint=hint,
         )
         print(line, flush=True)
         if self.writer is not None:

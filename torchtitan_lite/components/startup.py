@@ -1,11 +1,16 @@
-"""The start-up lines of a run that describe its layout and its memory and compile settings (printed through
-:class:`~torchtitan_lite.components.metrics.StartupLog`)."""
+"""The start-up lines of a run that describe its layout, its memory and compile settings and its expected step-1
+loss (printed through :class:`~torchtitan_lite.components.metrics.StartupLog`), and the step-1 check's line."""
 
 from __future__ import annotations
 
+from torch import nn
+
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.data.streams import GlobalWindowStream
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.init.spec import InitPlan
+from torchtitan_lite.init.step1 import Step1Expectation, expected_step1_loss
 
 
 def layout_text(dims: ParallelDims, config: JobConfig, loss_parallel: bool) -> str:
@@ -34,3 +39,46 @@ def memory_and_compile_line(config: JobConfig, device_type: str, fused_adamw: bo
     muon = "Muon + " if config.optimizer.name == "Muon" else ""
     return (f"activation checkpointing {ac_text}, compile {compile_text}, "
             f"{muon}AdamW {'fused' if fused_adamw else 'foreach'}")
+
+
+def step1_expectation(model: nn.Module, plan: InitPlan, dataset: object, global_batch: int) -> Step1Expectation:
+    """The expected step-1 loss of ``model`` initialized from ``plan`` (:func:`expected_step1_loss`), the tied
+    self-logit's effect of the step-1 batch's repeated tokens included when ``dataset`` is the training
+    :class:`GlobalWindowStream` (its first ``global_batch`` windows: the same for any layout; a streamed dataset's
+    are unknown before it is read). The one predictor of the trainer's start-up line and check and of
+    ``inspect_init``."""
+    expected = expected_step1_loss(model, plan)
+    if expected.tied and isinstance(dataset, GlobalWindowStream):
+        expected = expected.with_repeats(dataset.repeated_targets(global_batch))
+    return expected
+
+
+STEP1_TERMS = "every term: inspect_init or --debug.init_report"
+"""Where the start-up line of the expected step-1 loss sends a reader for its terms (``Step1Expectation.describe``)."""
+
+
+def step1_line(expected: Step1Expectation, batch_read: bool, terms: str = STEP1_TERMS) -> str:
+    """The short start-up line of :func:`step1_expectation`, e.g. ``expected step-1 loss 7.5937..7.6913 = ln V
+    7.6246 -0.0309..+0.0667 (a range: tied output; init plan and the step-1 batch; every term: inspect_init or
+    --debug.init_report)``; an untied output gives one value (``8.1113 = ln V 7.6246 +0.4867``). ``batch_read``:
+    whether the step-1 batch's repeated tokens were counted (a tied output only); ``terms``: where the terms are."""
+    ln_v, (low, high) = expected.ln_vocab, expected.bounds
+    if expected.tied:
+        values = f"{low:.4f}..{high:.4f} = ln V {ln_v:.4f} {low - ln_v:+.4f}..{high - ln_v:+.4f}"
+        why = "a range: tied output; init plan " + ("and the step-1 batch" if batch_read else
+                                                   "only, the step-1 batch not read")
+    else:
+        values, why = f"{low:.4f} = ln V {ln_v:.4f} {low - ln_v:+.4f}", "one value: untied output; init plan"
+    return f"expected step-1 loss {values} ({why}; {terms})"
+
+
+def step1_check_line(expected: Step1Expectation, loss: float, margin: float) -> str:
+    """``step-1 check: loss 7.6465 is inside the expected 7.5937..7.6913``, or ``... is 0.0163 below the expected
+    8.1113 (allowed: debug.init_loss_margin = 0.5 nats)``: where a step-1 loss that passed
+    :func:`~torchtitan_lite.init.step1.check_step1_loss` lies against :func:`step1_expectation`."""
+    low, high = expected.bounds
+    if low <= loss <= high:
+        return f"step-1 check: loss {loss:.4f} is inside the expected {expected.span}"
+    side = f"{low - loss:.4f} below" if loss < low else f"{loss - high:.4f} above"
+    return (f"step-1 check: loss {loss:.4f} is {side} the expected {expected.span} (allowed: "
+            f"debug.init_loss_margin = {margin} nats)")

@@ -25,7 +25,13 @@ from torchtitan_lite.config.cli import (
 from torchtitan_lite.config.schema import JobConfig
 
 Sources = dict[str, str]
-"""Where each key given was set: ``dotted key -> "command line" | "<file> line N"``."""
+"""Where each key given was set: ``dotted key -> "command line" | "<file> line N"`` (``job.config_file``: also
+``"CONFIG_FILE"``, see :data:`CONFIG_FILE_FROM_ENV`)."""
+
+CONFIG_FILE_FROM_ENV = "TORCHTITAN_LITE_CONFIG_FILE_FROM"
+"""Environment variable through which ``run_train.sh`` names where the ``--job.config_file`` it passes came from
+(``CONFIG_FILE``, or run_train.sh's default of it); it labels that key in messages and ``--help`` unless the
+command line gives ``--job.config_file`` again."""
 
 
 def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
@@ -37,23 +43,24 @@ def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
     """
     pairs = split_cli(argv, lambda key: is_bool(field_type(JobConfig, key)))
     config, sources = JobConfig(), {}
-    for key, value in pairs:
-        if key == "job.config_file":
-            set_value(config, key, value, COMMAND_LINE)
+    given = [value for key, value in pairs if key == "job.config_file"]
+    file_from = (os.environ.get(CONFIG_FILE_FROM_ENV) or COMMAND_LINE) if len(given) == 1 else COMMAND_LINE
+    for value in given:
+        set_value(config, "job.config_file", value, COMMAND_LINE)
     if config.job.config_file is not None:
-        for key, value, where_set in _read_toml(config.job.config_file):
+        for key, value, where_set in _read_toml(config.job.config_file, file_from):
             set_value(config, key, value, where_set)
             sources[key] = where_set
     for key, value in pairs:
         set_value(config, key, value, COMMAND_LINE)
-        sources[key] = COMMAND_LINE
+        sources[key] = file_from if key == "job.config_file" else COMMAND_LINE
     return config, sources
 
 
-def _read_toml(path: str) -> list[tuple[str, Any, str]]:
-    """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path``."""
+def _read_toml(path: str, path_from: str) -> list[tuple[str, Any, str]]:
+    """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path`` (given by ``path_from``)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"job.config_file ({COMMAND_LINE}): no such file {path!r}; "
+        raise ConfigError(f"job.config_file ({path_from}): no such file {path!r}; "
                           "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml")
     with open(path, "rb") as handle:
         raw = handle.read()

@@ -50,13 +50,17 @@ class ProgressLines:
             return
         if not self.total:  # unknown size: a line every UNKNOWN_TOTAL_EVERY_S
             if seconds >= self._next_s:
-                self._line(f"{self.done:,} {self.unit}s", seconds)
+                self._line(f"{self.done:,} {self._plural}", seconds)
                 self._next_s = seconds + UNKNOWN_TOTAL_EVERY_S
             return
         percent = 100.0 * self.done / self.total
         if percent >= self._printed_percent + self.every_percent:
-            self._line(f"{percent:.0f}% ({self.done:,} of {self.total:,} {self.unit}s)", seconds)
+            self._line(f"{percent:.0f}% ({self.done:,} of {self.total:,} {self._plural})", seconds)
             self._printed_percent = 100.0 if percent >= 100 else percent - percent % self.every_percent
+
+    @property
+    def _plural(self) -> str:
+        return self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")  # batch: batches
 
     def _line(self, what: str, seconds: float) -> None:
         print(f"{self.desc}: {what}, {seconds:.1f} s{', ' + self._postfix if self._postfix else ''}", flush=True)
@@ -72,7 +76,7 @@ class ProgressLines:
     def __exit__(self, exc_type, *exc) -> None:
         seconds = self._clock() - self._start
         if exc_type is None and (self._printed_percent < 100 or not self.total) and seconds >= self.after_s:
-            self._line(f"100% ({self.done:,} {self.unit}s)", seconds)
+            self._line(f"100% ({self.done:,} {self._plural})", seconds)
         return None
 
 

@@ -48,10 +48,12 @@ class HookReport(NamedTuple):
     Attributes:
         scalars: TensorBoard tag -> value, written by rank 0 (e.g. ``"moe/layers.1.moe/max_load"``).
         summary: one line printed at summary steps, or ``None``.
+        notes: lines printed at once, at any step that reports (e.g. a warning about the model's state).
     """
 
     scalars: dict[str, float]
     summary: str | None
+    notes: tuple[str, ...] = ()
 
 
 class TrainingHooks:
@@ -63,8 +65,8 @@ class TrainingHooks:
 
     def report(self, step: int) -> HookReport:
         """Called after :meth:`after_optimizer_step` at log steps and at summary steps (validation steps and the
-        last step), on every rank; may read the device. The trainer writes ``scalars`` and prints ``summary``
-        at summary steps."""
+        last step), on every rank; may read the device. The trainer writes ``scalars``, prints ``notes`` and, at
+        summary steps, ``summary``."""
         return HookReport({}, None)
 
 

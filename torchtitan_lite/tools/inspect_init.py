@@ -3,7 +3,8 @@
 
 Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
 no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
-with ``training.seed`` and prints the expected step-1 loss and the init report: a summary per plan pattern
+with ``training.seed`` and prints the expected step-1 loss (the trainer's line, for the step-1 batch of one process,
+then every term of it) and the init report: a summary per plan pattern
 (tensors, elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
 expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns. Each
 phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends; the report shows its
@@ -34,9 +35,12 @@ from typing import Iterator
 import torch
 
 from models import get_model_spec
+from torchtitan_lite.components.startup import step1_expectation, step1_line
 from torchtitan_lite.config.checks import load_config_or_exit
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
+from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
@@ -48,7 +52,9 @@ from torchtitan_lite.init.report import (
     truncated_normal_moments,
     write_init_report,
 )
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.step1 import expected_step1_loss
+from torchtitan_lite.train import micro_batches
 
 GIB = 2**30
 _HELD_BYTES_PER_ELEMENT = 5
@@ -136,6 +142,28 @@ def plan_table(model: torch.nn.Module, plan) -> str:
             + text_table(["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)))
 
 
+def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
+    """The trainer's expected step-1 loss line (:func:`step1_expectation`, the step-1 batch of one process read from
+    the configured training data when it is local and tied outputs need it), then every term of it
+    (``Step1Expectation.describe``), and why the batch was not read when it was not."""
+    global_batch, _ = micro_batches(config, 1)
+    dataset, why_not = None, ""
+    if expected_step1_loss(model, plan).tied and not config.training.streaming:
+        t = config.training
+        try:
+            dataset = build_dataloaders(
+                validation=False, min_val_windows=global_batch, dataset=t.dataset, dataset_path=t.dataset_path,
+                dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
+                hf_dataset_config=t.hf_dataset_config, text_column=t.text_column,
+                tokenizer=build_tokenizer(tokenizer_path(config)), seq_len=t.seq_len,
+                local_batch_size=t.local_batch_size, seed=t.seed, documents=t.document_masking).train.dataset
+        except UserError as err:
+            why_not = f"the step-1 batch was not read: {err}"
+    expected = step1_expectation(model, plan, dataset, global_batch)
+    return ([step1_line(expected, dataset is not None, terms="every term: the next line"), expected.describe()]
+            + ([why_not] if why_not else []))
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.tools.inspect_init", add_help=False)
     parser.add_argument("--layers", type=int)
@@ -161,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in full.parameters())
     print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
           f"seed {config.training.seed}")
-    print(expected_step1_loss(full, plan).describe())
+    for line in _step1_lines(config, full, plan):
+        print(line)
     cpu = torch.device("cpu")
     try:
         layers, how = (None, "on meta, nothing sampled (--meta); expected values only") if options.meta else \
