@@ -64,7 +64,7 @@ def test_progress_lines_every_ten_percent_once_the_phase_is_slow(capsys):
 
 
 def test_progress_lines_spell_the_plural_of_batch_batches(capsys):
-    clock = iter([0.0, 6.0])
+    clock = iter([0.0, 6.0, 6.1])  # seconds at the start, the update and the end
     with ProgressLines(4, "evaluating", "batch", clock=lambda: next(clock)) as bar:
         bar.update(4)
     assert capsys.readouterr().out == "evaluating: 100% (4 of 4 batches), 6.0 s\n"
