@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from models.common.norm import RMSNorm
-from torchtitan_lite.components.lr_schedule import build_lr_scheduler, wsd_lr_factor
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler, warmup_clipped_line, wsd_lr_factor
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, fused_adamw_runs, split_decay_params
 
 
@@ -149,9 +149,21 @@ def test_scheduler_lr_follows_training_steps():
     assert lrs[84] == pytest.approx(1e-3 * 0.775) and lrs[99] == pytest.approx(1e-4)
 
 
-def test_schedule_rejects_overlapping_warmup_and_decay():
-    with pytest.raises(ValueError, match=r"warmup_steps \(90\) \+ decay steps .* = 20\) exceed steps \(100\)"):
-        wsd_lr_factor(1, warmup_steps=90, steps=100, decay_ratio=0.2, decay_type="linear", min_lr_factor=0.0)
+def test_warmup_longer_than_the_steps_before_decay_is_clipped_and_the_decay_kept():
+    kw = dict(warmup_steps=90, steps=100, decay_ratio=0.2, decay_type="linear", min_lr_factor=0.0)
+    clipped = dict(kw, warmup_steps=80)  # 100 - round(0.2 * 100)
+    assert [wsd_lr_factor(s, **kw) for s in range(1, 101)] == [wsd_lr_factor(s, **clipped) for s in range(1, 101)]
+    assert wsd_lr_factor(1, **kw) == 1 / 80 and wsd_lr_factor(80, **kw) == 1.0 and wsd_lr_factor(90, **kw) == 0.5
+    # the shortest runs: one step at the full LR (no decay step: round(0.2) == 0); 5 steps warm up for 4, decay 1
+    assert wsd_lr_factor(1, **dict(kw, steps=1)) == 1.0
+    assert [wsd_lr_factor(s, **dict(kw, steps=5)) for s in range(1, 6)] == [0.25, 0.5, 0.75, 1.0, 0.0]
+    assert warmup_clipped_line(warmup_steps=20, steps=20, decay_ratio=0.3) == (
+        "lr schedule: warming up for 14 steps, not lr_scheduler.warmup_steps 20, so that the warmup and the 6 decay "
+        "steps (lr_scheduler.decay_ratio 0.3) fit in training.steps 20")
+    assert warmup_clipped_line(warmup_steps=20, steps=400, decay_ratio=0.3) is None
+
+
+def test_schedule_rejects_an_unknown_decay_type():
     with pytest.raises(ValueError, match="decay_type must be one of .* got 'exp'"):
         wsd_lr_factor(1, warmup_steps=1, steps=10, decay_ratio=0.2, decay_type="exp", min_lr_factor=0.0)
 

@@ -59,7 +59,7 @@ from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
-from torchtitan_lite.components.lr_schedule import build_lr_scheduler
+from torchtitan_lite.components.lr_schedule import build_lr_scheduler, warmup_clipped_line
 from torchtitan_lite.components.metrics import (
     MetricsLogger,
     StartupLog,
@@ -285,6 +285,10 @@ class Trainer:
         self.scheduler = build_lr_scheduler(
             self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
             decay_ratio=sched.decay_ratio, decay_type=sched.decay_type, min_lr_factor=sched.min_lr_factor)
+        clipped = warmup_clipped_line(warmup_steps=sched.warmup_steps, steps=config.training.steps,
+                                      decay_ratio=sched.decay_ratio)
+        if clipped:
+            say.note(clipped)
         fused = self.optimizer.defaults["fused"]
         say.phase("parallelize", f"{memory_and_compile_line(config, info.device.type, fused)}; "
                                  f"materialized on {info.device}")

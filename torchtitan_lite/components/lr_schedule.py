@@ -21,9 +21,10 @@ def wsd_lr_factor(
 ) -> float:
     """LR multiplier at training step ``step`` (1-based: the step about to be taken).
 
-    With ``D = round(decay_ratio * steps)`` decay steps and ``S = steps - D`` the last stable step:
-      * ``step <= warmup_steps``: ``step / warmup_steps`` (1/warmup_steps at step 1, 1.0 at the end);
-      * ``warmup_steps < step <= S``, or any later step when ``D == 0``: 1.0;
+    With ``D = round(decay_ratio * steps)`` decay steps, ``S = steps - D`` the last stable step and
+    ``W = min(warmup_steps, S)`` warmup steps (:func:`fitted_warmup_steps`):
+      * ``step <= W``: ``step / W`` (1/W at step 1, 1.0 at the end);
+      * ``W < step <= S``, or any later step when ``D == 0``: 1.0;
       * ``S < step``: ``min_lr_factor + (1 - min_lr_factor) * shape(p)`` with
         ``p = min(1, (step - S) / D)``, so step ``steps`` (and any later one) gets ``min_lr_factor``;
         ``shape`` is ``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine), ``1 - sqrt(p)`` (sqrt).
@@ -36,6 +37,7 @@ def wsd_lr_factor(
         min_lr_factor=min_lr_factor,
     )
     decay_steps = round(decay_ratio * steps)
+    warmup_steps = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
     if step <= warmup_steps:
         return step / warmup_steps
     last_stable = steps - decay_steps
@@ -55,8 +57,8 @@ def check_wsd_args(
     *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
 ) -> None:
     """Raise ValueError for ``steps < 1``, ``warmup_steps < 0``, ``decay_ratio`` or ``min_lr_factor`` outside
-    ``[0, 1]``, an unknown ``decay_type``, or warmup and decay overlapping (``warmup + round(ratio * steps) >
-    steps``)."""
+    ``[0, 1]``, or an unknown ``decay_type``. (A warmup longer than the steps before the decay is no error: it is
+    clipped, :func:`fitted_warmup_steps`.)"""
     if steps < 1:
         raise ValueError(f"lr schedule: steps must be >= 1, got {steps}")
     if warmup_steps < 0:
@@ -67,12 +69,25 @@ def check_wsd_args(
         raise ValueError(f"lr schedule: decay_type must be one of {DECAY_TYPES}, got {decay_type!r}")
     if not 0.0 <= min_lr_factor <= 1.0:
         raise ValueError(f"lr schedule: min_lr_factor must be in [0, 1], got {min_lr_factor}")
-    decay_steps = round(decay_ratio * steps)
-    if warmup_steps + decay_steps > steps:
-        raise ValueError(
-            f"lr schedule: warmup_steps ({warmup_steps}) + decay steps (round(decay_ratio * steps) = "
-            f"{decay_steps}) exceed steps ({steps}); lower warmup_steps or decay_ratio"
-        )
+
+
+def fitted_warmup_steps(*, warmup_steps: int, steps: int, decay_ratio: float) -> int:
+    """The warmup steps the schedule takes: ``warmup_steps`` clipped to the ``steps - round(decay_ratio * steps)``
+    steps before the decay, so a run shorter than the configured warmup warms up for as long as it can and keeps
+    its decay as a fraction of the run (torchtitan's ``build_lr_schedulers`` also clips the warmup to the run,
+    though it shortens the decay instead)."""
+    return min(warmup_steps, steps - round(decay_ratio * steps))
+
+
+def warmup_clipped_line(*, warmup_steps: int, steps: int, decay_ratio: float) -> str | None:
+    """The start-up line saying that the warmup was clipped (:func:`fitted_warmup_steps`), or ``None`` when the
+    configured ``warmup_steps`` fits in the run."""
+    fitted = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
+    if fitted == warmup_steps:
+        return None
+    return (f"lr schedule: warming up for {fitted} steps, not lr_scheduler.warmup_steps {warmup_steps}, so that "
+            f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio {decay_ratio}) "
+            f"fit in training.steps {steps}")
 
 
 def build_lr_scheduler(

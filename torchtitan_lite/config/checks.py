@@ -20,10 +20,11 @@ from typing import Any
 from torchtitan_lite.components.attention import check_attention_config
 from torchtitan_lite.components.checkpoint.checks import check_checkpoint_folder, check_resume
 from torchtitan_lite.components.float8 import check_float8_config
+from torchtitan_lite.components.lr_schedule import fitted_warmup_steps
 from torchtitan_lite.components.hf.checks import check_export, check_import
 from torchtitan_lite.components.muon import check_muon_config
 from torchtitan_lite.config.cli import ConfigError, format_help, format_toml
-from torchtitan_lite.config.load import Sources, read_config, where
+from torchtitan_lite.config.load import Sources, precedence, read_config, where
 from torchtitan_lite.config.memory import check_memory
 from torchtitan_lite.config.model_args import build_model_args, resolve_model, tokenizer_path, type_overrides
 from torchtitan_lite.config.paths import check_exists, check_writable
@@ -73,7 +74,9 @@ def _parse(argv: list[str]) -> tuple[JobConfig, Any]:
 
 def _check_run_settings(config: JobConfig, sources: Sources) -> None:
     """The output folders are named; ``training.global_batch_size`` is a multiple of ``local_batch_size``; the
-    LR warmup and decay fit in ``training.steps``; a profiled step exists."""
+    LR warmup and decay fit in ``training.steps`` unless ``training.steps`` was set after (more specifically than)
+    ``lr_scheduler.warmup_steps``, which the schedule then clips (a shortened run, :func:`fitted_warmup_steps`);
+    a profiled step exists."""
     for key, value in (("job.dump_folder", config.job.dump_folder), ("checkpoint.folder", config.checkpoint.folder),
                        ("metrics.save_tb_folder", config.metrics.save_tb_folder)):
         if not value.strip():
@@ -85,13 +88,13 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
         raise ConfigError(f"{where(sources, 'training.global_batch_size')}: {gbs} is not a positive multiple of "
                           f"training.local_batch_size {lbs}; use a multiple, or -1 for local_batch_size * data-parallel degree")
     sched = config.lr_scheduler
-    decay_steps = round(sched.decay_ratio * training.steps)
-    if sched.warmup_steps + decay_steps > training.steps:
-        fit = max(training.steps - decay_steps, 0)
+    fit = fitted_warmup_steps(warmup_steps=sched.warmup_steps, steps=training.steps, decay_ratio=sched.decay_ratio)
+    if fit < sched.warmup_steps and precedence(sources, "lr_scheduler.warmup_steps") >= precedence(
+            sources, "training.steps"):
         raise ConfigError(f"{where(sources, 'lr_scheduler.warmup_steps')}: {sched.warmup_steps} warmup steps + "
-                          f"{decay_steps} decay steps (round(lr_scheduler.decay_ratio {sched.decay_ratio} * "
-                          f"training.steps {training.steps})) exceed training.steps {training.steps}; for this "
-                          f"run add --lr_scheduler.warmup_steps={fit}, or lower decay_ratio, or train longer")
+                          f"{training.steps - fit} decay steps (round(lr_scheduler.decay_ratio {sched.decay_ratio} * "
+                          f"training.steps {training.steps})) exceed {where(sources, 'training.steps')} "
+                          f"{training.steps}; set warmup_steps <= {fit}, lower decay_ratio, or train longer")
     debug = config.debug
     if debug.profile and debug.profile_start_step > training.steps:
         raise ConfigError(f"{where(sources, 'debug.profile_start_step')}: {debug.profile_start_step} is after the "

@@ -164,8 +164,10 @@ class LRScheduler:
     """``[lr_scheduler]``: warmup-stable-decay (WSD) learning rate schedule."""
 
     warmup_steps: int = bounded(20, ge=0)
-    """Steps of linear warmup from ~0 to ``optimizer.lr``; warmup plus decay steps must fit in
-    ``training.steps`` (a short trial run: lower it, e.g. ``--lr_scheduler.warmup_steps=2``)."""
+    """Steps of linear warmup from ``optimizer.lr / warmup_steps`` to ``optimizer.lr``. When ``training.steps`` is
+    set after it (a config file's warmup, a shorter run on the command line) and warmup plus decay steps exceed the
+    run, the warmup is clipped to the steps before the decay (a start-up line says so); set in the same place as
+    ``training.steps`` or later, it must fit (a config error)."""
     decay_ratio: float = bounded(0.2, ge=0, le=1)
     """Fraction of ``training.steps`` spent in the final decay (warmup-stable-decay schedule)."""
     decay_type: Literal["linear", "cosine", "sqrt"] = "cosine"
