@@ -110,8 +110,17 @@ HOW: dict[str, tuple[str, str]] = {
     "python -m torchtitan_lite.evaluate": ("other", "the program named in prose"),
     "./run_train.sh &": ("other", "how to start it in the background; tests/test_faults.py signals such runs"),
     "CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh": ("other", "test_quick_start_and_its_config_files"),
-    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared --workers 8":
+    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared":
         ("other", "the reader's corpus; tests/test_data_prepared.py runs prepare"),
+    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 "
+    "--shard_index 0": ("other", "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards"),
+    "python -m torchtitan_lite.data.prepare --verify /data/corpus.set":
+        ("other", "the reader's set; tests/test_data_shards.py verifies sets"),
+    "./run_train.sh --training.dataset_path=/data/corpus.set": ("check", "the reader's set of shards"),
+    "python -m torchtitan_lite.data.prepare --input /shared/corpus --output /shared/corpus.set --num_shards 16 "
+    "--shard_index \"$SLURM_ARRAY_TASK_ID\"": ("other", "a Slurm array task; tests/test_data_shards.py prepares shards"),
+    "python -m torchtitan_lite.data.prepare --verify /shared/corpus.set":
+        ("other", "the Slurm array's set; tests/test_data_shards.py verifies sets"),
     "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared "
     "[--tokenizer tokenizer.json] [--text_column text] [--workers N]": ("other", "a synopsis"),
     "python -m scripts.train_tokenizer": ("other", "writes the bundled tokenizer; tests/test_tokenizer.py runs it"),
