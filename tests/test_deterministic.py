@@ -17,7 +17,7 @@ import pytest
 import torch
 from ckpt_helpers import text_file
 from dist_helpers import run_train
-from layout_helpers import LAYOUTS, assert_equal_curves, final_state, train
+from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
 from torchtitan_lite.config.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
@@ -138,3 +138,23 @@ def test_run_mode_trains_bitwise_the_same_twice_on_one_layout(tmp_path):
     assert_equal_curves(first, second, STEPS)
     reference = final_state(first, STEPS)
     assert [key for key, value in final_state(second, STEPS).items() if not torch.equal(value, reference[key])] == []
+
+
+VALIDATION_LINE = re.compile(r"^step +(\d+) +validation loss +([\d.]+) +\(([\d,]+) tokens\)$", re.M)
+
+
+@pytest.mark.multiprocess
+def test_off_mode_validation_scores_the_same_windows_on_1_and_2_processes_within_rounding(tmp_path):
+    """The default mode (``off``): validation reads the same global batches on every layout, so 1 process and
+    dp_shard 2 score the same tokens and their losses differ only by the rounding of two training steps."""
+    text_file(tmp_path)
+    run = [option for option in RUN if not option.startswith(("--training.steps", "--lr_scheduler", "--validation",
+                                                              "--checkpoint"))] + [
+        "--training.steps=2", "--validation.enable=true", "--validation.freq=1", "--validation.steps=2"]
+    lines = {}
+    for name, nproc in (("1", 1), ("dp_shard2", 2)):
+        log = Path(run_folder(train(tmp_path, name, "train_configs/qwen3_debug.toml", nproc, run))) / "logs/rank0.log"
+        lines[name] = [(int(step), float(loss), tokens) for step, loss, tokens in VALIDATION_LINE.findall(log.read_text())]
+    assert [(step, tokens) for step, _, tokens in lines["1"]] == [(1, "256"), (2, "256")]  # 2 batches x 4 x 32
+    assert [(step, tokens) for step, _, tokens in lines["dp_shard2"]] == [(1, "256"), (2, "256")]
+    assert all(abs(one - two) < 1e-4 for (_, one, _), (_, two, _) in zip(lines["1"], lines["dp_shard2"])), lines
