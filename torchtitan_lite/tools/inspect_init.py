@@ -152,7 +152,8 @@ def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
         t = config.training
         try:
             dataset = build_dataloaders(
-                validation=False, min_val_windows=global_batch, dataset=t.dataset, dataset_path=t.dataset_path,
+                validation=config.validation.enable, min_val_windows=global_batch, dataset=t.dataset,
+                dataset_path=t.dataset_path,
                 dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
                 hf_dataset_config=t.hf_dataset_config, text_column=t.text_column,
                 tokenizer=build_tokenizer(tokenizer_path(config)), seq_len=t.seq_len,
