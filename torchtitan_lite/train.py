@@ -91,6 +91,7 @@ from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.distributed.agreement import check_nodes_agree
 from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.deterministic import (
@@ -234,6 +235,8 @@ class Trainer:
         self.config = config
         self.startup = say = startup or StartupLog()
         self.info = info = init_distributed(config)
+        if info.world_size > info.local_world_size:  # several nodes, each launcher resolved the config on its own
+            check_nodes_agree(config, info.cpu_group)
         self.stop = stop
         self._phase_done("the process group start")
         memory_warning = check_memory(config, info.world_size, info.local_world_size)
