@@ -603,7 +603,7 @@ class Trainer:
                 with self.metrics.paused():
                     saved = self._save(force=False)
                 save_s = max(save_s or 0.0, time.perf_counter() - save_start)
-            if self.info.rank == 0:
+            if self.info.local_rank == 0:  # each node's launcher waits that long after a stop request
                 stop.publish_budget(step_s, save_s, checkpoint_bytes)
             if stop.agreed(self.info.cpu_group):
                 saved = (self.checkpointer.finish() or saved) if save_due else self._save(force=True)

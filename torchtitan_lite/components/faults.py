@@ -60,8 +60,8 @@ class NonFiniteError(UserError, RuntimeError):
 
 CONTROL_ENV = "TORCHTITAN_LITE_CONTROL"
 """Environment variable naming the run's control folder (set by ``run_train.sh``): it holds ``stop`` (created by
-the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (rank 0: the seconds a stop may take)
-and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`)."""
+the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (local rank 0: the seconds a stop may
+take) and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`); one per node."""
 LAUNCHER_PID_ENV = "TORCHTITAN_LITE_LAUNCHER_PID"
 """Environment variable with the PID of ``run_train.sh``; the workers exit when that process is gone."""
 SAVE_BYTES_PER_S = 50 * 2**20
@@ -118,7 +118,7 @@ class StopRequest:
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
         """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
-        folder (rank 0's call; when it grows by 10% or more). ``step_s``: the longest step so far (with validation);
+        folder (local rank 0's call on each node; when it grows by 10% or more). ``step_s``: the longest step so far (with validation);
         ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
         :data:`SAVE_BYTES_PER_S`)."""
         save = save_s if save_s is not None else save_bytes / SAVE_BYTES_PER_S
