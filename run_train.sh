@@ -237,7 +237,11 @@ if [[ -z "$line" ]]; then
     failed_rank=$(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$root" | head -n 1)
     failed_code=$(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$root" | head -n 1)
     if [[ -n "$failed_rank" && -n "$failed_code" ]]; then
-        if (( failed_code < 0 )); then
+        if (( failed_code > 0 )) && grep -q -E "^\[rank[0-9]+\]:lost a peer: rank $failed_rank's " "$control/log"; then
+            line="error: training failed (torchrun exit status $status): a worker on another node failed or was"
+            line+=" killed (rank $failed_rank here lost its connection to it; that node's last line names it); the"
+            line+=" last complete checkpoint is kept"
+        elif (( failed_code < 0 )); then
             signal_name="SIG$(kill -l $(( -failed_code )) 2>/dev/null || echo $(( -failed_code )))"
             line="error: training failed (torchrun exit status $status): rank $failed_rank was killed by"
             line+=" $signal_name; the last complete checkpoint is kept"

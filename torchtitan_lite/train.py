@@ -81,7 +81,7 @@ from torchtitan_lite.components.startup import (
     step1_line,
 )
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.components.worker_exit import exit_after, say, without_config_file
+from torchtitan_lite.components.worker_exit import exit_after, exit_on_bug, say, without_config_file
 from torchtitan_lite.config.checks import load_config, load_config_or_exit
 from torchtitan_lite.config.cli import ConfigError, format_toml
 from torchtitan_lite.config.memory import check_memory
@@ -717,4 +717,8 @@ def _run(args: list[str], console: ConsoleLog) -> int:
 
 
 if __name__ == "__main__":
-    exit_after(main())
+    try:
+        status = main()
+    except Exception:
+        exit_on_bug()
+    exit_after(status)
