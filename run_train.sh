@@ -236,6 +236,14 @@ if [[ -z "$line" ]]; then
     root=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" | sed -n '/Root Cause/,$p' || true)
     failed_rank=$(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$root" | head -n 1)
     failed_code=$(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$root" | head -n 1)
+    # A worker of this node killed by a signal is the cause, even when a peer that lost it ended first (torchrun's
+    # "first observed failure"): the first such "rank / exitcode" pair of torchrun's whole failure report.
+    report=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" | sed -n '/^Failures:/,$p' || true)
+    killed=$(paste -d ' ' <(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$report") \
+        <(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$report") | awk '$2 < 0 {print; exit}')
+    if [[ -n "$killed" ]]; then
+        read -r failed_rank failed_code <<< "$killed"
+    fi
     if [[ -n "$failed_rank" && -n "$failed_code" ]]; then
         if (( failed_code > 0 )) && grep -q -E "^\[rank[0-9]+\]:lost a peer: rank $failed_rank's " "$control/log"; then
             line="error: training failed (torchrun exit status $status): a worker on another node failed or was"

@@ -120,8 +120,8 @@ class StopRequest:
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
         """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
-        folder (local rank 0's call on each node; when it grows by 10% or more). ``step_s``: the longest step so far (with validation);
-        ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
+        folder (local rank 0's call on each node; when it grows by 10% or more). ``step_s``: the longest step so
+        far (with validation); ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
         :data:`SAVE_BYTES_PER_S`)."""
         save = save_s if save_s is not None else save_bytes / SAVE_BYTES_PER_S
         budget = math.ceil(2 * (step_s + save) + 60)
@@ -202,9 +202,11 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _children(pid: int) -> set[int]:
-    """The child processes of ``pid`` (Linux ``/proc/<pid>/task/*/children``; empty where that does not exist)."""
-    found: set[int] = set()
+def _sibling_workers(pid: int) -> dict[int, str]:
+    """The worker processes among the children of ``pid`` (Linux ``/proc/<pid>/task/*/children``): each child's
+    PID and its ``LOCAL_RANK`` (from ``/proc/<child>/environ``; children without one, not workers, are left out;
+    empty where ``/proc`` does not exist)."""
+    found: dict[int, str] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -212,10 +214,24 @@ def _children(pid: int) -> set[int]:
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
-                found.update(int(child) for child in handle.read().split())
+                children = [int(child) for child in handle.read().split()]
         except OSError:
             continue
+        for child in children:
+            try:
+                with open(f"/proc/{child}/environ", "rb") as handle:
+                    variables = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+            except OSError:
+                continue
+            if b"LOCAL_RANK" in variables:
+                found[child] = variables[b"LOCAL_RANK"].decode()
     return found
+
+
+def _killed(local_rank: str, control: str | None) -> bool:
+    """Whether the ended worker ``local_rank`` of this node left no outcome in the control folder: it was killed
+    or crashed (a worker that ends by itself writes one, :func:`report_outcome`); ``True`` without a folder."""
+    return control is None or not os.path.exists(os.path.join(control, f"outcome.{local_rank}"))
 
 
 FAILED_KEY = "torchtitan_lite/failed"
@@ -253,10 +269,11 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
     ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread that every ``poll_s``
     seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV` (gone: prints one line and ends the
     process, status 1), and the control folder: when another worker of this node failed (:func:`peer_failed`), or
-    one of this worker's siblings (torchrun's other children) ended while this one runs (a worker killed, which
-    reports nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for the
-    failed rank, or for a rank on another node waiting for it), it ends silently with status 1 (the failed
-    worker's line is the run's; a sibling's end is also announced to the other nodes, :func:`announce_failure`).
+    one of this worker's siblings (torchrun's other workers) ended without an outcome while this one runs (a
+    worker killed, which reports nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a
+    collective for the failed rank, or for a rank on another node waiting for it), it ends silently with status 1
+    (the failed worker's line is the run's; a sibling's end is also announced to the other nodes,
+    :func:`announce_failure`).
     Without this, torchrun's SIGTERM to such a worker only records a stop request, and torchrun kills it 30 s
     later. When a worker of any node announced a failure in torchrun's store, this one ends ``peer_grace_s``
     seconds later with the line ``lost a peer: rank R's run ended: <what>``, status 1."""
@@ -268,9 +285,10 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
 
     def watch() -> None:
-        peer_failed_at, siblings, store, announced = None, set(), _run_store(), None
+        peer_failed_at, siblings, store, announced = None, {}, _run_store(), None
+        control = os.environ.get(CONTROL_ENV)
         while True:
-            siblings |= _children(parent) - {os.getpid()}
+            siblings.update((pid, rank) for pid, rank in _sibling_workers(parent).items() if pid != os.getpid())
             if announced is None and store is not None:
                 try:
                     announced = store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
@@ -284,7 +302,8 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
                 print(f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
                       file=sys.stderr, flush=True)
                 os._exit(1)
-            if peer_failed_at is None and (peer_failed() or not all(_alive(pid) for pid in siblings)):
+            if peer_failed_at is None and (peer_failed() or any(
+                    not _alive(pid) and _killed(rank, control) for pid, rank in siblings.items())):
                 peer_failed_at = time.monotonic()
                 announce_failure(f"a worker on host {socket.gethostname()} failed or was killed")
             if peer_failed_at is not None and time.monotonic() - peer_failed_at >= peer_grace_s:

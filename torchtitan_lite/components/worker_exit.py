@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from torchtitan_lite.components.faults import lost_peer, report_outcome
+from torchtitan_lite.components.faults import CONTROL_ENV, lost_peer, report_outcome
 
 
 def say(code: int, line: str, *, to_stdout: bool = False) -> int:
@@ -24,10 +24,16 @@ def say(code: int, line: str, *, to_stdout: bool = False) -> int:
 def exit_after(code: int) -> None:
     """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
     with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
-    "Distributed: exiting together"); errors exit normally."""
+    "Distributed: exiting together"); errors exit normally. A success without a line is first reported as
+    status 0 (:func:`~torchtitan_lite.components.faults.report_outcome`): the worker's siblings then know it was
+    not killed."""
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0:
+        control = os.environ.get(CONTROL_ENV)
+        own = f"outcome.{os.environ.get('LOCAL_RANK', '0')}"
+        if control is not None and not os.path.exists(os.path.join(control, own)):
+            report_outcome(0, None)
         os._exit(0)
     sys.exit(code)
 
