@@ -181,6 +181,11 @@ def test_sigkill_of_a_worker_on_one_node_ends_every_node_within_30s_nonzero_with
     print(f"both nodes ended {took:.1f} s after the SIGKILL: {[(code, lines[-1]) for code, lines in results]}")
     assert took < 30
     assert all(code == 1 for code, _ in results), [lines[-5:] for _, lines in results]
+    assert re.fullmatch(r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the last "
+                        r"complete checkpoint is kept", results[1][1][-1]), results[1][1][-5:]
+    assert re.fullmatch(r"error: training failed \(torchrun exit status 1\): a worker on another node failed or was "
+                        r"killed \(rank \d here lost its connection to it; that node's last line names it\); the last "
+                        r"complete checkpoint is kept", results[0][1][-1]), results[0][1][-5:]
     assert not alive(tree)
 
 
