@@ -10,7 +10,16 @@
 #   CONFIG_FILE    TOML file (default train_configs/qwen3_debug.toml)
 #   LOG_RANK       local rank whose output is shown (default 0); every rank's output also goes to
 #                  <run folder>/logs/rank<N>.log (written by the trainer)
-#   TORCHRUN_ARGS  more torchrun arguments, e.g. for two nodes:
+#   NNODES         nodes of the run (default 1; under srun, Slurm's SLURM_STEP_NUM_NODES); run the same command on
+#                  every node, with:
+#   NODE_RANK      this node's rank, 0..NNODES-1 (default 0; under srun SLURM_NODEID); its workers are the global
+#                  ranks NODE_RANK x NGPU .. NODE_RANK x NGPU + NGPU-1
+#   MASTER_ADDR    node 0's address, MASTER_PORT a free port there (defaults: under srun the first host of
+#                  SLURM_STEP_NODELIST, else 127.0.0.1; 29500): torchrun's static rendezvous
+#   RDZV_ENDPOINT  host:port of a c10d rendezvous instead of MASTER_ADDR/MASTER_PORT (torchrun numbers the nodes;
+#                  NODE_RANK is not used), RDZV_ID its run id (default: Slurm's SLURM_JOB_ID, else torchtitan_lite)
+#   RDZV_TIMEOUT   seconds the nodes wait for all of them to join (default 600); then one "input error" line, exit 2
+#   TORCHRUN_ARGS  more torchrun arguments; one holding --nnodes replaces the five variables above, e.g.
 #                  "--nnodes=2 --node-rank=0 --rdzv-backend=c10d --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
 #
@@ -42,6 +51,50 @@ PYTHON=${PYTHON:-python}
 # One OpenMP thread pool per process sized to its share of the cores (the trainer sets torch's threads the
 # same way); set here so torchrun does not pick 1 and print its banner about it.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NGPU > 0 ? $(nproc) / NGPU : 1 ))}
+
+# The rendezvous of a multi-node run (docs/running.md, "Many nodes"), from the variables above unless TORCHRUN_ARGS
+# gives its own.
+if [[ -n "${SLURM_STEP_NUM_NODES:-}" ]]; then
+    if [[ "${SLURM_STEP_NUM_TASKS:-$SLURM_STEP_NUM_NODES}" != "$SLURM_STEP_NUM_NODES" ]]; then
+        echo "config error: srun started ${SLURM_STEP_NUM_TASKS} tasks on $SLURM_STEP_NUM_NODES nodes, but" \
+            "run_train.sh runs once per node (it starts NGPU workers): use srun --ntasks-per-node=1" >&2
+        exit 2
+    fi
+    NNODES=${NNODES:-$SLURM_STEP_NUM_NODES}
+    NODE_RANK=${NODE_RANK:-${SLURM_NODEID:-0}}
+    if [[ -z "${MASTER_ADDR:-}" && -z "${RDZV_ENDPOINT:-}" ]] && command -v scontrol > /dev/null; then
+        MASTER_ADDR=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-}" | head -n 1)
+    fi
+fi
+NNODES=${NNODES:-1}
+rdzv_timeout=${RDZV_TIMEOUT:-600}
+rdzv_args=""
+rdzv_where="of TORCHRUN_ARGS in time"
+if [[ ! " $TORCHRUN_ARGS" =~ \ --nnodes ]]; then
+    for name in NNODES NODE_RANK MASTER_PORT RDZV_TIMEOUT; do
+        if [[ -n "${!name:-}" && ! "${!name}" =~ ^[0-9]+$ ]]; then
+            echo "config error: $name=${!name} is not a whole number; set it to one" >&2
+            exit 2
+        fi
+    done
+    if (( NNODES < 1 )) || (( ${NODE_RANK:-0} >= NNODES )); then
+        echo "config error: NODE_RANK=${NODE_RANK:-0} with NNODES=$NNODES: give each of the NNODES nodes" \
+            "(NNODES >= 1) its own NODE_RANK, 0..$(( NNODES > 1 ? NNODES - 1 : 0 ))" >&2
+        exit 2
+    fi
+    if (( NNODES > 1 )); then
+        if [[ -n "${RDZV_ENDPOINT:-}" ]]; then
+            rdzv_args="--nnodes=$NNODES --rdzv-backend=c10d --rdzv-endpoint=$RDZV_ENDPOINT"
+            rdzv_args+=" --rdzv-id=${RDZV_ID:-${SLURM_JOB_ID:-torchtitan_lite}} --rdzv-conf=join_timeout=$rdzv_timeout"
+        else
+            rdzv_args="--nnodes=$NNODES --node-rank=${NODE_RANK:-0} --master-addr=${MASTER_ADDR:-127.0.0.1}"
+            rdzv_args+=" --master-port=${MASTER_PORT:-29500} --rdzv-conf=timeout=$rdzv_timeout"
+        fi
+        TORCHRUN_ARGS="$rdzv_args $TORCHRUN_ARGS"
+        rdzv_where="${RDZV_ENDPOINT:-${MASTER_ADDR:-127.0.0.1}:${MASTER_PORT:-29500}}"
+        rdzv_where+=" within RDZV_TIMEOUT=$rdzv_timeout s"
+    fi
+fi
 
 # The world size torchrun will start: NGPU x --nnodes of TORCHRUN_ARGS (an elastic range "MIN:MAX" leaves it
 # unknown: the workers check the parallel degrees against it when they start).
@@ -163,12 +216,40 @@ line=$(grep -E "^\[rank${LOG_RANK}\]:[[:space:]]*error: " "$control/log" | tail 
 if [[ -z "$line" ]]; then
     line=$(grep -E '^\[rank[0-9]+\]:[[:space:]]*error: ' "$control/log" | tail -n 1 | sed -E "$strip" || true)
 fi
+# A node that never joined: torchrun's rendezvous timed out (static: node 0 waited for the others, or the others
+# could not reach node 0; c10d: RendezvousTimeoutError).
+torchrun_says=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" || true)
+joined=$(grep -o -E '[0-9]+/[0-9]+ clients joined|while trying to connect to|RendezvousTimeoutError' \
+    <<< "$torchrun_says" | tail -n 1 || true)
+if [[ -z "$line" && -n "$joined" ]]; then
+    case "$joined" in
+        *clients\ joined) joined="${joined% clients joined} nodes joined" ;;
+        *connect\ to) joined="node 0 was not reachable" ;;
+        *) joined="torchrun's RendezvousTimeoutError" ;;
+    esac
+    echo "input error: not all $nnodes nodes joined the rendezvous at $rdzv_where ($joined): start" \
+        "./run_train.sh on every node with the same NNODES and MASTER_ADDR/MASTER_PORT (or RDZV_ENDPOINT) and" \
+        "a NODE_RANK each, or raise RDZV_TIMEOUT" >&2
+    exit 2
+fi
 if [[ -z "$line" ]]; then
     root=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" | sed -n '/Root Cause/,$p' || true)
     failed_rank=$(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$root" | head -n 1)
     failed_code=$(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$root" | head -n 1)
+    # A worker of this node killed by a signal is the cause, even when a peer that lost it ended first (torchrun's
+    # "first observed failure"): the first such "rank / exitcode" pair of torchrun's whole failure report.
+    report=$(grep -v -E '^\[rank[0-9]+\]:' "$control/log" | sed -n '/^Failures:/,$p' || true)
+    killed=$(paste -d ' ' <(sed -n -E 's/^ *rank *: ([0-9]+).*/\1/p' <<< "$report") \
+        <(sed -n -E 's/^ *exitcode *: (-?[0-9]+).*/\1/p' <<< "$report") | awk '$2 < 0 {print; exit}')
+    if [[ -n "$killed" ]]; then
+        read -r failed_rank failed_code <<< "$killed"
+    fi
     if [[ -n "$failed_rank" && -n "$failed_code" ]]; then
-        if (( failed_code < 0 )); then
+        if (( failed_code > 0 )) && grep -q -E "^\[rank[0-9]+\]:lost a peer: rank $failed_rank's " "$control/log"; then
+            line="error: training failed (torchrun exit status $status): a worker on another node failed or was"
+            line+=" killed (rank $failed_rank here lost its connection to it; that node's last line names it); the"
+            line+=" last complete checkpoint is kept"
+        elif (( failed_code < 0 )); then
             signal_name="SIG$(kill -l $(( -failed_code )) 2>/dev/null || echo $(( -failed_code )))"
             line="error: training failed (torchrun exit status $status): rank $failed_rank was killed by"
             line+=" $signal_name; the last complete checkpoint is kept"

@@ -102,6 +102,15 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def worker_pid(launcher_pid: int, local_rank: int) -> int:
+    """The PID of the trainer worker of ``local_rank`` below the launcher (from its environment)."""
+    for pid in descendants(launcher_pid):
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            if f"LOCAL_RANK={local_rank}".encode() in handle.read().split(b"\0"):
+                return pid
+    raise AssertionError(f"no worker of local rank {local_rank} below {launcher_pid}")
+
+
 def alive(pids: set[int]) -> set[int]:
     """The PIDs of ``pids`` that still run (not gone, not zombies)."""
     running = set()

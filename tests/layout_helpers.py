@@ -11,6 +11,8 @@ import torch
 from dist_helpers import REPO, env, run_train
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from torchtitan_lite.tools.compare_runs import step_ranges
+
 LAYOUTS = {  # name: (processes, options)
     "1": (1, []),
     "dp_shard2": (2, []),
@@ -37,10 +39,11 @@ def run_folder(dump: Path) -> str:
 
 
 def assert_equal_curves(reference: Path, other: Path, steps: int, tags: tuple[str, ...] = ("loss/train", "grad_norm"),
-                        at: tuple[int, ...] | None = None) -> None:
+                        at: tuple[int, ...] | None = None, first: int = 1) -> None:
     """``compare_runs --assert-equal`` of ``tags`` (default: the loss and the gradient norm): max |diff| 0 at each of
-    steps 1..``steps`` (or at exactly the steps ``at``)."""
-    steps_said = f"{steps} common steps (1-{steps})" if at is None else f"{len(at)} common steps ({', '.join(map(str, at))})"
+    steps ``first..steps`` (a resumed run has those only), or at exactly the steps ``at``."""
+    common = list(at) if at is not None else list(range(first, steps + 1))
+    steps_said = f"{len(common)} common steps ({step_ranges(common)})"
     for tag in tags:
         proc = subprocess.run([sys.executable, "-m", "torchtitan_lite.tools.compare_runs", run_folder(reference),
                                run_folder(other), "--tag", tag, "--assert-equal"], cwd=REPO, env=env(),

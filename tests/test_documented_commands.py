@@ -9,7 +9,7 @@ not list (or it lists one no page shows):
   20 or fewer; 32-token windows; no validation);
 * ``check``: for commands that need GPUs or nodes this machine lacks (or that only change a value of a run made
   here), the checks ``run_train.sh`` makes before
-  torchrun (``parse_args``, the parallel degrees against the command's ``NGPU`` x ``--nnodes`` world size, the
+  torchrun (``parse_args``, the parallel degrees against the command's ``NGPU`` x nodes world size, the
   files it reads), but the memory estimate, which is of this machine's memory; with the reader's own files
   (``/data/...``) not the files;
 * ``other``: not a whole command (a program named in prose, a placeholder such as ``<run>`` or ``N``) or one whose
@@ -66,8 +66,12 @@ HOW: dict[str, tuple[str, str]] = {
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
     "python -m torchtitan_lite.config": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 TORCHRUN_ARGS=\"--nnodes=4 --rdzv-backend=c10d --rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=run42\" "
-    "./run_train.sh": ("check", "4 nodes"),
+    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
+    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
+    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 RDZV_ID=run42 ./run_train.sh":
+        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1"),
     "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_16b_muon.toml ./run_train.sh": ("check", "8 GPUs"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS=\"--nnodes=2 --rdzv-backend=c10d "
     "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b\" ./run_train.sh --model.flavor=32b "
@@ -179,9 +183,10 @@ def split(command: str) -> tuple[dict[str, str], list[str]]:
 
 
 def world_size(assignments: dict[str, str]) -> int:
-    """``NGPU`` x torchrun's ``--nnodes`` of ``TORCHRUN_ARGS``, as ``run_train.sh`` computes it."""
+    """``NGPU`` x the node count (torchrun's ``--nnodes`` of ``TORCHRUN_ARGS``, else ``NNODES``), as
+    ``run_train.sh`` computes it."""
     nodes = re.search(r"--nnodes[= ](\d+)", assignments.get("TORCHRUN_ARGS", ""))
-    return int(assignments.get("NGPU", "1")) * (int(nodes.group(1)) if nodes else 1)
+    return int(assignments.get("NGPU", "1")) * int(nodes.group(1) if nodes else assignments.get("NNODES", "1"))
 
 
 def trains(command: str) -> bool:

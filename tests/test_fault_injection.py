@@ -22,7 +22,7 @@ import time
 import pytest
 from ckpt_helpers import text_file, tree_digest
 from dist_helpers import REPO, env, launcher_copy
-from fault_helpers import CONSTANT_LR, FAST, Run, alive, descendants, last_line, run, shard_digests
+from fault_helpers import CONSTANT_LR, FAST, Run, alive, descendants, last_line, run, shard_digests, worker_pid
 
 pytestmark = pytest.mark.multiprocess
 
@@ -386,15 +386,6 @@ def test_a_user_error_on_rank_1_only_ends_the_2_rank_run_within_30s_with_exit_2_
     assert code == 2
     assert last_line(lines) == "input error: injected on rank 1 only"
     assert [line for line in lines if "error:" in line] == [lines[-1]]
-
-
-def worker_pid(launcher_pid: int, local_rank: int) -> int:
-    """The PID of the trainer worker of ``local_rank`` below the launcher (from its environment)."""
-    for pid in descendants(launcher_pid):
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            if f"LOCAL_RANK={local_rank}".encode() in handle.read().split(b"\0"):
-                return pid
-    raise AssertionError(f"no worker of local rank {local_rank} below {launcher_pid}")
 
 
 def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_worker(data, tmp_path):

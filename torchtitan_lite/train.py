@@ -81,7 +81,7 @@ from torchtitan_lite.components.startup import (
     step1_line,
 )
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.components.worker_exit import exit_after, say, without_config_file
+from torchtitan_lite.components.worker_exit import exit_after, exit_on_bug, say, without_config_file
 from torchtitan_lite.config.checks import load_config, load_config_or_exit
 from torchtitan_lite.config.cli import ConfigError, format_toml
 from torchtitan_lite.config.memory import check_memory
@@ -91,6 +91,7 @@ from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.distributed.agreement import check_nodes_agree
 from torchtitan_lite.distributed.checks import check_deterministic
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.deterministic import (
@@ -234,6 +235,8 @@ class Trainer:
         self.config = config
         self.startup = say = startup or StartupLog()
         self.info = info = init_distributed(config)
+        if info.world_size > info.local_world_size:  # several nodes, each launcher resolved the config on its own
+            check_nodes_agree(config, info.cpu_group)
         self.stop = stop
         self._phase_done("the process group start")
         memory_warning = check_memory(config, info.world_size, info.local_world_size)
@@ -600,7 +603,7 @@ class Trainer:
                 with self.metrics.paused():
                     saved = self._save(force=False)
                 save_s = max(save_s or 0.0, time.perf_counter() - save_start)
-            if self.info.rank == 0:
+            if self.info.local_rank == 0:  # each node's launcher waits that long after a stop request
                 stop.publish_budget(step_s, save_s, checkpoint_bytes)
             if stop.agreed(self.info.cpu_group):
                 saved = (self.checkpointer.finish() or saved) if save_due else self._save(force=True)
@@ -714,4 +717,8 @@ def _run(args: list[str], console: ConsoleLog) -> int:
 
 
 if __name__ == "__main__":
-    exit_after(main())
+    try:
+        status = main()
+    except Exception:
+        exit_on_bug()
+    exit_after(status)

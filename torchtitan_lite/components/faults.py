@@ -36,9 +36,11 @@ to ``max_skipped_steps`` times in the run, at one host sync per step.
 from __future__ import annotations
 
 import ctypes
+import datetime
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -60,8 +62,8 @@ class NonFiniteError(UserError, RuntimeError):
 
 CONTROL_ENV = "TORCHTITAN_LITE_CONTROL"
 """Environment variable naming the run's control folder (set by ``run_train.sh``): it holds ``stop`` (created by
-the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (rank 0: the seconds a stop may take)
-and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`)."""
+the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (local rank 0: the seconds a stop may
+take) and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`); one per node."""
 LAUNCHER_PID_ENV = "TORCHTITAN_LITE_LAUNCHER_PID"
 """Environment variable with the PID of ``run_train.sh``; the workers exit when that process is gone."""
 SAVE_BYTES_PER_S = 50 * 2**20
@@ -118,8 +120,8 @@ class StopRequest:
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
         """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
-        folder (rank 0's call; when it grows by 10% or more). ``step_s``: the longest step so far (with validation);
-        ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
+        folder (local rank 0's call on each node; when it grows by 10% or more). ``step_s``: the longest step so
+        far (with validation); ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
         :data:`SAVE_BYTES_PER_S`)."""
         save = save_s if save_s is not None else save_bytes / SAVE_BYTES_PER_S
         budget = math.ceil(2 * (step_s + save) + 60)
@@ -173,6 +175,16 @@ def peer_failed(control: str | None = None) -> bool:
     return False
 
 
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
+"""What gloo's TCP transport raises in a collective whose peer process is gone."""
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether ``err`` is a collective failing because another rank's process is gone (gloo's connection closed or
+    reset by the peer), not a fault of this rank."""
+    return isinstance(err, RuntimeError) and any(text in str(err) for text in _LOST_PEER)
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:
@@ -190,13 +202,81 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _sibling_workers(pid: int) -> dict[int, str]:
+    """The worker processes among the children of ``pid`` (Linux ``/proc/<pid>/task/*/children``): each child's
+    PID and its ``LOCAL_RANK`` (from ``/proc/<child>/environ``; children without one, not workers, are left out;
+    empty where ``/proc`` does not exist)."""
+    found: dict[int, str] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+                children = [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                with open(f"/proc/{child}/environ", "rb") as handle:
+                    variables = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+            except OSError:
+                continue
+            if b"LOCAL_RANK" in variables:
+                found[child] = variables[b"LOCAL_RANK"].decode()
+    return found
+
+
+def _killed(local_rank: str, control: str | None) -> bool:
+    """Whether the ended worker ``local_rank`` of this node left no outcome in the control folder: it was killed
+    or crashed (a worker that ends by itself writes one, :func:`report_outcome`); ``True`` without a folder."""
+    return control is None or not os.path.exists(os.path.join(control, f"outcome.{local_rank}"))
+
+
+FAILED_KEY = "torchtitan_lite/failed"
+"""Key of torchrun's store that a failing worker sets (:func:`announce_failure`): the workers of every node watch
+it (:func:`exit_with_launcher`)."""
+
+
+def _run_store() -> dist.TCPStore | None:
+    """A client of torchrun's store (``MASTER_ADDR``/``MASTER_PORT`` of the worker's environment), or ``None``
+    without one or when it does not answer within 10 s."""
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not host or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        return dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=10),
+                             wait_for_workers=False)
+    except (RuntimeError, ValueError):
+        return None
+
+
+def announce_failure(what: str) -> None:
+    """Tell the workers of every node that this run failed (``what``: who and how, for their line), through
+    torchrun's store; nothing without one. A worker of another node blocked in a collective may otherwise wait
+    for gloo's timeout (300 s): its own peers are alive, only waiting for the failed one."""
+    store = _run_store()
+    if store is not None:
+        try:
+            store.set(FAILED_KEY, what)
+        except RuntimeError:
+            pass
+
+
 def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
     """Let this worker not outlive torchrun, the launcher or a failed peer (see the module notes):
     ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread that every ``poll_s``
     seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV` (gone: prints one line and ends the
-    process, status 1), and the control folder: when another worker of this node failed (:func:`peer_failed`) and
-    this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for the failed rank), it ends
-    silently with status 1 (the failed worker's line is the run's)."""
+    process, status 1), and the control folder: when another worker of this node failed (:func:`peer_failed`), or
+    one of this worker's siblings (torchrun's other workers) ended without an outcome while this one runs (a
+    worker killed, which reports nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a
+    collective for the failed rank, or for a rank on another node waiting for it), it ends silently with status 1
+    (the failed worker's line is the run's; a sibling's end is also announced to the other nodes,
+    :func:`announce_failure`).
+    Without this, torchrun's SIGTERM to such a worker only records a stop request, and torchrun kills it 30 s
+    later. When a worker of any node announced a failure in torchrun's store, this one ends ``peer_grace_s``
+    seconds later with the line ``lost a peer: rank R's run ended: <what>``, status 1."""
     parent = os.getppid()
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     launcher_pid = int(launcher) if launcher and launcher.isdigit() else None
@@ -205,17 +285,31 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
 
     def watch() -> None:
-        peer_failed_at = None
+        peer_failed_at, siblings, store, announced = None, {}, _run_store(), None
+        control = os.environ.get(CONTROL_ENV)
         while True:
+            siblings.update((pid, rank) for pid, rank in _sibling_workers(parent).items() if pid != os.getpid())
+            if announced is None and store is not None:
+                try:
+                    announced = store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
+                except RuntimeError:  # node 0's torchrun, which holds the store, is gone
+                    announced = "node 0's torchrun is gone"
+                if announced is not None and peer_failed_at is None:
+                    peer_failed_at = time.monotonic()
             gone = ("torchrun" if os.getppid() != parent else
                     "the launcher" if launcher_pid is not None and not _alive(launcher_pid) else None)
             if gone:
                 print(f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
                       file=sys.stderr, flush=True)
                 os._exit(1)
-            if peer_failed_at is None and peer_failed():
+            if peer_failed_at is None and (peer_failed() or any(
+                    not _alive(pid) and _killed(rank, control) for pid, rank in siblings.items())):
                 peer_failed_at = time.monotonic()
+                announce_failure(f"a worker on host {socket.gethostname()} failed or was killed")
             if peer_failed_at is not None and time.monotonic() - peer_failed_at >= peer_grace_s:
+                if announced is not None:
+                    print(f"lost a peer: rank {os.environ.get('RANK', '0')}'s run ended: {announced}",
+                          file=sys.stderr, flush=True)
                 os._exit(1)
             time.sleep(poll_s)
 

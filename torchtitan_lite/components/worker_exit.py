@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
-from torchtitan_lite.components.faults import report_outcome
+from torchtitan_lite.components.faults import CONTROL_ENV, lost_peer, report_outcome
 
 
 def say(code: int, line: str, *, to_stdout: bool = False) -> int:
@@ -23,12 +24,37 @@ def say(code: int, line: str, *, to_stdout: bool = False) -> int:
 def exit_after(code: int) -> None:
     """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
     with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
-    "Distributed: exiting together"); errors exit normally."""
+    "Distributed: exiting together"); errors exit normally. A success without a line is first reported as
+    status 0 (:func:`~torchtitan_lite.components.faults.report_outcome`): the worker's siblings then know it was
+    not killed."""
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0:
+        control = os.environ.get(CONTROL_ENV)
+        own = f"outcome.{os.environ.get('LOCAL_RANK', '0')}"
+        if control is not None and not os.path.exists(os.path.join(control, own)):
+            report_outcome(0, None)
         os._exit(0)
     sys.exit(code)
+
+
+def exit_on_bug() -> None:
+    """Leave the worker with status 1 after an exception that :func:`~torchtitan_lite.train.main` let through (a
+    bug, or this worker losing a peer on another node): print its traceback as the interpreter would, then
+    ``os._exit``. The interpreter's teardown after a peer died can block in gloo's threads until torchrun kills the
+    worker after its 30 s shutdown timeout; meanwhile its open connections keep peers on other nodes waiting.
+    A collective that failed because another rank's process is gone (:func:`lost_peer`) is no bug: one line
+    ``lost a peer: rank R ...`` instead of the traceback (``run_train.sh`` then names the node that failed)."""
+    err = sys.exc_info()[1]
+    if err is not None and lost_peer(err):
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"lost a peer: rank {os.environ.get('RANK', '0')}'s collective failed because another rank's process "
+              f"is gone ({detail}); the node of the worker that failed names it", file=sys.stderr)
+    else:
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def without_config_file(argv: list[str]) -> list[str]:
