@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
 
 @torch.no_grad()
 def _evaluate(argv: list[str]) -> int:
-    options, config = parse_tool_args(tool_parser(), argv)
+    options, run = parse_tool_args(tool_parser(), argv)
     if options.max_batches is not None and options.max_batches < 1:
         raise InputError(f"--max_batches must be >= 1, got {options.max_batches}")
-    loaded = load_model(config)
+    config, loaded = run.config, load_model(run)
     if config.training.seq_len > loaded.args.max_seq_len:
         raise InputError(f"training.seq_len {config.training.seq_len} exceeds the model's max_seq_len "
                          f"{loaded.args.max_seq_len}; lower it")

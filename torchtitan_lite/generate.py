@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _generate(argv: list[str]) -> int:
-    options, config = parse_tool_args(tool_parser(), argv)
+    options, run = parse_tool_args(tool_parser(), argv)
     if options.max_new_tokens < 1 or options.temperature < 0 or (options.top_k is not None and options.top_k < 1):
         raise InputError(f"--max_new_tokens must be >= 1, --temperature >= 0 and --top_k >= 1; got "
                          f"{options.max_new_tokens}, {options.temperature}, {options.top_k}")
-    loaded = load_model(config)
+    loaded = load_model(run)
     print(f"{loaded.source}; tokenizer {loaded.tokenizer.path}", file=sys.stderr, flush=True)
     prompt_ids = loaded.tokenizer.encode(options.prompt)
     limit = loaded.args.max_seq_len

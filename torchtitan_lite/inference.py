@@ -24,15 +24,14 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.integrity import read_meta, verify_files
 from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import check_paths, parse_args
+from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.preflight.run import ResolvedRun
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.distributed.devices import device_type
@@ -59,26 +58,26 @@ class LoadedModel:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
 
-def parse_tool_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, JobConfig]:
-    """The tool's own options (``parser``) and the checked job config from the other tokens of ``argv``.
+def parse_tool_args(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, ResolvedRun]:
+    """The tool's own options (``parser``) and the checked run of the job from the other tokens of ``argv``.
 
     Exits 2 with ``config error: <line>`` on bad options, a bad config, or no weights to load; 0 after ``--help``.
     """
     options, rest = parser.parse_known_args(argv)
     try:
-        config = parse_args(rest)
-        cp = config.checkpoint
+        run = parse_run(rest)
+        cp = run.config.checkpoint
         if cp.load_path is None and cp.initial_load_hf is not None:
             cp.enable = False  # the HF folder is the source: the job's own checkpoints are not looked at
-        check_paths(config)
-        if weights_source(config) is None:
+        check_paths(run)
+        if weights_source(run.config) is None:
             raise ConfigError("nothing to load: give --checkpoint.load_path=STEP_FOLDER (with the job's config), "
                               "--checkpoint.initial_load_hf=HF_FOLDER, or a job whose checkpoint folder has a "
                               "complete checkpoint")
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    return options, config
+    return options, run
 
 
 def weights_source(config: JobConfig) -> tuple[str, str] | None:
@@ -105,19 +104,18 @@ def _load_checkpoint(model: nn.Module, path: str) -> list[str]:
 
 
 @torch.no_grad()
-def load_model(config: JobConfig) -> LoadedModel:
-    """The job's model with its trained weights (module docstring).
+def load_model(run: ResolvedRun) -> LoadedModel:
+    """The run's model with its trained weights (module docstring).
 
     Raises:
         HFError: the HF folder lacks tensors the model needs (a tool runs only fully loaded models).
         UserError: see :func:`components.hf.load.load_hf_folder` and DCP's loading.
     """
+    config, spec, args = run.config, run.spec, run.model_args
     kind, path = weights_source(config)
     if config.training.num_threads is not None:
         torch.set_num_threads(config.training.num_threads)
     device = torch.device(device_type(config.training.device))
-    args = build_model_args(config)
-    spec = get_model_spec(config.model.name)
     with torch.device("meta"):
         model = spec.model_cls(args)
     set_attn_backend(model, config.model.attn_backend)
@@ -135,7 +133,7 @@ def load_model(config: JobConfig) -> LoadedModel:
     init_weights(model, spec.init_plan(args), config.training.seed, skip=loaded, buffer_device=device)
     name = config.training.compute_dtype
     dtype = torch.float32 if device.type == "cpu" or name == "float32" else torch.bfloat16
-    return LoadedModel(model.eval(), args, build_tokenizer(tokenizer_path(config)), device,
+    return LoadedModel(model.eval(), args, build_tokenizer(run.tokenizer_path), device,
                        f"{config.model.name} ({config.model.flavor}) from {source}", dtype)
 
 

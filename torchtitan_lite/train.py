@@ -38,7 +38,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState, expected_bytes
 from torchtitan_lite.components.checkpoint.hold import hold_checkpoint_folder
@@ -82,11 +81,11 @@ from torchtitan_lite.components.startup import (
 )
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.components.worker_exit import exit_after, exit_on_bug, say, without_config_file
-from torchtitan_lite.preflight.checks import load_config, load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run, load_run_or_exit
 from torchtitan_lite.config.cli import ConfigError, format_toml
 from torchtitan_lite.preflight.memory import check_memory
-from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, read_resolved
+from torchtitan_lite.preflight.run import ResolvedRun
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
@@ -179,67 +178,90 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
         float8=float8_settings(config))
 
 
-def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
-    """``(model, spec, args)``: the configured model on meta (no memory, no RNG). The config was checked against
-    the model (vocab, ``seq_len``, selective k) by ``preflight/checks.py``."""
-    spec = get_model_spec(config.model.name)
-    args = build_model_args(config)
+def build_meta_model(run: ResolvedRun) -> nn.Module:
+    """The run's model on meta (no memory, no RNG), its attention backend set."""
     with torch.device("meta"):
-        model = spec.model_cls(args)
-    set_attn_backend(model, config.model.attn_backend)
-    return model, spec, args
+        model = run.spec.model_cls(run.model_args)
+    set_attn_backend(model, run.config.model.attn_backend)
+    return model
 
 
-def parallelize_model(model: nn.Module, spec, config: JobConfig, info: DistInfo) -> nn.Module:
+def parallelize_model(model: nn.Module, run: ResolvedRun, info: DistInfo) -> nn.Module:
     """``spec.parallelize`` (:func:`parallel_options`), then ``to_empty`` on the device: uninitialized."""
-    model = spec.parallelize(model, info.dims, parallel_options(config, info.device))
+    model = run.spec.parallelize(model, info.dims, parallel_options(run.config, info.device))
     materialize(model, info.device)
     return model
 
 
-def build_model(config: JobConfig, info: DistInfo) -> tuple[nn.Module, object, object]:
-    """:func:`build_meta_model` -> :func:`parallelize_model`: ``(model, spec, args)``, uninitialized."""
-    model, spec, args = build_meta_model(config)
-    return parallelize_model(model, spec, config, info), spec, args
+def build_model(run: ResolvedRun, info: DistInfo) -> nn.Module:
+    """:func:`build_meta_model` -> :func:`parallelize_model`: the model on the device, uninitialized."""
+    return parallelize_model(build_meta_model(run), run, info)
 
 
-def build_pipelined_model(config: JobConfig, info: DistInfo) -> tuple[Pipeline, object, object]:
-    """Under ``pipeline_parallel_degree`` > 1: ``(pipeline, spec, args)``, this rank's stages of the model built
-    on meta, each parallelized like a whole model (:func:`parallel_options`) and on the device, uninitialized
+def build_pipelined_model(run: ResolvedRun, info: DistInfo) -> Pipeline:
+    """Under ``pipeline_parallel_degree`` > 1: this rank's stages of the model built on meta, each parallelized
+    like a whole model (:func:`parallel_options`) and on the device, uninitialized
     (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the rest of the
-    run sees as the model. The config checked the split and the untied embeddings (``distributed/checks.py``).
-    """
-    model, spec, args = build_meta_model(config)
+    run sees as the model. The preflight checked the split and the untied embeddings."""
+    config = run.config
     par, training = config.parallelism, config.training
-    pipeline = build_pipeline(
-        model, info.dims, spec.parallelize, parallel_options(config, info.device), device=info.device,
-        schedule=par.pipeline_parallel_schedule, local_batch_size=training.local_batch_size,
-        microbatch_size=par.pipeline_parallel_microbatch_size, seq_len=training.seq_len,
-        layers_per_stage=par.pipeline_parallel_layers_per_stage, split_points=par.pipeline_parallel_split_points,
-        loss_fn=build_loss_fn(config, info.device))
-    return pipeline, spec, args
+    return build_pipeline(
+        build_meta_model(run), info.dims, run.spec.parallelize, parallel_options(config, info.device),
+        device=info.device, schedule=par.pipeline_parallel_schedule,
+        local_batch_size=training.local_batch_size, microbatch_size=par.pipeline_parallel_microbatch_size,
+        seq_len=training.seq_len, layers_per_stage=par.pipeline_parallel_layers_per_stage,
+        split_points=par.pipeline_parallel_split_points, loss_fn=build_loss_fn(config, info.device))
 
 
 class Trainer:
-    """One training run, built from a validated :class:`JobConfig` on every rank.
+    """One training run, built from a :class:`ResolvedRun` on every rank, phase by phase as the run reads
+    (docs/design.md, "Start-up order").
 
     ``stop``: when given, a stop request agreed between the start-up phases raises
     :class:`~torchtitan_lite.components.faults.Stopped` (nothing was trained, nothing is saved).
     """
 
-    def __init__(self, config: JobConfig, stop: StopRequest | None = None, startup: StartupLog | None = None,
+    def __init__(self, run: ResolvedRun, stop: StopRequest | None = None, startup: StartupLog | None = None,
                  console: ConsoleLog | None = None):
-        """Build the run, printing a line per start-up phase (:class:`StartupLog`; ``startup`` already holds the
-        config line when given). ``console``: the worker's :class:`ConsoleLog`, opened as
+        """Build ``run``, printing a line per start-up phase (:class:`StartupLog`; ``startup`` already holds
+        the config line when given). ``console``: the worker's :class:`ConsoleLog`, opened as
         ``<run folder>/logs/rank<N>.log`` once the run folder exists."""
-        self.config = config
-        self.startup = say = startup or StartupLog()
-        self.info = info = init_distributed(config)
+        self.run, self.config, self.spec, self.args = run, run.config, run.spec, run.model_args
+        self.startup, self.stop = startup or StartupLog(), stop
+        self._start_process_group()  # self.info: device, process group, mesh
+        memory_warning = check_memory(run, self.info.world_size, self.info.local_world_size)
+        deterministic_line = self._fix_numerics()
+        self.tokenizer = build_tokenizer(run.tokenizer_path)
+        self.data = self._build_data(self.tokenizer)
+        self.train_loader, self.val_loader = self.data.train, self.data.validation
+        self._phase_done("loading the data")
+        self.whole = build_meta_model(run)  # the whole model's names, shapes and ties
+        self.n_params = sum(p.numel() for p in self.whole.parameters())
+        self.startup.phase("model", f"{self.config.model.name} flavor {self.config.model.flavor} on meta: "
+                                    f"{self.n_params:,} parameters (tied embeddings: "
+                                    f"{getattr(self.args, 'tie_embeddings', False)}), vocab_size "
+                                    f"{self.args.vocab_size}, tokenizer vocab {self.tokenizer.vocab_size}")
+        self.model = self._parallelize()
+        self._phase_done("the model build")
+        self.optimizer, self.scheduler = self._build_optimizer()
+        self.checkpointer = self._build_checkpointer()
+        self.train_state = self._load_and_init(memory_warning)
+        self.guard = NonFiniteGuard(self.config.training.nonfinite_policy, self.config.training.max_skipped_steps,
+                                    self.train_state.skipped_steps, device=self.info.device)
+        self._open_run_folder(console, deterministic_line)
+
+    def _start_process_group(self) -> None:
+        """``self.info``: device, process group and mesh (:func:`init_distributed`); on several nodes, their
+        configs agree."""
+        info = self.info = init_distributed(self.config)
         if info.world_size > info.local_world_size:  # several nodes, each launcher resolved the config on its own
-            check_nodes_agree(config, info.cpu_group)
-        self.stop = stop
+            check_nodes_agree(self.config, info.cpu_group)
         self._phase_done("the process group start")
-        memory_warning = check_memory(config, info.world_size, info.local_world_size)
+
+    def _fix_numerics(self) -> str | None:
+        """Determinism, seed, loss parallelism, float8, compute dtype and batch split; the ``process group``
+        line and the global batch note. The deterministic-algorithms line to print later, if any."""
+        config, info, say = self.config, self.info, self.startup
         check_deterministic(config, info.dims)
         self.layout_invariant = config.training.deterministic == "layout"
         deterministic = config.debug.deterministic or config.training.deterministic != "off"
@@ -247,67 +269,73 @@ class Trainer:
         torch.manual_seed(config.training.seed)
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.float8 = float8_settings(config)
-        dtype = compute_dtype(config, info.device)
-        say.phase("process group", f"{info.backend}, world size {info.world_size}, {layout_text(info.dims, config, self.loss_parallel)}; device "
-                                   f"{info.device}, compute dtype {str(dtype).removeprefix('torch.')}, threads per rank "
+        self.dtype = compute_dtype(config, info.device)
+        say.phase("process group", f"{info.backend}, world size {info.world_size}, "
+                                   f"{layout_text(info.dims, config, self.loss_parallel)}; device {info.device}, "
+                                   f"compute dtype {str(self.dtype).removeprefix('torch.')}, threads per rank "
                                    f"{torch.get_num_threads()}")
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         say.note(f"global batch {self.global_batch} x {config.training.seq_len} tokens = "
                  f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} micro-batch(es) per "
                  "data-parallel rank")
-        self.tokenizer = tokenizer = build_tokenizer(tokenizer_path(config))
-        self.data = self._build_data(tokenizer)
-        self.train_loader, self.val_loader = self.data.train, self.data.validation
-        self._phase_done("loading the data")
-        self.whole, self.spec, self.args = build_meta_model(config)  # the whole model's names, shapes and ties
-        self.n_params = sum(p.numel() for p in self.whole.parameters())
-        say.phase("model", f"{config.model.name} flavor {config.model.flavor} on meta: {self.n_params:,} parameters "
-                           f"(tied embeddings: {getattr(self.args, 'tie_embeddings', False)}), vocab_size "
-                           f"{self.args.vocab_size}, tokenizer vocab {tokenizer.vocab_size}")
-        self.pipeline: Pipeline | None = None
+        return deterministic_line
+
+    def _parallelize(self) -> nn.Module:
+        """The model parallelized and on the device, uninitialized (the pipeline's stages under pipeline
+        parallelism), its loss function and training hooks; the float8 note."""
+        info, self.pipeline = self.info, None
         forwards = self.accum  # model forwards per rank per step
         if info.dims.pp > 1:
-            self.pipeline, _, _ = build_pipelined_model(config, info)
-            self.model = self.pipeline.model
+            self.pipeline = build_pipelined_model(self.run, info)
+            model = self.pipeline.model
             forwards *= self.pipeline.n_microbatches
         else:
-            self.model = parallelize_model(build_meta_model(config)[0], self.spec, config, info)
-        self._phase_done("the model build")
+            model = parallelize_model(build_meta_model(self.run), self.run, info)
         if self.float8 is not None:
-            say.note(float8_line(self.model, self.float8))
-        self.loss_fn = build_loss_fn(config, info.device)
-        self.hooks = self.spec.training_hooks(self.model, info.dims, forwards)
+            self.startup.note(float8_line(model, self.float8))
+        self.loss_fn = build_loss_fn(self.config, info.device)
+        self.hooks = self.spec.training_hooks(model, info.dims, forwards)
         if self.layout_invariant:
-            install_canonical_reduction(self.model, info.dims, self.accum)
-        opt = config.optimizer
-        self.optimizer = build_optimizer(
+            install_canonical_reduction(model, info.dims, self.accum)
+        return model
+
+    def _build_optimizer(self) -> tuple[torch.optim.Optimizer, object]:
+        """``(optimizer, lr scheduler)``; the warmup-clipped note, the ``parallelize`` line, the pipeline's."""
+        config, say = self.config, self.startup
+        opt, sched = config.optimizer, config.lr_scheduler
+        optimizer = build_optimizer(
             self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay,
             decay_embeddings=opt.decay_embeddings, decay_norms_and_biases=opt.decay_norms_and_biases,
             implementation=optimizer_implementation(config), muon=muon_settings(opt))
-        sched = config.lr_scheduler
-        self.scheduler = build_lr_scheduler(
-            self.optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
+        scheduler = build_lr_scheduler(
+            optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
             decay_ratio=sched.decay_ratio, decay_type=sched.decay_type, min_lr_factor=sched.min_lr_factor)
         clipped = warmup_clipped_line(warmup_steps=sched.warmup_steps, steps=config.training.steps,
                                       decay_ratio=sched.decay_ratio)
         if clipped:
             say.note(clipped)
-        fused = self.optimizer.defaults["fused"]
-        say.phase("parallelize", f"{memory_and_compile_line(config, info.device.type, fused)}; "
-                                 f"materialized on {info.device}")
+        fused = optimizer.defaults["fused"]
+        say.phase("parallelize", f"{memory_and_compile_line(config, self.info.device.type, fused)}; "
+                                 f"materialized on {self.info.device}")
         if self.pipeline is not None:
             say.note(self.pipeline.describe())
-        cp = config.checkpoint
+        return optimizer, scheduler
+
+    def _build_checkpointer(self) -> Checkpointer:
+        """The checkpointer of the run's checkpoint folder (async only with ``checkpoint.enable``)."""
+        config, info, cp = self.config, self.info, self.config.checkpoint
         values = config_values(config)
-        self.checkpointer = Checkpointer(
+        return Checkpointer(
             checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model, optimizer=self.optimizer,
-            lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims,
-            device=info.device, keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
+            lr_scheduler=self.scheduler, dataloader=self.train_loader, dims=info.dims, device=info.device,
+            keep_latest_k=cp.keep_latest_k, async_mode=cp.async_mode if cp.enable else "disabled",
             meta={"model": config.model.name, "flavor": config.model.flavor, "model_args": model_args_json(self.args),
                   "config": values, "lr_schedule": schedule_settings(values)})
-        self.train_state = self._load_and_init(memory_warning)
-        self.guard = NonFiniteGuard(config.training.nonfinite_policy, config.training.max_skipped_steps,
-                                    self.train_state.skipped_steps, device=info.device)
+
+    def _open_run_folder(self, console: ConsoleLog | None, deterministic_line: str | None) -> None:
+        """The run folder, the rank's console log in it, the metrics logger, the profiler; the last start-up
+        lines (determinism, run folder), the init report, the first weight histograms."""
+        config, info, say = self.config, self.info, self.startup
         self.run_folder = create_run_folder(config, info.rank, info.world_size, info.local_world_size)
         log_path = console.open(Path(self.run_folder) / "logs" / f"rank{info.rank}.log") if console else None
         flops_per_token = self.spec.num_flops_per_token(self.args, config.training.seq_len)
@@ -316,8 +344,8 @@ class Trainer:
             tb_subfolder=config.metrics.save_tb_folder, rank=info.rank, log_freq=config.metrics.log_freq,
             total_steps=config.training.steps, world_size=info.world_size,
             num_flops_per_token=flops_per_token, peak_flops=mixed_peak_flops(
-                flops_per_token, float8_flops_per_token(self.whole, self.float8), peak_flops(info.device, dtype),
-                peak_flops(info.device, torch.float8_e4m3fn)),
+                flops_per_token, float8_flops_per_token(self.whole, self.float8),
+                peak_flops(info.device, self.dtype), peak_flops(info.device, torch.float8_e4m3fn)),
             cpu_threads=torch.get_num_threads() if info.device.type == "cpu" else None)
         kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
             [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
@@ -684,12 +712,13 @@ def _run(args: list[str], console: ConsoleLog) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:
         exit_with_launcher()
     if "--help" in args or "-h" in args:
-        load_config_or_exit(args)
+        load_run_or_exit(args)
     finished = False
     try:
         try:
             resolved = os.environ.get(RESOLVED_CONFIG_ENV)
-            config = read_resolved(resolved) if resolved else load_config(args)
+            run = read_resolved(resolved) if resolved else load_run(args)
+            config = run.config
             if config.job.print_config:
                 print(format_toml(config), end="")
                 return 0
@@ -698,7 +727,7 @@ def _run(args: list[str], console: ConsoleLog) -> int:
             startup.phase("config", f"{config.job.config_file or 'the defaults'}"
                                     + (f" with {' '.join(given)}" if given else "") + imports
                                     + (f'; job "{config.job.description}"' if config.job.description else ""))
-            trainer = Trainer(config, stop, startup, console)
+            trainer = Trainer(run, stop, startup, console)
         except Stopped as done:
             finished = True
             return say(0, str(done), to_stdout=True)

@@ -21,11 +21,11 @@ if not {"--help", "-h"} & set(sys.argv[1:]):
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
 
-from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV, load_config_or_exit  # noqa: E402 (imports torch)
+from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV, load_run_or_exit  # noqa: E402 (imports torch)
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, write_resolved  # noqa: E402
 
 world_size = os.environ.get(WORLD_SIZE_ENV, "")
-config = load_config_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)
+run = load_run_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)
 if os.environ.get(RESOLVED_CONFIG_ENV):
-    write_resolved(config, os.environ[RESOLVED_CONFIG_ENV])
+    write_resolved(run.config, os.environ[RESOLVED_CONFIG_ENV])
 sys.exit(0)

@@ -26,7 +26,8 @@ from torchtitan_lite.components.muon import check_muon_config
 from torchtitan_lite.config.cli import ConfigError, format_help, format_toml
 from torchtitan_lite.config.load import Sources, precedence, read_config, where
 from torchtitan_lite.preflight.memory import check_memory
-from torchtitan_lite.preflight.model_args import build_model_args, resolve_model, tokenizer_path, type_overrides
+from torchtitan_lite.preflight.model_args import resolve_model, type_overrides
+from torchtitan_lite.preflight.run import ResolvedRun, resolved_run
 from torchtitan_lite.config.paths import check_exists, check_writable
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.checks import check_data_settings, check_tokenizer, check_training_data
@@ -45,7 +46,16 @@ when the workers start."""
 
 
 def parse_args(argv: list[str]) -> JobConfig:
-    """The validated configuration from command-line tokens (``sys.argv[1:]``, without ``--help``).
+    """The config of :func:`parse_run`.
+
+    Raises:
+        ConfigError: as :func:`parse_run`.
+    """
+    return parse_run(argv).config
+
+
+def parse_run(argv: list[str]) -> ResolvedRun:
+    """The run of command-line tokens (``sys.argv[1:]``, without ``--help``), its model resolved once.
 
     Checks types, bounds, cross-field rules and the model (name, flavor, overrides) against every section; paths
     are checked by :func:`check_paths`.
@@ -53,11 +63,6 @@ def parse_args(argv: list[str]) -> JobConfig:
     Raises:
         ConfigError: any problem, one line naming the key and where it was set.
     """
-    return _parse(argv)[0]
-
-
-def _parse(argv: list[str]) -> tuple[JobConfig, Any]:
-    """:func:`parse_args` and the model args it resolved."""
     config, sources = read_config(argv)
     _check_run_settings(config, sources)
     check_data_settings(config, sources)
@@ -69,7 +74,7 @@ def _parse(argv: list[str]) -> tuple[JobConfig, Any]:
     check_layout_fits_model(config, args, sources)
     check_attention_config(config, args, sources)
     check_muon_config(config, sources)
-    return config, args
+    return resolved_run(config, args)
 
 
 def _check_run_settings(config: JobConfig, sources: Sources) -> None:
@@ -101,28 +106,26 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
                           f"last step (training.steps = {training.steps}); profile an earlier step")
 
 
-def check_paths(config: JobConfig, args: Any = None, dp_degree: int | None = None) -> None:
-    """The files the run reads exist and fit the model (``args``, default :func:`build_model_args`), and its output
-    folders can be written; creates nothing.
+def check_paths(run: ResolvedRun, dp_degree: int | None = None) -> None:
+    """The files ``run`` reads exist and fit its model, and its output folders can be written; creates nothing.
 
     Checks, in order: ``model.tokenizer_path``, ``training.dataset_path`` and ``checkpoint.load_path`` exist; the
-    tokenizer (:func:`tokenizer_path`) reads and its vocab fits the model's; the training data
-    (:func:`~torchtitan_lite.data.checks.check_training_data`);
-    ``job.dump_folder``, the checkpoint folder and ``checkpoint.export_hf`` can be created (and the family can
-    export); the checkpoint to resume (if any) is complete, intact and from the same model (and, with ``dp_degree``,
-    holds a streaming loader state this degree can load); else the
-    ``checkpoint.initial_load_hf`` folder's files hold what the model needs, with the right shapes. (A run that
-    writes the checkpoint folder: also :func:`check_checkpoint_folder`.)
+    tokenizer (``run.tokenizer_path``) reads and its vocab fits the model's; the training data
+    (:func:`~torchtitan_lite.data.checks.check_training_data`); ``job.dump_folder``, the checkpoint folder and
+    ``checkpoint.export_hf`` can be created (and the family can export); the checkpoint to resume (if any) is
+    complete, intact and from the same model (and, with ``dp_degree``, holds a streaming loader state this degree
+    can load); else the ``checkpoint.initial_load_hf`` folder's files hold what the model needs, with the right
+    shapes. (A run that writes the checkpoint folder: also :func:`check_checkpoint_folder`.)
 
     Raises:
         ConfigError: the first problem, one line naming the key or file.
     """
-    args = build_model_args(config) if args is None else args
+    config, args = run.config, run.model_args
     for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
                       ("training.dataset_path", config.training.dataset_path),
                       ("checkpoint.load_path", config.checkpoint.load_path)):
         check_exists(key, path)
-    tokenizer = check_tokenizer(config, tokenizer_path(config), args)
+    tokenizer = check_tokenizer(config, run.tokenizer_path, args)
     check_training_data(config.training, tokenizer, args.vocab_size)
     check_writable("job.dump_folder", config.job.dump_folder)
     check_export(config)
@@ -130,22 +133,22 @@ def check_paths(config: JobConfig, args: Any = None, dp_degree: int | None = Non
         check_import(config, args)
 
 
-def load_config(argv: list[str], world_size: int | None = None) -> JobConfig:
-    """:func:`parse_args` + :func:`check_paths` + :func:`check_checkpoint_folder` (+ :func:`check_world_size` and the
+def load_run(argv: list[str], world_size: int | None = None) -> ResolvedRun:
+    """:func:`parse_run` + :func:`check_paths` + :func:`check_checkpoint_folder` (+ :func:`check_world_size` and the
     error part of :func:`check_memory` when ``world_size`` is given): the checks of a training run.
 
     Raises:
         ConfigError: the first problem.
     """
-    config, args = _parse(argv)
+    run = parse_run(argv)
     dp_degree = None
     if world_size is not None:
-        dp_degree = check_world_size(config, world_size).dp_degree
-    check_paths(config, args, dp_degree)
-    check_checkpoint_folder(config)
+        dp_degree = check_world_size(run.config, world_size).dp_degree
+    check_paths(run, dp_degree)
+    check_checkpoint_folder(run.config)
     if world_size is not None:
-        check_memory(config, world_size, args=args)
-    return config
+        check_memory(run, world_size)
+    return run
 
 
 def help_text(argv: list[str] = ()) -> str:
@@ -174,8 +177,8 @@ def _value_of(config: JobConfig, key: str) -> Any:
     return value[item[0]] if item else value
 
 
-def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobConfig:
-    """:func:`load_config` for entry points.
+def load_run_or_exit(argv: list[str], world_size: int | None = None) -> ResolvedRun:
+    """:func:`load_run` for entry points.
 
     ``--help``/``-h``: prints :func:`help_text` and exits 0. ``--job.print_config``: prints the resolved
     config as TOML and exits 0. A :class:`ConfigError` is printed as ``config error: <line>`` on stderr and
@@ -185,11 +188,11 @@ def load_config_or_exit(argv: list[str], world_size: int | None = None) -> JobCo
         print(help_text(argv))
         sys.exit(0)
     try:
-        config = load_config(argv, world_size)
+        run = load_run(argv, world_size)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    if config.job.print_config:
-        print(format_toml(config), end="")
+    if run.config.job.print_config:
+        print(format_toml(run.config), end="")
         sys.exit(0)
-    return config
+    return run

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.model_args import build_model_args
-from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.distributed.devices import device_module, device_type
 from torchtitan_lite.errors import LaunchError
+from torchtitan_lite.preflight.run import ResolvedRun
 
 GIB = 2**30
 TIGHT = 0.9
@@ -105,21 +102,20 @@ def meta_parameter_count(model_cls, args) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None, *,
-                 args: Any = None) -> str | None:
-    """The memory one rank of a ``world_size``-rank run needs (:func:`estimate_rank_memory` for the model ``args``,
-    default :func:`~torchtitan_lite.preflight.model_args.build_model_args`) against its device's memory, or on CPU the
-    host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
+def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`estimate_rank_memory`) against its
+    device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when
+    tight, else ``None``.
 
     Raises:
         ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not available.
     """
+    config, args = run.config, run.model_args
     try:
         kind = device_type(config.training.device)
     except LaunchError as err:
         raise ConfigError(f"training.device: {err}") from None
-    args = build_model_args(config) if args is None else args
-    n_params = meta_parameter_count(get_model_spec(config.model.name).model_cls, args)
+    n_params = meta_parameter_count(run.spec.model_cls, args)
     fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
     estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
                                     local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,

@@ -34,10 +34,9 @@ from typing import Iterator
 
 import torch
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.startup import step1_expectation, step1_line
-from torchtitan_lite.preflight.checks import load_config_or_exit
-from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.preflight.checks import load_run_or_exit
+from torchtitan_lite.preflight.run import ResolvedRun
 from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer
@@ -142,10 +141,11 @@ def plan_table(model: torch.nn.Module, plan) -> str:
             + text_table(["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)))
 
 
-def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
+def _step1_lines(run: ResolvedRun, model: torch.nn.Module, plan) -> list[str]:
     """The trainer's expected step-1 loss line (:func:`step1_expectation`, the step-1 batch of one process read from
     the configured training data when it is local and tied outputs need it), then every term of it
     (``Step1Expectation.describe``), and why the batch was not read when it was not."""
+    config = run.config
     global_batch, _ = micro_batches(config, 1)
     dataset, why_not = None, ""
     if expected_step1_loss(model, plan).tied and not config.training.streaming:
@@ -156,7 +156,7 @@ def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
                 dataset_path=t.dataset_path,
                 dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
                 hf_dataset_config=t.hf_dataset_config, text_column=t.text_column,
-                tokenizer=build_tokenizer(tokenizer_path(config)), seq_len=t.seq_len,
+                tokenizer=build_tokenizer(run.tokenizer_path), seq_len=t.seq_len,
                 local_batch_size=t.local_batch_size, seed=t.seed, documents=t.document_masking).train.dataset
         except UserError as err:
             why_not = f"the step-1 batch was not read: {err}"
@@ -181,16 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     options, rest = _parse(argv)
-    config = load_config_or_exit(rest)
+    run = load_run_or_exit(rest)
+    config, spec, args = run.config, run.spec, run.model_args
     torch.set_num_threads(config.training.num_threads or torch.get_num_threads())
-    spec = get_model_spec(config.model.name)
-    args = build_model_args(config)
     plan = spec.init_plan(args)
     full = _build_meta(spec, args)
     n_params = sum(p.numel() for p in full.parameters())
     print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
           f"seed {config.training.seed}")
-    for line in _step1_lines(config, full, plan):
+    for line in _step1_lines(run, full, plan):
         print(line)
     cpu = torch.device("cpu")
     try:
