@@ -1,28 +1,29 @@
 """The trainer: ``python -m torchtitan_lite.train --job.config_file X.toml [--section.key=value ...]``.
 
-Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
-run goes: config (the one ``run_train.sh`` checked and resolved, ``preflight/resolved.py``; else checked here) ->
-device and process group -> model on meta -> FSDP2 -> materialize -> optimizer -> data -> the checkpoint
-folder's lock -> load (checkpoint or HF weights) -> init of what was not loaded -> loop
-(forward, loss, backward, clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars ->
-checkpoints every ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT (see ``faults.py``; a stop
-request between the start-up phases ends the run with nothing to save) -> HF export.
+Launched by ``run_train.sh`` through torchrun (one process per device). It starts in this order:
+config -> preflight (resolve and check the run once) -> process group and mesh -> data -> model on
+meta -> parallelize and materialize -> optimizer -> checkpoint folder lock -> load -> init of what
+was not loaded -> run folder -> loop -> checkpoints -> HF export. The config and preflight steps are
+the launcher's (``preflight/resolved.py``), or this worker's when started without it;
+docs/design.md, "Where the code is". The loop logs a line per step and TensorBoard scalars;
+checkpoints are saved every ``checkpoint.interval`` steps, at the end and on SIGTERM/SIGINT
+(``faults.py``); a stop request between the start-up phases ends the run with nothing to save.
 
-Exit status of ``main``: 0 (done, or stopped by a signal after saving or before the first step); 2 for a
-:class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run (data,
-checkpoint, checkpoint folder, HF folder, launch; one ``config error: ...`` or ``input error: ...`` line); 1 for
-one raised while training (non-finite loss, strict init check, a full disk; one ``error: ...`` line) and for any
-other exception, a bug, which propagates with its traceback. The worker exits with that status, so torchrun stops
-the other workers; under ``run_train.sh`` the line also goes to the launcher (``faults.report_outcome``). Nothing
-is written to disk before the inputs are checked.
+Exit status of ``main``: 0 (done, or stopped by a signal after saving or before the first step); 2
+for a :class:`~torchtitan_lite.errors.UserError` raised while reading the config or building the run
+(one ``config error: ...`` or ``input error: ...`` line); 1 for one raised while training (one
+``error: ...`` line) and for any other exception, a bug, which propagates with its traceback.
+torchrun then stops the other workers; under ``run_train.sh`` the line also goes to the launcher
+(``faults.report_outcome``). Nothing is written to disk before the inputs are checked.
 
 Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
-the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches. Each micro-batch
-adds its summed token cross-entropy divided by the GLOBAL token count of the step to the loss, and
-FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is that of the mean loss
-over all tokens of the global batch, exactly as one process would compute it. Under pipeline parallelism a
-micro-batch runs through the schedule in pipeline micro-batches, each adding its summed cross-entropy over the
-same global count (``distributed/pipeline.py``, the note on the loss).
+the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches.
+Each micro-batch adds its summed token cross-entropy divided by the GLOBAL token count of the step
+to the loss, and FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is
+that of the mean loss over all tokens of the global batch, exactly as one process would compute it.
+Under pipeline parallelism a micro-batch runs through the schedule in pipeline micro-batches, each
+adding its summed cross-entropy over the same global count (``distributed/pipeline.py``, the note on
+the loss).
 """
 
 from __future__ import annotations
