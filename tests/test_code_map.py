@@ -1,14 +1,15 @@
-"""docs/design.md describes this house: its code map ("Where the code is") names every package and module
-under ``torchtitan_lite/`` and ``models/`` and nothing that is gone, and train.py's docstring gives the
-same start-up order as design.md, the order the Trainer prints its phases in.
+"""docs/design.md describes this house: its code map ("Where the code is") names every package and
+module under ``torchtitan_lite/`` and ``models/`` and nothing that is gone, and train.py's docstring
+gives the same start-up order as design.md, the order the Trainer prints its phases in.
 
-How the map is read (the rules design.md states above it): the map is the first fenced block after the
-heading. A line indented less than :data:`COLUMN` is an entry: its head (the text before the first run
-of two spaces) is one or more paths (``name/`` a folder, ``name.py`` a module), indented two spaces per
-folder level; a line indented :data:`COLUMN` or more continues the description of the entry above. A
-folder's description, parenthesized text removed, is a list of module names separated by ``,`` or ``;``,
-each after an optional label ending in ``:``. A package is a folder holding an ``__init__.py``; a module is
-a ``.py`` file but a package's ``__init__.py`` (which may be named, as models' registry is).
+How the map is read (the rules design.md states above it): the map is the first fenced block after
+the heading. A line indented less than :data:`COLUMN` is an entry: its head (the text before the
+first run of two spaces) is one or more paths (``name/`` a folder, ``name.py`` a module), indented
+two spaces per folder level; a line indented :data:`COLUMN` or more continues the description of the
+entry above. A folder's description, parenthesized text removed, is a list of module names separated
+by ``,`` or ``;``, each after an optional label ending in ``:``. A package is a folder holding an
+``__init__.py``; a module is a ``.py`` file but a package's ``__init__.py`` (which may be named, as
+models' registry is).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ TRAIN = REPO / "torchtitan_lite" / "train.py"
 ROOTS = ("torchtitan_lite", "models")
 COLUMN = 20
 """Continuation lines are indented at least this far; entry lines less."""
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def code_map(markdown: str) -> str:
@@ -41,8 +41,9 @@ def without_parentheses(text: str) -> str:
 
 
 def listed_names(description: str) -> list[str]:
-    """The module names of a folder's description (module docstring's rule); a word that is no identifier
-    is returned as it stands, so that a stale or mistyped entry fails as a name that is not in the tree."""
+    """The module names of a folder's description (module docstring's rule); a word that is no
+    identifier is returned as it stands, so that a stale or mistyped entry fails as a name that is
+    not in the tree."""
     names = []
     for item in re.split(r"[,;]", without_parentheses(description)):
         words = item.rsplit(":", 1)[-1].split()
@@ -52,8 +53,8 @@ def listed_names(description: str) -> list[str]:
 
 
 def mapped(block: str) -> set[str]:
-    """The paths the map names, relative to the repository: ``a/b/`` for a folder, ``a/b/c.py`` for a
-    module (named by an entry line or in its folder's description)."""
+    """The paths the map names, relative to the repository: ``a/b/`` for a folder, ``a/b/c.py`` for
+    a module (named by an entry line or in its folder's description)."""
     entries: list[tuple[int, list[str], str]] = []  # (depth, paths of the head, description)
     for line in block.splitlines():
         indent = len(line) - len(line.lstrip())
@@ -77,7 +78,8 @@ def mapped(block: str) -> set[str]:
 
 
 def in_tree() -> set[str]:
-    """Every package (``a/b/``) and module (``a/b/c.py``, no ``__init__.py``) under :data:`ROOTS`."""
+    """Every package (``a/b/``) and module (``a/b/c.py``, no ``__init__.py``) under
+    :data:`ROOTS`."""
     found = set()
     for root in ROOTS:
         for path in (REPO / root).rglob("*.py"):
@@ -90,11 +92,13 @@ def in_tree() -> set[str]:
 
 
 def mismatch(markdown: str) -> tuple[list[str], list[str]]:
-    """``(missing, stale)``: what the tree has that the map does not name, and what the map names under
-    :data:`ROOTS` that the tree does not have (a named ``__init__.py`` counts if it exists)."""
-    names = {p for p in mapped(code_map(markdown)) if p.startswith(tuple(f"{root}/" for root in ROOTS))}
+    """``(missing, stale)``: what the tree has that the map does not name, and what the map names
+    under :data:`ROOTS` that the tree does not have (a named ``__init__.py`` counts if it
+    exists)."""
+    names = {p for p in mapped(code_map(markdown)) if p.startswith(tuple(f"{r}/" for r in ROOTS))}
     tree = in_tree()
-    stale = sorted(p for p in names - tree if not (p.endswith("/__init__.py") and (REPO / p).is_file()))
+    stale = sorted(p for p in names - tree
+                   if not (p.endswith("/__init__.py") and (REPO / p).is_file()))
     return sorted(tree - names), stale
 
 
@@ -115,12 +119,13 @@ def test_the_map_reading_fails_on_a_missing_and_a_stale_entry():
 
 
 def test_listed_names_drop_parentheses_and_labels():
-    description = "the floor: schema (one (nested) dataclass, per section), cli; MoE: routers, experts"
+    description = "the floor: schema (one (nested) dataclass, per key), cli; MoE: routers, experts"
     assert listed_names(description) == ["schema", "cli", "routers", "experts"]
 
 
 def start_up_order(text: str, opening: str) -> list[str]:
-    """The ``a -> b -> c.`` chain after ``opening`` in ``text`` (whitespace and comment marks folded)."""
+    """The ``a -> b -> c.`` chain after ``opening`` in ``text`` (whitespace and comment marks
+    folded)."""
     chain = re.split(r"\.(?:\s|$)", text[text.index(opening) + len(opening):], maxsplit=1)[0]
     return [" ".join(step.split()) for step in chain.split("->")]
 

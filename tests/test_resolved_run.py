@@ -1,6 +1,7 @@
-"""A run is resolved once per process (docs/design.md, "Note: one resolved run"): the model args are built
-once by a worker started alone, once by the launcher's check and once by each worker it starts, once by
-``inspect_init``; the Trainer reads the run it is given and calls no resolution of the config again."""
+"""A run is resolved once per process (docs/design.md, "Note: one resolved run"): the model args are
+built once by a worker started alone, once by the launcher's check and once by each worker it
+starts, once by ``inspect_init``; the Trainer reads the run it is given and calls no resolution of
+the config again."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ TRAIN = Path(train.__file__)
 
 @pytest.fixture
 def builds(monkeypatch) -> list[str]:
-    """The model name of every ``build_model_args`` call in this process, under any name a module imported."""
+    """The model name of every ``build_model_args`` call in this process, under any name a module
+    imported."""
     calls, real = [], model_args.build_model_args
 
     def counted(config):
@@ -47,9 +49,11 @@ def test_a_worker_started_alone_builds_the_model_args_once(tmp_path, builds):
     assert builds == ["qwen3"]
 
 
-def test_the_launchers_check_and_its_worker_each_build_the_model_args_once(tmp_path, builds, monkeypatch):
+def test_the_launchers_check_and_its_worker_each_build_the_model_args_once(tmp_path, builds,
+                                                                            monkeypatch):
     argv = one_step(tmp_path)
-    write_resolved(load_run(argv).config, str(tmp_path / "resolved.json"))  # python -m torchtitan_lite.preflight
+    run = load_run(argv)  # what python -m torchtitan_lite.preflight does, then writes
+    write_resolved(run.config, str(tmp_path / "resolved.json"))
     assert builds == ["qwen3"]
     builds.clear()
     monkeypatch.setenv(RESOLVED_CONFIG_ENV, str(tmp_path / "resolved.json"))
@@ -64,7 +68,8 @@ def test_inspect_init_builds_the_model_args_once(tmp_path, builds, capsys):
 
 
 def names_imported_from(tree: ast.Module, prefixes: tuple[str, ...]) -> set[str]:
-    """The names ``tree`` imports with ``from <module> import name`` from a module under ``prefixes``."""
+    """The names ``tree`` imports with ``from <module> import name`` from a module under
+    ``prefixes``."""
     return {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
             and node.module.startswith(prefixes) for alias in node.names}
 
@@ -72,11 +77,12 @@ def names_imported_from(tree: ast.Module, prefixes: tuple[str, ...]) -> set[str]
 def test_the_trainer_calls_nothing_of_the_config_floor_but_the_memory_check_of_its_node():
     tree = ast.parse(TRAIN.read_text(encoding="utf-8"))
     floor = names_imported_from(tree, ("torchtitan_lite.config", "torchtitan_lite.preflight"))
-    trainer = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Trainer")
+    trainer = next(node for node in tree.body
+                   if isinstance(node, ast.ClassDef) and node.name == "Trainer")
     called = {node.func.id for node in ast.walk(trainer) if isinstance(node, ast.Call)
               and isinstance(node.func, ast.Name)}
     assert "load_run" in floor and "init_distributed" in called  # the scan sees both sides
-    assert called & floor == {"check_memory"}  # the share of this node's memory, known after the process group
+    assert called & floor == {"check_memory"}  # this node's share of memory: known after the group
 
 
 def test_the_trainers_init_is_at_most_60_lines():
