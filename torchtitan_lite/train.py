@@ -259,7 +259,7 @@ class Trainer:
         self.startup, self.stop = startup or StartupLog(), stop
         self._start_process_group()  # self.info: device, process group, mesh
         memory_warning = check_memory(run, self.info.world_size, self.info.local_world_size)
-        deterministic_line = self._fix_numerics()
+        deterministic_line = self._configure_rank()
         self.tokenizer = build_tokenizer(run.tokenizer_path)
         self.data = self._build_data(self.tokenizer)
         self.train_loader, self.val_loader = self.data.train, self.data.validation
@@ -283,7 +283,7 @@ class Trainer:
             check_nodes_agree(self.config, info.cpu_group)
         self._phase_done("the process group start")
 
-    def _fix_numerics(self) -> str | None:
+    def _configure_rank(self) -> str | None:
         """Determinism, seed, loss parallelism, float8, compute dtype and batch split; the ``process
         group`` line and the global batch note. The deterministic-algorithms line to print later, if
         any."""
