@@ -154,6 +154,14 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: checkpoint.export_hf (command line): the Hugging Face export writes the whole model from one "
         "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with pipeline_parallel_degree 1 "
         "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)"),
+    "a global batch the data-parallel ranks cannot split": (
+        "4", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * data-parallel degree "
+        "= 8 * 4; keep the global batch with --training.local_batch_size=4"),
+    "a global batch no local batch splits": (
+        "3", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * data-parallel degree "
+        "= 8 * 3; set --training.global_batch_size=24 (a multiple of 24)"),
     "split points out of order": (
         "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
                   "--parallelism.pipeline_parallel_split_points=3,1"],
@@ -173,7 +181,7 @@ def test_impossible_layout_exits_2_with_one_line(tmp_path, capsys, case):
 
 
 @pytest.mark.parametrize("case", [c for c in IMPOSSIBLE_LAYOUTS if IMPOSSIBLE_LAYOUTS[c][1]] + [
-    "tp not dividing the kv heads"])
+    "tp not dividing the kv heads", "a global batch the data-parallel ranks cannot split"])
 def test_run_train_sh_checks_the_layout_for_ngpu_x_nodes_before_torchrun(tmp_path, case):
     ngpu, torchrun_args, extra, expected = IMPOSSIBLE_LAYOUTS[case]
     toml = write_toml(tmp_path, "")

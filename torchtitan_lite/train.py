@@ -92,7 +92,7 @@ from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.agreement import check_nodes_agree
-from torchtitan_lite.distributed.checks import check_deterministic
+from torchtitan_lite.distributed.checks import batch_split_problem, check_deterministic
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.deterministic import (
     PairwiseSum,
@@ -154,11 +154,9 @@ def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
     """
     local = config.training.local_batch_size
     global_bs = config.training.global_batch_size
+    if problem := batch_split_problem(global_bs, local, dp_degree):
+        raise TrainingError(problem)
     global_bs = local * dp_degree if global_bs == -1 else global_bs
-    if global_bs % (local * dp_degree):
-        raise TrainingError(
-            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * data-parallel degree "
-            f"= {local} * {dp_degree}; pick a global batch that is")
     return global_bs, global_bs // (local * dp_degree)
 
 

@@ -132,7 +132,8 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
 
 
 def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
-    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes) and suit
+    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes), split
+    the global batch (:func:`batch_split_problem`) and suit
     ``training.deterministic`` (:func:`check_deterministic`); the resolved degrees.
 
     Raises:
@@ -142,8 +143,27 @@ def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
         dims = ParallelDims.from_config(config.parallelism, world_size)
     except LaunchError as err:
         raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
+    if problem := batch_split_problem(config.training.global_batch_size, config.training.local_batch_size,
+                                      dims.dp_degree):
+        raise ConfigError(problem)
     check_deterministic(config, dims)
     return dims
+
+
+def batch_split_problem(global_bs: int, local_bs: int, dp_degree: int) -> str | None:
+    """Why ``global_bs`` windows (-1: ``local_bs * dp_degree``) do not split into micro-batches of ``local_bs`` on
+    ``dp_degree`` ranks, with the change that keeps the global batch if one exists; ``None`` if they do."""
+    if global_bs == -1 or global_bs % (local_bs * dp_degree) == 0:
+        return None
+    if global_bs % dp_degree == 0:
+        per_rank = global_bs // dp_degree
+        local = max(d for d in range(1, local_bs + 1) if per_rank % d == 0)
+        fix = f"keep the global batch with --training.local_batch_size={local}"
+    else:
+        step = local_bs * dp_degree
+        fix = f"set --training.global_batch_size={-(-global_bs // step) * step} (a multiple of {step})"
+    return (f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * data-parallel "
+            f"degree = {local_bs} * {dp_degree}; {fix}")
 
 
 def _is_power_of_two(n: int) -> bool:
