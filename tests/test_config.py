@@ -439,3 +439,12 @@ def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp
     assert resolved == config
     assert resolved.model.overrides == {"n_layers": 1, "rope_theta": 5e5}
     assert type(resolved.model.overrides["rope_theta"]) is float
+
+
+def test_run_train_sh_lets_waiting_openmp_threads_sleep_unless_told_otherwise(tmp_path):
+    stub = tmp_path / "python"  # stands in for the preflight: prints what it was given
+    stub.write_text('#!/bin/sh\necho "OMP_WAIT_POLICY=$OMP_WAIT_POLICY"\n')
+    stub.chmod(0o755)
+    unset = run(["./run_train.sh"], tmp_path, PYTHON=str(stub), OMP_WAIT_POLICY="")
+    given = run(["./run_train.sh"], tmp_path, PYTHON=str(stub), OMP_WAIT_POLICY="ACTIVE")
+    assert (unset.stdout, given.stdout) == ("OMP_WAIT_POLICY=PASSIVE\n", "OMP_WAIT_POLICY=ACTIVE\n")
