@@ -110,7 +110,7 @@ from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
-from torchtitan_lite.init.step1 import check_step1_loss
+from torchtitan_lite.init.step1 import InitCheckError, check_step1_loss
 
 
 class TrainingError(UserError, RuntimeError):
@@ -384,7 +384,8 @@ class Trainer:
         if self.check_step1:
             detail = self.config.debug.init_report
             terms = "every term: the next line" if detail else STEP1_TERMS
-            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms))
+            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms,
+                                         mtp_depths=getattr(self.args, "mtp_num_layers", 0)))
             if detail:
                 self.startup.note(self.expected.describe())
         return train_state
@@ -420,11 +421,16 @@ class Trainer:
     def _check_step1(self, loss: float) -> None:
         """Compare step 1's loss with the init plan's expectation: a warning line, or (``debug.strict_init``)
         :class:`~torchtitan_lite.init.step1.InitCheckError` naming the parameter."""
-        debug = self.config.debug
-        problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin, strict=debug.strict_init,
-                                    report=self.report)
-        self.metrics.log_text([f"warning: {p}" for p in problems] or
-                              [step1_check_line(self.expected, loss, debug.init_loss_margin)])
+        debug, margin = self.config.debug, self.config.debug.init_loss_margin
+        heads = {"loss": loss, **{f"{name} loss": value for name, value in
+                                  self.hooks.step1_heads(self.config.training.seq_len).items()}}
+        problems = [p if name == "loss" else f"{name}: {p}" for name, value in heads.items()
+                    for p in check_step1_loss(self.expected, value, margin=margin, report=self.report)]
+        if problems and debug.strict_init:
+            raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
+        self.metrics.log_text([f"warning: {p}" for p in problems] or ["; ".join(
+            step1_check_line(self.expected, value, margin, what=name).removeprefix("step-1 check: " * (i > 0))
+            for i, (name, value) in enumerate(heads.items()))])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each

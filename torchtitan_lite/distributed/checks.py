@@ -89,11 +89,15 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
             raise ConfigError(f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
                               "whole experts); pick an expert_parallel_degree that divides it")
     mtp = getattr(args, "mtp_num_layers", 0)
+    missing = {  # what each layout would need for the MTP modules (models/common/mtp.py)
+        "tensor_parallel_degree": "the MTP modules (eh_proj, their block) have no tensor-parallel plan",
+        "pipeline_parallel_degree": "the MTP modules would run on the last stage, but they read the token "
+                                    "embedding, which the first stage owns"}
     for degree, name in ((tp, "tensor_parallel_degree"), (par.pipeline_parallel_degree, "pipeline_parallel_degree")):
         if mtp and degree > 1:
             raise ConfigError(f"{where(sources, f'parallelism.{name}')}: {degree} is not implemented with "
-                              f"multi-token prediction (model mtp_num_layers {mtp}); use FSDP and expert parallelism, "
-                              "or --model.overrides.mtp_num_layers=0")
+                              f"multi-token prediction (model mtp_num_layers {mtp}): {missing[name]}; use FSDP "
+                              "and expert parallelism, or --model.overrides.mtp_num_layers=0")
     if par.pipeline_parallel_degree > 1:
         _check_pipeline(config, args, sources)
 
