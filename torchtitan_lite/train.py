@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -558,9 +559,10 @@ class Trainer:
         tokens_per_device = tokens_global / self.info.world_size  # the ranks of a tensor/pipeline group share them
         start, start_cpu_s = time.perf_counter(), process_cpu_s()
         self.model.train()
+        idle = state.step >= cfg.training.steps and cfg.checkpoint.export_hf is None
         if state.step >= cfg.training.steps:
             self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
-                                   "nothing to train"])
+                                   "nothing to train" + ("; the run folder is removed" if idle else "")])
         data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
         checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):
@@ -624,10 +626,12 @@ class Trainer:
                       dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank,
                       source_folder=cfg.checkpoint.initial_load_hf)
             self.metrics.log_text([f"exported the model in HF format to {cfg.checkpoint.export_hf}"])
-        if not stopped:
+        if not stopped and not idle:
             self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
                                    f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"])
         self.metrics.close()
+        if idle and self.info.rank == 0:  # a finished job run again leaves no folder of its own
+            shutil.rmtree(self.run_folder, ignore_errors=True)
 
     def _save(self, force: bool) -> str | None:
         """Save a checkpoint if ``checkpoint.enable``; ``force`` waits for it. Its path, or ``None``.
