@@ -582,7 +582,9 @@ class Trainer:
                                       memory_bytes=peak_memory_bytes(self.info.device), data_wait_s=data_wait_s,
                                       cpu_s=process_cpu_s() - start_cpu_s)
                 data_wait_s = 0.0
-                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
+                summary = step % cfg.validation.freq == 0 or step == cfg.training.steps
+                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen),
+                                               echo=summary)  # printed with the summary lines
                 if step == 1 and self.check_step1:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq
