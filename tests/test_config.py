@@ -156,12 +156,12 @@ IMPOSSIBLE_LAYOUTS = {
         "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)"),
     "a global batch the data-parallel ranks cannot split": (
         "4", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
-        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * data-parallel degree "
-        "= 8 * 4; keep the global batch with --training.local_batch_size=4"),
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * "
+        "data-parallel degree = 8 * 4; keep the global batch with --training.local_batch_size=4"),
     "a global batch no local batch splits": (
         "3", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
-        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * data-parallel degree "
-        "= 8 * 3; set --training.global_batch_size=24 (a multiple of 24)"),
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * "
+        "data-parallel degree = 8 * 3; set --training.global_batch_size=24 (a multiple of 24)"),
     "split points out of order": (
         "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
                   "--parallelism.pipeline_parallel_split_points=3,1"],

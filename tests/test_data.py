@@ -369,6 +369,7 @@ def test_bad_arguments_are_named():
 
 
 def test_the_data_line_says_one_step_and_one_window_in_the_singular():
-    loaders = DataLoaders(train=None, validation=None, name="toy", seq_len=32, train_size=SplitSize(1, 100, 3))
-    assert loaders.describe(1, 1) == ("toy: train 1 document, 100 tokens = 3 windows of 32, 1 step x 1 window = "
-                                      "0.333 epochs; no validation")
+    loaders = DataLoaders(train=None, validation=None, name="toy", seq_len=32,
+                          train_size=SplitSize(1, 100, 3))
+    assert loaders.describe(1, 1) == ("toy: train 1 document, 100 tokens = 3 windows of 32, "
+                                      "1 step x 1 window = 0.333 epochs; no validation")

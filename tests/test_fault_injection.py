@@ -374,7 +374,7 @@ def build_dataloaders(*args, **kwargs):
 '''
 
 
-def test_a_user_error_on_rank_1_only_ends_the_2_rank_run_before_a_timeout_with_exit_2(data, tmp_path):
+def test_a_user_error_on_rank_1_only_ends_the_run_before_a_timeout_with_exit_2(data, tmp_path):
     work = launcher_copy(tmp_path)
     train_py = work / "torchtitan_lite" / "train.py"
     main_block = '\nif __name__ == "__main__":'

@@ -210,6 +210,7 @@ def test_tokens_per_source_go_to_tensorboard_each_time_and_print_only_when_asked
     logger.log_source_tokens(1, {"web": 70, "code": 30}, echo=False)
     logger.log_source_tokens(2, {"web": 140, "code": 60})
     logger.close()
-    assert capsys.readouterr().out.splitlines() == ["step   2  tokens per source: web 140 (70.0%), code 60 (30.0%)"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["step   2  tokens per source: web 140 (70.0%), code 60 (30.0%)"]
     acc = EventAccumulator(str(tmp_path / "tb")).Reload()
     assert [e.value for e in acc.Scalars("tokens_seen/web")] == [70, 140]

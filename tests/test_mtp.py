@@ -166,21 +166,25 @@ def test_tensor_and_pipeline_parallelism_with_mtp_are_refused_before_launch(opti
     argv = ["--job.config_file", "train_configs/deepseek_v3_debug.toml", "--model.overrides.mtp_num_layers=1", option]
     missing = ("no tensor-parallel plan" if "tensor" in option else
                "they read the token embedding, which the first stage owns")
-    with pytest.raises(ConfigError, match=f"mtp_num_layers 1\\): the MTP modules .*{missing}.*mtp_num_layers=0"):
+    reason = f"mtp_num_layers 1\\): the MTP modules .*{missing}.*mtp_num_layers=0"
+    with pytest.raises(ConfigError, match=reason):
         load_config(argv, world_size=2)
 
 
 def test_the_step_1_check_covers_the_mtp_depth_and_passes(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
-    argv = ["--job.config_file=train_configs/deepseek_v3_debug.toml", "--model.overrides.mtp_num_layers=1",
-            "--model.overrides.n_layers=2", "--training.seq_len=64", "--training.local_batch_size=2",
+    argv = ["--job.config_file=train_configs/deepseek_v3_debug.toml",
+            "--model.overrides.mtp_num_layers=1", "--model.overrides.n_layers=2",
+            "--training.seq_len=64", "--training.local_batch_size=2",
             "--training.global_batch_size=2", "--training.steps=1", "--validation.enable=false",
             "--checkpoint.enable=false", "--metrics.enable_tensorboard=false",
-            f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={tmp_path / 'out'}"]
+            f"--training.dataset_path={tmp_path / 'data.txt'}",
+            f"--job.dump_folder={tmp_path / 'out'}"]
     train_to_the_end(parse_args(argv))
     lines = capsys.readouterr().out.splitlines()
     expected = next(line for line in lines if line.startswith("expected step-1 loss"))
     assert expected.endswith("; the same for MTP depth 1, per predicted token")
     check = next(line for line in lines if line.startswith("step-1 check"))
-    assert re.fullmatch(r"step-1 check: loss [\d.]+ is .*; mtp depth 1 loss [\d.]+ is .*", check), check
+    pattern = r"step-1 check: loss [\d.]+ is .*; mtp depth 1 loss [\d.]+ is .*"
+    assert re.fullmatch(pattern, check), check
     assert not [line for line in lines if "warning" in line]

@@ -171,7 +171,7 @@ def test_sigterm_to_node_1_saves_on_both_nodes_both_exit_0_and_1x2_resumes_to_th
     assert_equal_states(final_state(two_by_two[0], STEPS), final_state(data / "1x2", STEPS))
 
 
-def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_nonzero_with_no_process_left(data):
+def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_leaving_none(data):
     launched = nodes(args(data, data / "killed", "--training.steps=100000"), how="c10d")
     launched[0].wait_for(r"^\[rank0\]:step +2 ")
     tree = descendants(launched[0].proc.pid) | descendants(launched[1].proc.pid)

@@ -1,7 +1,7 @@
 """Muon through ``./run_train.sh`` on every data-parallel layout: bitwise one run in ``training.deterministic =
 "layout"`` (qwen3 and deepseek_v3 debug configs: 1 process, dp_shard 2, dp_shard 4, HSDP 2 x 2), exact resume from a
-checkpoint another layout wrote, ``off`` mode's first steps within rounding, the refusal of tensor parallelism, and
-the exchange on uneven and empty row shards (``dist_muon_worker.py``).
+checkpoint another layout wrote, ``off`` mode within rounding over its first steps, the refusal of
+tensor parallelism, and the exchange on uneven and empty row shards (``dist_muon_worker.py``).
 
 The configs are cut for CI time (qwen3: 1 block; deepseek_v3: 2 blocks, the second a mixture of experts; seq_len 32,
 global batch 4, 6 steps, fp32, one thread per rank); ``docs/optimizers.md`` lists the 20-step runs made by hand.

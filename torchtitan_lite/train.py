@@ -426,12 +426,14 @@ class Trainer:
         heads = {"loss": loss, **{f"{name} loss": value for name, value in
                                   self.hooks.step1_heads(self.config.training.seq_len).items()}}
         problems = [p if name == "loss" else f"{name}: {p}" for name, value in heads.items()
-                    for p in check_step1_loss(self.expected, value, margin=margin, report=self.report)]
+                    for p in check_step1_loss(self.expected, value, margin=margin,
+                                              report=self.report)]
         if problems and debug.strict_init:
             raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
-        self.metrics.log_text([f"warning: {p}" for p in problems] or ["; ".join(
-            step1_check_line(self.expected, value, margin, what=name).removeprefix("step-1 check: " * (i > 0))
-            for i, (name, value) in enumerate(heads.items()))])
+        parts = [step1_check_line(self.expected, value, margin, what=name)
+                 for name, value in heads.items()]
+        line = "; ".join([parts[0], *(part.removeprefix("step-1 check: ") for part in parts[1:])])
+        self.metrics.log_text([f"warning: {p}" for p in problems] or [line])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline parallelism each
@@ -561,8 +563,9 @@ class Trainer:
         self.model.train()
         idle = state.step >= cfg.training.steps and cfg.checkpoint.export_hf is None
         if state.step >= cfg.training.steps:
-            self.metrics.log_text([f"step {state.step} reached training.steps = {cfg.training.steps}: "
-                                   "nothing to train" + ("; the run folder is removed" if idle else "")])
+            removed = "; the run folder is removed" if idle else ""
+            self.metrics.log_text([f"step {state.step} reached training.steps = "
+                                   f"{cfg.training.steps}: nothing to train{removed}"])
         data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
         checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):

@@ -151,15 +151,16 @@ class MTPTrainingHooks(TrainingHooks):
         return stats
 
     def step1_heads(self, seq_len: int) -> dict[str, float]:
-        """``{"mtp depth k": L^k per predicted token}``: depth ``k`` predicts ``seq_len - k`` of each
-        window's ``seq_len`` tokens."""
+        """``{"mtp depth k": L^k per predicted token}``: depth ``k`` predicts ``seq_len - k``
+        of each window's ``seq_len`` tokens."""
         heads = self.inner.step1_heads(seq_len)
         if self.mtp is None or self.last is None:
             return heads
         stats = self._sums()
         tokens = stats[-1].clamp_min(1).item()
-        return {**heads, **{f"mtp depth {k}": stats[k - 1].item() / (tokens * (seq_len - k) / seq_len)
-                            for k in range(1, self.mtp.depth + 1)}}
+        per_token = {f"mtp depth {k}": stats[k - 1].item() / (tokens * (seq_len - k) / seq_len)
+                     for k in range(1, self.mtp.depth + 1)}
+        return {**heads, **per_token}
 
     def report(self, step: int) -> HookReport:
         """The inner report, plus ``loss/mtp`` (``L_MTP / lambda``: the mean over depths of ``L^k``) and

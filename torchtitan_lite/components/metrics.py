@@ -354,9 +354,9 @@ class MetricsLogger:
         return line
 
     def log_source_tokens(self, step: int, tokens: dict[str, int], *, echo: bool = True) -> None:
-        """Write each of ``tokens`` as TensorBoard ``tokens_seen/<source>`` and, if ``echo``, print ``step  12
-        tokens per source: /data/web 71,680 (70.0%), /data/code 30,720 (30.0%)``; nothing for an empty
-        ``tokens`` (one source)."""
+        """Write each of ``tokens`` as TensorBoard ``tokens_seen/<source>`` and, if ``echo``,
+        print ``step  12  tokens per source: /data/web 71,680 (70.0%), /data/code 30,720 (30.0%)``;
+        nothing for an empty ``tokens`` (one source)."""
         if not tokens:
             return
         total = max(sum(tokens.values()), 1)

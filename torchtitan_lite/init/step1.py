@@ -123,8 +123,8 @@ class Step1Expectation:
         return dataclasses.replace(self, repeat_rate=rate)
 
     def describe(self) -> str:
-        """Every term of the expectation in one line, e.g. ``terms of the expected step-1 loss: logit std 0.316,
-        ...``; the values are the start-up line's (``components/startup.py``'s ``step1_line``)."""
+        """Every term of the expectation in one line, e.g. ``terms of the expected step-1 loss:
+        logit std 0.316, ...``; the values are ``step1_line``'s (``components/startup.py``)."""
         extra = ""
         if self.tied:
             extra = (f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "

@@ -70,8 +70,9 @@ class TrainingHooks:
         return HookReport({}, None)
 
     def step1_heads(self, seq_len: int) -> dict[str, float]:
-        """The last step's mean cross-entropy per predicted token of each output head besides the main one
-        (e.g. ``{"mtp depth 1": 7.61}``), for the step-1 check; on every rank (may all-reduce)."""
+        """The last step's mean cross-entropy per predicted token of each output head besides the
+        main one (e.g. ``{"mtp depth 1": 7.61}``), for the step-1 check; on every rank (may
+        all-reduce)."""
         return {}
 
 
