@@ -4,9 +4,9 @@ Runs ``torch.distributed.run`` in this process and, when the run fails, writes t
 as data to the control folder's :data:`~torchtitan_lite.components.control.FAILURES_FILE`: each
 failed worker's global rank, exit code (negative: the signal that killed it) and whether its error
 file (``TORCHELASTIC_ERROR_FILE``, ``faults.record_error``) says it lost a peer; or how the
-rendezvous failed.
-torchrun's own log goes to :data:`~torchtitan_lite.components.control.AGENT_LOG`, not the console.
-Exit status 0, or 1 on a failure.
+rendezvous failed. torchrun's own output goes to
+:data:`~torchtitan_lite.components.control.AGENT_LOG`, not the console. Exit status 0, or 1 on a
+failure.
 """
 
 from __future__ import annotations
@@ -52,14 +52,31 @@ def rendezvous_record(err: Exception) -> dict:
     return {"rendezvous": f"torchrun's {type(err).__name__}"}
 
 
-def main(argv: list[str]) -> int:
-    """Run torchrun with ``argv``; on a failure write its record to the control folder, return 1."""
-    control = os.environ[CONTROL_ENV]
-    handler = logging.FileHandler(os.path.join(control, AGENT_LOG))
+def _keep_own_output_off_the_console(log_path: str) -> None:
+    """Send this process's own output to ``log_path``: torch's loggers, Python warnings and what
+    writes to file descriptors 1 and 2 (C++ logs). ``sys.stdout`` and ``sys.stderr``, where torchrun
+    tees the workers' lines (and where a traceback of this process goes), become the console's
+    stdout: every worker line there, the launcher's last line on stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    console = [open(os.dup(1), "w", buffering=1, encoding=sys.stdout.encoding,
+                    errors=sys.stdout.errors) for _ in range(2)]  # one writer per tee thread
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    os.close(log)
+    sys.stdout, sys.stderr = console
+    handler = logging.FileHandler(log_path)
     for name in ("torch.distributed", "py.warnings"):
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = [handler], False
     logging.captureWarnings(True)
+
+
+def main(argv: list[str]) -> int:
+    """Run torchrun with ``argv``; on a failure write its record to the control folder, return 1."""
+    control = os.environ[CONTROL_ENV]
+    _keep_own_output_off_the_console(os.path.join(control, AGENT_LOG))
     try:
         run(parse_args(argv))
         return 0
