@@ -7,6 +7,10 @@ import json
 
 import pytest
 
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from torchtitan_lite.components.faults import ERROR_FILE_ENV, record_error
+from torchtitan_lite.launch.agent import failures_record
 from torchtitan_lite.launch.ending import failure_line, worst_outcome
 from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
 
@@ -85,3 +89,13 @@ def test_a_rendezvous_that_timed_out_is_an_input_error_naming_where_and_who_join
     assert code == 2 and line.startswith("input error: not all 2 nodes joined the rendezvous at "
                                          "h0:29500 within RDZV_TIMEOUT=3 s (1/2 nodes joined): "
                                          "start ./run_train.sh on every node")
+
+
+def test_the_agent_reads_a_lost_peer_from_the_error_file_a_worker_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "error.json"))
+    record_error("lost a peer: rank 0's run ended: a worker on host h1 failed or was killed")
+    lost = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file=str(tmp_path / "error.json"))
+    killed = ProcessFailure(local_rank=1, pid=12, exitcode=-9, error_file=str(tmp_path / "none.json"))
+    killed.timestamp = lost.timestamp + 1  # observed after the lost peer's end
+    err = ChildFailedError("torchtitan_lite.train", {3: killed, 2: lost})
+    assert failures_record(err) == {"failures": [_failed(2, 1, lost_peer=True), _failed(3, -9)]}
