@@ -98,4 +98,5 @@ def test_the_agent_reads_a_lost_peer_from_the_error_file_a_worker_recorded(tmp_p
     killed = ProcessFailure(local_rank=1, pid=12, exitcode=-9, error_file=str(tmp_path / "none.json"))
     killed.timestamp = lost.timestamp + 1  # observed after the lost peer's end
     err = ChildFailedError("torchtitan_lite.train", {3: killed, 2: lost})
-    assert failures_record(err) == {"failures": [_failed(2, 1, lost_peer=True), _failed(3, -9)]}
+    expected = [_failed(2, 1, lost_peer=True), _failed(3, -9)]
+    assert failures_record(err) == {"failures": expected}
