@@ -95,7 +95,7 @@ def test_the_agent_reads_a_lost_peer_from_the_error_file_a_worker_recorded(tmp_p
     monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "error.json"))
     record_error("lost a peer: rank 0's run ended: a worker on host h1 failed or was killed")
     lost = ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file=str(tmp_path / "error.json"))
-    killed = ProcessFailure(local_rank=1, pid=12, exitcode=-9, error_file=str(tmp_path / "none.json"))
+    killed = ProcessFailure(local_rank=1, pid=12, exitcode=-9, error_file=str(tmp_path / "no.json"))
     killed.timestamp = lost.timestamp + 1  # observed after the lost peer's end
     err = ChildFailedError("torchtitan_lite.train", {3: killed, 2: lost})
     expected = [_failed(2, 1, lost_peer=True), _failed(3, -9)]
