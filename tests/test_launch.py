@@ -10,11 +10,20 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from torchtitan_lite.components.faults import ERROR_FILE_ENV, record_error
+from torchtitan_lite.config.load import CONFIG_FILE_FROM_ENV
+from torchtitan_lite.launch import __main__ as launcher
 from torchtitan_lite.launch.agent import failures_record
 from torchtitan_lite.launch.ending import failure_line, worst_outcome
 from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
+from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV
+from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV
 
 KEPT = "the last complete checkpoint is kept"
+
+
+def test_the_launcher_sets_the_variables_the_preflight_and_the_workers_read():
+    assert (launcher.WORLD_SIZE_ENV, launcher.RESOLVED_CONFIG_ENV, launcher.CONFIG_FILE_FROM_ENV) == (
+        WORLD_SIZE_ENV, RESOLVED_CONFIG_ENV, CONFIG_FILE_FROM_ENV)
 
 
 def test_one_node_adds_nothing_and_two_nodes_get_a_static_or_c10d_rendezvous():

@@ -39,7 +39,8 @@ from torchtitan_lite.launch.ending import (
 from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
 
 DEFAULT_CONFIG = "train_configs/qwen3_debug.toml"
-# Read by the preflight (preflight/checks.py, preflight/resolved.py) and config/load.py.
+# Read by the preflight (preflight/checks.py, preflight/resolved.py) and config/load.py; torch-free
+# copies of their names (tests/test_launch.py checks they agree).
 WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"
 RESOLVED_CONFIG_ENV = "TORCHTITAN_LITE_RESOLVED_CONFIG"
 CONFIG_FILE_FROM_ENV = "TORCHTITAN_LITE_CONFIG_FILE_FROM"
