@@ -106,16 +106,10 @@ HOW: dict[str, tuple[str, str]] = {
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
     "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.seq_len=64":
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-0.6b-tuned --prompt \"ROMEO:\"":
-        ("other", "the reader's fine-tuned model; the same command on a debug export: hf.md's, run here"),
-    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-0.6b-tuned":
-        ("other", "the reader's fine-tuned model; the same command on a debug export: hf.md's, run here"),
     "python -m torchtitan_lite.generate": ("other", "the program named in prose"),
     "python -m torchtitan_lite.evaluate": ("other", "the program named in prose"),
     "./run_train.sh &": ("other", "how to start it in the background; tests/test_faults.py signals such runs"),
     "CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh": ("other", "test_quick_start_and_its_config_files"),
-    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared":
-        ("other", "the reader's corpus; tests/test_data_prepared.py runs prepare"),
     "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 "
     "--shard_index 0": ("other", "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards"),
     "python -m torchtitan_lite.data.prepare --verify /data/corpus.set":
