@@ -51,6 +51,9 @@ PYTHON=${PYTHON:-python}
 # One OpenMP thread pool per process sized to its share of the cores (the trainer sets torch's threads the
 # same way); set here so torchrun does not pick 1 and print its banner about it.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NGPU > 0 ? $(nproc) / NGPU : 1 ))}
+# Idle OpenMP threads sleep instead of spinning: on a busy machine a spinning thread holds the core
+# its partner needs (docs/running.md, "A busy machine"); the rounding does not depend on it.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 # The rendezvous of a multi-node run (docs/running.md, "Many nodes"), from the variables above unless TORCHRUN_ARGS
 # gives its own.
