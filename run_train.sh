@@ -26,6 +26,8 @@
 #                  above, e.g. "--nnodes=2 --node-rank=0 --rdzv-backend=c10d
 #                  --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
+#   OMP_NUM_THREADS, OMP_WAIT_POLICY  default: the cores / NGPU, PASSIVE (idle OpenMP threads sleep
+#                  instead of holding a core another thread needs; docs/running.md, "A busy machine")
 #
 # Stopping: SIGTERM or SIGINT (Ctrl-C) asks the workers to finish the current step (or start-up
 # phase), save and exit 0, with one line saying what was saved. The launcher waits as long as the

@@ -112,9 +112,11 @@ def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str
         nodes = nodes_from_env(env)
     except NodesError as err:
         return 2, f"config error: {err}"
-    if "OMP_NUM_THREADS" not in env:  # each process its share of the cores (torchrun would say 1)
+    if not env.get("OMP_NUM_THREADS"):  # each process its share of the cores (torchrun: 1)
         share = len(os.sched_getaffinity(0)) // int(ngpu) if ngpu.isdigit() and int(ngpu) else 1
         env["OMP_NUM_THREADS"] = str(max(share, 1))
+    if not env.get("OMP_WAIT_POLICY"):  # idle threads sleep (docs/running.md, "A busy machine")
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     digits = ngpu.isdigit() and nodes.nnodes.isdigit()
     world_size = str(int(ngpu) * int(nodes.nnodes)) if digits else ""
     resolved = os.path.join(control, "config.json")
