@@ -26,6 +26,8 @@
 #                  above, e.g. "--nnodes=2 --node-rank=0 --rdzv-backend=c10d
 #                  --rdzv-endpoint=host0:29500"
 #   PYTHON         the Python interpreter (default python)
+#   OMP_NUM_THREADS, OMP_WAIT_POLICY  default: the cores / NGPU, PASSIVE (idle OpenMP threads sleep
+#                  instead of holding a core another thread needs; docs/running.md, "A busy machine")
 #
 # Stopping: SIGTERM or SIGINT (Ctrl-C) asks the workers to finish the current step (or start-up
 # phase), save and exit 0, with one line saying what was saved. The launcher waits as long as the
@@ -41,7 +43,4 @@
 #
 # The launcher is Python: torchtitan_lite/launch/ (the config check, torchrun's agent, stop
 # requests, the last line).
-# Idle OpenMP threads sleep instead of spinning: on a busy machine a spinning thread holds the core
-# its partner needs (docs/running.md, "A busy machine"); the rounding does not depend on it.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 exec "${PYTHON:-python}" -m torchtitan_lite.launch "$@"

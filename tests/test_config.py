@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from dist_helpers import REPO, env, launcher_copy, run_train
 from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
+from torchtitan_lite.launch.__main__ import thread_env
 from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.preflight.resolved import read_resolved, write_resolved
 
@@ -443,10 +445,10 @@ def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp
     assert type(resolved.model.overrides["rope_theta"]) is float
 
 
-def test_run_train_sh_lets_waiting_openmp_threads_sleep_unless_told_otherwise(tmp_path):
-    stub = tmp_path / "python"  # stands in for the preflight: prints what it was given
-    stub.write_text('#!/bin/sh\necho "OMP_WAIT_POLICY=$OMP_WAIT_POLICY"\n')
-    stub.chmod(0o755)
-    unset = run(["./run_train.sh"], tmp_path, PYTHON=str(stub), OMP_WAIT_POLICY="")
-    given = run(["./run_train.sh"], tmp_path, PYTHON=str(stub), OMP_WAIT_POLICY="ACTIVE")
-    assert (unset.stdout, given.stdout) == ("OMP_WAIT_POLICY=PASSIVE\n", "OMP_WAIT_POLICY=ACTIVE\n")
+def test_the_launcher_lets_waiting_openmp_threads_sleep_unless_told_otherwise():
+    cores = len(os.sched_getaffinity(0))
+    unset, given = {"OMP_WAIT_POLICY": ""}, {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}
+    thread_env(unset, "1")
+    thread_env(given, "2")
+    assert unset == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(cores)}
+    assert given == {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}

@@ -66,11 +66,11 @@ HOW: dict[str, tuple[str, str]] = {
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
     "python -m torchtitan_lite.preflight": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 RDZV_ID=run42 ./run_train.sh":
+    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1"),
     "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_16b_muon.toml ./run_train.sh": ("check", "8 GPUs"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS=\"--nnodes=2 --rdzv-backend=c10d "

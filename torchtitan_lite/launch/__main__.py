@@ -102,6 +102,17 @@ class Supervisor:
                 self._kill()
 
 
+def thread_env(env: dict[str, str], ngpu: str) -> None:
+    """Fill in what ``env`` leaves empty: ``OMP_NUM_THREADS`` = this machine's cores / ``ngpu`` (at
+    least 1; torchrun would say 1) and ``OMP_WAIT_POLICY`` = ``PASSIVE`` (idle OpenMP threads sleep:
+    docs/running.md, "A busy machine")."""
+    if not env.get("OMP_NUM_THREADS"):
+        share = len(os.sched_getaffinity(0)) // int(ngpu) if ngpu.isdigit() and int(ngpu) else 1
+        env["OMP_NUM_THREADS"] = str(max(share, 1))
+    if not env.get("OMP_WAIT_POLICY"):
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str | None]:
     """``run_train.sh argv`` under ``env``: the exit status and last line (``None``: none)."""
     supervisor = Supervisor(control)
@@ -112,9 +123,7 @@ def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str
         nodes = nodes_from_env(env)
     except NodesError as err:
         return 2, f"config error: {err}"
-    if "OMP_NUM_THREADS" not in env:  # each process its share of the cores (torchrun would say 1)
-        share = len(os.sched_getaffinity(0)) // int(ngpu) if ngpu.isdigit() and int(ngpu) else 1
-        env["OMP_NUM_THREADS"] = str(max(share, 1))
+    thread_env(env, ngpu)
     digits = ngpu.isdigit() and nodes.nnodes.isdigit()
     world_size = str(int(ngpu) * int(nodes.nnodes)) if digits else ""
     resolved = os.path.join(control, "config.json")
