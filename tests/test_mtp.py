@@ -20,7 +20,7 @@ from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import ConfigError, load_config, parse_args
+from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
 
@@ -168,7 +168,7 @@ def test_tensor_and_pipeline_parallelism_with_mtp_are_refused_before_launch(opti
                "they read the token embedding, which the first stage owns")
     reason = f"mtp_num_layers 1\\): the MTP modules .*{missing}.*mtp_num_layers=0"
     with pytest.raises(ConfigError, match=reason):
-        load_config(argv, world_size=2)
+        load_run(argv, world_size=2)
 
 
 def test_the_step_1_check_covers_the_mtp_depth_and_passes(tmp_path, capsys):
@@ -180,7 +180,7 @@ def test_the_step_1_check_covers_the_mtp_depth_and_passes(tmp_path, capsys):
             "--checkpoint.enable=false", "--metrics.enable_tensorboard=false",
             f"--training.dataset_path={tmp_path / 'data.txt'}",
             f"--job.dump_folder={tmp_path / 'out'}"]
-    train_to_the_end(parse_args(argv))
+    train_to_the_end(parse_run(argv))
     lines = capsys.readouterr().out.splitlines()
     expected = next(line for line in lines if line.startswith("expected step-1 loss"))
     assert expected.endswith("; the same for MTP depth 1, per predicted token")
