@@ -107,6 +107,7 @@ from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gathe
 from torchtitan_lite.distributed.process_group import DistInfo, init_distributed, shutdown_distributed
 from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
+from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import InitReport, init_report, init_report_summary, write_init_report
@@ -381,8 +382,9 @@ class Trainer:
             self.startup.phase("load", self.load_lines[0], seconds=load_s)
         for line in self.load_lines[1:] + folder_lines + ([memory_warning] if memory_warning else []):
             self.startup.note(line)
+        kernels = f"{draw.compile_note()}; " if draw.compile_note() else ""
         self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, {skipped} loaded; "
-                                   f"fingerprint {self.fingerprint}", seconds=init_s)
+                                   f"{kernels}fingerprint {self.fingerprint}", seconds=init_s)
         if self.check_step1:
             detail = self.config.debug.init_report
             terms = "every term: the next line" if detail else STEP1_TERMS
