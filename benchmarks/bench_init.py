@@ -7,8 +7,8 @@ C compiler); then a whole-model line: a 12-layer dim-768 vocab-32000 model built
 the same tensors with ``normal_``. Build seconds of the native kernels (none when the cache holds them) are printed
 apart and excluded from the ratios. The CPU, torch's kernel ISA and the load are printed with the numbers.
 
-Usage: ``python benchmarks/bench_init.py [--reps 5] [--threads 1]`` from the repo root; ``ATEN_CPU_CAPABILITY=avx2``
-(or ``default``) selects torch's kernels and the native kernels' ISA alike.
+Usage: ``python benchmarks/bench_init.py [--reps 5] [--threads 1] [--model-only]`` from the repo root;
+``ATEN_CPU_CAPABILITY=avx2`` (or ``default``) selects torch's kernels and the native kernels' ISA alike.
 Targets (issue 42): the whole model <= 2.0x ``normal_`` at 1 thread and <= 1.0x at 2 threads; keyed +-3 sigma
 <= 1.5x at 1 thread; eager <= 5x.
 """
@@ -93,15 +93,18 @@ PLAN = InitPlan("bench", (
 ))
 
 
-def timing_args(doc: str, script: str, reps: int) -> argparse.Namespace:
-    """``--reps`` (default ``reps``) and ``--threads`` (default 1) of a timing benchmark: sets torch's threads and
-    prints the command line."""
+def timing_args(doc: str, script: str, reps: int, model_only: bool = False) -> argparse.Namespace:
+    """``--reps`` (default ``reps``) and ``--threads`` (default 1) of a timing benchmark (and ``--model-only``
+    where ``model_only``): sets torch's threads and prints the command line."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--reps", type=int, default=reps)
     parser.add_argument("--threads", type=int, default=1)
+    if model_only:
+        parser.add_argument("--model-only", action="store_true", help="only the whole-model line")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"command: python benchmarks/{script} --reps {args.reps} --threads {args.threads}")
+    only = " --model-only" if getattr(args, "model_only", False) else ""
+    print(f"command: python benchmarks/{script} --reps {args.reps} --threads {args.threads}{only}")
     return args
 
 
@@ -114,7 +117,7 @@ def cpu_line() -> str:
 
 
 def main() -> None:
-    args = timing_args(__doc__, "bench_init.py", reps=5)
+    args = timing_args(__doc__, "bench_init.py", reps=5, model_only=True)
     print(cpu_line())
     x = torch.empty(2**24)
     matrix = x.view(4096, 4096)
@@ -125,7 +128,7 @@ def main() -> None:
           f"ratios are medians over {args.reps} back-to-back pairs (torch's tail regime and eager: 1 pair)")
     print(f"{'regime':<20} {'torch ms':>9} {'keyed ms':>9} {'eager ms':>9} {'torch/normal_':>14} "
           f"{'keyed/normal_':>14} {'eager/normal_':>14} {'keyed/torch':>12}")
-    for label, mean, std, a, b in REGIMES:
+    for label, mean, std, a, b in [] if args.model_only else REGIMES:
         torch_reps = 1 if label.startswith("tail") else args.reps
         t_torch, r_torch = median_ratio(lambda: torch.nn.init.trunc_normal_(x, mean, std, a, b, generator=gen),
                                         base, torch_reps)

@@ -42,7 +42,7 @@ def test_the_fingerprints_are_the_same_with_other_cpu_kernels(capability, tmp_pa
     if capability == "avx2" and "avx2" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AVX2 on this CPU")
     env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=f"{REPO}:{REPO / 'tests'}",
-               TORCHTITAN_LITE_CACHE=str(tmp_path))
+               TORCHTITAN_LITE_KERNEL_CACHE=str(tmp_path))
     out = subprocess.run([sys.executable, str(REPO / "tests" / "init_fingerprints.py")], env=env, capture_output=True,
                          text=True, check=True, timeout=300).stdout.split("\n")
     assert {line.split()[0]: line.split()[1] for line in out if line.strip()} == GOLDEN

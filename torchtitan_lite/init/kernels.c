@@ -158,22 +158,27 @@ static inline double log_word_uniform(uint32_t w) {
         for (int64_t base = 0; base < n; base += TILE) {                                                            \
             int m = n - base < TILE ? (int)(n - base) : TILE;                                                       \
             uint32_t c[4][TILE];                                                                                    \
+            double z[TILE];                                                                                         \
+            int reject[TILE];                                                                                       \
             tile_words(index + base, m, attempt, k0, k1, salt, c);                                                  \
-            for (int i = 0; i < m; i++) {                                                                           \
-                double log_u = log_word_uniform(c[1][i]), z;                                                        \
-                int reject;                                                                                         \
-                if (exponential) {                                                                                  \
-                    z = alpha - log_word_uniform(c[0][i]) / rate;                                                   \
-                    reject = (z > beta) | (log_u > (z - rate) * (z - rate) * -0.5);                                 \
-                } else {                                                                                            \
-                    z = alpha + (beta - alpha) * (((double)c[0][i] + 0.5) * 0x1p-32);                               \
-                    reject = log_u > (peak * peak - z * z) * 0.5;                                                   \
+            if (exponential)                                                                                        \
+                for (int i = 0; i < m; i++) {                                                                       \
+                    double log_u = log_word_uniform(c[1][i]);                                                       \
+                    z[i] = alpha - log_word_uniform(c[0][i]) / rate;                                                \
+                    reject[i] = (z[i] > beta) | (log_u > (z[i] - rate) * (z[i] - rate) * -0.5);                    \
                 }                                                                                                   \
-                z = flip ? -z : z;                                                                                  \
-                T v = (T)z * std + mean;                                                                            \
+            else                                                                                                    \
+                for (int i = 0; i < m; i++) {                                                                       \
+                    double log_u = log_word_uniform(c[1][i]);                                                       \
+                    z[i] = alpha + (beta - alpha) * (((double)c[0][i] + 0.5) * 0x1p-32);                            \
+                    reject[i] = log_u > (peak * peak - z[i] * z[i]) * 0.5;                                          \
+                }                                                                                                   \
+            for (int i = 0; i < m; i++) {                                                                           \
+                T v = (T)(flip ? -z[i] : z[i]) * std + mean;                                                        \
                 out[base + i] = v < lo ? lo : (v > hi ? hi : v);                                                    \
-                if (reject) bad[n_bad++] = base + i;                                                                \
             }                                                                                                       \
+            for (int i = 0; i < m; i++)                                                                             \
+                if (reject[i]) bad[n_bad++] = base + i;                                                             \
         }                                                                                                           \
         return n_bad;                                                                                               \
     }
