@@ -43,8 +43,10 @@ COMPILED_MIN_LOCAL = 2**14
 """Off the CPU, tensors with fewer local elements stay eager even in a compiled draw (a compiled call computes a
 whole chunk)."""
 BLOCK_CHUNK = {True: 2**18, False: 2**16}
-"""Philox blocks per call (4 elements each), native or compiled / eager torch ops: one static shape for compiled
-kernels; a cache-sized chunk for eager ops."""
+"""Philox blocks per call (4 elements each), compiled / eager torch ops: one static shape for compiled kernels; a
+cache-sized chunk for eager ops."""
+NATIVE_BLOCK_CHUNK = 2**20
+"""Philox blocks per call of the CPU kernels: few calls, so that threads meet rarely (each call splits over them)."""
 ELEMENT_CHUNK = {True: 2**16, False: 2**16}
 """Elements per call of the element path, compiled / eager."""
 MAX_ATTEMPTS = 10_000
@@ -274,8 +276,9 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
 
     drawn, pending_pos, pending_idx = 0, [], []
     if not proposal and length % 4 == 0 and all(s % 4 == 0 for s in starts):
-        big = bool(compiled) or (device.type == "cpu" and compiled is None and native.library() is not None)
-        for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, BLOCK_CHUNK[big], device):
+        on_cpu = device.type == "cpu" and compiled is not False and native.library() is not None
+        cap = NATIVE_BLOCK_CHUNK if on_cpu else BLOCK_CHUNK[bool(compiled)]
+        for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, cap, device):
             target = flat[4 * pos : 4 * (pos + blocks.numel())] if direct else None
             values, bad = _normals("blocks", blocks, 0, key_words, law, scal, compiled, target)
             put(4 * pos, values)
