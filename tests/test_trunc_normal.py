@@ -109,7 +109,7 @@ def test_no_value_outside_bounds_after_cast(dtype, path):
     assert x.min().item() >= a and x.max().item() <= b
 
 
-def test_mean_far_outside_bounds_uses_exact_log_space_tail():
+def test_mean_far_outside_bounds_is_exact_in_the_tail():
     mean, std, a, b = 0.0, 1.0, 40.0, 41.0
     x = _draw(2**18, mean, std, a, b, "generator").double().numpy()
     law = _law(mean, std, a, b)
@@ -117,11 +117,15 @@ def test_mean_far_outside_bounds_uses_exact_log_space_tail():
     assert abs(x.mean() - law.mean()) < 5 * law.std() / math.sqrt(2**18)
 
 
-def test_rejection_shortfall_after_round_cap_is_exact(monkeypatch):
-    monkeypatch.setattr(sampling, "_MAX_ROUNDS", 0)  # every rejected position comes from the inverse CDF
-    x = _draw(N, 0.0, 1.0, -1.0, 3.0, "generator").double().numpy()
-    law = _law(0.0, 1.0, -1.0, 3.0)
-    assert stats.kstest(x, law.cdf).pvalue > 1e-3
+def test_without_a_key_it_is_the_keyed_draw_seeded_by_the_generator():
+    """One sampler: the generator's next int64 (as a 64-bit seed) keys the stream ``"trunc_normal_"``."""
+    seed = torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=torch.Generator().manual_seed(5))
+    keyed = trunc_normal_(torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, key=InitKey(int(seed) % 2**64, "trunc_normal_"))
+    plain = trunc_normal_(torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(plain, keyed)
+    gen = torch.Generator().manual_seed(5)
+    first, second = (trunc_normal_(torch.empty(300, 7), generator=gen) for _ in range(2))
+    assert not torch.equal(first, second)
 
 
 def test_tiny_std_stays_tiny():

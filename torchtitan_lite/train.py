@@ -122,6 +122,7 @@ from torchtitan_lite.distributed.process_group import (
 )
 from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
+from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
@@ -470,8 +471,9 @@ class Trainer:
         warnings = [memory_warning] if memory_warning else []
         for line in self.load_lines[1:] + folder_lines + warnings:
             self.startup.note(line)
+        kernels = f"{draw.compile_note()}; " if draw.compile_note() else ""
         self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, "
-                                   f"{skipped} loaded; fingerprint {self.fingerprint}",
+                                   f"{skipped} loaded; {kernels}fingerprint {self.fingerprint}",
                            seconds=init_s)
         if self.check_step1:
             detail = self.config.debug.init_report

@@ -159,9 +159,10 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
     Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one call per
-    tensor, independent of sharding; fills set the local shard. The draws use compiled kernels when the random
-    tensors' local elements number at least :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS` in all (the same
-    values either way). ``seed`` is in ``[0, 2**64)``; tensors named
+    tensor, independent of sharding; fills set the local shard. The draws use the native CPU kernels, and on other
+    devices compiled kernels when the random tensors' local elements number at least
+    :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS` in all (the same values either way). ``seed`` is in
+    ``[0, 2**64)``; tensors named
     in ``skip`` (any alias) are untouched. ``partial``: ``model`` is a rank's pipeline stages (see
     :func:`resolve_plan`); each tensor still draws from its canonical name, so the values are the whole model's.
 
@@ -172,7 +173,7 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     resolved = resolve_plan(model, plan, skip, partial=partial)
     counts = [0, 0, 0, 0]
     random = [t for e, t in resolved if not e.loaded and e.spec.kind in ("normal", "trunc_normal")]
-    compiled = sum(local_box(t)[0].numel() for t in random) >= draw.COMPILE_MIN_ELEMENTS
+    compiled = True if sum(local_box(t)[0].numel() for t in random) >= draw.COMPILE_MIN_ELEMENTS else None
     for entry, tensor in resolved:
         numel = tensor.numel()
         if entry.loaded:

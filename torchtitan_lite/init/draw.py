@@ -1,4 +1,5 @@
-"""Keyed draws of one law: the kernels that turn counters into values, eager or compiled, and the rejection loop.
+"""Keyed draws of one law: the kernels that turn counters into values (native, compiled or eager torch ops), and
+the rejection loop.
 
 A rank fills exactly its local elements (:func:`fill_local`): its box of the global tensor is a set of runs of
 consecutive global indices (:func:`torchtitan_lite.init.keyed.element_runs`); runs that start and end on multiples of 4
@@ -14,11 +15,11 @@ counter (Robert, "Simulation of truncated normal variables", Stat. Comput. 5, 19
 interval, or a translated exponential one with rate ``(alpha + sqrt(alpha^2 + 4)) / 2`` in a tail, whichever accepts
 more), accepted by ``ln u <= log density ratio`` so that only :func:`counter.log_word_uniform` is needed.
 
-Note: on where values are computed. On CPU, CUDA and XPU the values are computed on the tensor's device; devices
-without float64 (MPS) and other accelerators (NPU: its float64 coverage varies) compute on the host CPU and copy each
-chunk over. Compiled kernels (:func:`_compiled`) run on static chunk shapes, so each compiles once per device type,
-dtype and thread count, and inductor's cache keeps them across runs; a CPU without a working C++ compiler falls back to
-eager with one warning.
+Note: on where values are computed. On CPU, CUDA and XPU the values are computed on the tensor's device; other
+accelerators (NPU, MPS) compute on the host CPU and copy each chunk over. On the CPU the C kernels of
+:mod:`torchtitan_lite.init.native` compute them (eager torch ops without a C compiler, or with ``compiled=False``);
+elsewhere torch ops, compiled (:func:`_compiled`, static chunk shapes: one compile per device type and dtype, kept by
+inductor's cache) for large draws. Every path gives the same bits (:mod:`torchtitan_lite.init.counter`).
 """
 
 from __future__ import annotations
@@ -31,17 +32,21 @@ from typing import NamedTuple
 
 import torch
 
-from torchtitan_lite.init import counter
+from torchtitan_lite.init import counter, native
 
 MIN_REJECTION_MASS = 0.3
 """Below this in-bounds mass, candidates come from a proposal (Robert 1995) instead of the normal."""
 COMPILE_MIN_ELEMENTS = 2**25
-"""Default: a draw of at least this many elements (one call of ``init_weights``) uses compiled kernels; below it eager
-ops, whose cost per element (about 20x a ``normal_`` fill on CPU) stays under a compile's start-up."""
+"""Off the CPU: a draw of at least this many elements (one call of ``init_weights``) uses compiled kernels; below it
+eager torch ops, whose cost stays under a compile's start-up."""
 COMPILED_MIN_LOCAL = 2**14
-"""Tensors with fewer local elements stay eager even in a compiled draw (a compiled call computes a whole chunk)."""
+"""Off the CPU, tensors with fewer local elements stay eager even in a compiled draw (a compiled call computes a
+whole chunk)."""
 BLOCK_CHUNK = {True: 2**18, False: 2**16}
-"""Philox blocks per call (4 elements each), compiled / eager: one static shape; a cache-sized eager chunk."""
+"""Philox blocks per call (4 elements each), compiled / eager torch ops: one static shape for compiled kernels; a
+cache-sized chunk for eager ops."""
+NATIVE_BLOCK_CHUNK = 2**20
+"""Philox blocks per call of the CPU kernels: few calls, so that threads meet rarely (each call splits over them)."""
 ELEMENT_CHUNK = {True: 2**16, False: 2**16}
 """Elements per call of the element path, compiled / eager."""
 MAX_ATTEMPTS = 10_000
@@ -72,12 +77,21 @@ def draw_device(device: torch.device) -> torch.device:
 
 
 def compile_seconds() -> float:
-    """Seconds spent in the first call of each compiled kernel in this process (compiling or loading the cache)."""
-    return _STATE["compile_seconds"]
+    """Seconds this process spent building :mod:`native` kernels and in the first call of each ``torch.compile``-d
+    kernel (compiling or loading inductor's cache)."""
+    return _STATE["compile_seconds"] + native.build_seconds()
+
+
+def compile_note() -> str:
+    """``"init kernels built/compiled in 0.5 s"`` when this process spent time on that (:func:`compile_seconds`),
+    else ``""``: for the init line."""
+    seconds = compile_seconds()
+    return f"init kernels built/compiled in {seconds:.1f} s" if seconds > 0 else ""
 
 
 def _scaled(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return (z * std + mean).to(dtype)
+    """``z std + mean`` in the dtype of ``mean`` and ``std`` (the law's: float32, or float64 for float64 tensors)."""
+    return (z.to(std.dtype) * std + mean).to(dtype)
 
 
 def _normal_blocks(block, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
@@ -107,14 +121,6 @@ def _proposal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, alpha, b
     if flip:
         z = -z
     return _scaled(z, mean, std, dtype).clamp(lo, hi), reject
-
-
-def _checked(out: list[torch.Tensor], lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(values, rejected)`` of an element kernel's output: the proposal's own flags, else the values outside
-    ``[lo, hi]``."""
-    if len(out) == 2:
-        return out[0], out[1]
-    return out[0], (out[0] < lo) | (out[0] > hi)
 
 
 def _compiled(fn: Callable, device: torch.device) -> Callable | None:
@@ -151,9 +157,9 @@ def _call(fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **st
 
 
 def _scalars(law: Law, key_words: tuple[int, int, int], device: torch.device) -> dict[str, torch.Tensor]:
-    as64 = lambda v: torch.tensor(v, dtype=torch.float64, device=device)  # noqa: E731
-    k0, k1, salt = (torch.tensor(w, dtype=torch.int64, device=device) for w in key_words)
-    return {"k0": k0, "k1": k1, "salt": salt, "mean": as64(law.mean), "std": as64(law.std),
+    as_law = lambda v: torch.tensor(v, dtype=law.dtype, device=device)  # noqa: E731
+    k0, k1, salt = (torch.tensor(counter.as_word32(w), dtype=torch.int32, device=device) for w in key_words)
+    return {"k0": k0, "k1": k1, "salt": salt, "mean": as_law(law.mean), "std": as_law(law.std),
             "lo": torch.tensor(law.lo, dtype=law.dtype, device=device),
             "hi": torch.tensor(law.hi, dtype=law.dtype, device=device)}
 
@@ -164,11 +170,10 @@ def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
     alpha, beta = (-law.beta, -law.alpha) if flip else (law.alpha, law.beta)
     peak = max(alpha, 0.0)
     rate = (alpha + math.sqrt(alpha * alpha + 4.0)) / 2.0
-    accept_uniform = law.mass / ((beta - alpha) * math.exp(-0.5 * peak * peak) / math.sqrt(2.0 * math.pi)) \
-        if math.isfinite(beta) else 0.0
-    accept_exponential = law.mass * rate * math.sqrt(2.0 * math.pi) * math.exp(rate * alpha - 0.5 * rate * rate) \
-        if alpha > 0 else 0.0
-    return {"alpha": alpha, "beta": beta, "rate": rate, "peak": peak}, accept_exponential > accept_uniform, flip
+    # log acceptance rates less ln(mass / sqrt(2 pi)), which both share (the mass underflows far out in a tail)
+    log_uniform = 0.5 * peak * peak - math.log(beta - alpha) if math.isfinite(beta) else -math.inf
+    log_exponential = math.log(rate) + rate * alpha - 0.5 * rate * rate if alpha > 0 else -math.inf
+    return {"alpha": alpha, "beta": beta, "rate": rate, "peak": peak}, log_exponential > log_uniform, flip
 
 
 def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device):
@@ -186,8 +191,34 @@ def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device
         yield r0 * length, (part[:, None] + ramp).view(-1)
 
 
+def _normals(kind: str, index: torch.Tensor, attempt: int, key_words: tuple[int, int, int], law: Law,
+             scal: dict[str, torch.Tensor], compiled: bool | None, out: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, bad)``: candidate ``attempt`` of the normals at ``index`` (``kind`` ``"blocks"``: four values per
+    Philox block, in element order; ``"elements"``: one per global index) in ``law.dtype``, and the sorted
+    positions of the values outside ``[lo, hi]``. On the CPU by :mod:`native` unless ``compiled`` is ``False`` (or it
+    cannot be built; then into ``out`` when given), elsewhere by torch ops, compiled when ``compiled``."""
+    device = index.device
+    lib = native.library() if device.type == "cpu" and compiled is not False else None
+    if lib is not None:
+        return native.draw(kind, index, (attempt, *key_words), law.mean, law.std, law.lo, law.hi, law.dtype, out)
+    step = torch.tensor(counter.as_word32(attempt), dtype=torch.int32, device=device)
+    base = (step, scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"])
+    use_compiled = bool(compiled) and device.type != "cpu"
+    if kind == "blocks":
+        chunk = BLOCK_CHUNK[use_compiled]
+        values = torch.stack(_call(_normal_blocks, use_compiled, chunk, index, *base, dtype=law.dtype), dim=1)
+        values = values.view(-1)
+    else:
+        chunk = ELEMENT_CHUNK[use_compiled]
+        values = _call(_normal_elements, use_compiled, chunk, index, *base, dtype=law.dtype)[0]
+    if not (math.isfinite(law.lo) or math.isfinite(law.hi)):
+        return values, values.new_empty(0, dtype=torch.int64)
+    return values, ((values < scal["lo"]) | (values > scal["hi"])).nonzero().squeeze(1)
+
+
 def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tuple[int, int, int], law: Law,
-               cast: Callable[[torch.Tensor], torch.Tensor], compiled: bool) -> int:
+               cast: Callable[[torch.Tensor], torch.Tensor], compiled: bool | None) -> int:
     """Fill the contiguous 1-D ``flat`` (a rank's local elements in order) with the keyed values of ``law``.
 
     Args:
@@ -196,7 +227,8 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
         key_words: :func:`counter.stream_words` of the stream.
         law: the distribution (:class:`Law`).
         cast: rounds work-dtype values to ``flat``'s dtype (and keeps them in bounds).
-        compiled: use compiled kernels for this tensor.
+        compiled: ``True``: native kernels (:mod:`native` on the CPU, ``torch.compile`` elsewhere); ``None``: native
+            on the CPU, eager torch ops elsewhere; ``False``: eager torch ops (the same values in every case).
 
     Returns:
         The number of elements drawn (first pass): ``flat.numel()``.
@@ -206,52 +238,68 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
     """
     device = draw_device(flat.device)
     scal = _scalars(law, key_words, device)
-    base = (scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"])
-    lo, hi = scal["lo"], scal["hi"]
-    bounded = math.isfinite(law.lo) or math.isfinite(law.hi)
-    if law.mass < MIN_REJECTION_MASS:
+    proposal = law.mass < MIN_REJECTION_MASS
+    if proposal:
         params, exponential, flip = _proposal(law)
-        extra = (lo, hi) + tuple(torch.tensor(params[k], dtype=torch.float64, device=device)
-                                 for k in ("alpha", "beta", "rate", "peak"))
-        element_fn, static = _proposal_elements, {"dtype": law.dtype, "exponential": exponential, "flip": flip}
+        extra = (scal["mean"], scal["std"], scal["lo"], scal["hi"]) + tuple(
+            torch.tensor(params[k], dtype=torch.float64, device=device) for k in ("alpha", "beta", "rate", "peak"))
+        static = {"dtype": law.dtype, "exponential": exponential, "flip": flip}
+        use_compiled = bool(compiled) and device.type != "cpu"
+        chunk = ELEMENT_CHUNK[use_compiled]
+        lib = native.library() if device.type == "cpu" and compiled is not False else None
+        native_args = tuple(params[k] for k in ("alpha", "beta", "rate", "peak")) + (int(exponential), int(flip))
+
+        def candidates(index: torch.Tensor, attempt: int) -> tuple[torch.Tensor, torch.Tensor]:
+            if lib is not None:
+                return native.draw("proposal", index, (attempt, *key_words), law.mean, law.std, law.lo, law.hi,
+                                   law.dtype, proposal=native_args)
+            step = torch.tensor(counter.as_word32(attempt), dtype=torch.int32, device=device)
+            keys = (step, scal["k0"], scal["k1"], scal["salt"])
+            values, bad = (torch.cat(parts) for parts in zip(*(
+                _call(_proposal_elements, use_compiled and index.numel() >= COMPILED_MIN_LOCAL, chunk,
+                      index[s : s + chunk], *keys, *extra, **static) for s in range(0, index.numel(), chunk))))
+            return values, bad.nonzero().squeeze(1)
     else:
-        extra, element_fn, static = (), _normal_elements, {"dtype": law.dtype}
-    zero = torch.zeros((), dtype=torch.int64, device=device)
-    put = lambda lo, values: flat[lo : lo + values.numel()].copy_(cast(values).to(flat.device))  # noqa: E731
+        chunk = ELEMENT_CHUNK[bool(compiled)]
+
+        def candidates(index: torch.Tensor, attempt: int) -> tuple[torch.Tensor, torch.Tensor]:
+            mode = compiled if compiled is False or index.numel() >= COMPILED_MIN_LOCAL else None
+            parts = [_normals("elements", index[s : s + chunk], attempt, key_words, law, scal, mode)
+                     for s in range(0, index.numel(), chunk)]
+            return torch.cat([v for v, _ in parts]), torch.cat([b + s for (_, b), s in
+                                                                zip(parts, range(0, index.numel(), chunk))])
+    direct = flat.dtype == law.dtype and flat.device.type == "cpu"  # native kernels write into flat
+
+    def put(lo: int, values: torch.Tensor) -> None:
+        if values.data_ptr() != flat[lo:].data_ptr():
+            flat[lo : lo + values.numel()].copy_(cast(values).to(flat.device))
+
     drawn, pending_pos, pending_idx = 0, [], []
-    if element_fn is _normal_elements and length % 4 == 0 and all(s % 4 == 0 for s in starts):
-        chunk = BLOCK_CHUNK[compiled]
-        for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, chunk, device):
-            values = torch.stack(_call(_normal_blocks, compiled, chunk, blocks, zero, *base, **static), dim=1).view(-1)
+    if not proposal and length % 4 == 0 and all(s % 4 == 0 for s in starts):
+        on_cpu = device.type == "cpu" and compiled is not False and native.library() is not None
+        cap = NATIVE_BLOCK_CHUNK if on_cpu else BLOCK_CHUNK[bool(compiled)]
+        for pos, blocks in _index_chunks([s // 4 for s in starts], length // 4, cap, device):
+            target = flat[4 * pos : 4 * (pos + blocks.numel())] if direct else None
+            values, bad = _normals("blocks", blocks, 0, key_words, law, scal, compiled, target)
             put(4 * pos, values)
-            drawn += 4 * blocks.numel()
-            if bounded:
-                bad = ((values < lo) | (values > hi)).nonzero().squeeze(1)
-                if bad.numel():
-                    pending_pos.append(bad + 4 * pos)
-                    pending_idx.append(blocks[bad >> 2] * 4 + (bad & 3))
+            drawn += values.numel()
+            if bad.numel():
+                pending_pos.append(bad + 4 * pos)
+                pending_idx.append(blocks[bad >> 2] * 4 + (bad & 3))
     else:
-        chunk = ELEMENT_CHUNK[compiled]
         for pos, index in _index_chunks(starts, length, chunk, device):
-            values, bad = _checked(_call(element_fn, compiled, chunk, index, zero, *base, *extra, **static), lo, hi)
+            values, bad = candidates(index, 0)
             put(pos, values)
             drawn += index.numel()
-            bad = bad.nonzero().squeeze(1)
             if bad.numel():
                 pending_pos.append(bad + pos)
                 pending_idx.append(index[bad])
     if not pending_pos:
         return drawn
     pos, index = torch.cat(pending_pos), torch.cat(pending_idx)
-    chunk = ELEMENT_CHUNK[compiled]
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        use_compiled = compiled and index.numel() >= COMPILED_MIN_LOCAL
-        step = torch.tensor(attempt, dtype=torch.int64, device=device)
-        values, bad = (torch.cat(parts) for parts in zip(*(
-            _checked(_call(element_fn, use_compiled, chunk, index[s : s + chunk], step, *base, *extra, **static), lo, hi)
-            for s in range(0, index.numel(), chunk))))
-        good = ~bad
-        flat.index_copy_(0, pos[good].to(flat.device), cast(values[good]).to(flat.device))
+        values, bad = candidates(index, attempt)
+        flat.index_copy_(0, pos.to(flat.device), cast(values).to(flat.device))  # the rejected ones are redrawn
         pos, index = pos[bad], index[bad]
         if not pos.numel():
             return drawn

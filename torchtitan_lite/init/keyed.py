@@ -116,9 +116,10 @@ def keyed_fill(tensor: torch.Tensor, key: InitKey, law: draw.Law, cast, compiled
         raise ValueError(f"trunc_normal_: key={key.name!r}: {err}") from None
     if local.numel() == 0:
         return 0
-    if compiled is None:
-        compiled = local.numel() >= draw.COMPILE_MIN_ELEMENTS
-    compiled = compiled and local.numel() >= draw.COMPILED_MIN_LOCAL
+    if compiled is None and local.numel() >= draw.COMPILE_MIN_ELEMENTS:
+        compiled = True
+    if compiled and local.numel() < draw.COMPILED_MIN_LOCAL:
+        compiled = None
     starts, length = element_runs(shape, shape_local, offset)
     words = counter.stream_words(key.seed, key.digest)
     if local.is_contiguous():

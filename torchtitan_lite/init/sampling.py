@@ -1,40 +1,21 @@
-"""Exact, fast truncated-normal sampling: :func:`trunc_normal_`, keyed or from a device generator.
+"""Exact, fast truncated-normal sampling: :func:`trunc_normal_`, one keyed sampler.
 
-``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds)
-plus a keyword ``key``. Without a key it draws from the tensor's device generator. With
-``key=InitKey(seed, name)`` every element's value depends only on (seed, name, the element's global
-index, distribution), whatever the sharding, device or world size (:mod:`torchtitan_lite.init.keyed`).
+``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds) plus a keyword
+``key``. With ``key=InitKey(seed, name)`` every element's value depends only on (seed, name, the element's global
+index, distribution), whatever the sharding, device or world size (:mod:`torchtitan_lite.init.keyed`). Without a key
+it draws a 64-bit seed from ``generator`` (torch's default CPU generator when ``None``) and uses the same keyed draw:
+one algorithm (:mod:`torchtitan_lite.init.draw`: exact per-element rejection, a proposal where the in-bounds mass is
+small) for both.
 
-Note: on exactness. The inverse-CDF method evaluated in float32 (what ``torch.nn.init`` does) piles
-values on the bounds and distorts the kurtosis. We use rejection where the in-bounds mass
-``Z = Phi(beta) - Phi(alpha)`` is large and an inverse CDF in float64 (log space in the far tail)
-where it is small. Accepted candidates of a rejection sampler are iid truncated normals, so both
-are exact up to the working precision.
-
-Note: on why we redraw only the rejected positions, in place. The classic rejection fix redraws the
-whole tensor per round (a pass per round), and compacting the accepted values of an oversampled draw
-(``x[mask]``) costs more than a ``normal_`` of the same size. Instead we draw ``n`` normals in
-place, chunk by chunk (cache-resident), find the few out-of-bounds positions (a min/max pass when
-almost no chunk has any, else a mask and NumPy's ``flatnonzero``), and refill just
-those positions by the same method applied to them, at most ``_MAX_ROUNDS`` levels deep; what is
-still out after that comes from the inverse CDF, so valid input never fails. Each position's value
-is independent of which positions were rejected, so the result is iid truncated normal.
-
-Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the
-target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable
-value inside (torch 2.13's bf16 result can exceed ``b`` by half an ulp).
-
-Note: on keyed streams. A keyed tensor's values are a counter-based function of (seed, name, global index,
-distribution), exact per element and the same bits on every device and host CPU (:mod:`torchtitan_lite.init.counter`),
-drawn by each rank for exactly its local elements (:mod:`torchtitan_lite.init.keyed`, :mod:`torchtitan_lite.init.draw`).
-The notes above describe the unkeyed path (a device generator), a drop-in for ``torch.nn.init.trunc_normal_``.
+Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the target dtype; a value
+that rounds outside ``[a, b]`` is clamped onto the nearest representable value inside (torch 2.13's bf16 result can
+exceed ``b`` by half an ulp).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
@@ -42,16 +23,6 @@ from torchtitan_lite.init import keyed
 from torchtitan_lite.init.draw import Law
 from torchtitan_lite.init.keyed import InitKey
 
-_INVERSE_CDF_CHUNK = 2**20
-"""Elements per inverse-CDF pass (bounds its float64 temporaries)."""
-
-_MIN_REJECTION_MASS = 0.3
-"""Below this in-bounds mass the inverse CDF is faster than rejection (measured by bench_init.py)."""
-
-_MAX_ROUNDS = 8
-_CPU_CHUNK = 2**18
-_LOG_SPACE_BELOW = {torch.float64: -37.0, torch.float32: -12.0}
-"""Lower standardized bound under which Phi underflows the dtype: invert in log space instead."""
 
 def _phi(x: float) -> float:
     """Standard normal CDF in float64, accurate in the lower tail."""
@@ -100,100 +71,10 @@ def _check_args(mean: float, std: float, a: float, b: float) -> None:
         raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
 
 
-def _inverse_cdf(n: int, mean: float, std: float, alpha: float, beta: float, generator, device) -> torch.Tensor:
-    """``n`` exact truncated-normal draws by inverse CDF: one uniform each, no loop.
-
-    Computes in float64 on the CPU and float32 on an accelerator (NPU has no float64). The interval
-    is mirrored into the lower tail; where ``Phi(lo)`` would underflow, ``z`` solves
-    ``log_ndtr(z) = log p`` by 8 Newton steps (``log_ndtr`` is concave, so the iterates increase
-    monotonically to the root from the asymptotic start ``-sqrt(-2 log p)``).
-    Returns ``(n,)`` values ``mean + std * z`` in the compute dtype (not yet clamped to a dtype).
-    """
-    dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
-    flip = alpha + beta > 0
-    lo, hi = (-beta, -alpha) if flip else (alpha, beta)
-    u = torch.rand(n, dtype=dtype, device=device, generator=generator)
-    if lo > _LOG_SPACE_BELOW[dtype]:
-        p_lo, p_hi = _phi(lo), _phi(hi)
-        z = torch.special.ndtri(u.mul_(p_hi - p_lo).add_(p_lo))
-    else:
-        log_lo, log_hi = (torch.special.log_ndtr(torch.tensor(v, dtype=torch.float64)).item() for v in (lo, hi))
-        log_p = torch.logaddexp(torch.log1p(-u).add_(log_lo), torch.log(u).add_(log_hi))
-        z = torch.sqrt(-2.0 * log_p).neg_()
-        half_log_2pi = 0.5 * math.log(2.0 * math.pi)
-        for _ in range(8):
-            log_cdf = torch.special.log_ndtr(z)
-            z = z - (log_cdf - log_p) * torch.exp(log_cdf + 0.5 * z * z + half_log_2pi)
-    z = z.clamp_(lo, hi)
-    if flip:
-        z = z.neg_()
-    return z.mul_(std).add_(mean)
-
-
-def _out_of_bounds(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """Sorted int64 indices of the elements of the 1-D ``x`` outside ``[lo, hi]``.
-
-    On the CPU this runs in NumPy, whose ``flatnonzero`` skips zero words of a sparse mask: ~5x
-    faster than ``torch.nonzero`` at +-3 sigma and 1.4x at +-2 sigma (torch 2.13, NumPy 2.4).
-    ``lo``/``hi`` are representable in ``x.dtype``, so the comparisons are exact.
-    """
-    if x.device.type == "cpu":
-        xn = x.numpy()
-        mask = np.abs(xn) > hi if lo == -hi else (xn < lo) | (xn > hi)
-        return torch.from_numpy(np.flatnonzero(mask))
-    mask = x.abs() > hi if lo == -hi else (x < lo) | (x > hi)
-    return mask.nonzero().squeeze_(1)
-
-
 def _law(mean: float, std: float, a: float, b: float, dtype: torch.dtype) -> Law:
     """The :class:`~torchtitan_lite.init.draw.Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in ``dtype``."""
     alpha, beta = (a - mean) / std, (b - mean) / std
     return Law(mean, std, *inner_bounds(a, b, dtype), alpha, beta, normal_mass(alpha, beta), dtype)
-
-
-def _sample_into(out: torch.Tensor, law: Law, generator, redraws: int = _MAX_ROUNDS) -> None:
-    """Fill the 1-D contiguous ``out`` (of ``law.dtype``) with iid draws of ``law``; every value lies in
-    ``[law.lo, law.hi]``.
-
-    Rejected positions are refilled by a recursive call on just them, ``redraws`` levels deep; below that
-    the inverse CDF fills them.
-    """
-    n, device = out.numel(), out.device
-    if law.mass < _MIN_REJECTION_MASS:
-        _inverse_cdf_into(out, law, generator)
-        return
-    lo, hi = law.lo, law.hi
-    chunk = _CPU_CHUNK if device.type == "cpu" else max(n, 1)
-    expected_out = (1.0 - law.mass) * min(chunk, n)
-    rejected = []
-    for s in range(0, n, chunk):
-        part = out[s : s + chunk]
-        part.normal_(law.mean, law.std, generator=generator)
-        if math.isinf(lo) and math.isinf(hi):
-            continue
-        if expected_out < 1.0:  # most chunks are clean: a min/max pass is cheaper than a mask
-            low, high = part.aminmax()
-            if low.item() >= lo and high.item() <= hi:
-                continue
-        rejected.append(_out_of_bounds(part, lo, hi).add_(s))
-    idx = rejected[0] if len(rejected) == 1 else torch.cat(rejected) if rejected else None
-    if idx is None or idx.numel() == 0:
-        return
-    values = torch.empty(idx.numel(), dtype=out.dtype, device=device)
-    if redraws == 0:
-        _inverse_cdf_into(values, law, generator)
-    else:
-        _sample_into(values, law, generator, redraws - 1)
-    out.index_copy_(0, idx, values)
-
-
-def _inverse_cdf_into(out: torch.Tensor, law: Law, generator) -> None:
-    """Fill the 1-D ``out`` by :func:`_inverse_cdf`, ``_INVERSE_CDF_CHUNK`` elements at a time, clamped to
-    ``[law.lo, law.hi]``."""
-    for s in range(0, out.numel(), _INVERSE_CDF_CHUNK):
-        part = out[s : s + _INVERSE_CDF_CHUNK]
-        values = _inverse_cdf(part.numel(), law.mean, law.std, law.alpha, law.beta, generator, out.device)
-        part.copy_(values.clamp_(law.lo, law.hi))
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -206,13 +87,6 @@ def _caster(dtype: torch.dtype, work_dtype: torch.dtype, a: float, b: float):
         return lambda values: values
     bounds = inner_bounds(a, b, dtype)
     return lambda values: values.to(dtype).clamp_(*bounds)
-
-
-def _write(target: torch.Tensor, values: torch.Tensor, a: float, b: float) -> None:
-    """Copy ``values`` (same shape) into ``target``, rounding to nearest and clamping into ``[a, b]``."""
-    target.copy_(values)
-    if target.dtype != values.dtype:
-        target.clamp_(*inner_bounds(a, b, target.dtype))
 
 
 @torch.no_grad()
@@ -232,12 +106,14 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
             (then ``key`` is required).
         mean, std: of the untruncated normal.
         a, b: absolute bounds.
-        generator: generator of the tensor's device, for the unkeyed path.
+        generator: without ``key``: the generator whose next 64-bit draw seeds the keyed stream (torch's default CPU
+            generator when ``None``).
         key: draw from the counter-based stream of ``key`` (:mod:`torchtitan_lite.init.keyed`): the value of every
             element depends only on (``key``, the global shape, the element's global index, mean, std, a, b), the
             same bits on every device and host CPU.
-        compiled: for a keyed draw, use compiled kernels (the same values); ``None``: when the local elements number
-            at least :data:`torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`.
+        compiled: ``False``: eager torch ops; ``True``: native kernels (the same values; see
+            :func:`torchtitan_lite.init.draw.fill_local`); ``None``: native on the CPU, and elsewhere when the local
+            elements number at least :data:`torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`.
 
     Raises:
         ValueError: non-finite mean or std, std <= 0, NaN bound, a >= b, a dtype that is not
@@ -250,18 +126,12 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
         return tensor
     dtype = _work_dtype(tensor.dtype)
     law = _law(mean, std, a, b, dtype)
-    if key is not None:
-        keyed.keyed_fill(tensor, key, law, _caster(tensor.dtype, dtype, a, b), compiled)
-        return tensor
-    if isinstance(tensor, DTensor):
-        raise ValueError(
-            "trunc_normal_ on a DTensor needs key=InitKey(seed, name): the device generator would give "
-            "every rank the same values (or depend on the world size)"
-        )
-    if tensor.dtype == dtype and tensor.is_contiguous():
-        _sample_into(tensor.view(-1), law, generator)
-        return tensor
-    values = torch.empty(tensor.numel(), dtype=dtype, device=tensor.device)
-    _sample_into(values, law, generator)
-    _write(tensor, values.view(tensor.shape), a, b)
+    if key is None:
+        if isinstance(tensor, DTensor):
+            raise ValueError("trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed would "
+                             "give every rank the same values (or depend on the world size)")
+        device = generator.device if generator is not None else "cpu"
+        seed = torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=generator, device=device)
+        key = InitKey(int(seed) % 2**64, "trunc_normal_")
+    keyed.keyed_fill(tensor, key, law, _caster(tensor.dtype, dtype, a, b), compiled)
     return tensor

@@ -42,6 +42,7 @@ from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.errors import UserError
+from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
@@ -216,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     with _phase("init", f"materializing and sampling {count} on CPU"):
         model = materialize(model, "cpu")
         result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
+    if draw.compile_note():
+        print(f"init: {draw.compile_note()}")
     with _phase("report", f"statistics of {count} in float64"), progress(elements, "report", "element") as bar:
         report = init_report(model, plan, result, progress=bar.update)
     with _phase("fingerprint", f"hashing {count}"):
