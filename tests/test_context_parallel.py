@@ -1,0 +1,105 @@
+"""Context parallelism in one process: the load-balanced split, attention of a chunk whose queries sit at later
+positions than its first key (blockwise forward and backward, flex forward), the degrees, and the settings refused
+before launch (one config line each)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.common.blockwise import block_attention
+from models.common.flex import flex_attention_op
+from models.common.sink_attention import sink_attention
+from torchtitan_lite.config.checks import load_config
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.distributed.context_parallel import chunk_positions, split_sequence
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
+from torchtitan_lite.errors import LaunchError
+
+
+def test_rank_r_holds_chunks_r_and_2cp_minus_1_minus_r():
+    assert chunk_positions(16, 2, 0).tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert chunk_positions(16, 2, 1).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert chunk_positions(16, 4, 3).tolist() == [6, 7, 8, 9]
+    every = torch.cat([chunk_positions(24, 3, r) for r in range(3)])
+    assert sorted(every.tolist()) == list(range(24))
+    t = torch.arange(32).view(2, 16)
+    assert split_sequence(t, 2, 1).tolist() == [list(range(4, 12)), list(range(20, 28))]
+
+
+def test_equal_causal_work_per_rank():
+    """Keys visible to a rank's queries (causal): the same count on every rank."""
+    work = [sum(p + 1 for p in chunk_positions(64, 4, r).tolist()) for r in range(4)]
+    assert len(set(work)) == 1
+
+
+def test_a_seq_len_that_does_not_split_is_refused():
+    with pytest.raises(ValueError, match=r"seq_len 30 is not a multiple of 2 x cp = 4"):
+        chunk_positions(30, 2, 0)
+
+
+def _qkv(seqlen, n_heads=4, n_kv_heads=2, head_dim=8, bs=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(bs, seqlen, h, head_dim, generator=g, dtype=torch.float64).float().requires_grad_()
+            for h in (n_heads, n_kv_heads, n_kv_heads)]
+
+
+@pytest.mark.parametrize("window, documents, sinks", [
+    (None, False, False), (5, False, True), (None, True, False), (40, True, True)])
+def test_a_chunk_at_an_offset_equals_the_rows_of_the_whole_window(window, documents, sinks):
+    seqlen, start = 48, 20
+    q, k, v = _qkv(seqlen)
+    sink = torch.randn(4).requires_grad_() if sinks else None
+    ids = torch.tensor([[0] * 13 + [1] * 20 + [2] * 15, [0] * 30 + [1] * 18]) if documents else None
+    whole = block_attention(q, k, v, sinks=sink, sliding_window=window, document_ids=ids, block_size=16)
+    grads_whole = torch.autograd.grad(whole[:, start:].square().sum(), [q, k, v] + ([sink] if sinks else []))
+    part = block_attention(q[:, start:], k, v, sinks=sink, sliding_window=window, document_ids=ids, block_size=16,
+                           q_start=start)
+    grads_part = torch.autograd.grad(part.square().sum(), [q, k, v] + ([sink] if sinks else []))
+    torch.testing.assert_close(part, whole[:, start:], atol=1e-6, rtol=1e-6)
+    for a, b in zip(grads_part, grads_whole):  # q (zero before start), k, v (and sinks)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    reference = sink_attention(q, k, v, sink, sliding_window=window, document_ids=ids)
+    torch.testing.assert_close(part, reference[:, start:], atol=1e-5, rtol=1e-5)
+
+
+def test_flex_with_an_offset_equals_the_reference_rows():
+    q, k, v = (t.detach() for t in _qkv(40))  # flex has no CPU backward
+    ids = torch.tensor([[0] * 17 + [1] * 23, [0] * 5 + [1] * 35])
+    part = flex_attention_op(q[:, 24:], k, v, sliding_window=9, document_ids=ids, q_start=24)
+    reference = sink_attention(q, k, v, None, sliding_window=9, document_ids=ids)
+    torch.testing.assert_close(part, reference[:, 24:], atol=1e-5, rtol=1e-5)
+
+
+def test_the_cp_degree_counts_in_the_world_size_and_lends_ranks_to_experts():
+    dims = ParallelDims(tp=2, cp=2, world_size=8)
+    assert (dims.dp_shard, dims.cp, dims.dp_degree) == (2, 2, 2)
+    assert ParallelDims(dp_shard=1, cp=4, ep=4, world_size=4).ep == 4  # experts borrow dp_shard x cp x tp
+    with pytest.raises(LaunchError, match=r"data_parallel_shard_degree 2 \* context_parallel_degree 2 \* "
+                                          r"tensor_parallel_degree 1 \* pipeline_parallel_degree 1 = 4, not the "
+                                          r"world size 6"):
+        ParallelDims(dp_shard=2, cp=2, world_size=6)
+    with pytest.raises(ValueError, match=r"context_parallel_degree must be >= 1, got 0"):
+        ParallelDims(cp=0, world_size=2)
+
+
+@pytest.mark.parametrize("cli, world_size, message", [
+    (["--parallelism.context_parallel_degree=2", "--training.seq_len=30"], None,
+     r"parallelism.context_parallel_degree \(command line\): training.seq_len 30 is not a multiple of 2 x 2 \(each "
+     r"window is cut into 4 equal chunks\); pick a seq_len that is$"),
+    (["--parallelism.context_parallel_degree=2", "--parallelism.pipeline_parallel_degree=2"], None,
+     r"parallelism.context_parallel_degree \(command line\): 2 is not implemented with pipeline_parallel_degree 2 "),
+    (["--parallelism.context_parallel_degree=2", "--job.config_file=train_configs/deepseek_v3_debug.toml",
+      "--model.overrides.mtp_num_layers=1"], None,
+     r"parallelism.context_parallel_degree \(command line\): 2 is not implemented with multi-token prediction"),
+    (["--parallelism.context_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2"], 2,
+     r"\[parallelism\] for world size 2 \(NGPU x nodes\): .*data_parallel_shard_degree 2 \* context_parallel_degree "
+     r"2 \* .* = 4, not the world size 2"),
+    (["--parallelism.context_parallel_degree=2", "--training.deterministic=layout"], 2,
+     r"training.deterministic = \"layout\" covers data parallelism only, but parallelism.context_parallel_degree "
+     r"= 2"),
+])
+def test_settings_context_parallelism_cannot_run_are_one_config_line(tmp_path, cli, world_size, message):
+    with pytest.raises(ConfigError, match=f"^{message}") as err:
+        load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli], world_size)
+    assert "\n" not in str(err.value)
