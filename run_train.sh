@@ -155,7 +155,7 @@ wait_for_pid() {  # wait until $pid exits, its status in $status; after a stop r
 # SIGTERM/SIGINT (no traceback of an interrupted import); a stop request ends it at once.
 ( trap '' INT TERM; TORCHTITAN_LITE_WORLD_SIZE="$world_size" TORCHTITAN_LITE_RESOLVED_CONFIG="$control/config.json" \
     TORCHTITAN_LITE_CONFIG_FILE_FROM="${config_file_from:-CONFIG_FILE default of run_train.sh}" \
-    exec "$PYTHON" -m torchtitan_lite.config \
+    exec "$PYTHON" -m torchtitan_lite.preflight \
     --job.config_file "$CONFIG_FILE" "$@" ) > "$control/printed" &
 pid=$!
 wait_for_pid now

@@ -42,7 +42,7 @@ def rss_bytes() -> int:
 
 def measure(case: str, backend: str, seqlen: int) -> dict:
     """One forward + backward (after one warm-up at ``seqlen <= 4096``) in this process: seconds and peak bytes."""
-    from models.common.attention_backends import attention
+    from torchtitan_lite.models.common.attention_backends import attention
 
     window, with_sinks = CASES[case]
     gen = torch.Generator().manual_seed(0)
@@ -68,7 +68,7 @@ def measure(case: str, backend: str, seqlen: int) -> dict:
 def decode_tokens_per_s(new_tokens: int) -> tuple[float, float]:
     """Greedy tokens/s of the Qwen3 debug model (random init) for ``new_tokens`` after an 8-token prompt, with and
     without the KV cache."""
-    from models import get_model_spec
+    from torchtitan_lite.models import get_model_spec
     from torchtitan_lite.components.generation import generate
     from torchtitan_lite.init.apply import init_weights, materialize
 

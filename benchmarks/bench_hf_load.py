@@ -38,7 +38,7 @@ def write_folder(folder: Path, vocab: int, dim: int) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from models import get_model_spec
+    from torchtitan_lite.models import get_model_spec
 
     spec = get_model_spec("qwen3")
     args = dataclasses.replace(spec.flavors["debug"], vocab_size=vocab, dim=dim, n_layers=2, tie_embeddings=True)
@@ -60,7 +60,7 @@ def worker(folder: str, mode: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from models import get_model_spec
+    from torchtitan_lite.models import get_model_spec
     from torchtitan_lite.components.hf.args import HF_FLAVOR, model_args_from_hf, state_dict_adapter
     from torchtitan_lite.components.hf.folder import SafetensorsFolder
     from torchtitan_lite.components.hf.load import import_hf

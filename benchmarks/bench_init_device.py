@@ -20,9 +20,9 @@ import time
 import torch
 from machine_load import reported_load
 
-from models import get_model_spec
-from torchtitan_lite.config.checks import load_config_or_exit
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.distributed.devices import device_module
 from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize

@@ -37,7 +37,7 @@ import sys
 
 from bench_scaling import parse_options, parse_tps, run
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 
 MEM = re.compile(r"step\s+\d+\s+loss\s+\S+.*?\bmem ([\d.]+)GiB")
 PP2 = ["--parallelism.pipeline_parallel_degree=2", "--model.tie_embeddings=false"]

@@ -26,7 +26,7 @@ def get_model_spec(name: str) -> ModelSpec:
     """
     if name not in _FAMILIES:
         raise ValueError(f"unknown model '{name}'; known models: {', '.join(_FAMILIES)}")
-    return importlib.import_module(f"models.{name}").model_spec
+    return importlib.import_module(f"torchtitan_lite.models.{name}").model_spec
 
 
 def hf_family(model_type: str | None, architectures: list[str] | None) -> str | None:

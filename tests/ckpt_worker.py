@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_config_or_exit
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.train import Trainer
 

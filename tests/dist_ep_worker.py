@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
+from torchtitan_lite.models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
 
 NUM_EXPERTS, TOKENS, TOP_K = 4, 16, 2

@@ -20,10 +20,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 import torchtitan_lite.init.apply as init_module
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.config.checks import parse_args
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
 

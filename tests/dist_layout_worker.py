@@ -25,9 +25,9 @@ from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
 import torchtitan_lite.train as train_module
-from models import model_names
-from models.common.moe import moe_layers
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.models import model_names
+from torchtitan_lite.models.common.moe import moe_layers
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from models import get_model_spec
-from torchtitan_lite.config.checks import load_config_or_exit
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from dist_helpers import REPO
 from torch import nn
 
-from models import get_model_spec, model_names
-from torchtitan_lite.config.checks import parse_args
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.models import get_model_spec, model_names
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
 

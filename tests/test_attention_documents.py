@@ -1,7 +1,7 @@
 """Document masking through whole models: a packed window with document masking gives each document the logits it
 gets alone (RoPE positions restarting per document; continuing positions equal up to rounding, since RoPE scores
 depend only on distances); and the attention config combinations no backend can run are config errors (one line,
-exit 2, before torchrun: ``config/checks.py``)."""
+exit 2, before torchrun: ``preflight/checks.py``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from test_data_prepared import _prepare
 from test_kv_cache import tiny_model
 from test_tokenizer import _word_level
 
-from models import model_names
-from torchtitan_lite.config.checks import load_config
+from torchtitan_lite.models import model_names
+from torchtitan_lite.preflight.checks import load_config
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.memory import estimate_rank_memory
+from torchtitan_lite.preflight.memory import estimate_rank_memory
 from torchtitan_lite.data.documents import document_ids_from_eos, document_inputs
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.streams import collate_windows

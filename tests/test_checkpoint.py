@@ -17,7 +17,7 @@ from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from torchtitan_lite.components.checkpoint import checkpointer, storage
-from torchtitan_lite.config.checks import load_config_or_exit, parse_args
+from torchtitan_lite.preflight.checks import load_config_or_exit, parse_args
 from torchtitan_lite.train import Trainer
 
 
@@ -99,7 +99,7 @@ def saved(tmp_path_factory):
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    """The exit status and output of ``python -m torchtitan_lite.config args`` (what run_train.sh runs before
+    """The exit status and output of ``python -m torchtitan_lite.preflight args`` (what run_train.sh runs before
     torchrun: :func:`load_config_or_exit`), run in this process."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -13,9 +13,9 @@ import test_qwen3
 import torch
 from model_helpers import build_random
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed import compile as compile_module
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing

@@ -13,11 +13,11 @@ import pytest
 import tomli
 from dist_helpers import REPO, env, launcher_copy, run_train
 
-from torchtitan_lite.config import checks as cfg
+from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
-from torchtitan_lite.config.model_args import build_model_args
-from torchtitan_lite.config.resolved import read_resolved, write_resolved
+from torchtitan_lite.preflight.model_args import build_model_args
+from torchtitan_lite.preflight.resolved import read_resolved, write_resolved
 
 
 def write_toml(tmp_path: Path, body: str) -> Path:
@@ -52,7 +52,7 @@ BAD_INPUTS = {
 
 
 def check_in_process(argv: list[str], capsys, world_size: int | None = None) -> tuple[int, str, str]:
-    """``(exit code, stdout, stderr)`` of the check ``python -m torchtitan_lite.config`` runs
+    """``(exit code, stdout, stderr)`` of the check ``python -m torchtitan_lite.preflight`` runs
     (:func:`load_config_or_exit`), called in this process (the subprocess tests cover the entry points)."""
     with pytest.raises(SystemExit) as stop:
         cfg.load_config_or_exit(argv, world_size)
@@ -77,7 +77,7 @@ def test_bad_input_exits_2_with_one_line_naming_the_key_and_creates_no_folder(tm
 def test_the_config_module_exits_2_with_the_line_on_stderr(tmp_path):
     body, extra, key, where, detail = BAD_INPUTS["unknown key"]
     toml = write_toml(tmp_path, body)
-    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml), *extra], tmp_path)
+    result = run([sys.executable, "-m", "torchtitan_lite.preflight", "--job.config_file", str(toml), *extra], tmp_path)
     assert (result.returncode, result.stdout) == (2, "")
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"config error: {key} (") and where in line and detail in line
@@ -193,7 +193,7 @@ def test_config_check_without_a_world_size_skips_only_the_world_size_check(tmp_p
     assert code == 2 and "= 6, not the world size 4" in err
     code, _, err = check_in_process([*check, "--parallelism.tensor_parallel_degree=3"], capsys)
     assert code == 2 and "3 does not divide the model's n_heads 4" in err
-    wrong = run([sys.executable, "-m", "torchtitan_lite.config", *check], tmp_path, TORCHTITAN_LITE_WORLD_SIZE="4")
+    wrong = run([sys.executable, "-m", "torchtitan_lite.preflight", *check], tmp_path, TORCHTITAN_LITE_WORLD_SIZE="4")
     assert wrong.returncode == 2 and "= 6, not the world size 4" in wrong.stderr
 
 
@@ -209,7 +209,7 @@ def test_missing_config_file_exits_2_naming_job_config_file(tmp_path):
 
 def test_valid_config_exits_0_silently_and_creates_nothing(tmp_path):
     toml = write_toml(tmp_path, "[training]\nsteps = 30\n")
-    result = run([sys.executable, "-m", "torchtitan_lite.config", "--job.config_file", str(toml)], tmp_path)
+    result = run([sys.executable, "-m", "torchtitan_lite.preflight", "--job.config_file", str(toml)], tmp_path)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
     assert not (tmp_path / "outputs").exists()
 
@@ -380,7 +380,7 @@ import sys
 
 import torch
 
-from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_config_or_exit
 from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_config_or_exit(sys.argv[1:])

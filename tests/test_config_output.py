@@ -13,7 +13,7 @@ import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.config import checks as cfg
+from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config.cli import config_dict
 from torchtitan_lite.config.load import CONFIG_FILE_FROM_ENV
 from torchtitan_lite.train import Trainer
@@ -62,7 +62,7 @@ def test_help_names_config_file_when_run_train_sh_supplied_the_file(capsys, monk
     (["--job.config_file=no_such.toml"], "config error: job.config_file (command line): no such file 'no_such.toml'"),
 ])
 def test_common_config_errors_exit_2_before_torch_is_imported(argv, error):
-    probe = ("import runpy, sys\nsys.argv[1:] = %r\ntry:\n    runpy.run_module('torchtitan_lite.config', "
+    probe = ("import runpy, sys\nsys.argv[1:] = %r\ntry:\n    runpy.run_module('torchtitan_lite.preflight', "
              "run_name='__main__')\nexcept SystemExit as stop:\n    print(stop.code, 'torch' in sys.modules)" % argv)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout == "2 False\n" and done.stderr.startswith(error)

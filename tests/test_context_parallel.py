@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common.blockwise import block_attention
-from models.common.flex import flex_attention_op
-from models.common.sink_attention import sink_attention
-from torchtitan_lite.config.checks import load_config
+from torchtitan_lite.models.common.blockwise import block_attention
+from torchtitan_lite.models.common.flex import flex_attention_op
+from torchtitan_lite.models.common.sink_attention import sink_attention
+from torchtitan_lite.preflight.checks import load_config
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.context_parallel import chunk_positions, split_sequence
 from torchtitan_lite.distributed.parallel_dims import ParallelDims

@@ -19,7 +19,7 @@ from ckpt_helpers import _plays_text
 from dist_helpers import REPO, launch
 from dist_layout_worker import run_layouts
 
-from models import model_names
+from torchtitan_lite.models import model_names
 
 pytestmark = pytest.mark.multiprocess
 

@@ -14,7 +14,7 @@ import pytest
 import test_data
 import torch
 
-from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_config_or_exit
 from torchtitan_lite.data import prepare, prepared
 from torchtitan_lite.data.loader import build_dataloader, build_dataloaders
 from torchtitan_lite.data.mixing import BLOCK, Mixture

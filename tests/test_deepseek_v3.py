@@ -23,11 +23,11 @@ from model_helpers import (
 )
 from test_mla import reference_mla
 
-from models.common.balance_loss import sequence_balance_loss
-from models.common.moe import MoE, collect_expert_load
-from models.common.routers import TokenChoiceTopKRouter
-from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
-from models.deepseek_v3.flops import num_active_params, num_flops_per_token
+from torchtitan_lite.models.common.balance_loss import sequence_balance_loss
+from torchtitan_lite.models.common.moe import MoE, collect_expert_load
+from torchtitan_lite.models.common.routers import TokenChoiceTopKRouter
+from torchtitan_lite.models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_flavors, deepseek_v3_init_plan
+from torchtitan_lite.models.deepseek_v3.flops import num_active_params, num_flops_per_token
 
 TINY = DeepSeekV3ModelArgs(
     dim=16, n_layers=3, n_dense_layers=1, n_heads=2, vocab_size=32, hidden_dim=24, moe_inter_dim=8,

@@ -37,7 +37,7 @@ import pytest
 from dist_helpers import REPO, env
 
 from torchtitan_lite.components.lr_schedule import wsd_lr_factor
-from torchtitan_lite.config.checks import check_paths, load_config, parse_args
+from torchtitan_lite.preflight.checks import check_paths, load_config, parse_args
 from torchtitan_lite.config.schema import LRScheduler
 from torchtitan_lite.distributed.checks import check_world_size
 
@@ -64,7 +64,7 @@ HOW: dict[str, tuple[str, str]] = {
     "python -m torchtitan_lite.generate --job.config_file train_configs/qwen3_debug.toml "
     "--checkpoint.load_path=outputs/checkpoint/step-400 --prompt \"ROMEO:\"":
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.config": ("run", "the config check alone"),
+    "python -m torchtitan_lite.preflight": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
     "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),

@@ -12,11 +12,11 @@ import pytest
 import torch
 from dist_helpers import launch, leave_together, write_result
 
-from models.common.expert_bias import expert_bias_delta, update_expert_bias
-from models.common.experts import GroupedExperts, clamped_swiglu
-from models.common.moe import MoE, collect_expert_load
-from models.common.routers import TopKRouter
-from models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
+from torchtitan_lite.models.common.expert_bias import expert_bias_delta, update_expert_bias
+from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
+from torchtitan_lite.models.common.moe import MoE, collect_expert_load
+from torchtitan_lite.models.common.routers import TopKRouter
+from torchtitan_lite.models.deepseek_v3 import DeepSeekV3Model, DeepSeekV3ModelArgs, deepseek_v3_init_plan
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.init.apply import init_weights, materialize
 

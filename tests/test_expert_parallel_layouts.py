@@ -20,8 +20,8 @@ from dist_layout_worker import run_layouts
 from model_helpers import moe_families
 from torch import nn
 
-from models import get_model_spec
-from models.common.moe import moe_layers
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.common.moe import moe_layers
 
 pytestmark = pytest.mark.multiprocess
 

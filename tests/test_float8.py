@@ -1,4 +1,4 @@
-"""Float8 training through torchao (``[float8]``, ``torchtitan_lite/components/float8.py``): which layers are
+"""Float8 training through torchao (``[float8]``, ``torchtitan_lite/distributed/float8.py``): which layers are
 converted, that a converted matmul really runs in float8, that the init is unchanged, the config refusals, and
 (``multiprocess``) short runs of the tiny Qwen3 and Llama 3 against fp32, 2 FSDP2 ranks with the float8 all-gather
 against 1 process, and a checkpoint round trip float8 -> fp32 -> float8.
@@ -19,17 +19,17 @@ import torch
 import torch.nn.functional as F
 from ckpt_helpers import text_file, tiny_job, worker_result
 
-from models import get_model_spec
-from torchtitan_lite.components.float8 import (
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.distributed.float8 import (
     Float8Settings,
     convert_to_float8,
     float8_flops_per_token,
     float8_linear_names,
     high_precision,
 )
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 

@@ -32,23 +32,23 @@ from model_helpers import build_random
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from models import model_names
-from models.common.token_dispatch import ALIGN
-from models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
-from models.deepseek_v3.flops import num_active_params as deepseek_v3_active
-from models.deepseek_v3.flops import num_flops_per_token as deepseek_v3_flops
-from models.gpt_oss import GptOssModel, gpt_oss_flavors
-from models.gpt_oss.flops import num_active_params as gpt_oss_active
-from models.gpt_oss.flops import num_flops_per_token as gpt_oss_flops
-from models.llama3 import Llama3Model, Llama3ModelArgs
-from models.llama3.flops import llama3_num_params
-from models.llama3.flops import num_flops_per_token as llama3_flops
-from models.qwen3 import Qwen3Model, Qwen3ModelArgs
-from models.qwen3.flops import num_flops_per_token as qwen3_flops
-from models.qwen3.flops import qwen3_num_params
-from models.qwen3_moe import Qwen3MoeModel, qwen3_moe_flavors
-from models.qwen3_moe.flops import num_active_params as qwen3_moe_active
-from models.qwen3_moe.flops import num_flops_per_token as qwen3_moe_flops
+from torchtitan_lite.models import model_names
+from torchtitan_lite.models.common.token_dispatch import ALIGN
+from torchtitan_lite.models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors
+from torchtitan_lite.models.deepseek_v3.flops import num_active_params as deepseek_v3_active
+from torchtitan_lite.models.deepseek_v3.flops import num_flops_per_token as deepseek_v3_flops
+from torchtitan_lite.models.gpt_oss import GptOssModel, gpt_oss_flavors
+from torchtitan_lite.models.gpt_oss.flops import num_active_params as gpt_oss_active
+from torchtitan_lite.models.gpt_oss.flops import num_flops_per_token as gpt_oss_flops
+from torchtitan_lite.models.llama3 import Llama3Model, Llama3ModelArgs
+from torchtitan_lite.models.llama3.flops import llama3_num_params
+from torchtitan_lite.models.llama3.flops import num_flops_per_token as llama3_flops
+from torchtitan_lite.models.qwen3 import Qwen3Model, Qwen3ModelArgs
+from torchtitan_lite.models.qwen3.flops import num_flops_per_token as qwen3_flops
+from torchtitan_lite.models.qwen3.flops import qwen3_num_params
+from torchtitan_lite.models.qwen3_moe import Qwen3MoeModel, qwen3_moe_flavors
+from torchtitan_lite.models.qwen3_moe.flops import num_active_params as qwen3_moe_active
+from torchtitan_lite.models.qwen3_moe.flops import num_flops_per_token as qwen3_moe_flops
 
 BS, T = 2, 8
 TOKENS = BS * T

@@ -16,11 +16,11 @@ import transformers
 from dist_helpers import REPO
 from hf_published import PUBLISHED, scaled
 
-from models import get_model_spec, model_names
+from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.quant import Quantization, quantization
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
 CONFIG_CLASSES = {name: type(transformers.AutoConfig.for_model(get_model_spec(name).state_dict_adapter.model_type))
@@ -47,7 +47,7 @@ def test_every_family_has_a_published_config_and_the_published_configs_cover_eve
 def test_defaults_for_missing_keys_are_those_of_the_transformers_config_class(family):
     """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives (Llama's head
     counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same way)."""
-    module = importlib.import_module(f"models.{family}.state_dict_adapter")
+    module = importlib.import_module(f"torchtitan_lite.models.{family}.state_dict_adapter")
     declared = {f.name: f.default for f in dataclasses.fields(CONFIG_CLASSES[family])}
     reference = CONFIG_CLASSES[family]()
     assert {k: declared[k] if v is None else getattr(reference, k) for k, v in module.HF_DEFAULTS.items()} == (

@@ -22,10 +22,10 @@ from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 import torchtitan_lite.components.hf.checks as hf_checks
-from models import get_model_spec, model_names
+from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
-from torchtitan_lite.config.checks import check_paths, load_config_or_exit, parse_args
+from torchtitan_lite.preflight.checks import check_paths, load_config_or_exit, parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize

@@ -1,8 +1,9 @@
 """The engine owns the contract and knows the models only through the registry: nothing under torchtitan_lite/
-imports a module of models/ (``models.<family>`` or ``models.common``), nor a name from ``models`` but the registry
-lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the engine, ``models.common``
-and itself, never another family, and ``models.common`` imports no family; every family's ModelSpec is complete
-(its init plan covers its debug model exactly)."""
+imports a module of models/ (imported as ``torchtitan_lite.models``: ``.<family>`` or ``.common``), nor a name from
+it but the registry lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the
+engine, ``.common`` and itself, never another family, and ``.common`` imports no family; every family's ModelSpec
+is complete (its init plan covers its debug model exactly). The engine's floors: ``config`` (schema, cli, load,
+paths, reference) is the ground floor; ``preflight`` is imported only by the entry points."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import torch
 from model_helpers import assert_plan_covers_exactly
 
-import models
-from models import get_model_spec, hf_family, model_names
+import torchtitan_lite.models as models
+from torchtitan_lite.models import get_model_spec, hf_family, model_names
 from torchtitan_lite import protocols
 from torchtitan_lite.protocols import ModelSpec, StateDictAdapter
 
@@ -25,41 +26,55 @@ REGISTRY = ("get_model_spec", "hf_family", "model_names")
 """All the engine may import from ``models``."""
 
 
+PACKAGE = "torchtitan_lite.models"
+"""The name models/ is imported under (setup.py maps it)."""
+
+
+def short(module: str) -> str | None:
+    """``models[.rest]`` for ``torchtitan_lite.models[.rest]``; ``None`` for any other module (a bare ``models`` is
+    a user's package, never ours)."""
+    if module == PACKAGE or module.startswith(PACKAGE + "."):
+        return module[len("torchtitan_lite."):]
+    return None
+
+
 def model_imports(source: str) -> list[str]:
-    """Every import of ``models`` or ``models.*`` in ``source``, as ``module`` or ``module:name``, including
-    ``importlib.import_module("models...")`` calls with a constant or f-string argument."""
+    """Every import of ``torchtitan_lite.models[.*]`` in ``source``, as ``models[.rest]`` or ``models[.rest]:name``,
+    including ``importlib.import_module("torchtitan_lite.models...")`` calls with a constant or f-string argument."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "models"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] == "models":
-            found += [f"{node.module}:{alias.name}" for alias in node.names]
+            found += [short(alias.name) for alias in node.names if short(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and short(node.module):
+            found += [f"{short(node.module)}:{alias.name}" for alias in node.names]
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
               and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
-            text = ast.unparse(node.args[0]).strip("'\"f")
-            if text.split(".")[0] == "models":
+            text = short(ast.unparse(node.args[0]).strip("'\"f"))
+            if text:
                 found.append(text)
     return found
 
 
 def forbidden(imports: list[str]) -> list[str]:
-    """The imports that bypass the registry: anything but ``from models import <registry lookup>``."""
+    """The imports that bypass the registry: anything but ``from torchtitan_lite.models import <registry lookup>``."""
     return [i for i in imports if not (i.startswith("models:") and i.split(":")[1] in REGISTRY)]
 
 
 def foreign(imports: list[str], family: str) -> list[str]:
     """The imports of a file of ``models/<family>/`` (``family`` = ``"common"`` for ``models/common/``) that reach
-    beyond itself and ``models.common``: another family, or the registry package ``models`` itself."""
+    beyond itself and ``torchtitan_lite.models.common``: another family, or the registry package ``models`` itself."""
     return [i for i in imports if i.split(":")[0].split(".")[1:2] not in ([family], ["common"])]
 
 
 def test_the_scan_sees_every_kind_of_import():
-    source = ("import models.qwen3\nfrom models.common.moe import MoE\nfrom models import get_model_spec, MoE\n"
-              "import importlib\nimportlib.import_module(f'models.{name}.state_dict_adapter')\n")
+    source = ("import torchtitan_lite.models.qwen3\nfrom torchtitan_lite.models.common.moe import MoE\n"
+              "from torchtitan_lite.models import get_model_spec, MoE\nimport models.qwen3\n"
+              "import importlib\nimportlib.import_module(f'torchtitan_lite.models.{name}.state_dict_adapter')\n")
     assert forbidden(model_imports(source)) == ["models.qwen3", "models.common.moe:MoE", "models:MoE",
                                                 "models.{name}.state_dict_adapter"]
-    family = ("from models.qwen3.model import Attention\nfrom models.common.ffn import FeedForward\n"
-              "from models import ModelSpec\nfrom models.gpt_oss.args import GptOssModelArgs\n")
+    family = ("from torchtitan_lite.models.qwen3.model import Attention\n"
+              "from torchtitan_lite.models.common.ffn import FeedForward\n"
+              "from torchtitan_lite.models import ModelSpec\nfrom torchtitan_lite.models.gpt_oss.args import A\n")
     assert foreign(model_imports(family), "gpt_oss") == ["models.qwen3.model:Attention", "models:ModelSpec"]
 
 
@@ -140,11 +155,24 @@ def test_the_engine_has_no_function_local_imports_and_config_loading_is_the_base
         assert [module for module in imported if module not in base] == [], name
 
 
+ENTRY_POINTS = {"train.py", "generate.py", "evaluate.py", "inference.py", "tools/inspect_init.py"}
+"""The modules above the preflight: they resolve a run (``generate``/``evaluate`` through ``inference``)."""
+
+
+def test_config_is_the_ground_floor_and_only_the_entry_points_import_the_preflight():
+    for path in sorted((ENGINE / "config").glob("*.py")):
+        imported = engine_imports(path)[0]
+        assert [m for m in imported if not m.startswith(("torchtitan_lite.config.", "torchtitan_lite.errors"))] == []
+    users = {str(path.relative_to(ENGINE)) for path in ENGINE.rglob("*.py") if path.parent.name != "preflight"
+             and any(m.startswith("torchtitan_lite.preflight") for m in engine_imports(path)[0])}
+    assert users == {"train.py", "inference.py", "tools/inspect_init.py"} and users <= ENTRY_POINTS
+
+
 def test_a_rank_and_the_preflight_start_without_the_datasets_library():
     """``datasets`` (about 2 s of a process's start-up: pandas, pyarrow, httpx) is imported where raw files, a hub
     dataset or a stream are read, not by the trainer, the preflight or evaluate: every rank of a run on prepared or
     cached data starts without it."""
-    code = ("import sys, torchtitan_lite.train, torchtitan_lite.config.checks, torchtitan_lite.evaluate; "
+    code = ("import sys, torchtitan_lite.train, torchtitan_lite.preflight.checks, torchtitan_lite.evaluate; "
             "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr
@@ -153,7 +181,7 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
 def test_the_preflight_runs_without_importing_dynamo():
     """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported by pipelined runs
     only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
-    code = ("import sys; from torchtitan_lite.config.checks import load_config_or_exit; "
+    code = ("import sys; from torchtitan_lite.preflight.checks import load_config_or_exit; "
             "load_config_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
             "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)

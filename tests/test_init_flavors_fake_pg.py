@@ -16,7 +16,7 @@ import torch
 from dist_helpers import REPO, env
 from model_helpers import build_planned
 
-from models import get_model_spec, model_names
+from torchtitan_lite.models import get_model_spec, model_names
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_init_flavors import build_meta, choose_rank, shard_numels  # noqa: E402

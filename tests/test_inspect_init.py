@@ -12,10 +12,10 @@ import torch
 from dist_helpers import REPO
 from model_helpers import train_to_the_end
 
-from models import get_model_spec
-from models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.components.startup import STEP1_TERMS
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
@@ -85,7 +85,7 @@ def test_a_budget_cuts_the_block_count_to_what_fits():
 
 _PEAK_SCRIPT = """
 import json, sys, torch
-from torchtitan_lite.config.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_config_or_exit
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.tools.inspect_init import GIB, main
 argv = ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=48"]

@@ -14,12 +14,12 @@ import transformers
 from model_helpers import build_planned, build_random, random_token_loss
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from models import get_model_spec
-from models.common.rope import rope_cos_sin
-from models.llama3 import Llama3Model, Llama3ModelArgs, llama3_flavors, llama3_init_plan
-from models.llama3.flops import llama3_num_params, num_flops_per_token
-from models.llama3.model import llama3_inv_freq
-from models.llama3.state_dict_adapter import Llama3StateDictAdapter
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.common.rope import rope_cos_sin
+from torchtitan_lite.models.llama3 import Llama3Model, Llama3ModelArgs, llama3_flavors, llama3_init_plan
+from torchtitan_lite.models.llama3.flops import llama3_num_params, num_flops_per_token
+from torchtitan_lite.models.llama3.model import llama3_inv_freq
+from torchtitan_lite.models.llama3.state_dict_adapter import Llama3StateDictAdapter
 
 TINY = Llama3ModelArgs(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=48, vocab_size=64,
                        max_seq_len=16)

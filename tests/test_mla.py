@@ -9,10 +9,10 @@ import pytest
 import torch
 from model_helpers import assert_matches_float64_reference, rms_norm, rotate_half
 
-from models.common.rope import rope_cos_sin
-from models.common.yarn import yarn_inv_freq
-from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
-from models.deepseek_v3.model import MLA, softmax_scale
+from torchtitan_lite.models.common.rope import rope_cos_sin
+from torchtitan_lite.models.common.yarn import yarn_inv_freq
+from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
+from torchtitan_lite.models.deepseek_v3.model import MLA, softmax_scale
 
 BASE = DeepSeekV3ModelArgs(
     dim=24, n_layers=1, n_dense_layers=1, n_heads=3, vocab_size=16, hidden_dim=8, moe_inter_dim=8, num_experts=4,

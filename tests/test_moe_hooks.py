@@ -10,10 +10,10 @@ from model_helpers import is_moe
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_expert_bias import STEP, TINY, biases, build
 
-from models import get_model_spec, model_names
-from models.common.expert_bias import expert_bias_delta
-from models.common.moe import moe_layers
-from models.common.moe_hooks import DEAD_EXPERT_STEPS, MoETrainingHooks, dead_expert_notes, expert_load_report
+from torchtitan_lite.models import get_model_spec, model_names
+from torchtitan_lite.models.common.expert_bias import expert_bias_delta
+from torchtitan_lite.models.common.moe import moe_layers
+from torchtitan_lite.models.common.moe_hooks import DEAD_EXPERT_STEPS, MoETrainingHooks, dead_expert_notes, expert_load_report
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 

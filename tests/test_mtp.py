@@ -13,12 +13,12 @@ import torch.nn.functional as F
 from hf_reference import random_ours
 from model_helpers import assert_plan_covers_exactly, build_random, rms_norm
 
-from models import get_model_spec
-from models.deepseek_v3.args import deepseek_v3_flavors
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.config.checks import ConfigError, load_config
+from torchtitan_lite.preflight.checks import ConfigError, load_config
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
 

@@ -11,10 +11,10 @@ import torch
 from model_helpers import build_random
 from torch import nn
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.muon import MuonWithAdamW, newton_schulz
 from torchtitan_lite.components.optimizer import build_optimizer
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 
 MUON = {"momentum": 0.95, "nesterov": True, "ns_coefficients": [3.4445, -4.7750, 2.0315], "ns_steps": 5,
         "muon_eps": 1e-7, "adjust_lr_fn": "match_rms_adamw"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.common.norm import RMSNorm
+from torchtitan_lite.models.common.norm import RMSNorm
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, warmup_clipped_line, wsd_lr_factor
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, fused_adamw_runs, split_decay_params
 

@@ -30,7 +30,7 @@ def test_meshes_need_build_mesh_first():
 
 
 def test_from_config_reads_the_parallelism_section():
-    from torchtitan_lite.config.checks import parse_args
+    from torchtitan_lite.preflight.checks import parse_args
 
     config = parse_args(["--parallelism.data_parallel_replicate_degree=2", "--parallelism.tensor_parallel_degree=2"])
     dims = ParallelDims.from_config(config.parallelism, world_size=8)

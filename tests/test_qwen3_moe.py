@@ -20,9 +20,9 @@ from model_helpers import (
     swiglu,
 )
 
-from models.common.moe import collect_expert_load
-from models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
-from models.qwen3_moe.flops import num_active_params, num_flops_per_token
+from torchtitan_lite.models.common.moe import collect_expert_load
+from torchtitan_lite.models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
+from torchtitan_lite.models.qwen3_moe.flops import num_active_params, num_flops_per_token
 
 TINY = Qwen3MoeModelArgs(
     dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=6, moe_inter_dim=8, num_experts=5, top_k=2,

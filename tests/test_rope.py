@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from models.common.rope import apply_rope, rope_cos_sin
+from torchtitan_lite.models.common.rope import apply_rope, rope_cos_sin
 
 
 def test_tables_are_fp32_with_default_frequencies():

@@ -11,7 +11,7 @@ from ckpt_helpers import TINY_MODEL, text_file, tiny_job
 from model_helpers import train_to_the_end
 
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.train import Trainer

@@ -29,9 +29,9 @@ from torchtitan_lite.components.checkpoint.lock import FolderLock, check_unlocke
 from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
 from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, peer_failed, report_outcome
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule, wsd_lr_factor
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.memory import GIB, MemoryEstimate, check_memory, estimate_rank_memory, fit_problem
+from torchtitan_lite.preflight.memory import GIB, MemoryEstimate, check_memory, estimate_rank_memory, fit_problem
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.train import Trainer
 

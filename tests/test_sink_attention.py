@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.common.sink_attention import sink_attention, sliding_window_causal_mask
+from torchtitan_lite.models.common.sink_attention import sink_attention, sliding_window_causal_mask
 
 
 def reference_sink_attention(q, k, v, sinks, sliding_window, scale):

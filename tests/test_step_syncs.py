@@ -16,8 +16,8 @@ from ckpt_helpers import TINY_RUN, text_file
 from dist_layout_worker import run_worker
 from sync_helpers import HostReads
 
-from models.common.moe_hooks import MoETrainingHooks
-from torchtitan_lite.config.checks import parse_args
+from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.train import Trainer
 
 RUN = [a for a in TINY_RUN if not a.startswith(("--metrics.log_freq", "--checkpoint.enable"))] + [

@@ -8,8 +8,8 @@ import torch
 from sync_helpers import HostReads
 from test_moe import reference_experts
 
-from models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
-from models.common.token_dispatch import ALIGN, dispatch, grouped_mm_fits
+from torchtitan_lite.models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
+from torchtitan_lite.models.common.token_dispatch import ALIGN, dispatch, grouped_mm_fits
 
 
 def _routing(num_tokens=13, num_experts=4, top_k=2, seed=0):

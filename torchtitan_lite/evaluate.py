@@ -1,6 +1,6 @@
 """Score text with a trained model: ``python -m torchtitan_lite.evaluate [--max_batches N] [--section.key=value ...]``.
 
-The model and its weights come from the job's config as for ``generate`` (``components/inference.py``). The text is
+The model and its weights come from the job's config as for ``generate`` (``inference.py``). The text is
 every window of ``training.dataset_path`` (a file or folder, all of it: nothing is held out) or, without one, the
 validation split of ``training.dataset`` (the held-out play of ``shakespeare``, a hub dataset's ``validation``),
 cut into windows of ``training.seq_len + 1`` tokens as in training and run ``training.local_batch_size`` at a time,
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import torch
 
-from torchtitan_lite.components.inference import LoadedModel, load_model, parse_tool_args, run_tool
+from torchtitan_lite.inference import LoadedModel, load_model, parse_tool_args, run_tool
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import build_dataloader

@@ -1,7 +1,7 @@
 """Continue a prompt with a trained model: ``python -m torchtitan_lite.generate --prompt TEXT [options]
 [--section.key=value ...]``.
 
-The model and its weights come from the job's config (``components/inference.py``): a training checkpoint
+The model and its weights come from the job's config (``inference.py``): a training checkpoint
 (``--checkpoint.load_path=STEP_FOLDER`` with the job's ``--job.config_file``), or an HF folder
 (``--checkpoint.initial_load_hf=DIR``, its ``config.json`` gives the model). The tokenizer is the HF folder's
 ``tokenizer.json`` when it has one, else ``model.tokenizer_path``, else the bundled one. One process, no KV cache
@@ -19,7 +19,7 @@ import sys
 import torch
 
 from torchtitan_lite.components.generation import generate
-from torchtitan_lite.components.inference import load_model, parse_tool_args, run_tool
+from torchtitan_lite.inference import load_model, parse_tool_args, run_tool
 from torchtitan_lite.errors import InputError
 
 

@@ -1,7 +1,7 @@
 """The trainer: ``python -m torchtitan_lite.train --job.config_file X.toml [--section.key=value ...]``.
 
 Launched by ``run_train.sh`` through torchrun (one process per device). It reads top to bottom as the
-run goes: config (the one ``run_train.sh`` checked and resolved, ``config/resolved.py``; else checked here) ->
+run goes: config (the one ``run_train.sh`` checked and resolved, ``preflight/resolved.py``; else checked here) ->
 device and process group -> model on meta -> FSDP2 -> materialize -> optimizer -> data -> the checkpoint
 folder's lock -> load (checkpoint or HF weights) -> init of what was not loaded -> loop
 (forward, loss, backward, clip, non-finite check, step, LR) with a log line per step and TensorBoard scalars ->
@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer, TrainState, expected_bytes
 from torchtitan_lite.components.checkpoint.hold import hold_checkpoint_folder
@@ -56,7 +56,7 @@ from torchtitan_lite.components.faults import (
     exit_with_launcher,
     peer_failed,
 )
-from torchtitan_lite.components.float8 import float8_flops_per_token, float8_line, float8_settings, precompute_scales
+from torchtitan_lite.distributed.float8 import float8_flops_per_token, float8_line, float8_settings, precompute_scales
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
@@ -84,11 +84,11 @@ from torchtitan_lite.components.startup import (
 )
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.components.worker_exit import exit_after, exit_on_bug, say, without_config_file
-from torchtitan_lite.config.checks import load_config, load_config_or_exit
+from torchtitan_lite.preflight.checks import load_config, load_config_or_exit
 from torchtitan_lite.config.cli import ConfigError, format_toml
-from torchtitan_lite.config.memory import check_memory
-from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
-from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, read_resolved
+from torchtitan_lite.preflight.memory import check_memory
+from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, read_resolved
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
@@ -184,7 +184,7 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
 
 def build_meta_model(config: JobConfig) -> tuple[nn.Module, object, object]:
     """``(model, spec, args)``: the configured model on meta (no memory, no RNG). The config was checked against
-    the model (vocab, ``seq_len``, selective k) by ``config/checks.py``."""
+    the model (vocab, ``seq_len``, selective k) by ``preflight/checks.py``."""
     spec = get_model_spec(config.model.name)
     args = build_model_args(config)
     with torch.device("meta"):

@@ -1,5 +1,5 @@
 """Checks shared by the families' args dataclasses, called from their ``__post_init__`` as
-``from models.common import arg_checks as check; check.ints(self)``.
+``from torchtitan_lite.models.common import arg_checks as check; check.ints(self)``.
 
 Every check raises ``ValueError`` with one line naming the class, the field(s) and the value(s), e.g.
 ``Qwen3ModelArgs.dim must be a positive integer, got 0``.

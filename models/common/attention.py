@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.common.attention_backends import InnerAttention
-from models.common.kv_cache import LayerKV, cached_attention
-from models.common.norm import RMSNorm
-from models.common.rope import apply_rope
+from torchtitan_lite.models.common.attention_backends import InnerAttention
+from torchtitan_lite.models.common.kv_cache import LayerKV, cached_attention
+from torchtitan_lite.models.common.norm import RMSNorm
+from torchtitan_lite.models.common.rope import apply_rope
 
 
 class Attention(nn.Module):
@@ -63,7 +63,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``; ``document_ids`` int ``(bs, seqlen)`` or ``None``
-        (:func:`models.common.attention_backends.attention`)."""
+        (:func:`torchtitan_lite.models.common.attention_backends.attention`)."""
         out = self.attend(*self.qkv(x, cos, sin), document_ids=document_ids)  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
 
@@ -71,7 +71,7 @@ class Attention(nn.Module):
                document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``inner_attention`` of ``q`` ``(bs, seqlen, n_heads, head_dim)`` over ``k``/``v``; with ``kv_cache`` set, the
         new positions' keys and values are kept and the queries attend to all kept ones
-        (:mod:`models.common.kv_cache`)."""
+        (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:
             k, v = self.inner_attention.gather(k, v)  # the whole window's under context parallelism
             args = (q, k, v) if sinks is None else (q, k, v, sinks)  # positional: what a TP plan prepares

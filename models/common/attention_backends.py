@@ -6,7 +6,7 @@ Backends (each takes ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seq
 * ``auto``: plain causal attention (no sinks, window or documents) through SDPA ``is_causal``
   (:func:`causal_attention`: flash / memory-efficient kernels on accelerators, the flash
   kernel on CPU); on CPU also full causal attention with sinks, the sink folded in as a key
-  (:func:`~models.common.sink_attention.sink_causal_attention`); anything else through ``flex`` on an
+  (:func:`~torchtitan_lite.models.common.sink_attention.sink_causal_attention`); anything else through ``flex`` on an
   accelerator and ``blockwise`` on CPU.
 * ``flex``: FlexAttention with a ``BlockMask`` (``models/common/flex.py``); on CPU forward only (torch 2.13 has no
   CPU backward), so it serves CPU inference and the CPU exactness test.
@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.common.attention_checks import check_qkv
-from models.common.blockwise import block_attention
-from models.common.flex import flex_attention_op
-from models.common.sink_attention import sink_attention, sink_causal_attention
+from torchtitan_lite.models.common.attention_checks import check_qkv
+from torchtitan_lite.models.common.blockwise import block_attention
+from torchtitan_lite.models.common.flex import flex_attention_op
+from torchtitan_lite.models.common.sink_attention import sink_attention, sink_causal_attention
 from torchtitan_lite.protocols.attention import ATTN_BACKENDS, AttentionKernel
 
 

@@ -1,4 +1,4 @@
-"""Auxiliary load-balancing losses of an MoE layer, in the :data:`AuxLoss` form :class:`models.common.moe.MoE`
+"""Auxiliary load-balancing losses of an MoE layer, in the :data:`AuxLoss` form :class:`torchtitan_lite.models.common.moe.MoE`
 takes: the Switch-Transformer loss (GPT-OSS, Qwen3-MoE) and DeepSeek-V3's sequence-wise loss.
 """
 
@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from models.common.routers import RouterOutput
+from torchtitan_lite.models.common.routers import RouterOutput
 
 WindowSum = Callable[[torch.Tensor], torch.Tensor]
 """A sum of a per-rank statistic over the ranks that share each window (context parallelism: an all-reduce with

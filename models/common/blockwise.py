@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from models.common.attention_checks import check_qkv
+from torchtitan_lite.models.common.attention_checks import check_qkv
 from torchtitan_lite.data.documents import document_positions
 
 BLOCK_SIZE = 256
@@ -158,7 +158,7 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks:
         ``(bs, seqlen - q_start, n_heads, v_head_dim)`` in the dtype of ``q``.
 
     Raises:
-        ValueError: shapes that disagree (:func:`models.common.attention_checks.check_qkv`).
+        ValueError: shapes that disagree (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
     """
     bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k[:, q_start:], v[:, q_start:], sinks,
                                               None if document_ids is None else document_ids[:, q_start:])

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from models.common.kv_cache import LayerKV
-from models.common.mtp import MTP
-from models.common.norm import RMSNorm
-from models.common.rope import rope_cos_sin
+from torchtitan_lite.models.common.kv_cache import LayerKV
+from torchtitan_lite.models.common.mtp import MTP
+from torchtitan_lite.models.common.norm import RMSNorm
+from torchtitan_lite.models.common.rope import rope_cos_sin
 from torchtitan_lite.protocols.attention import KVCache
 
 
@@ -34,7 +34,7 @@ class Decoder(nn.Module):
         rope_dim: features rotated per head (``head_dim``; DeepSeek-V3's ``qk_rope_head_dim``).
 
     With ``args.mtp_num_layers`` > 0 (a family whose args have the field) the multi-token-prediction modules
-    ``mtp`` (:class:`models.common.mtp.MTP`) follow ``output``; a training forward given ``labels`` adds their loss.
+    ``mtp`` (:class:`torchtitan_lite.models.common.mtp.MTP`) follow ``output``; a training forward given ``labels`` adds their loss.
 
     Modules are registered in the order ``tok_embeddings``, ``layers``, ``norm``, ``output`` (, ``mtp``), which fixes
     the parameter and state-dict order. ``output`` has no bias (Qwen3, GPT-OSS and DeepSeek-V3 ``lm_head``).
@@ -70,7 +70,7 @@ class Decoder(nn.Module):
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(cos, sin)`` tables, each fp32 ``(max_seq_len, rope_dim)``, built on ``device``.
 
-        Default: plain RoPE with base ``args.rope_theta`` (:func:`models.common.rope.rope_cos_sin`).
+        Default: plain RoPE with base ``args.rope_theta`` (:func:`torchtitan_lite.models.common.rope.rope_cos_sin`).
         Families with YaRN override this.
         """
         return rope_cos_sin(self.rope_dim, self.args.max_seq_len, self.args.rope_theta, device=device)

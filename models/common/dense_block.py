@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.common.attention import Attention
-from models.common.ffn import FeedForward
-from models.common.norm import RMSNorm
+from torchtitan_lite.models.common.attention import Attention
+from torchtitan_lite.models.common.ffn import FeedForward
+from torchtitan_lite.models.common.norm import RMSNorm
 
 
 class DenseBlock(nn.Module):

@@ -6,8 +6,8 @@ underloaded" (Wang et al. 2024, arXiv 2408.15664, Algorithm 1: ``b += gamma * si
 The delta is mean-centred as in torchtitan's ``MoE`` (so the biases keep summing to their initial 0;
 a uniform shift would change no top-k choice).
 
-Note: on when to call. :class:`models.common.moe_hooks.MoETrainingHooks` calls :func:`update_expert_bias` ONCE
-per optimizer step, after ``optimizer.step()``, with the counts :func:`models.common.moe.collect_expert_load`
+Note: on when to call. :class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` calls :func:`update_expert_bias` ONCE
+per optimizer step, after ``optimizer.step()``, with the counts :func:`torchtitan_lite.models.common.moe.collect_expert_load`
 returns (summed over the data-parallel ranks, covering every micro-batch of the step, never a checkpoint
 recompute).
 Every rank then applies the same delta to its replicated fp32 buffer, so the ranks stay identical.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.common.moe import moe_layers
+from torchtitan_lite.models.common.moe import moe_layers
 
 
 def expert_bias_delta(counts: torch.Tensor, step_size: float) -> torch.Tensor:
@@ -46,7 +46,7 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
 
     Args:
         model: the model (FSDP/checkpoint/compile wrappers allowed).
-        counts_by_layer: :func:`models.common.moe.collect_expert_load`'s result: canonical MoE module
+        counts_by_layer: :func:`torchtitan_lite.models.common.moe.collect_expert_load`'s result: canonical MoE module
             name (``"layers.3.moe"``) -> ``(num_experts,)`` counts summed over ranks.
 
     Returns:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
+from torchtitan_lite.models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 """Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` -> ``(..., hidden_dim)``."""

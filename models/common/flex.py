@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
 
-from models.common.attention_checks import check_qkv
+from torchtitan_lite.models.common.attention_checks import check_qkv
 
 
 @functools.cache
@@ -48,8 +48,8 @@ def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sink
                       sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
                       scale: float | None = None, q_start: int = 0) -> torch.Tensor:
     """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
-    :func:`models.common.attention_backends.attention`; with ``q_start`` > 0 the queries are the positions
-    ``q_start ..`` of the keys' span (as :func:`models.common.blockwise.block_attention`).
+    :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the queries are the positions
+    ``q_start ..`` of the keys' span (as :func:`torchtitan_lite.models.common.blockwise.block_attention`).
 
     Raises:
         ValueError: inconsistent shapes.

@@ -1,4 +1,4 @@
-"""Parameter counts and training FLOPs of a decoder of :class:`models.common.dense_block.DenseBlock` blocks (Qwen3,
+"""Parameter counts and training FLOPs of a decoder of :class:`torchtitan_lite.models.common.dense_block.DenseBlock` blocks (Qwen3,
 Llama 3), computed from the args alone."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every family's Hugging Face state-dict adapter shares: the decoder's outer names, the common config keys and
 :class:`DecoderStateDictAdapter`, the base that implements the engine's contract
 (:class:`torchtitan_lite.protocols.state_dict_adapter.StateDictAdapter`) for a
-:class:`models.common.decoder.Decoder`.
+:class:`torchtitan_lite.models.common.decoder.Decoder`.
 
 Names (HF ``modeling_<family>.py``): ``model.embed_tokens`` = ``tok_embeddings``, per layer ``input_layernorm`` =
 ``attention_norm`` and ``post_attention_layernorm`` = ``ffn_norm``, ``model.norm`` = ``norm``, ``lm_head`` =
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from models.common.hf_config import ConfigFields
+from torchtitan_lite.models.common.hf_config import ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Same, Stacked
 from torchtitan_lite.protocols.state_dict_adapter import StateDictAdapter
 
@@ -26,7 +26,7 @@ def same(prefix: str, table: dict[str, str]) -> dict[str, HFTensor]:
 
 
 def per_expert(prefix: str, num_experts: int) -> dict[str, HFTensor]:
-    """The SwiGLU experts (:class:`models.common.experts.GroupedSwiGLUExperts` ``w1``/``w3``/``w2``, our names
+    """The SwiGLU experts (:class:`torchtitan_lite.models.common.experts.GroupedSwiGLUExperts` ``w1``/``w3``/``w2``, our names
     relative to the layer) from the layout of the published Qwen3-MoE and DeepSeek-V3 safetensors: one tensor per
     expert, ``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight`` (transformers 5 fuses them on load, with
     ``conversion_mapping.py``'s ``qwen2_moe`` rules, and splits them again on save)."""
@@ -36,7 +36,7 @@ def per_expert(prefix: str, num_experts: int) -> dict[str, HFTensor]:
 
 
 def decoder_tensors(args: Any, layer: Callable[[int, str], dict[str, HFTensor]]) -> dict[str, HFTensor]:
-    """Every tensor of a decoder (:class:`models.common.decoder.Decoder`): the outer ones, the two block norms, and
+    """Every tensor of a decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`): the outer ones, the two block norms, and
     ``layer(i, "model.layers.{i}.")``'s (our names relative to ``layers.{i}.``), in model order."""
     tensors: dict[str, HFTensor] = {"tok_embeddings.weight": Same("model.embed_tokens.weight")}
     for i in range(args.n_layers):

@@ -1,4 +1,4 @@
-"""Hugging Face names and ``config.json`` keys of the grouped-query attention (:class:`models.common.attention.
+"""Hugging Face names and ``config.json`` keys of the grouped-query attention (:class:`torchtitan_lite.models.common.attention.
 Attention`) that Qwen3, Qwen3-MoE and Llama 3 share.
 
 Names (HF ``modeling_qwen3.py``, ``modeling_llama.py``), relative to the layer: ``self_attn.{q,k,v,o}_proj`` =
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_config import ConfigFields, float_or_none, rope_parameters
+from torchtitan_lite.models.common.hf_config import ConfigFields, float_or_none, rope_parameters
 
 ATTENTION_NAMES = {
     "attention.wq.weight": "self_attn.q_proj.weight",

@@ -2,7 +2,7 @@
 
 :class:`MoE` takes a router (``models/common/routers.py``), grouped experts (``models/common/experts.py``),
 optional shared experts and an auxiliary loss (``models/common/balance_loss.py``): GPT-OSS is
-:class:`~models.common.routers.TopKRouter` + :class:`~models.common.experts.GroupedExperts` + the Switch loss;
+:class:`~torchtitan_lite.models.common.routers.TopKRouter` + :class:`~torchtitan_lite.models.common.experts.GroupedExperts` + the Switch loss;
 Qwen3-MoE the V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
 shared experts + the sequence-wise loss.
 
@@ -13,7 +13,7 @@ the loss receives a gradient of ``aux_loss_scale`` (1 by default), exactly as if
 to the training loss. The trainer needs nothing special, and activation checkpointing and FSDP see
 an ordinary graph. With gradients SUMMED over ranks and micro-batches (torchtitan_lite's
 convention), set ``aux_loss_scale = 1 / (dp_degree * micro_batches)`` to add the mean
-(:class:`models.common.moe_hooks.MoETrainingHooks` does).
+(:class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` does).
 
 Note: on counting tokens under activation checkpointing. ``tokens_per_expert`` is updated in
 forward; a checkpointed block runs its forward a second time during backward (recompute), which
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from models.common.balance_loss import AuxLoss
+from torchtitan_lite.models.common.balance_loss import AuxLoss
 from torchtitan_lite.distributed.activation_checkpoint import recomputing
 from torchtitan_lite.init.apply import canonical_name
 from torchtitan_lite.protocols.attention import WindowAware
@@ -59,10 +59,10 @@ class MoE(WindowAware):
     shared experts, when given, run on every token (DeepSeek-V3 report eq. 12; reference ``MoE.forward``).
 
     Args:
-        router: maps ``(T, dim)`` to a :class:`~models.common.routers.RouterOutput`.
+        router: maps ``(T, dim)`` to a :class:`~torchtitan_lite.models.common.routers.RouterOutput`.
         experts: grouped experts with a ``num_experts`` attribute, called as ``experts(x, indices, weights)``.
         shared_experts: a module ``(T, dim) -> (T, dim)`` run on every token, or ``None``.
-        aux_loss: an :data:`~models.common.balance_loss.AuxLoss`, or ``None``.
+        aux_loss: an :data:`~torchtitan_lite.models.common.balance_loss.AuxLoss`, or ``None``.
         aux_loss_coeff: its weight, added to the training loss through :class:`AddAuxiliaryLoss` (training
             mode only); 0 turns it off.
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.common.expert_bias import update_expert_bias
-from models.common.moe import collect_expert_load, moe_layers
+from torchtitan_lite.models.common.expert_bias import update_expert_bias
+from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
@@ -65,7 +65,7 @@ def dead_expert_notes(step: int, idle: dict[str, torch.Tensor], named: dict[str,
 
 
 class MoETrainingHooks(TrainingHooks):
-    """Hooks of a model with :class:`models.common.moe.MoE` layers.
+    """Hooks of a model with :class:`torchtitan_lite.models.common.moe.MoE` layers.
 
     At construction every MoE layer's ``aux_loss_scale`` becomes ``1 / (dp_degree * cp * micro_batches)``:
     gradients are summed over ranks and micro-batches, so each auxiliary loss then adds its mean (see the note in
@@ -73,7 +73,7 @@ class MoETrainingHooks(TrainingHooks):
     the whole windows'). After each optimizer step the counts of every layer are summed over
     ``parallel_dims.loss_group`` (the data-parallel and context-parallel ranks: every token once; one all-reduce,
     :func:`collect_expert_load`) and move the expert biases
-    (:func:`models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
+    (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
     the device, as does each expert's count of consecutive steps without a token (since this process started).
     :meth:`report` reads the last step's counts (:func:`expert_load_report`) and warns of experts without a token
     for :data:`DEAD_EXPERT_STEPS` steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts

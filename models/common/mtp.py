@@ -13,7 +13,7 @@ Depth ``k`` runs on the ``seqlen - k`` positions whose target is in the window, 
 ``bs * seqlen`` tokens (the report's ``1/T``).
 
 Note: on the MTP loss without touching the forward output. As the MoE auxiliary loss (``models/common/moe.py``),
-``L_MTP`` is attached to the main head's input by :class:`~models.common.moe.AddAuxiliaryLoss`: it is unchanged
+``L_MTP`` is attached to the main head's input by :class:`~torchtitan_lite.models.common.moe.AddAuxiliaryLoss`: it is unchanged
 and in backward ``L_MTP`` gets the gradient ``MTP.loss_scale`` (:class:`MTPTrainingHooks` sets
 ``1 / (dp_degree * micro_batches)``), so the gradient is that of ``lambda / D sum_k L^k`` over the global batch.
 The detached per-depth sums accumulate in ``MTP.stats`` for the log.
@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from models.common.moe import AddAuxiliaryLoss
-from models.common.norm import RMSNorm
+from torchtitan_lite.models.common.moe import AddAuxiliaryLoss
+from torchtitan_lite.models.common.norm import RMSNorm
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
@@ -124,7 +124,7 @@ def mtp_module(model: nn.Module) -> MTP | None:
 
 
 class MTPTrainingHooks(TrainingHooks):
-    """The hooks ``inner`` (e.g. :class:`~models.common.moe_hooks.MoETrainingHooks`) plus MTP's: the loss's gradient
+    """The hooks ``inner`` (e.g. :class:`~torchtitan_lite.models.common.moe_hooks.MoETrainingHooks`) plus MTP's: the loss's gradient
     scale ``1 / (dp_degree * micro_batches)`` (module note), the step's per-depth sums taken after each optimizer
     step, and in :meth:`report` their mean over the data-parallel ranks (one all-reduce).
 

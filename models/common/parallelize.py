@@ -10,8 +10,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
-from models.common.moe import moe_layers
-from torchtitan_lite.components.float8 import convert_to_float8
+from torchtitan_lite.models.common.moe import moe_layers
+from torchtitan_lite.distributed.float8 import convert_to_float8
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
@@ -33,7 +33,7 @@ GPT-OSS's sinks, :func:`torchtitan_lite.distributed.tensor_parallel.shard_parame
 
 
 def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of a block's GQA ``attention`` (:class:`models.common.attention.Attention`; Qwen3,
+    """The tensor-parallel plan of a block's GQA ``attention`` (:class:`torchtitan_lite.models.common.attention.Attention`; Qwen3,
     Qwen3-MoE, Llama 3) and its norm (torchtitan's llama3 and qwen3 plans, Megatron layout): input gathered
     (``cos``/``sin`` plain), ``wq``/``wk``/``wv`` column-wise (whole query and key/value heads per rank: GQA's kv heads
     split with their query groups), the QK-norm (when ``qk_norm``) whole on every rank over the rank's heads, ``wo``
@@ -52,7 +52,7 @@ def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, Parallel
 
 def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
                         block_plan: BlockPlan) -> nn.Module:
-    """Float8 linear layers when ``options.float8`` (:func:`~torchtitan_lite.components.float8.convert_to_float8`,
+    """Float8 linear layers when ``options.float8`` (:func:`~torchtitan_lite.distributed.float8.convert_to_float8`,
     before any parallelism, as torchtitan converts), tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
     block over ``parallel_dims.tp_mesh``), expert parallelism when ``parallel_dims.ep > 1`` (every MoE layer's
     ``experts`` split by whole experts over ``parallel_dims.ep_mesh``, tokens dispatched by all-to-all:

@@ -1,6 +1,6 @@
 """MoE routers: which ``k`` experts each token goes to, and with which gating weights.
 
-Both return a :class:`RouterOutput` for ``T`` tokens and ``E`` experts, which :class:`models.common.moe.MoE`
+Both return a :class:`RouterOutput` for ``T`` tokens and ``E`` experts, which :class:`torchtitan_lite.models.common.moe.MoE`
 passes to its experts and its auxiliary loss.
 """
 
@@ -83,13 +83,13 @@ class TokenChoiceTopKRouter(nn.Module):
         score_func: ``"sigmoid"`` or ``"softmax"``.
         route_norm: normalize the chosen scores.
         route_scale: gating weight multiplier.
-        bias_update_speed: ``gamma``, read by :func:`models.common.expert_bias.update_expert_bias`.
+        bias_update_speed: ``gamma``, read by :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
 
     Attributes:
         gate: ``nn.Linear(dim, num_experts, bias=False)``.
         expert_bias: persistent fp32 buffer ``(num_experts,)``, used only in step 2; never a Parameter
             (the optimizer never sees it), moved once per optimizer step by
-            :func:`models.common.expert_bias.update_expert_bias`.
+            :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
     """
 
     def __init__(self, dim: int, num_experts: int, top_k: int, num_expert_groups: int, num_limited_groups: int,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.common.attention_checks import check_qkv
+from torchtitan_lite.models.common.attention_checks import check_qkv
 
 
 def sliding_window_causal_mask(

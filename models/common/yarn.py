@@ -4,7 +4,7 @@ Source of the exact form: ``RotaryEmbedding._compute_concentration_and_inv_freq`
 reference ``gpt_oss/torch/model.py`` and HF ``_compute_yarn_parameters`` with ``truncate=False``
 (the ``rope_scaling`` of openai/gpt-oss-20b and -120b ``config.json``: factor 32,
 original_max_position_embeddings 4096, beta_fast 32, beta_slow 1). The tables are built by
-:func:`models.common.rope.rope_cos_sin` and applied with :func:`models.common.rope.apply_rope`.
+:func:`torchtitan_lite.models.common.rope.rope_cos_sin` and applied with :func:`torchtitan_lite.models.common.rope.apply_rope`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from models.common.rope import rope_cos_sin
+from torchtitan_lite.models.common.rope import rope_cos_sin
 
 
 def yarn_inv_freq(
@@ -107,10 +107,10 @@ def yarn_cos_sin(
 
     Returns:
         ``(cos, sin)``, each fp32 ``(max_seq_len, head_dim)`` in the layout of
-        :func:`models.common.rope.rope_cos_sin`, ready for :func:`models.common.rope.apply_rope`.
+        :func:`torchtitan_lite.models.common.rope.rope_cos_sin`, ready for :func:`torchtitan_lite.models.common.rope.apply_rope`.
 
     Raises:
-        ValueError: as :func:`yarn_inv_freq` and :func:`models.common.rope.rope_cos_sin`.
+        ValueError: as :func:`yarn_inv_freq` and :func:`torchtitan_lite.models.common.rope.rope_cos_sin`.
     """
     inv_freq = yarn_inv_freq(head_dim, theta, factor, original_max_seq_len, beta_fast, beta_slow, device)
     cos, sin = rope_cos_sin(head_dim, max_seq_len, theta, inv_freq=inv_freq, device=device)

@@ -8,14 +8,14 @@ and init plans.
 
 from torch import nn
 
-from models.common.moe_hooks import MoETrainingHooks
-from models.common.mtp import MTPTrainingHooks, mtp_module
-from models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
-from models.deepseek_v3.flops import num_flops_per_token
-from models.deepseek_v3.init_plan import deepseek_v3_init_plan
-from models.deepseek_v3.model import DeepSeekV3Model
-from models.deepseek_v3.parallelize import parallelize_deepseek_v3
-from models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
+from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
+from torchtitan_lite.models.common.mtp import MTPTrainingHooks, mtp_module
+from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
+from torchtitan_lite.models.deepseek_v3.flops import num_flops_per_token
+from torchtitan_lite.models.deepseek_v3.init_plan import deepseek_v3_init_plan
+from torchtitan_lite.models.deepseek_v3.model import DeepSeekV3Model
+from torchtitan_lite.models.deepseek_v3.parallelize import parallelize_deepseek_v3
+from torchtitan_lite.models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from models.common import arg_checks as check
+from torchtitan_lite.models.common import arg_checks as check
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from models.deepseek_v3.args import DeepSeekV3ModelArgs
+from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
 
 
 def num_active_params(args: DeepSeekV3ModelArgs) -> int:

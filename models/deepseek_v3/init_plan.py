@@ -13,14 +13,14 @@ Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits h
 
 from __future__ import annotations
 
-from models.deepseek_v3.args import DeepSeekV3ModelArgs
+from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_deepseek_v3.py _init_weights, initializer_range"
 
 
 def deepseek_v3_init_plan(args: DeepSeekV3ModelArgs) -> InitPlan:
-    """The :class:`InitPlan` of :class:`models.deepseek_v3.model.DeepSeekV3Model` built from ``args``."""
+    """The :class:`InitPlan` of :class:`torchtitan_lite.models.deepseek_v3.model.DeepSeekV3Model` built from ``args``."""
     weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")
     q_proj = ["wq"] if args.q_lora_rank == 0 else ["wq_a", "wq_b"]

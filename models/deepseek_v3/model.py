@@ -20,18 +20,18 @@ import math
 import torch
 from torch import nn
 
-from models.common.attention_backends import InnerAttention
-from models.common.balance_loss import sequence_aux_loss
-from models.common.decoder import Decoder
-from models.common.experts import GroupedSwiGLUExperts
-from models.common.ffn import FeedForward
-from models.common.kv_cache import LayerKV, cached_attention
-from models.common.moe import MoE
-from models.common.norm import RMSNorm
-from models.common.rope import apply_rope, rope_cos_sin
-from models.common.routers import TokenChoiceTopKRouter
-from models.common.yarn import yarn_inv_freq
-from models.deepseek_v3.args import DeepSeekV3ModelArgs
+from torchtitan_lite.models.common.attention_backends import InnerAttention
+from torchtitan_lite.models.common.balance_loss import sequence_aux_loss
+from torchtitan_lite.models.common.decoder import Decoder
+from torchtitan_lite.models.common.experts import GroupedSwiGLUExperts
+from torchtitan_lite.models.common.ffn import FeedForward
+from torchtitan_lite.models.common.kv_cache import LayerKV, cached_attention
+from torchtitan_lite.models.common.moe import MoE
+from torchtitan_lite.models.common.norm import RMSNorm
+from torchtitan_lite.models.common.rope import apply_rope, rope_cos_sin
+from torchtitan_lite.models.common.routers import TokenChoiceTopKRouter
+from torchtitan_lite.models.common.yarn import yarn_inv_freq
+from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
 
 LATENT_NORM_EPS = 1e-6
 """Epsilon of the latent RMSNorms ``q_norm`` and ``kv_norm``, whatever ``norm_eps`` is (reference ``MLA.__init__``:
@@ -114,7 +114,7 @@ class MLA(nn.Module):
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``, ``document_ids`` int
         ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With ``kv_cache`` set (decoding) the latent is kept
-        (:mod:`models.common.kv_cache`)."""
+        (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:  # context parallelism gathers the latent, not the expanded heads
             latent = self.inner_attention.gather(*self.latent(x, cos, sin))
             out = self.inner_attention(self.queries(x, cos, sin), *self.keys_values(*latent),
@@ -163,7 +163,7 @@ class TransformerBlock(nn.Module):
 
 
 class DeepSeekV3Model(Decoder):
-    """The DeepSeek-V3 decoder (:class:`models.common.decoder.Decoder`) with :class:`TransformerBlock`
+    """The DeepSeek-V3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`TransformerBlock`
     blocks and RoPE tables over ``qk_rope_head_dim`` (YaRN frequencies when ``args.uses_yarn``):
     ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``. Values come from
     ``models/deepseek_v3/init_plan.py``.
@@ -175,7 +175,7 @@ class DeepSeekV3Model(Decoder):
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The tables, each fp32 ``(max_seq_len, qk_rope_head_dim)`` on ``device``.
 
-        With YaRN the frequencies are :func:`models.common.yarn.yarn_inv_freq`'s with the ramp bounds rounded
+        With YaRN the frequencies are :func:`torchtitan_lite.models.common.yarn.yarn_inv_freq`'s with the ramp bounds rounded
         (``truncate``, the reference's ``find_correction_range``) and cos/sin are NOT scaled: DeepSeek puts the
         attention temperature into the softmax scale (:func:`softmax_scale`).
         """

@@ -17,7 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, PrepareModuleInput, RowwiseParallel
 
-from models.common.parallelize import parallelize_decoder
+from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import (
@@ -31,7 +31,7 @@ from torchtitan_lite.distributed.tensor_parallel import (
 
 
 def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, ParallelStyle]:
-    """The plan of a block's ``attention`` (:class:`models.deepseek_v3.model.MLA`), keyed from the block."""
+    """The plan of a block's ``attention`` (:class:`torchtitan_lite.models.deepseek_v3.model.MLA`), keyed from the block."""
     heads = ColwiseParallel(use_local_output=False)  # (bs, seqlen, n_heads * x) DTensors, Shard(-1) on the heads
     query = ({"attention.wq": heads} if attention.q_lora_rank == 0 else
              {"attention.wq_a": ReplicateParallel(), "attention.q_norm": ReplicateParallel(),
@@ -58,5 +58,5 @@ def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> d
 
 def parallelize_deepseek_v3(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
-    (:func:`models.common.parallelize.parallelize_decoder`)."""
+    (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

@@ -7,7 +7,7 @@ LoRA) or ``q_a_proj``/``q_a_layernorm``/``q_b_proj`` = ``wq_a``/``q_norm``/``wq_
 ``mlp.gate_proj/up_proj/down_proj`` = ``feed_forward.w1/w3/w2``; MoE blocks ``mlp.gate.weight`` =
 ``moe.router.gate.weight``, ``mlp.gate.e_score_correction_bias`` = ``moe.router.expert_bias`` (the balancing
 bias: loaded like a weight, never re-initialized), the routed experts one tensor per expert
-(:func:`models.common.hf_adapter.per_expert`) and ``mlp.shared_experts.*`` = ``moe.shared_experts.w1/w3/w2``.
+(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`) and ``mlp.shared_experts.*`` = ``moe.shared_experts.w1/w3/w2``.
 
 Note: on the RoPE rows. DeepSeek's checkpoints pair RoPE features ``(2i, 2i+1)`` (``rope_interleave: true``,
 transformers' default for this model type); our MLA pairs ``(i, i + qk_rope_head_dim/2)`` (``models/deepseek_v3/
@@ -35,8 +35,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
-from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
+from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
+from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from torchtitan_lite.protocols.hf_tensors import HFTensor, RowPermuted, Same, WithCopies
 
 HF_DEFAULTS = {
@@ -105,7 +105,7 @@ def _read_rope(fields: ConfigFields, max_seq_len: int) -> dict[str, Any]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`models.deepseek_v3.args.DeepSeekV3ModelArgs` field -> value of an HF ``config.json`` of ``DeepseekV3ForCausalLM``.
+    """:class:`torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` field -> value of an HF ``config.json`` of ``DeepseekV3ForCausalLM``.
 
     Raises:
         HFConfigError: GQA (``num_key_value_heads`` != heads), attention bias or dropout, another router
@@ -145,7 +145,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
+    """Maps tensors and configs between our :class:`~torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
     ``DeepseekV3ForCausalLM``.
 
     Args:

@@ -3,13 +3,13 @@
 ``debug`` trains on CPU; the 20b and 120b flavors give the published parameter counts and init plans.
 """
 
-from models.common.moe_hooks import MoETrainingHooks
-from models.gpt_oss.args import GptOssModelArgs, gpt_oss_flavors
-from models.gpt_oss.flops import num_flops_per_token
-from models.gpt_oss.init_plan import gpt_oss_init_plan
-from models.gpt_oss.model import GptOssModel
-from models.gpt_oss.parallelize import parallelize_gpt_oss
-from models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
+from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
+from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs, gpt_oss_flavors
+from torchtitan_lite.models.gpt_oss.flops import num_flops_per_token
+from torchtitan_lite.models.gpt_oss.init_plan import gpt_oss_init_plan
+from torchtitan_lite.models.gpt_oss.model import GptOssModel
+from torchtitan_lite.models.gpt_oss.parallelize import parallelize_gpt_oss
+from torchtitan_lite.models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.gpt_oss.args import GptOssModelArgs
+from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
 
 
 def num_active_params(args: GptOssModelArgs) -> int:

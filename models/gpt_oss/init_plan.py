@@ -12,14 +12,14 @@ Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits h
 
 from __future__ import annotations
 
-from models.gpt_oss.args import GptOssModelArgs
+from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_gpt_oss.py _init_weights, initializer_range"
 
 
 def gpt_oss_init_plan(args: GptOssModelArgs) -> InitPlan:
-    """The :class:`InitPlan` of :class:`models.gpt_oss.model.GptOssModel` built from ``args``."""
+    """The :class:`InitPlan` of :class:`torchtitan_lite.models.gpt_oss.model.GptOssModel` built from ``args``."""
     weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
     bias = zeros(source="HF _init_weights: nn.Linear and expert biases zeroed")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")

@@ -21,16 +21,16 @@ import functools
 import torch
 from torch import nn
 
-from models.common import attention as common_attention
-from models.common.attention_backends import InnerAttention
-from models.common.balance_loss import switch_aux_loss
-from models.common.decoder import Decoder
-from models.common.experts import GroupedExperts, clamped_swiglu
-from models.common.moe import MoE
-from models.common.norm import RMSNorm
-from models.common.routers import TopKRouter
-from models.common.yarn import yarn_cos_sin
-from models.gpt_oss.args import GptOssModelArgs
+from torchtitan_lite.models.common import attention as common_attention
+from torchtitan_lite.models.common.attention_backends import InnerAttention
+from torchtitan_lite.models.common.balance_loss import switch_aux_loss
+from torchtitan_lite.models.common.decoder import Decoder
+from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
+from torchtitan_lite.models.common.moe import MoE
+from torchtitan_lite.models.common.norm import RMSNorm
+from torchtitan_lite.models.common.routers import TopKRouter
+from torchtitan_lite.models.common.yarn import yarn_cos_sin
+from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
 
 
 class Attention(common_attention.Attention):
@@ -41,7 +41,7 @@ class Attention(common_attention.Attention):
         sliding_window: keys visible to each query, or ``None`` for full causal attention.
 
     Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv`` ``(n_kv_heads * head_dim, dim)``,
-    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias (:class:`models.common.attention.Attention`); ``sinks``
+    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias (:class:`torchtitan_lite.models.common.attention.Attention`); ``sinks``
     ``(n_heads,)`` logits. Head counts are read from the projections' outputs, so a rank holding some of the heads
     (tensor parallelism) runs its heads.
     """
@@ -83,7 +83,7 @@ class TransformerBlock(nn.Module):
 
 
 class GptOssModel(Decoder):
-    """The GPT-OSS decoder (:class:`models.common.decoder.Decoder`) with :class:`TransformerBlock` blocks
+    """The GPT-OSS decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`TransformerBlock` blocks
     and YaRN RoPE tables over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
     ``(bs, seqlen, vocab_size)``. Values come from the init plan, ``models/gpt_oss/init_plan.py``.
     """
@@ -92,7 +92,7 @@ class GptOssModel(Decoder):
         super().__init__(args, TransformerBlock, rope_dim=args.head_dim)
 
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The YaRN tables (:func:`models.common.yarn.yarn_cos_sin`, scaled by the YaRN attention factor),
+        """The YaRN tables (:func:`torchtitan_lite.models.common.yarn.yarn_cos_sin`, scaled by the YaRN attention factor),
         each fp32 ``(max_seq_len, head_dim)`` on ``device``."""
         a = self.args
         return yarn_cos_sin(a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,

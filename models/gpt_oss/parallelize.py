@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, PrepareModuleInput, RowwiseParallel
 
-from models.common.parallelize import parallelize_decoder
+from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import (
@@ -47,5 +47,5 @@ def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> d
 
 def parallelize_gpt_oss(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
-    (:func:`models.common.parallelize.parallelize_decoder`)."""
+    (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

@@ -3,7 +3,7 @@
 Names (HF ``modeling_gpt_oss.py``), besides the decoder's: ``self_attn.{q,k,v,o}_proj.{weight,bias}`` =
 ``attention.w{q,k,v,o}``, ``self_attn.sinks`` = ``attention.sinks``, ``mlp.router.{weight,bias}`` =
 ``moe.router.gate``; the experts are fused 3-D tensors, with HF's gate/up interleaving (gate at even, up at odd
-positions of the ``2 * intermediate_size`` axis, as :func:`models.common.experts.clamped_swiglu` reads them):
+positions of the ``2 * intermediate_size`` axis, as :func:`torchtitan_lite.models.common.experts.clamped_swiglu` reads them):
 ``mlp.experts.gate_up_proj`` ``(E, dim, 2H)`` is our ``mlp1_weight`` ``(E, 2H, dim)`` transposed,
 ``mlp.experts.down_proj`` ``(E, H, dim)`` our ``mlp2_weight`` ``(E, dim, H)`` transposed; the biases
 ``gate_up_proj_bias`` ``(E, 2H)`` and ``down_proj_bias`` ``(E, dim)`` are ours as they are. The published
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, read_decoder, same
-from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
+from torchtitan_lite.models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, read_decoder, same
+from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Transposed
 
 _LAYER_NAMES = {
@@ -53,7 +53,7 @@ def sliding_layer_types(n_layers: int) -> list[str]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`models.gpt_oss.args.GptOssModelArgs` field -> value of an HF ``config.json`` of ``GptOssForCausalLM``.
+    """:class:`torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` field -> value of an HF ``config.json`` of ``GptOssForCausalLM``.
 
     Raises:
         HFConfigError: no attention bias, attention dropout, layer types other than alternating sliding/full, a
@@ -94,7 +94,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class GptOssStateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~models.gpt_oss.args.GptOssModelArgs` model and HF
+    """Maps tensors and configs between our :class:`~torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` model and HF
     ``GptOssForCausalLM``."""
 
     model_type = "gpt_oss"

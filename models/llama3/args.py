@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from models.common import arg_checks as check
+from torchtitan_lite.models.common import arg_checks as check
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Llama3ModelArgs:
     rope_theta: float = 500000.0
     """RoPE base [rope_theta]."""
     rope_scaling: bool = True
-    """Llama 3.1's RoPE frequency scaling (:func:`models.llama3.model.llama3_inv_freq`); False: plain RoPE, as
+    """Llama 3.1's RoPE frequency scaling (:func:`torchtitan_lite.models.llama3.model.llama3_inv_freq`); False: plain RoPE, as
     Llama 3.0 [rope_scaling.rope_type ``"llama3"``]."""
     rope_factor: float = 8.0
     """Low frequencies are divided by this [rope_scaling.factor]."""

@@ -1,6 +1,6 @@
 """Dense Llama 3 decoder ("The Llama 3 Herd of Models", arXiv 2407.21783; HF transformers ``modeling_llama.py``).
 
-Qwen3's dense decoder without QK-norm (:class:`models.common.dense_block.DenseBlock`): pre-norm blocks of GQA
+Qwen3's dense decoder without QK-norm (:class:`torchtitan_lite.models.common.dense_block.DenseBlock`): pre-norm blocks of GQA
 attention and a SwiGLU, a final ``norm`` and an untied ``output`` (tied in Llama 3.2 1B/3B). Its RoPE (Llama 3.1)
 rescales the frequencies (:func:`llama3_inv_freq`).
 """
@@ -11,10 +11,10 @@ import math
 
 import torch
 
-from models.common.decoder import Decoder
-from models.common.dense_block import DenseBlock
-from models.common.rope import rope_cos_sin
-from models.llama3.args import Llama3ModelArgs
+from torchtitan_lite.models.common.decoder import Decoder
+from torchtitan_lite.models.common.dense_block import DenseBlock
+from torchtitan_lite.models.common.rope import rope_cos_sin
+from torchtitan_lite.models.llama3.args import Llama3ModelArgs
 
 
 def llama3_inv_freq(args: Llama3ModelArgs, device: torch.device | str | None = None) -> torch.Tensor:
@@ -42,7 +42,7 @@ def llama3_inv_freq(args: Llama3ModelArgs, device: torch.device | str | None = N
 
 
 class Llama3Model(Decoder):
-    """The Llama 3 decoder (:class:`models.common.decoder.Decoder`) with :class:`~models.common.dense_block.DenseBlock`
+    """The Llama 3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`~torchtitan_lite.models.common.dense_block.DenseBlock`
     blocks without QK-norm: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
     """
 

@@ -2,7 +2,7 @@
 ``torchtitan_lite/protocols/model_spec.py``).
 
 Tensor parallelism (torchtitan's llama3 plan, Megatron layout; see the notes in
-``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention (:func:`models.common.parallelize.
+``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention (:func:`torchtitan_lite.models.common.parallelize.
 attention_plan`, no QK-norm), the SwiGLU column-wise ``w1``/``w3`` and row-wise ``w2``, sequence-parallel norms.
 """
 
@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from models.common.parallelize import attention_plan, parallelize_decoder
+from torchtitan_lite.models.common.parallelize import attention_plan, parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import norm_plan, swiglu_plan
@@ -26,5 +26,5 @@ def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> d
 
 def parallelize_llama3(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
-    (:func:`models.common.parallelize.parallelize_decoder`)."""
+    (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
-from models.common.hf_attention import ATTENTION_NAMES, DEFAULT_THETA, heads_config, read_heads
-from models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
+from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
+from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, DEFAULT_THETA, heads_config, read_heads
+from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
@@ -31,7 +31,7 @@ count of heads, ``hidden_size // num_attention_heads`` for ``head_dim``)."""
 
 
 class Llama3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~models.llama3.args.Llama3ModelArgs` model and HF
+    """Maps tensors and configs between our :class:`~torchtitan_lite.models.llama3.args.Llama3ModelArgs` model and HF
     ``LlamaForCausalLM``."""
 
     model_type = "llama"
@@ -39,7 +39,7 @@ class Llama3StateDictAdapter(DecoderStateDictAdapter):
 
     @staticmethod
     def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-        """:class:`models.llama3.args.Llama3ModelArgs` field -> value of an HF ``config.json`` of
+        """:class:`torchtitan_lite.models.llama3.args.Llama3ModelArgs` field -> value of an HF ``config.json`` of
         ``LlamaForCausalLM``.
 
         Raises:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
-from models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
-from models.common.hf_config import FILE_FIELDS, ConfigFields
+from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
+from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
+from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
@@ -32,11 +32,11 @@ HF_DEFAULTS = {
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`models.qwen3.args.Qwen3ModelArgs` field -> value of an HF ``config.json`` of ``Qwen3ForCausalLM``.
+    """:class:`torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` field -> value of an HF ``config.json`` of ``Qwen3ForCausalLM``.
 
     Raises:
         HFConfigError: a key the model does not implement, or one of the values
-            :func:`models.common.hf_attention.read_attention` refuses.
+            :func:`torchtitan_lite.models.common.hf_attention.read_attention` refuses.
     """
     fields = ConfigFields(config, HF_DEFAULTS, family="qwen3")
     fields.ignore(*FILE_FIELDS)
@@ -48,7 +48,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class Qwen3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~models.qwen3.args.Qwen3ModelArgs` model and HF
+    """Maps tensors and configs between our :class:`~torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` model and HF
     ``Qwen3ForCausalLM``."""
 
     model_type = "qwen3"

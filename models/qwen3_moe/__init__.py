@@ -3,13 +3,13 @@
 ``debug`` trains on CPU; the 30b-a3b flavor gives the published parameter counts and init plan.
 """
 
-from models.common.moe_hooks import MoETrainingHooks
-from models.qwen3_moe.args import Qwen3MoeModelArgs, qwen3_moe_flavors
-from models.qwen3_moe.flops import num_flops_per_token
-from models.qwen3_moe.init_plan import qwen3_moe_init_plan
-from models.qwen3_moe.model import Qwen3MoeModel
-from models.qwen3_moe.parallelize import parallelize_qwen3_moe
-from models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
+from torchtitan_lite.models.qwen3_moe.args import Qwen3MoeModelArgs, qwen3_moe_flavors
+from torchtitan_lite.models.qwen3_moe.flops import num_flops_per_token
+from torchtitan_lite.models.qwen3_moe.init_plan import qwen3_moe_init_plan
+from torchtitan_lite.models.qwen3_moe.model import Qwen3MoeModel
+from torchtitan_lite.models.qwen3_moe.parallelize import parallelize_qwen3_moe
+from torchtitan_lite.models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(

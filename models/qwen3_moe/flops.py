@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.qwen3_moe.args import Qwen3MoeModelArgs
+from torchtitan_lite.models.qwen3_moe.args import Qwen3MoeModelArgs
 
 
 def num_active_params(args: Qwen3MoeModelArgs) -> int:

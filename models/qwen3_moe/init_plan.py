@@ -10,14 +10,14 @@ Expected step-1 loss: logits std about ``0.02 * sqrt(dim)`` after the final RMSN
 
 from __future__ import annotations
 
-from models.qwen3_moe.args import Qwen3MoeModelArgs
+from torchtitan_lite.models.qwen3_moe.args import Qwen3MoeModelArgs
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_qwen3_moe.py _init_weights, initializer_range"
 
 
 def qwen3_moe_init_plan(args: Qwen3MoeModelArgs) -> InitPlan:
-    """The :class:`InitPlan` of :class:`models.qwen3_moe.model.Qwen3MoeModel` built from ``args``."""
+    """The :class:`InitPlan` of :class:`torchtitan_lite.models.qwen3_moe.model.Qwen3MoeModel` built from ``args``."""
     weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")
     entries = [("tok_embeddings.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)"))]

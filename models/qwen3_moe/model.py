@@ -1,12 +1,12 @@
 """The Qwen3-MoE transformer (Qwen3 technical report, arXiv 2505.09388, sec. 2; HF ``modeling_qwen3_moe.py``).
 
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))`` with the
-dense Qwen3 attention (GQA with QK-norm, :class:`models.common.attention.Attention`) and a mixture of bias-free SwiGLU
+dense Qwen3 attention (GQA with QK-norm, :class:`torchtitan_lite.models.common.attention.Attention`) and a mixture of bias-free SwiGLU
 experts, no shared experts. Routing (HF ``Qwen3MoeSparseMoeBlock``): softmax over all experts, top-k,
-renormalized when ``route_norm``: :class:`models.common.routers.TokenChoiceTopKRouter` with
+renormalized when ``route_norm``: :class:`torchtitan_lite.models.common.routers.TokenChoiceTopKRouter` with
 ``score_func="softmax"``, one group, ``route_scale`` 1 and its expert bias kept at zero
 (``bias_update_speed`` 0), so that bias changes no choice. Balancing: the Switch loss
-(:func:`models.common.balance_loss.switch_aux_loss`, weight ``aux_loss_coeff``).
+(:func:`torchtitan_lite.models.common.balance_loss.switch_aux_loss`, weight ``aux_loss_coeff``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.common.attention import Attention
-from models.common.balance_loss import switch_aux_loss
-from models.common.decoder import Decoder
-from models.common.experts import GroupedSwiGLUExperts
-from models.common.moe import MoE
-from models.common.norm import RMSNorm
-from models.common.routers import TokenChoiceTopKRouter
-from models.qwen3_moe.args import Qwen3MoeModelArgs
+from torchtitan_lite.models.common.attention import Attention
+from torchtitan_lite.models.common.balance_loss import switch_aux_loss
+from torchtitan_lite.models.common.decoder import Decoder
+from torchtitan_lite.models.common.experts import GroupedSwiGLUExperts
+from torchtitan_lite.models.common.moe import MoE
+from torchtitan_lite.models.common.norm import RMSNorm
+from torchtitan_lite.models.common.routers import TokenChoiceTopKRouter
+from torchtitan_lite.models.qwen3_moe.args import Qwen3MoeModelArgs
 
 
 class TransformerBlock(nn.Module):
@@ -45,7 +45,7 @@ class TransformerBlock(nn.Module):
 
 
 class Qwen3MoeModel(Decoder):
-    """The Qwen3-MoE decoder (:class:`models.common.decoder.Decoder`) with MoE :class:`TransformerBlock`
+    """The Qwen3-MoE decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with MoE :class:`TransformerBlock`
     blocks and plain RoPE over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
     ``(bs, seqlen, vocab_size)``.
     """

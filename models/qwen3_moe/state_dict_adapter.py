@@ -2,7 +2,7 @@
 
 Names (HF ``modeling_qwen3_moe.py``): the Qwen3 attention with QK-norm (``models/common/hf_attention.py``), the router
 ``mlp.gate`` = ``moe.router.gate`` and the experts in the published one-tensor-per-expert layout
-(:func:`models.common.hf_adapter.per_expert`). The router's expert bias (kept at zero, see
+(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`). The router's expert bias (kept at zero, see
 ``models/qwen3_moe/model.py``) and the token counters are ours alone: zero at import, not exported.
 
 Config: every block is an MoE (``decoder_sparse_step`` 1, no ``mlp_only_layers``), so ``intermediate_size``
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
-from models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
-from models.common.hf_config import FILE_FIELDS, ConfigFields
+from torchtitan_lite.models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
+from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
+from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
@@ -31,12 +31,12 @@ HF_DEFAULTS = {
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`models.qwen3_moe.args.Qwen3MoeModelArgs` field -> value of an HF ``config.json`` of ``Qwen3MoeForCausalLM``
+    """:class:`torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` field -> value of an HF ``config.json`` of ``Qwen3MoeForCausalLM``
     (``num_experts`` or transformers 5's ``num_local_experts``).
 
     Raises:
         HFConfigError: a dense block (``decoder_sparse_step`` != 1 or ``mlp_only_layers``), the two expert counts
-            disagreeing, or any key :func:`models.common.hf_attention.read_attention` refuses.
+            disagreeing, or any key :func:`torchtitan_lite.models.common.hf_attention.read_attention` refuses.
     """
     fields = ConfigFields(config, HF_DEFAULTS, family="qwen3_moe")
     fields.ignore(*FILE_FIELDS, "intermediate_size", "router_aux_loss_coef")
@@ -52,7 +52,7 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class Qwen3MoeStateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
+    """Maps tensors and configs between our :class:`~torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
     ``Qwen3MoeForCausalLM``."""
 
     model_type = "qwen3_moe"

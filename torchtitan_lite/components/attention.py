@@ -1,5 +1,5 @@
 """The engine's side of attention: the configured backend set on a model, and the config checks of attention
-(``model.attn_backend``, ``training.document_masking``) that ``config/checks.py`` runs before any work."""
+(``model.attn_backend``, ``training.document_masking``) that ``preflight/checks.py`` runs before any work."""
 
 from __future__ import annotations
 

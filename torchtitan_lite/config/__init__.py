@@ -1,4 +1,4 @@
-"""Configuration: the schema (``schema.py``), its TOML/CLI machinery (``cli.py``), and the checks run before any
-work starts, load -> validate -> resolve (``checks.py``; ``python -m torchtitan_lite.config``): ``load.py`` reads
-the file and command line, ``model_args.py`` resolves the model, each component checks its own section, and
-``resolved.py`` hands the result to the workers."""
+"""Configuration, the ground floor: the schema (``schema.py``), its TOML/CLI machinery (``cli.py``), loading a file
+and a command line into the dataclasses (``load.py``), I/O probes (``paths.py``) and docs/configuration.md from the
+schema (``reference.py``). The checks that resolve and validate a run live one floor up, in
+``torchtitan_lite/preflight``."""

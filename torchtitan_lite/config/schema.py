@@ -1,7 +1,7 @@
 """The job configuration schema: one dataclass per TOML section, each field documented by the string under it.
 
 Precedence: field defaults (the debug job) < the TOML file ``--job.config_file`` < ``--section.key=value``
-options (:mod:`torchtitan_lite.config.checks` reads and checks them; ``--help`` prints every field).
+options (:mod:`torchtitan_lite.preflight.checks` reads and checks them; ``--help`` prints every field).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Model:
     """``[model]``: model family, flavor, tokenizer and argument overrides."""
 
     name: str = "qwen3"
-    """Model family in the registry (``models.model_names()``); with ``checkpoint.initial_load_hf`` the folder's
+    """Model family in the registry (``torchtitan_lite.models.model_names()``); with ``checkpoint.initial_load_hf`` the folder's
     family (``config.json`` ``model_type``)."""
     flavor: str = "debug"
     """Size of the family (a key of its flavor table, e.g. ``debug``, ``0.6b``), or ``hf``: every size from the

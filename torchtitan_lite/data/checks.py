@@ -1,6 +1,6 @@
 """The checks of the data settings (``[training]`` dataset keys, ``[validation]``), of the training data (prepared
 folders whole and made with the run's tokenizer, raw files readable, a mixture's weights) and of the tokenizer
-against the model, run before any work starts (``config/checks.py`` calls them; one :class:`ConfigError` line
+against the model, run before any work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line
 naming the key)."""
 
 from __future__ import annotations

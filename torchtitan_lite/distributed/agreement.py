@@ -26,10 +26,10 @@ _SHOWN = 5
 
 
 def code_digests() -> dict[str, str]:
-    """``relative path -> sha256`` (16 hex digits) of every ``.py`` file of the ``torchtitan_lite`` and ``models``
-    packages this process imports, and ``torch`` -> torch's version."""
+    """``relative path -> sha256`` (16 hex digits) of every ``.py`` file of the ``torchtitan_lite`` and
+    ``torchtitan_lite.models`` packages this process imports, and ``torch`` -> torch's version."""
     digests = {"torch": torch.__version__}
-    for package in ("torchtitan_lite", "models"):
+    for package in ("torchtitan_lite", "torchtitan_lite.models"):
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
             continue

@@ -1,5 +1,5 @@
 """The checks of ``[parallelism]``, ``[activation_checkpoint]`` and ``[compile]`` against the model, run before any
-work starts (``config/checks.py`` calls them; one :class:`ConfigError` line naming the key)."""
+work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the key)."""
 
 from __future__ import annotations
 

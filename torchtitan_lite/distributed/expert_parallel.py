@@ -116,7 +116,7 @@ class ExpertParallel(ParallelStyle):
 
     def _combine(self, module: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         """The experts' rows ``(R, dim)`` -> ``(T, dim)``: back to their origin, weighted and summed per token
-        (steps 6 of the note; ``models.common.token_dispatch.combine``'s order)."""
+        (steps 6 of the note; ``torchtitan_lite.models.common.token_dispatch.combine``'s order)."""
         routed, self._routed = self._routed, None
         back = all_to_all_single_autograd(out, routed.send, routed.receive, self.group)  # (T * k, dim), sorted
         top_k = routed.weights.shape[1]

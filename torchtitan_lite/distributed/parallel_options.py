@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from torchtitan_lite.components.float8 import Float8Settings
+from torchtitan_lite.distributed.float8 import Float8Settings
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The contract between the engine and the model families, owned by the engine.
 
-``models/`` implements it and imports it from here; the engine asks the registry (``models.get_model_spec``,
-``models.model_names``, ``models.hf_family``) and imports nothing else from ``models/``
+``models/`` implements it and imports it from here; the engine asks the registry (``torchtitan_lite.models.get_model_spec``,
+``torchtitan_lite.models.model_names``, ``torchtitan_lite.models.hf_family``) and imports nothing else from ``models/``
 (``tests/test_import_boundary.py``).
 
   * :mod:`.model_spec`: :class:`~.model_spec.ModelSpec` (what a family is to the trainer), the contracts of its

@@ -1,6 +1,6 @@
 """What a model family is to the engine: a :class:`ModelSpec` of plain callables, and the contracts they keep.
 
-The trainer asks the registry (``models.get_model_spec("qwen3")``) for a spec and never imports a family.
+The trainer asks the registry (``torchtitan_lite.models.get_model_spec("qwen3")``) for a spec and never imports a family.
 
 Contract of a model class (``spec.model_cls(args)``):
   * ``__init__(args)`` only creates modules (it runs under ``torch.device("meta")``): it never

@@ -23,7 +23,7 @@ class StateDictAdapter(ABC):
 
     Class attributes:
         model_type, architecture: the ``config.json`` values that name the family (``"qwen3"``,
-            ``"Qwen3ForCausalLM"``); ``models.hf_family`` picks the family of a folder by them.
+            ``"Qwen3ForCausalLM"``); ``torchtitan_lite.models.hf_family`` picks the family of a folder by them.
         free_fields: args fields an override may set to another value than the folder's (``max_seq_len``: the
             length of the RoPE tables).
 

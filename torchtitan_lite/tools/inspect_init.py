@@ -34,10 +34,10 @@ from typing import Iterator
 
 import torch
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.startup import step1_expectation, step1_line
-from torchtitan_lite.config.checks import load_config_or_exit
-from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
 from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer

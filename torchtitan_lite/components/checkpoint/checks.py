@@ -1,5 +1,5 @@
 """The checks of ``[checkpoint]``'s folder and the checkpoint a run would resume, before any work starts
-(``config/checks.py`` calls them; one :class:`ConfigError` line naming the folder or file). They read only."""
+(``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the folder or file). They read only."""
 
 from __future__ import annotations
 

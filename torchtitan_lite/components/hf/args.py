@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Any
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.folder import HFError, family_of, folder_quantization, read_config
 
 HF_FLAVOR = "hf"

@@ -1,11 +1,11 @@
 """The checks of ``checkpoint.export_hf`` and ``checkpoint.initial_load_hf`` before any work starts
-(``config/checks.py`` calls them; one :class:`ConfigError` line naming the key). They read only headers."""
+(``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the key). They read only headers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import check_hf_folder
 from torchtitan_lite.config.cli import ConfigError

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from models import get_model_spec, hf_family, model_names
+from torchtitan_lite.models import get_model_spec, hf_family, model_names
 from torchtitan_lite.components.hf.quant import Box, Quantization, mxfp4_shape, quantization, read_fp8, read_mxfp4
 from torchtitan_lite.errors import UserError
 

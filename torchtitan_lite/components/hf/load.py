@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.folder import HFError, SafetensorsFolder, folder_quantization, read_config
 from torchtitan_lite.init.apply import named_state_tensors

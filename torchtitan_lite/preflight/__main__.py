@@ -1,8 +1,8 @@
-"""``python -m torchtitan_lite.config <args>``: validate the configuration and exit 0 silently, or print one
+"""``python -m torchtitan_lite.preflight <args>``: validate the configuration and exit 0 silently, or print one
 ``config error: ...`` line and exit 2 (``--help`` and ``--job.print_config`` print and exit 0). With the environment
 variable ``TORCHTITAN_LITE_WORLD_SIZE`` (set by ``run_train.sh``) the parallel degrees and the memory estimate are
 also checked for that world size; with ``TORCHTITAN_LITE_RESOLVED_CONFIG`` the resolved configuration is written to
-that file for the workers (``config/resolved.py``).
+that file for the workers (``preflight/resolved.py``).
 
 The keys and types (a missing or unreadable file, an unknown key, a value of the wrong type or out of bounds) are
 checked first with ``config/load.py`` alone, which imports no torch: those errors come without the seconds of the
@@ -21,8 +21,8 @@ if not {"--help", "-h"} & set(sys.argv[1:]):
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
 
-from torchtitan_lite.config.checks import WORLD_SIZE_ENV, load_config_or_exit  # noqa: E402 (imports torch)
-from torchtitan_lite.config.resolved import RESOLVED_CONFIG_ENV, write_resolved  # noqa: E402
+from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV, load_config_or_exit  # noqa: E402 (imports torch)
+from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, write_resolved  # noqa: E402
 
 world_size = os.environ.get(WORLD_SIZE_ENV, "")
 config = load_config_or_exit(sys.argv[1:], world_size=int(world_size) if world_size.isdigit() else None)

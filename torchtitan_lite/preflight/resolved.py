@@ -1,5 +1,5 @@
 """The resolved configuration the launcher hands its workers: ``run_train.sh`` checks and resolves the config once
-(``python -m torchtitan_lite.config``) and writes it to a file named by :data:`RESOLVED_CONFIG_ENV`; each worker
+(``python -m torchtitan_lite.preflight``) and writes it to a file named by :data:`RESOLVED_CONFIG_ENV`; each worker
 reads it (:func:`read_resolved`) instead of repeating the checks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 
-from torchtitan_lite.config.model_args import type_overrides
+from torchtitan_lite.preflight.model_args import type_overrides
 from torchtitan_lite.config.schema import JobConfig
 
 RESOLVED_CONFIG_ENV = "TORCHTITAN_LITE_RESOLVED_CONFIG"
@@ -26,7 +26,7 @@ def write_resolved(config: JobConfig, path: str) -> None:
 
 def read_resolved(path: str) -> JobConfig:
     """The :class:`JobConfig` that :func:`write_resolved` wrote to ``path``, equal to the one written (the
-    ``model.overrides`` typed again as the args' fields, :func:`~torchtitan_lite.config.model_args.type_overrides`);
+    ``model.overrides`` typed again as the args' fields, :func:`~torchtitan_lite.preflight.model_args.type_overrides`);
     not checked again."""
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)

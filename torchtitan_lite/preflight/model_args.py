@@ -13,7 +13,7 @@ import os
 import typing
 from typing import Any
 
-from models import get_model_spec, model_names
+from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family, model_args_from_hf
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.config.cli import COMMAND_LINE, BadValue, ConfigError, coerce, is_bool, suggestion

@@ -1,13 +1,13 @@
 """Checking the configuration before any work starts: load -> validate -> resolve
-(``python -m torchtitan_lite.config <args>``, what ``run_train.sh`` runs once before torchrun).
+(``python -m torchtitan_lite.preflight <args>``, what ``run_train.sh`` runs once before torchrun).
 
 :func:`parse_args` loads the TOML file and the command line (``config/load.py``), resolves the model
-(``config/model_args.py``: the family and sizes of an HF folder, typed overrides, the model args built once) and
+(``preflight/model_args.py``: the family and sizes of an HF folder, typed overrides, the model args built once) and
 runs each component's checks of its own section: this module's of ``[job]``, ``[training]``'s batch,
 ``[lr_scheduler]`` and ``[debug]``; ``data/checks.py``; ``distributed/checks.py``; ``components/attention.py``; ``components/muon.py``. :func:`check_paths` probes the
 files the run reads and the folders it writes (``data/checks.py``, ``components/checkpoint/checks.py``,
 ``components/hf/checks.py``); :func:`load_config` adds the checkpoint folder's lock and, for a known world size,
-the parallel degrees and the memory estimate (``config/memory.py``). Every problem is one :class:`ConfigError`
+the parallel degrees and the memory estimate (``preflight/memory.py``). Every problem is one :class:`ConfigError`
 line naming the key and where it was set; nothing is created.
 """
 
@@ -19,14 +19,14 @@ from typing import Any
 
 from torchtitan_lite.components.attention import check_attention_config
 from torchtitan_lite.components.checkpoint.checks import check_checkpoint_folder, check_resume
-from torchtitan_lite.components.float8 import check_float8_config
+from torchtitan_lite.distributed.float8 import check_float8_config
 from torchtitan_lite.components.lr_schedule import fitted_warmup_steps
 from torchtitan_lite.components.hf.checks import check_export, check_import
 from torchtitan_lite.components.muon import check_muon_config
 from torchtitan_lite.config.cli import ConfigError, format_help, format_toml
 from torchtitan_lite.config.load import Sources, precedence, read_config, where
-from torchtitan_lite.config.memory import check_memory
-from torchtitan_lite.config.model_args import build_model_args, resolve_model, tokenizer_path, type_overrides
+from torchtitan_lite.preflight.memory import check_memory
+from torchtitan_lite.preflight.model_args import build_model_args, resolve_model, tokenizer_path, type_overrides
 from torchtitan_lite.config.paths import check_exists, check_writable
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.checks import check_data_settings, check_tokenizer, check_training_data
@@ -39,7 +39,7 @@ from torchtitan_lite.distributed.checks import (
 )
 
 WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"
-"""Environment variable through which ``run_train.sh`` tells ``python -m torchtitan_lite.config`` the world size it
+"""Environment variable through which ``run_train.sh`` tells ``python -m torchtitan_lite.preflight`` the world size it
 is about to launch (NGPU x nodes); unset (or not a number): the degrees and the memory estimate are checked only
 when the workers start."""
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.model_args import build_model_args
+from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.distributed.devices import device_module, device_type
 from torchtitan_lite.errors import LaunchError
@@ -108,7 +108,7 @@ def meta_parameter_count(model_cls, args) -> int:
 def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None, *,
                  args: Any = None) -> str | None:
     """The memory one rank of a ``world_size``-rank run needs (:func:`estimate_rank_memory` for the model ``args``,
-    default :func:`~torchtitan_lite.config.model_args.build_model_args`) against its device's memory, or on CPU the
+    default :func:`~torchtitan_lite.preflight.model_args.build_model_args`) against its device's memory, or on CPU the
     host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
 
     Raises:

@@ -1,7 +1,7 @@
 """One process, one device: the model of a job config with trained weights, for ``generate`` and ``evaluate``.
 
 The command line of a tool is its own options followed by the job's config options (``--job.config_file``,
-``--checkpoint.*``, ``--model.*``, ...), checked like the trainer's (``config/checks.py``; one ``config error:`` line
+``--checkpoint.*``, ``--model.*``, ...), checked like the trainer's (``preflight/checks.py``; one ``config error:`` line
 and exit 2 on bad input, before any work). Weights come from, in order: ``checkpoint.load_path`` (a ``step-N``
 folder of a training run, with the job's config), ``checkpoint.initial_load_hf`` (an HF folder: its
 ``config.json`` gives the model), or the job's latest checkpoint (``checkpoint.enable`` and a complete
@@ -24,15 +24,15 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-from models import get_model_spec
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.components.checkpoint.integrity import read_meta, verify_files
 from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.config.checks import check_paths, parse_args
+from torchtitan_lite.preflight.checks import check_paths, parse_args
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.config.model_args import build_model_args, tokenizer_path
+from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.distributed.devices import device_type
