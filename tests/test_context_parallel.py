@@ -15,6 +15,7 @@ from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.context_parallel import chunk_positions, split_sequence
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.errors import LaunchError
+from torchtitan_lite.preflight.memory import estimate_rank_memory
 
 
 def test_rank_r_holds_chunks_r_and_2cp_minus_1_minus_r():
@@ -87,6 +88,11 @@ def test_the_cp_degree_counts_in_the_world_size_and_lends_ranks_to_experts():
     (["--parallelism.context_parallel_degree=2", "--training.seq_len=30"], None,
      r"parallelism.context_parallel_degree \(command line\): training.seq_len 30 is not a multiple of 2 x 2 \(each "
      r"window is cut into 4 equal chunks\); pick a seq_len that is$"),
+    (["--parallelism.context_parallel_degree=2", "--parallelism.tensor_parallel_degree=4", "--training.seq_len=20",
+      "--model.overrides.n_kv_heads=4"],
+     None, r"parallelism.context_parallel_degree \(command line\): each rank's 10 positions \(training.seq_len 20 / "
+     r"2\) are not a multiple of tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that "
+     r"is a multiple of 8$"),
     (["--parallelism.context_parallel_degree=2", "--parallelism.pipeline_parallel_degree=2"], None,
      r"parallelism.context_parallel_degree \(command line\): 2 is not implemented with pipeline_parallel_degree 2 "),
     (["--parallelism.context_parallel_degree=2", "--job.config_file=train_configs/deepseek_v3_debug.toml",
@@ -103,3 +109,15 @@ def test_settings_context_parallelism_cannot_run_are_one_config_line(tmp_path, c
     with pytest.raises(ConfigError, match=f"^{message}") as err:
         load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli], world_size)
     assert "\n" not in str(err.value)
+
+
+def test_the_memory_estimate_divides_the_positions_by_cp_and_adds_the_gathered_keys_and_values():
+    class Args:
+        dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size = 1024, 4, 8, 2, 128, 1000
+
+    kw = dict(world_size=4, seq_len=512, local_batch_size=2, compute_bytes=2, ac_mode="none")
+    est = estimate_rank_memory(10**9, Args, cp=2, **kw)
+    block, kv = 256 * 2 * 1024 * 34, 512 * 2 * (2 * 2 * 128) * 2  # s / cp positions; the whole window's k and v
+    assert est.states == 4 * 10**9 and est.activations == int(4 * (block + kv) + 2 * 256 * 2 * 1000 * 4)
+    full = estimate_rank_memory(10**9, Args, cp=2, **{**kw, "ac_mode": "full"})
+    assert full.activations == int(4 * 256 * 2 * 1024 * 2 + block + kv + 2 * 256 * 2 * 1000 * 4)
