@@ -19,7 +19,7 @@ ERRORS = {
     "bad type": ["--training.steps=abc"],
     "missing file": ["--job.config_file=no_such.toml"],
 }
-FULL_CHECKS = "import sys; from torchtitan_lite.preflight.checks import load_config_or_exit; load_config_or_exit(sys.argv[1:])"
+FULL_CHECKS = "import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; load_run_or_exit(sys.argv[1:])"
 
 
 def seconds(command: list[str]) -> float:

@@ -20,9 +20,7 @@ import time
 import torch
 from machine_load import reported_load
 
-from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.preflight.checks import load_config_or_exit
-from torchtitan_lite.preflight.model_args import build_model_args
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.devices import device_module
 from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
@@ -45,8 +43,8 @@ def main() -> int:
     parser.add_argument("--config", default="train_configs/qwen3_0.6b.toml")
     parser.add_argument("--reps", type=int, default=3)
     opts = parser.parse_args()
-    config = load_config_or_exit(["--job.config_file", opts.config])
-    spec, args, seed = get_model_spec(config.model.name), build_model_args(config), config.training.seed
+    run = load_run_or_exit(["--job.config_file", opts.config])
+    spec, args, seed = run.spec, run.model_args, run.config.training.seed
     model, first = _init(spec, args, seed, opts.device)
     compile_s = draw.compile_seconds()
     times = [_init(spec, args, seed, opts.device)[1] for _ in range(opts.reps)]

@@ -36,7 +36,7 @@ from machine_load import reported_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.loss import build_loss_fn
 from torchtitan_lite.components.optimizer import build_optimizer
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.init.apply import init_weights
 from torchtitan_lite.train import Trainer, build_model
@@ -71,7 +71,7 @@ def main() -> None:
         argv = ["--job.config_file", "train_configs/qwen3_debug.toml", *cli.overrides,
                 f"--job.dump_folder={dump}", "--checkpoint.enable=false", "--validation.enable=false",
                 "--metrics.enable_tensorboard=false", "--training.steps=1000", "--lr_scheduler.warmup_steps=1"]
-        trainer = Trainer(parse_args(argv))
+        trainer = Trainer(parse_run(argv))
         base, info = trainer.config, trainer.info
         batches = iter(trainer.train_loader)
         tokens = trainer.global_batch * base.training.seq_len
@@ -82,8 +82,8 @@ def main() -> None:
                     base, activation_checkpoint=dataclasses.replace(base.activation_checkpoint, mode=mode,
                                                                     selective_ac_option=option),
                     compile=dataclasses.replace(base.compile, enable=compiled, backend=cli.backend))
-                model, spec, args = build_model(config, info)
-                init_weights(model, spec.init_plan(args), base.training.seed, buffer_device=info.device)
+                model = build_model(dataclasses.replace(trainer.run, config=config), info)
+                init_weights(model, trainer.spec.init_plan(trainer.args), base.training.seed, buffer_device=info.device)
                 loss_fn = build_loss_fn(config, info.device)
                 opt = base.optimizer
                 optimizer = build_optimizer(model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,

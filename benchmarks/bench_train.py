@@ -26,7 +26,7 @@ import torch
 from machine_load import reported_load
 
 from torchtitan_lite.components.loss import cross_entropy_sum
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.train import Trainer
 
@@ -53,7 +53,7 @@ def main() -> None:
                 f"--job.dump_folder={dump}", "--checkpoint.enable=false", "--validation.enable=false",
                 "--metrics.enable_tensorboard=false", f"--training.steps={cli.warmup + cli.steps}",
                 "--lr_scheduler.warmup_steps=1"]
-        trainer = Trainer(parse_args(argv))
+        trainer = Trainer(parse_run(argv))
         bare = bare_model(trainer)
         fused = bool(trainer.optimizer.defaults["fused"])
         bare_opt = torch.optim.AdamW(bare.parameters(), lr=trainer.config.optimizer.lr, fused=fused,

@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.train import Trainer
 
@@ -52,9 +52,9 @@ def equal(a: dict, b: dict) -> bool:
 
 def main() -> None:
     mode, out, *argv = sys.argv[1:]
-    config = load_config_or_exit(argv)
+    config = (run := load_run_or_exit(argv)).config
     stop = StopRequest()
-    trainer = Trainer(config)
+    trainer = Trainer(run)
     rank = trainer.info.rank
     loaded = {}
     if mode in ("gather", "resume"):

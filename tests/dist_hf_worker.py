@@ -22,8 +22,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 import torchtitan_lite.init.apply as init_module
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import parse_args
-from torchtitan_lite.preflight.model_args import build_model_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
@@ -42,20 +41,21 @@ def main() -> None:
     draws = []
     real = init_module.trunc_normal_
     init_module.trunc_normal_ = lambda *a, **k: draws.append(k["key"]) or real(*a, **k)
-    config = parse_args([f"--checkpoint.initial_load_hf={folder}", "--checkpoint.enable=false", "--training.steps=1",
-                         "--validation.enable=false", "--metrics.enable_tensorboard=false", f"--job.dump_folder={dump}",
-                         "--training.seq_len=16", "--training.local_batch_size=1", "--lr_scheduler.warmup_steps=0",
-                         "--training.num_threads=1", *extra])
+    run = parse_run([f"--checkpoint.initial_load_hf={folder}", "--checkpoint.enable=false", "--training.steps=1",
+                     "--validation.enable=false", "--metrics.enable_tensorboard=false", f"--job.dump_folder={dump}",
+                     "--training.seq_len=16", "--training.local_batch_size=1", "--lr_scheduler.warmup_steps=0",
+                     "--training.num_threads=1", *extra])
+    config = run.config
     if layout == "fsdp":
         from torchtitan_lite.train import Trainer
 
-        trainer = Trainer(config)
+        trainer = Trainer(run)
         model, fingerprint = trainer.model, trainer.fingerprint
         imported = load_hf_folder(model, folder, config.model.name, trainer.args)  # again, to count the bytes read
     else:
         dist.init_process_group("gloo")
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        args = build_model_args(config)
+        args = run.model_args
         with torch.device("meta"):
             model = get_model_spec(config.model.name).model_cls(args)
         materialize(model, "cpu")

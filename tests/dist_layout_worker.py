@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 import torchtitan_lite.train as train_module
 from torchtitan_lite.models import model_names
 from torchtitan_lite.models.common.moe import moe_layers
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
 
@@ -83,9 +83,9 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
 def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> dict | None:
     """Train case ``name``; what :func:`main` returns for it (on rank 0, ``None`` on the other ranks)."""
     counts.clear()
-    config = parse_args([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
-                         *layout])
-    trainer = train_module.Trainer(config)
+    run = parse_run([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
+                     *layout])
+    trainer = train_module.Trainer(run)
     model = trainer.model
     init = {canonical_name(n): full(p) for n, p in model.named_parameters()}
     grads: dict[str, torch.Tensor] = {}
@@ -100,7 +100,7 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
 
     train_module.clip_grad_norm_ = capturing_clip
     routes, handles = record_routes(model)
-    tokens = trainer.global_batch * config.training.seq_len
+    tokens = trainer.global_batch * run.config.training.seq_len
     batches, losses, norms = iter(trainer.train_loader), [], []
     for step in range(1, STEPS + 1):
         stats = trainer.train_step(batches, step, sync=True)

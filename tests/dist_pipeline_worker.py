@@ -21,7 +21,7 @@ from dist_helpers import leave_together, write_result
 from torch.distributed.tensor import DTensor
 
 from torchtitan_lite.components.faults import NonFiniteError, StopRequest
-from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.init.apply import tensor_groups
 from torchtitan_lite.train import Trainer
 
@@ -38,7 +38,7 @@ def full_tensors(trainer: Trainer, of_grad: bool) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    trainer = Trainer(load_config_or_exit(sys.argv[1:]))
+    trainer = Trainer(load_run_or_exit(sys.argv[1:]))
     weights = full_tensors(trainer, of_grad=False)
     grads: dict[str, torch.Tensor] = {}
     losses: dict[int, float] = {}

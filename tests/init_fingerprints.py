@@ -10,9 +10,7 @@ from pathlib import Path
 
 import torch
 
-from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.preflight.checks import load_config_or_exit
-from torchtitan_lite.preflight.model_args import build_model_args
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 
@@ -23,9 +21,8 @@ CONFIGS = sorted(p.name for p in (REPO / "train_configs").glob("*_debug.toml"))
 
 def fingerprint(config_name: str) -> tuple[str, float]:
     """``(fingerprint, init seconds)`` of ``train_configs/config_name`` on one CPU process, its own seed."""
-    config = load_config_or_exit(["--job.config_file", str(REPO / "train_configs" / config_name)])
-    spec = get_model_spec(config.model.name)
-    args = build_model_args(config)
+    run = load_run_or_exit(["--job.config_file", str(REPO / "train_configs" / config_name)])
+    config, spec, args = run.config, run.spec, run.model_args
     with torch.device("meta"):
         model = spec.model_cls(args)
     begin = time.perf_counter()

@@ -13,7 +13,7 @@ from test_kv_cache import tiny_model
 from test_tokenizer import _word_level
 
 from torchtitan_lite.models import model_names
-from torchtitan_lite.preflight.checks import load_config
+from torchtitan_lite.preflight.checks import load_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.preflight.memory import estimate_rank_memory
 from torchtitan_lite.data.documents import document_ids_from_eos, document_inputs
@@ -68,7 +68,7 @@ def test_the_loader_gives_document_ids_from_the_document_starts_not_from_eos(toy
 ])
 def test_attention_combinations_no_backend_runs_are_config_errors(cli, message, tmp_path):
     with pytest.raises(ConfigError, match=f"^{message}"):
-        load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli])
+        load_run(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli])
 
 
 def test_document_masking_with_a_tokenizer_without_eos_is_one_config_error(tmp_path):
@@ -77,7 +77,7 @@ def test_document_masking_with_a_tokenizer_without_eos_is_one_config_error(tmp_p
     noeos = _word_level(tmp_path / "noeos.json", {"<unk>": 0, "a": 1})
     with pytest.raises(ConfigError, match=r"^model.tokenizer_path: tokenizer .*noeos.json has none of the EOS "
                                           r"tokens .*; use a tokenizer.json whose vocab has one"):
-        load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", f"--model.tokenizer_path={noeos}",
+        load_run(["--training.device=cpu", f"--job.dump_folder={tmp_path}", f"--model.tokenizer_path={noeos}",
                      "--training.document_masking=true"])
 
 

@@ -17,7 +17,7 @@ from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from torchtitan_lite.components.checkpoint import checkpointer, storage
-from torchtitan_lite.preflight.checks import load_config_or_exit, parse_args
+from torchtitan_lite.preflight.checks import load_run_or_exit, parse_run
 from torchtitan_lite.train import Trainer
 
 
@@ -29,7 +29,7 @@ def train_in_process(tmp, *args: str) -> Trainer:
     """Run the Trainer of ``argv(tmp, *args)`` to the end in this process (1 rank)."""
     if not (tmp / "data.txt").exists():
         text_file(tmp, n_plays=1)
-    return train_to_the_end(parse_args(argv(tmp, *args)))
+    return train_to_the_end(parse_run(argv(tmp, *args)))
 
 
 def test_sigkill_before_rename_leaves_the_previous_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
@@ -100,11 +100,11 @@ def saved(tmp_path_factory):
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
     """The exit status and output of ``python -m torchtitan_lite.preflight args`` (what run_train.sh runs before
-    torchrun: :func:`load_config_or_exit`), run in this process."""
+    torchrun: :func:`load_run_or_exit`), run in this process."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            load_config_or_exit(list(args))
+            load_run_or_exit(list(args))
             code = 0
         except SystemExit as done:
             code = done.code

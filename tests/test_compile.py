@@ -15,7 +15,7 @@ from model_helpers import build_random
 
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed import compile as compile_module
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
@@ -69,15 +69,15 @@ def test_loss_is_not_compiled_when_disabled_or_not_listed():
 def test_no_cpp_compiler_falls_back_to_eager_with_one_warning_line_and_the_same_loss(monkeypatch, capsys,
                                                                                       one_rank_group):
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
-    config = parse_args(["--compile.enable", "--compile.backend=inductor", "--training.seq_len=16",
-                         "--model.overrides.n_layers=2", "--model.overrides.dim=32", "--model.overrides.n_heads=4",
-                         "--model.overrides.n_kv_heads=2", "--model.overrides.head_dim=8",
-                         "--model.overrides.hidden_dim=48"])
+    run = parse_run(["--compile.enable", "--compile.backend=inductor", "--training.seq_len=16",
+                     "--model.overrides.n_layers=2", "--model.overrides.dim=32", "--model.overrides.n_heads=4",
+                     "--model.overrides.n_kv_heads=2", "--model.overrides.head_dim=8",
+                     "--model.overrides.hidden_dim=48"])
     dims = ParallelDims(dp_shard=-1, world_size=1)
     dims.build_mesh("cpu")
     info = DistInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, device=CPU, backend="gloo", dims=dims)
-    model, spec, args = build_model(config, info)
-    loss_fn = build_loss_fn(config, CPU)
+    model, spec, args = build_model(run, info), run.spec, run.model_args
+    loss_fn = build_loss_fn(run.config, CPU)
     init_weights(model, spec.init_plan(args), seed=0, buffer_device=CPU)
     tokens = torch.randint(0, args.vocab_size, (2, 17), generator=torch.Generator().manual_seed(0))
     loss = loss_fn(model(tokens[:, :-1]), tokens[:, 1:])

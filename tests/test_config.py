@@ -53,9 +53,9 @@ BAD_INPUTS = {
 
 def check_in_process(argv: list[str], capsys, world_size: int | None = None) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of the check ``python -m torchtitan_lite.preflight`` runs
-    (:func:`load_config_or_exit`), called in this process (the subprocess tests cover the entry points)."""
+    (:func:`load_run_or_exit`), called in this process (the subprocess tests cover the entry points)."""
     with pytest.raises(SystemExit) as stop:
-        cfg.load_config_or_exit(argv, world_size)
+        cfg.load_run_or_exit(argv, world_size)
         sys.exit(0)
     out = capsys.readouterr()
     return stop.value.code, out.out, out.err
@@ -245,7 +245,7 @@ def test_debug_and_0_6b_configs_load_with_their_values():
 
 def test_help_lists_every_key_with_type_default_and_doc(capsys):
     with pytest.raises(SystemExit) as stop:
-        cfg.load_config_or_exit(["--help"])
+        cfg.load_run_or_exit(["--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
     defaults = schema.JobConfig()
@@ -262,7 +262,7 @@ def test_help_lists_every_key_with_type_default_and_doc(capsys):
 
 def test_print_config_prints_the_resolved_config_as_toml_and_exits_0(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        cfg.load_config_or_exit(["--job.print_config", "--training.steps=12", "--lr_scheduler.warmup_steps=3",
+        cfg.load_run_or_exit(["--job.print_config", "--training.steps=12", "--lr_scheduler.warmup_steps=3",
                   f"--job.dump_folder={tmp_path / 'outputs'}", "--model.overrides.max_seq_len=512"])
     assert stop.value.code == 0
     printed = tomli.loads(capsys.readouterr().out)
@@ -338,16 +338,15 @@ def test_bad_model_settings_name_the_key(tmp_path):
 
 
 def test_check_paths_reports_missing_inputs_and_unwritable_dump_folder(tmp_path):
-    config = cfg.parse_args([f"--model.tokenizer_path={tmp_path / 'tok.json'}"])
+    run = cfg.parse_run([f"--model.tokenizer_path={tmp_path / 'tok.json'}"])
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: no such file or folder"):
-        cfg.check_paths(config)
+        cfg.check_paths(run)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    config = cfg.parse_args([f"--job.dump_folder={blocker / 'runs'}"])
+    run = cfg.parse_run([f"--job.dump_folder={blocker / 'runs'}"])
     with pytest.raises(cfg.ConfigError, match=r"^job.dump_folder: cannot create .* is not a writable folder"):
-        cfg.check_paths(config)
-    config = cfg.parse_args([f"--job.dump_folder={tmp_path / 'a' / 'b'}"])
-    cfg.check_paths(config)
+        cfg.check_paths(run)
+    cfg.check_paths(cfg.parse_run([f"--job.dump_folder={tmp_path / 'a' / 'b'}"]))
     assert not (tmp_path / "a").exists()
 
 
@@ -380,10 +379,10 @@ import sys
 
 import torch
 
-from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.process_group import init_distributed
 
-config = load_config_or_exit(sys.argv[1:])
+config = load_run_or_exit(sys.argv[1:]).config
 info = init_distributed(config)
 print(f"rank {info.rank} of {info.world_size} mesh {tuple(info.dims.mesh.shape)} threads {torch.get_num_threads()}",
       flush=True)
@@ -413,21 +412,24 @@ def test_run_train_sh_shows_log_rank_and_ends_with_its_error_line(tmp_path):
 
 def test_the_tokenizer_vocab_must_fit_the_model_checked_once_before_launch(tmp_path):
     dump = f"--job.dump_folder={tmp_path / 'out'}"
-    cfg.check_paths(cfg.parse_args([dump, "--model.overrides.vocab_size=2048"]))  # the bundled tokenizer: 2048 ids
+    cfg.check_paths(cfg.parse_run([dump, "--model.overrides.vocab_size=2048"]))  # the bundled tokenizer: 2048 ids
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: tokenizer .* has vocab_size 2048 but the "
                                               r"model has 2047 embedding rows"):
-        cfg.check_paths(cfg.parse_args([dump, "--model.overrides.vocab_size=2047"]))
+        cfg.check_paths(cfg.parse_run([dump, "--model.overrides.vocab_size=2047"]))
     (tmp_path / "bad.json").write_text("not json")
     with pytest.raises(cfg.ConfigError, match=r"^model.tokenizer_path: cannot read tokenizer file .*bad.json"):
-        cfg.check_paths(cfg.parse_args([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
+        cfg.check_paths(cfg.parse_run([dump, f"--model.tokenizer_path={tmp_path / 'bad.json'}"]))
 
 
 def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp_path):
-    config = cfg.parse_args(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=1",
-                             "--model.overrides.rope_theta=5e5", "--checkpoint.exclude_from_loading=optimizer",
-                             "--parallelism.pipeline_parallel_split_points=", "--optimizer.lr=3e-4"])
+    run = cfg.parse_run(["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=1",
+                         "--model.overrides.rope_theta=5e5", "--checkpoint.exclude_from_loading=optimizer",
+                         "--parallelism.pipeline_parallel_split_points=", "--optimizer.lr=3e-4"])
+    config = run.config
     write_resolved(config, str(tmp_path / "config.json"))
-    resolved = read_resolved(str(tmp_path / "config.json"))
+    read_back = read_resolved(str(tmp_path / "config.json"))
+    assert read_back == run  # the config, and the spec, model args and tokenizer the worker resolves from it
+    resolved = read_back.config
     assert resolved == config
     assert resolved.model.overrides == {"n_layers": 1, "rope_theta": 5e5}
     assert type(resolved.model.overrides["rope_theta"]) is float

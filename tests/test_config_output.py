@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _help(capsys, *argv: str) -> str:
     with pytest.raises(SystemExit) as stop:
-        cfg.load_config_or_exit([*argv, "--help"])
+        cfg.load_run_or_exit([*argv, "--help"])
     assert stop.value.code == 0
     return capsys.readouterr().out
 
@@ -70,7 +70,7 @@ def test_common_config_errors_exit_2_before_torch_is_imported(argv, error):
 
 def _train(argv: list[str]) -> list[float]:
     """Train in this process; the loss of every step (read back from the log lines' values)."""
-    trainer, stop, losses = Trainer(cfg.parse_args(argv)), StopRequest(), []
+    trainer, stop, losses = Trainer(cfg.parse_run(argv)), StopRequest(), []
     log_step = trainer.metrics.log_step
     trainer.metrics.log_step = lambda step, **kw: (losses.append(kw["loss"]), log_step(step, **kw))[1]
     try:
@@ -86,13 +86,13 @@ def test_print_config_output_is_a_config_file_that_trains_the_same_run(tmp_path,
     argv = ["--job.config_file", DEBUG, *TINY_MODEL, *TINY_RUN, "--training.steps=2", "--checkpoint.enable=false",
             f"--training.dataset_path={data}", f"--job.dump_folder={tmp_path / 'out'}"]
     with pytest.raises(SystemExit) as stop:
-        cfg.load_config_or_exit([*argv, "--job.print_config"])
+        cfg.load_run_or_exit([*argv, "--job.print_config"])
     assert stop.value.code == 0
     printed = capsys.readouterr().out
     assert not re.search(r"^(# )?(print_config|config_file)\b", printed, re.M)
     saved = tmp_path / "saved.toml"
     saved.write_text(printed)
-    again = cfg.load_config_or_exit(["--job.config_file", str(saved)])
+    again = cfg.load_run_or_exit(["--job.config_file", str(saved)]).config
     assert config_dict(again) == config_dict(cfg.parse_args(argv)) and not again.job.print_config
     first = _train(argv)
     assert _train(["--job.config_file", str(saved)]) == first and len(first) == 2

@@ -14,7 +14,7 @@ from torchtitan_lite.errors import LaunchError
 from torchtitan_lite.models.common.blockwise import block_attention
 from torchtitan_lite.models.common.flex import flex_attention_op
 from torchtitan_lite.models.common.sink_attention import sink_attention
-from torchtitan_lite.preflight.checks import load_config
+from torchtitan_lite.preflight.checks import load_run
 from torchtitan_lite.preflight.memory import estimate_rank_memory
 
 CP2 = "--parallelism.context_parallel_degree=2"
@@ -114,7 +114,7 @@ KEY = r"parallelism.context_parallel_degree \(command line\): "
 def test_settings_context_parallelism_cannot_run_are_one_config_line(tmp_path, cli, world_size,
                                                                       message):
     with pytest.raises(ConfigError, match=f"^{message}") as err:
-        load_config(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli], world_size)
+        load_run(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli], world_size)
     assert "\n" not in str(err.value)
 
 

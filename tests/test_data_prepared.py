@@ -14,7 +14,7 @@ import pytest
 import test_data
 import torch
 
-from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.data import prepare, prepared
 from torchtitan_lite.data.loader import build_dataloader, build_dataloaders
 from torchtitan_lite.data.mixing import BLOCK, Mixture
@@ -201,7 +201,7 @@ def test_mixed_sources_proportions_resume_and_tokens_per_source(toy_tokenizer, t
 
 def _preflight_error(tmp_path, capsys, *args) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        load_config_or_exit([f"--job.dump_folder={tmp_path / 'out'}", *args])
+        load_run_or_exit([f"--job.dump_folder={tmp_path / 'out'}", *args])
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1
@@ -224,7 +224,7 @@ def test_bad_prepared_folders_fail_preflight_with_one_line(toy_tokenizer, tmp_pa
     _jsonl(tmp_path / "g.jsonl", ["to be or not to be"] * 3)
     assert prepare.main(["--input", str(tmp_path / "g.jsonl"), "--output", str(good), "--workers", "0"]) == 0
     arg = f"--training.dataset_path={good}"
-    load_config_or_exit([f"--job.dump_folder={tmp_path / 'out'}", arg])  # passes
+    load_run_or_exit([f"--job.dump_folder={tmp_path / 'out'}", arg])  # passes
     again = "prepare it again with python -m torchtitan_lite.data.prepare"
     cases = [
         (dict(max_token_id=5000), "token id 5000 exceeds the model's vocab_size 2048; set "

@@ -37,7 +37,7 @@ import pytest
 from dist_helpers import REPO, env
 
 from torchtitan_lite.components.lr_schedule import wsd_lr_factor
-from torchtitan_lite.preflight.checks import check_paths, load_config, parse_args
+from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 from torchtitan_lite.config.schema import LRScheduler
 from torchtitan_lite.distributed.checks import check_world_size
 
@@ -250,17 +250,17 @@ def test_documented_command_passes_the_check_before_torchrun(command, tmp_path, 
     monkeypatch.chdir(tmp_path)  # any folder the check would probe is the scratch folder's, not the repository's
     assignments, args = split(command)
     argv = ["--job.config_file", str(REPO / assignments.get("CONFIG_FILE", "train_configs/qwen3_debug.toml")), *args]
-    config = parse_args(argv)
-    dp_degree = check_world_size(config, world_size(assignments)).dp_degree
+    run = parse_run(argv)
+    dp_degree = check_world_size(run.config, world_size(assignments)).dp_degree
     if not any(marker in command for marker in USER_FILES):
-        check_paths(config, dp_degree=dp_degree)
+        check_paths(run, dp_degree=dp_degree)
 
 
 @pytest.mark.parametrize("config", DEBUG_CONFIGS)
 @pytest.mark.parametrize("steps", [1, 5, 20])
 def test_short_runs_of_every_debug_config_pass_the_config_check(config, steps, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    load_config(["--job.config_file", str(REPO / config), f"--training.steps={steps}"], world_size=1)
+    load_run(["--job.config_file", str(REPO / config), f"--training.steps={steps}"], world_size=1)
 
 
 RUN = [command for command, (mode, _) in HOW.items() if mode == "run"]
@@ -309,8 +309,8 @@ def test_quick_start_and_its_config_files(scratch, monkeypatch):
     assert_ran(shell("./run_train.sh --job.print_config > my.toml", scratch), "print_config")
     monkeypatch.chdir(scratch)
     run = re.search(r"^\[rank0\]:done: .*; run folder (\S+)$", output, re.M).group(1)
-    assert load_config(["--job.config_file", "my.toml"], world_size=1).training.steps == 400
-    assert load_config(["--job.config_file", f"{run}/config.toml"], world_size=1).training.steps == 1
+    assert load_run(["--job.config_file", "my.toml"], world_size=1).config.training.steps == 400
+    assert load_run(["--job.config_file", f"{run}/config.toml"], world_size=1).config.training.steps == 1
 
 
 @pytest.mark.multiprocess

@@ -16,7 +16,7 @@ from dist_helpers import REPO, env, run_train
 import torchtitan_lite.components.loss as loss_module
 from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import NonFiniteError, NonFiniteGuard, StopRequest
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 
 
@@ -73,7 +73,7 @@ def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
 
     monkeypatch.setattr(loss_module, "cross_entropy_sum", loss)
     args = tiny_job(tmp_path, "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra)
-    trainer, stop, error = Trainer(parse_args(args)), StopRequest(), None
+    trainer, stop, error = Trainer(parse_run(args)), StopRequest(), None
     try:
         trainer.train(stop)
     except NonFiniteError as err:

@@ -25,7 +25,7 @@ import torchtitan_lite.components.hf.checks as hf_checks
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
-from torchtitan_lite.preflight.checks import check_paths, load_config_or_exit, parse_args
+from torchtitan_lite.preflight.checks import check_paths, load_run_or_exit, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
@@ -196,7 +196,7 @@ def test_bad_folders_stop_the_run_with_one_line_and_exit_2_before_anything_is_wr
     for label, (folder, message) in cases.items():
         out = tmp_path / f"out_{label}"
         with pytest.raises(SystemExit) as stopped:
-            load_config_or_exit([f"--checkpoint.initial_load_hf={folder}", f"--job.dump_folder={out}",
+            load_run_or_exit([f"--checkpoint.initial_load_hf={folder}", f"--job.dump_folder={out}",
                                  f"--checkpoint.export_hf={out / 'hf'}"])
         err = capsys.readouterr().err.strip().splitlines()
         assert stopped.value.code == 2 and len(err) == 1 and err[0].startswith("config error: checkpoint.initial_load_hf")
@@ -226,7 +226,7 @@ def test_export_is_refused_before_step_1_for_a_family_without_an_adapter(tmp_pat
     spec = get_model_spec("qwen3")
     monkeypatch.setattr(hf_checks, "get_model_spec", lambda name: dataclasses.replace(spec, state_dict_adapter=None))
     with pytest.raises(ConfigError, match=r"^checkpoint.export_hf: model qwen3 has no Hugging Face state-dict adapter"):
-        check_paths(parse_args([f"--checkpoint.export_hf={tmp_path / 'hf'}", f"--job.dump_folder={tmp_path}"]))
+        check_paths(parse_run([f"--checkpoint.export_hf={tmp_path / 'hf'}", f"--job.dump_folder={tmp_path}"]))
 
 
 def test_a_pipeline_stage_imports_only_the_layers_it_holds(tmp_path):

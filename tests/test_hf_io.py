@@ -17,7 +17,7 @@ from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import HFError
-from torchtitan_lite.preflight.checks import check_paths, parse_args
+from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.init.apply import named_state_tensors
 from torchtitan_lite.train import Trainer
@@ -33,7 +33,7 @@ def build(tmp, *extra: str) -> Trainer:
     """A Trainer in this process; the caller must call ``close``."""
     if not (tmp / "data.txt").exists():
         text_file(tmp, n_plays=1)
-    return Trainer(parse_args(argv(tmp, *extra)))
+    return Trainer(parse_run(argv(tmp, *extra)))
 
 
 def close() -> None:
@@ -159,16 +159,16 @@ def test_preflight_rejects_an_hf_model_of_another_size(hf_folder, tmp_path):
     (other / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=r"^checkpoint.initial_load_hf: .*config.json has hidden_dim = 96 but "
                                           r"model.overrides.hidden_dim = 128; drop the override"):
-        check_paths(parse_args(argv(tmp, f"--checkpoint.initial_load_hf={other}")))
+        check_paths(parse_run(argv(tmp, f"--checkpoint.initial_load_hf={other}")))
     with pytest.raises(ConfigError, match=r"^checkpoint.initial_load_hf: no such folder"):
-        check_paths(parse_args(argv(tmp, f"--checkpoint.initial_load_hf={tmp_path / 'nowhere'}")))
+        check_paths(parse_run(argv(tmp, f"--checkpoint.initial_load_hf={tmp_path / 'nowhere'}")))
 
 
 def test_export_at_the_end_of_training_writes_the_trained_weights(tmp_path):
     text_file(tmp_path, n_plays=1)
-    config = parse_args(argv(tmp_path, f"--checkpoint.export_hf={tmp_path / 'export'}", "--checkpoint.export_hf_dtype=bfloat16",
-                             "--training.steps=1"))
-    trainer = Trainer(config)
+    run = parse_run(argv(tmp_path, f"--checkpoint.export_hf={tmp_path / 'export'}",
+                         "--checkpoint.export_hf_dtype=bfloat16", "--training.steps=1"))
+    trainer = Trainer(run)
     stop = StopRequest()
     try:
         trainer.train(stop)

@@ -181,8 +181,8 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
 def test_the_preflight_runs_without_importing_dynamo():
     """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported by pipelined runs
     only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
-    code = ("import sys; from torchtitan_lite.preflight.checks import load_config_or_exit; "
-            "load_config_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
+    code = ("import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; "
+            "load_run_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
             "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr

@@ -15,7 +15,7 @@ from model_helpers import train_to_the_end
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.components.startup import STEP1_TERMS
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
@@ -50,7 +50,7 @@ def test_inspect_init_prints_the_trainers_expected_step1_loss_and_the_debug_loss
                     "--metrics.enable_tensorboard=false", f"--job.dump_folder={tmp_path}"]
     assert main(argv + ["--meta"]) == 0
     inspected = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("expected step-1"))
-    train_to_the_end(parse_args(argv))
+    train_to_the_end(parse_run(argv))
     lines = capsys.readouterr().out.splitlines()
     trained = next(line for line in lines if line.startswith("expected step-1"))
     assert inspected == trained.replace(STEP1_TERMS, "every term: the next line")
@@ -85,11 +85,11 @@ def test_a_budget_cuts_the_block_count_to_what_fits():
 
 _PEAK_SCRIPT = """
 import json, sys, torch
-from torchtitan_lite.preflight.checks import load_config_or_exit
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.tools.inspect_init import GIB, main
 argv = ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.overrides.n_layers=48"]
-load_config_or_exit(argv)  # its imports and data checks first: the budget is what the model may add
+load_run_or_exit(argv)  # its imports and data checks first: the budget is what the model may add
 budget = peak_memory_bytes(torch.device("cpu")) / GIB + 0.15
 code = main([*argv, "--max-gib", str(budget)])
 peak = peak_memory_bytes(torch.device("cpu")) / GIB

@@ -18,7 +18,7 @@ from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import ConfigError, load_config
+from torchtitan_lite.preflight.checks import ConfigError, load_run
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
 
@@ -163,4 +163,4 @@ def test_hf_folder_with_mtp_layers_round_trips_and_loads_with_mtp_off(tmp_path):
 def test_tensor_and_pipeline_parallelism_with_mtp_are_refused_before_launch(option):
     argv = ["--job.config_file", "train_configs/deepseek_v3_debug.toml", "--model.overrides.mtp_num_layers=1", option]
     with pytest.raises(ConfigError, match="mtp_num_layers=0"):
-        load_config(argv, world_size=2)
+        load_run(argv, world_size=2)

@@ -11,7 +11,7 @@ from ckpt_helpers import TINY_MODEL, text_file, tiny_job
 from model_helpers import train_to_the_end
 
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.data.corpus import shakespeare_plays
 from torchtitan_lite.train import Trainer
@@ -21,7 +21,7 @@ PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")
 
 def train(argv: list[str], capsys) -> tuple[Trainer, list[str]]:
     """Train ``argv`` in this process; the trainer and its printed lines."""
-    trainer = train_to_the_end(parse_args(argv))
+    trainer = train_to_the_end(parse_run(argv))
     return trainer, capsys.readouterr().out.splitlines()
 
 

@@ -29,7 +29,7 @@ from torchtitan_lite.components.checkpoint.lock import FolderLock, check_unlocke
 from torchtitan_lite.components.checkpoint.resume import config_values, resume_line, schedule_settings
 from torchtitan_lite.components.faults import CONTROL_ENV, Stopped, StopRequest, peer_failed, report_outcome
 from torchtitan_lite.components.lr_schedule import build_lr_scheduler, follow_schedule, wsd_lr_factor
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.preflight.memory import GIB, MemoryEstimate, check_memory, estimate_rank_memory, fit_problem
 from torchtitan_lite.config.schema import JobConfig
@@ -197,13 +197,13 @@ def test_main_under_the_launcher_reports_bad_data_as_outcome_2_and_exits_2(tmp_p
 
 def test_a_stop_before_the_first_step_raises_stopped_saying_nothing_is_saved(tmp_path):
     text_file(tmp_path, n_plays=1)
-    config = parse_args(tiny_job(tmp_path))
+    run = parse_run(tiny_job(tmp_path))
     stop = StopRequest(control=str(tmp_path))
     (tmp_path / "stop").write_text("SIGTERM\n")
     try:
         with pytest.raises(Stopped, match=r"^stopped by a signal \(SIGTERM\) after the process group start, before the "
                                           r"first step; nothing to save$"):
-            Trainer(config, stop)
+            Trainer(run, stop)
     finally:
         stop.restore()
         dist.destroy_process_group()
@@ -247,8 +247,7 @@ def test_resume_line_lists_changes_and_says_which_lr_schedule_applies():
 
 
 def _resume(tmp_path, *extra):
-    config = parse_args(tiny_job(tmp_path, *extra))
-    trainer = Trainer(config)
+    trainer = Trainer(parse_run(tiny_job(tmp_path, *extra)))
     try:
         return trainer.load_lines, trainer.scheduler.get_last_lr()[0], trainer.checkpointer.meta["lr_schedule"]
     finally:
@@ -258,9 +257,9 @@ def _resume(tmp_path, *extra):
 
 def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked(tmp_path):
     text_file(tmp_path, n_plays=1)
-    config = parse_args(tiny_job(tmp_path, "--training.steps=2"))
-    train_to_the_end(config)
-    saved = schedule_settings(config_values(config))
+    run = parse_run(tiny_job(tmp_path, "--training.steps=2"))
+    train_to_the_end(run)
+    saved = schedule_settings(config_values(run.config))
     shape = {k: v for k, v in saved.items() if k != "lr"}
     lines, lr, schedule = _resume(tmp_path, "--optimizer.lr=0.001")
     changed = [line for line in lines if "settings changed" in line]
@@ -282,10 +281,10 @@ def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_reading_or_wri
     (step / storage.META_FILE).write_text("{not json")  # read before the lock, this would be the error
     lock = FolderLock(str(tmp_path / "out" / "checkpoint"))
     lock.acquire()
-    config = parse_args(tiny_job(tmp_path))
+    run = parse_run(tiny_job(tmp_path))
     try:
         with pytest.raises(storage.CheckpointError, match=rf"is in use by another run \(host .*, PID {os.getpid()}"):
-            Trainer(config)
+            Trainer(run)
     finally:
         lock.release()
         dist.destroy_process_group()
@@ -317,8 +316,8 @@ def test_fit_problem_errors_when_clearly_impossible_and_warns_when_tight():
 
 
 def test_check_memory_refuses_a_model_that_cannot_fit_and_passes_the_debug_model():
-    assert check_memory(parse_args([]), world_size=1) is None
-    huge = parse_args(["--model.overrides.dim=65536", "--model.overrides.hidden_dim=262144"])
+    assert check_memory(parse_run([]), world_size=1) is None
+    huge = parse_run(["--model.overrides.dim=65536", "--model.overrides.hidden_dim=262144"])
     with pytest.raises(ConfigError, match=r"^memory: the model has [\d,]+ parameters and the run needs about"):
         check_memory(huge, world_size=1)
 
@@ -371,7 +370,7 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
 
     text_file(tmp_path, n_plays=1)
     job = tiny_job(tmp_path, "--training.steps=2")
-    train_to_the_end(parse_args(job))
+    train_to_the_end(parse_run(job))
     step2 = tmp_path / "out" / "checkpoint" / "step-2"
     running = FolderLock(str(step2.parent))  # a training run holds the folder: reading it is fine
     running.acquire()

@@ -17,7 +17,7 @@ from dist_layout_worker import run_worker
 from sync_helpers import HostReads
 
 from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
-from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 
 RUN = [a for a in TINY_RUN if not a.startswith(("--metrics.log_freq", "--checkpoint.enable"))] + [
@@ -27,7 +27,7 @@ RUN = [a for a in TINY_RUN if not a.startswith(("--metrics.log_freq", "--checkpo
 @pytest.mark.parametrize("config", ["qwen3_debug", "gpt_oss_debug", "deepseek_v3_debug", "qwen3_moe_debug"])
 def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, config):
     text_file(tmp_path, n_plays=1)
-    trainer = Trainer(parse_args([
+    trainer = Trainer(parse_run([
         "--job.config_file", f"train_configs/{config}.toml", *RUN, "--model.overrides.n_layers=2",
         f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={tmp_path / 'out'}"]))
     try:

@@ -18,7 +18,7 @@ from test_hf_io import close
 from torchtitan_lite import evaluate, generate
 from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.generation import generate as continue_ids
-from torchtitan_lite.preflight.checks import check_paths, parse_args
+from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import Tokenizer
@@ -57,7 +57,7 @@ def test_evaluate_prints_the_mean_token_loss_transformers_gives_on_the_same_wind
 def test_generate_from_a_training_checkpoint_continues_as_the_trained_model(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
     job = tiny_job(tmp_path, "--training.steps=2", "--checkpoint.interval=2")
-    trainer = Trainer(parse_args(job))
+    trainer = Trainer(parse_run(job))
     stop = StopRequest()
     try:
         trainer.train(stop)
@@ -88,10 +88,10 @@ def test_generate_refuses_a_prompt_and_new_tokens_beyond_max_seq_len_with_one_li
 
 def test_sample_prompt_writes_the_greedy_continuation_to_the_log_and_tensorboard(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
-    config = parse_args(tiny_job(tmp_path, "--checkpoint.enable=false", "--training.steps=2", "--validation.enable=true",
-                                 "--validation.freq=1", "--validation.steps=1", "--metrics.enable_tensorboard=true",
-                                 "--validation.sample_prompt=ROMEO:", "--validation.sample_tokens=5"))
-    trainer = Trainer(config)
+    trainer = Trainer(parse_run(tiny_job(
+        tmp_path, "--checkpoint.enable=false", "--training.steps=2", "--validation.enable=true", "--validation.freq=1",
+        "--validation.steps=1", "--metrics.enable_tensorboard=true", "--validation.sample_prompt=ROMEO:",
+        "--validation.sample_tokens=5")))
     texts = []
     trainer.metrics.writer.add_text = lambda tag, text, step=None: texts.append((tag, text, step))
     stop = StopRequest()
@@ -117,5 +117,5 @@ def test_sample_prompt_writes_the_greedy_continuation_to_the_log_and_tensorboard
 def test_a_sample_prompt_that_cannot_be_sampled_is_a_config_error(tmp_path, extra, message):
     text_file(tmp_path, n_plays=1)
     with pytest.raises(ConfigError, match=message):
-        check_paths(parse_args(tiny_job(tmp_path, "--validation.enable=true", "--validation.sample_prompt=ROMEO: speak",
+        check_paths(parse_run(tiny_job(tmp_path, "--validation.enable=true", "--validation.sample_prompt=ROMEO: speak",
                                         *extra, dump=tmp_path)))

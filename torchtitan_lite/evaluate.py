@@ -1,11 +1,13 @@
-"""Score text with a trained model: ``python -m torchtitan_lite.evaluate [--max_batches N] [--section.key=value ...]``.
+"""Score text with a trained model: ``python -m torchtitan_lite.evaluate [--max_batches N]
+[--section.key=value ...]``.
 
-The model and its weights come from the job's config as for ``generate`` (``inference.py``). The text is
-every window of ``training.dataset_path`` (a file or folder, all of it: nothing is held out) or, without one, the
-validation split of ``training.dataset`` (the held-out play of ``shakespeare``, a hub dataset's ``validation``),
-cut into windows of ``training.seq_len + 1`` tokens as in training and run ``training.local_batch_size`` at a time,
-with a progress bar. Prints one line: the tokens scored, the mean next-token cross-entropy (nats/token) and its
-``exp``, the perplexity. Exit status 0; 2 with one ``config error:`` or ``input error:`` line on bad input.
+The model and its weights come from the job's config as for ``generate`` (``inference.py``). The
+text is every window of ``training.dataset_path`` (a file or folder, all of it: nothing is held out)
+or, without one, the validation split of ``training.dataset`` (the held-out play of ``shakespeare``,
+a hub dataset's ``validation``), cut into windows of ``training.seq_len + 1`` tokens as in training
+and run ``training.local_batch_size`` at a time, with a progress bar. Prints one line: the tokens
+scored, the mean next-token cross-entropy (nats/token) and its ``exp``, the perplexity. Exit status
+0; 2 with one ``config error:`` or ``input error:`` line on bad input.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Iterator
 
 import torch
 
-from torchtitan_lite.inference import LoadedModel, load_model, parse_tool_args, run_tool
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.loader import build_dataloader
@@ -24,6 +25,7 @@ from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.sources import load_documents, tokenize_documents
 from torchtitan_lite.data.windows import PackedWindows
 from torchtitan_lite.errors import InputError
+from torchtitan_lite.inference import LoadedModel, load_model, parse_tool_args, run_tool
 
 
 def tool_parser() -> argparse.ArgumentParser:
@@ -37,7 +39,8 @@ def tool_parser() -> argparse.ArgumentParser:
 
 
 def batches(config: JobConfig, loaded: LoadedModel) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], int, str]:
-    """``(batches of (input_ids, labels), number of batches, name of the text)`` (module docstring)."""
+    """``(batches of (input_ids, labels), number of batches, name of the text)`` (module
+    docstring)."""
     t = config.training
     if t.dataset_path is not None:
         documents, name = load_documents(dataset="shakespeare", dataset_path=t.dataset_path, hf_dataset_name=None,
@@ -65,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 
 @torch.no_grad()
 def _evaluate(argv: list[str]) -> int:
-    options, config = parse_tool_args(tool_parser(), argv)
+    options, run = parse_tool_args(tool_parser(), argv)
     if options.max_batches is not None and options.max_batches < 1:
         raise InputError(f"--max_batches must be >= 1, got {options.max_batches}")
-    loaded = load_model(config)
+    config, loaded = run.config, load_model(run)
     if config.training.seq_len > loaded.args.max_seq_len:
         raise InputError(f"training.seq_len {config.training.seq_len} exceeds the model's max_seq_len "
                          f"{loaded.args.max_seq_len}; lower it")

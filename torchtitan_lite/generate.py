@@ -1,14 +1,16 @@
-"""Continue a prompt with a trained model: ``python -m torchtitan_lite.generate --prompt TEXT [options]
-[--section.key=value ...]``.
+"""Continue a prompt with a trained model: ``python -m torchtitan_lite.generate --prompt TEXT
+[options] [--section.key=value ...]``.
 
 The model and its weights come from the job's config (``inference.py``): a training checkpoint
 (``--checkpoint.load_path=STEP_FOLDER`` with the job's ``--job.config_file``), or an HF folder
-(``--checkpoint.initial_load_hf=DIR``, its ``config.json`` gives the model). The tokenizer is the HF folder's
-``tokenizer.json`` when it has one, else ``model.tokenizer_path``, else the bundled one. One process, no KV cache
-(``components/generation.py``): prompt + new tokens must fit in the model's ``max_seq_len``.
+(``--checkpoint.initial_load_hf=DIR``, its ``config.json`` gives the model). The tokenizer is the HF
+folder's ``tokenizer.json`` when it has one, else ``model.tokenizer_path``, else the bundled one.
+One process, no KV cache (``components/generation.py``): prompt + new tokens must fit in the model's
+``max_seq_len``.
 
-Output: the continuation, then ``prompt ids: <ids>`` and ``generated ids: <ids>`` (space-separated) on their own
-lines. Exit status 0; 2 with one ``config error:`` or ``input error:`` line on bad options or input.
+Output: the continuation, then ``prompt ids: <ids>`` and ``generated ids: <ids>`` (space-separated)
+on their own lines. Exit status 0; 2 with one ``config error:`` or ``input error:`` line on bad
+options or input.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import sys
 import torch
 
 from torchtitan_lite.components.generation import generate
-from torchtitan_lite.inference import load_model, parse_tool_args, run_tool
 from torchtitan_lite.errors import InputError
+from torchtitan_lite.inference import load_model, parse_tool_args, run_tool
 
 
 def tool_parser() -> argparse.ArgumentParser:
@@ -42,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _generate(argv: list[str]) -> int:
-    options, config = parse_tool_args(tool_parser(), argv)
+    options, run = parse_tool_args(tool_parser(), argv)
     if options.max_new_tokens < 1 or options.temperature < 0 or (options.top_k is not None and options.top_k < 1):
         raise InputError(f"--max_new_tokens must be >= 1, --temperature >= 0 and --top_k >= 1; got "
                          f"{options.max_new_tokens}, {options.temperature}, {options.top_k}")
-    loaded = load_model(config)
+    loaded = load_model(run)
     print(f"{loaded.source}; tokenizer {loaded.tokenizer.path}", file=sys.stderr, flush=True)
     prompt_ids = loaded.tokenizer.encode(options.prompt)
     limit = loaded.args.max_seq_len

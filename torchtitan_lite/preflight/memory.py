@@ -1,38 +1,37 @@
-"""Will the run fit in memory? An estimate per rank from the model's shapes against the device or host memory,
-checked before the model is built (:func:`check_memory`: by ``config.checks.load_config`` for the world size the
-launcher starts, and by each worker for its node).
+"""Will the run fit in memory? An estimate per rank from the model's shapes against the device or
+host memory, checked before the model is built (:func:`check_memory`: by
+``preflight.checks.load_run`` for the world size the launcher starts, and by each worker for its
+node).
 
-Per rank, FSDP2 sharding everything over the ``world_size`` ranks: the fp32 parameters, their fp32 gradients and
-AdamW's two fp32 moments (16 bytes per parameter / world size), plus the activations of one micro-batch, which are
-not sharded. Activations per block without checkpointing: ``s b h (34 + 5 a s / h)`` bytes at 2 bytes per value
-(Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", arXiv 2205.05198,
-Sec. 4.1; ``s`` seq_len, ``b`` local batch, ``h`` dim, ``a`` heads), scaled to the compute dtype. The ``5 a s / h``
-term is the ``s x s`` scores, softmax and mask each layer keeps: only the dense ``reference`` attention backend keeps
-them; SDPA's fused kernels, FlexAttention and the blockwise tiles keep the output and one log-sum-exp per query
-instead (FlashAttention, Dao et al. 2022: memory linear in ``s``), so the term is dropped for them (Korthikanti et
-al. Sec. 4.1 note the same for FlashAttention-style kernels); with
-``activation_checkpoint.mode = "full"`` each block keeps only its input (``s b h`` values) and one block's
-activations are live at a time (Sec. 5); the output logits and their gradient add ``2 s b V`` fp32 values. Under
-context parallelism (``cp`` > 1) a rank holds ``s / cp`` positions of each window, so all of the above use ``s / cp``,
-and each block also keeps the keys and values of the whole window it gathered (``s b`` times their width: ``2 x
-n_kv_heads x head_dim``; MLA's latent and its heads expanded from it), one block's under full checkpointing. On a CPU
-the ranks of a node share the host memory.
+Per rank, FSDP2 sharding everything over the ``world_size`` ranks: the fp32 parameters, their fp32
+gradients and AdamW's two fp32 moments (16 bytes per parameter / world size), plus the activations
+of one micro-batch, which are not sharded. Activations per block without checkpointing: ``s b h (34
++ 5 a s / h)`` bytes at 2 bytes per value (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", arXiv 2205.05198, Sec. 4.1; ``s`` seq_len, ``b`` local
+batch, ``h`` dim, ``a`` heads), scaled to the compute dtype. The ``5 a s / h`` term is the ``s x s``
+scores, softmax and mask each layer keeps: only the dense ``reference`` attention backend keeps
+them; SDPA's fused kernels, FlexAttention and the blockwise tiles keep the output and one
+log-sum-exp per query instead (FlashAttention, Dao et al. 2022: memory linear in ``s``), so the term
+is dropped for them (Korthikanti et al. Sec. 4.1 note the same for FlashAttention-style kernels);
+with ``activation_checkpoint.mode = "full"`` each block keeps only its input (``s b h`` values) and
+one block's activations are live at a time (Sec. 5); the output logits and their gradient add ``2 s
+b V`` fp32 values. Under context parallelism (``cp`` > 1) a rank holds ``s / cp`` positions of each
+window, so all of the above use ``s / cp``, and each block also keeps the keys and values of the
+whole window it gathered (``s b`` times their width, :func:`gathered_kv_width`), one block's under
+full checkpointing. On a CPU the ranks of a node share the host memory.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.model_args import build_model_args
-from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.distributed.devices import device_module, device_type
 from torchtitan_lite.errors import LaunchError
+from torchtitan_lite.preflight.run import ResolvedRun
 
 GIB = 2**30
 TIGHT = 0.9
@@ -41,7 +40,8 @@ TIGHT = 0.9
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes one rank needs: ``states`` (parameters, gradients, optimizer moments) and ``activations``."""
+    """Bytes one rank needs: ``states`` (parameters, gradients, optimizer moments) and
+    ``activations``."""
 
     states: int
     activations: int
@@ -53,34 +53,40 @@ class MemoryEstimate:
 
 
 def gathered_kv_width(args) -> int:
-    """Values per position of the keys and values a context-parallel rank gathers and keeps per block: ``2 x
-    n_kv_heads x head_dim``; MLA (``kv_lora_rank``) keeps the latent and the keys and values expanded from it."""
+    """Values per position of the keys and values a context-parallel rank gathers and keeps per
+    block: ``2 x n_kv_heads x head_dim``; MLA (``kv_lora_rank``) keeps the latent and the keys and
+    values expanded from it."""
     if hasattr(args, "kv_lora_rank"):
-        latent = args.kv_lora_rank + args.qk_rope_head_dim
-        return latent + args.n_heads * (args.qk_nope_head_dim + args.qk_rope_head_dim + args.v_head_dim)
+        heads = args.n_heads * (args.qk_nope_head_dim + args.qk_rope_head_dim + args.v_head_dim)
+        return args.kv_lora_rank + args.qk_rope_head_dim + heads
     return 2 * args.n_kv_heads * args.head_dim
 
 
-def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int, local_batch_size: int,
-                         compute_bytes: int, ac_mode: str, dense_scores: bool = True, cp: int = 1) -> MemoryEstimate:
-    """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args ``args``
-    (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``; under ``cp`` > 1 also :func:`gathered_kv_width`'s fields);
-    ``compute_bytes`` per activation value (4 fp32, 2 bf16); ``dense_scores``: the attention keeps ``s x s`` scores
-    (``model.attn_backend = "reference"``; never under context parallelism); ``cp``: ``context_parallel_degree``."""
+def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int,
+                         local_batch_size: int, compute_bytes: int, ac_mode: str,
+                         dense_scores: bool = True, cp: int = 1) -> MemoryEstimate:
+    """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args
+    ``args`` (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``; under ``cp`` > 1 also
+    :func:`gathered_kv_width`'s fields); ``compute_bytes`` per activation value (4 fp32, 2 bf16);
+    ``dense_scores``: the attention keeps ``s x s`` scores (``model.attn_backend = "reference"``;
+    never under context parallelism); ``cp``: ``context_parallel_degree``."""
     states = 16 * n_params // world_size
     s, b, h, a = seq_len // cp, local_batch_size, args.dim, args.n_heads
     dense_scores = dense_scores and cp == 1
     block = s * b * h * (34 + (5 * a * s / h if dense_scores else 0)) * compute_bytes / 2
     kv = seq_len * b * gathered_kv_width(args) * compute_bytes if cp > 1 else 0
-    blocks = (args.n_layers * s * b * h * compute_bytes + block + kv if ac_mode == "full" else
-              args.n_layers * (block + kv))
+    if ac_mode == "full":
+        blocks = args.n_layers * s * b * h * compute_bytes + block + kv
+    else:
+        blocks = args.n_layers * (block + kv)
     logits = 2 * s * b * args.vocab_size * 4
     return MemoryEstimate(states, int(blocks + logits))
 
 
 def memory_limit(device_kind: str) -> tuple[int, int, str]:
-    """``(total, available, name)`` bytes of the memory one rank of ``device_kind`` uses: a device's own memory
-    (total both times), or on CPU the host's physical memory and what it has available now (``MemAvailable``)."""
+    """``(total, available, name)`` bytes of the memory one rank of ``device_kind`` uses: a device's
+    own memory (total both times), or on CPU the host's physical memory and what it has available
+    now (``MemAvailable``)."""
     if device_kind != "cpu":
         total = device_module(device_kind).get_device_properties(0).total_memory
         return total, total, f"{device_kind} device memory"
@@ -96,55 +102,64 @@ def memory_limit(device_kind: str) -> tuple[int, int, str]:
     return total, available, "host memory"
 
 
-def fit_problem(estimate: MemoryEstimate, *, ranks_sharing: int, total: int, available: int, name: str,
-                world_size: int) -> tuple[str, str] | None:
-    """``("error" | "warning", text)`` when ``ranks_sharing`` ranks of ``estimate`` each do not fit in the memory
-    (``total`` bytes; ``available`` now), or ``None``: an error when even the parameters, gradients and optimizer
-    moments exceed the total, or everything exceeds it twice; a warning above :data:`TIGHT` of what is available."""
+def fit_problem(estimate: MemoryEstimate, *, ranks_sharing: int, total: int, available: int,
+                name: str, world_size: int) -> tuple[str, str] | None:
+    """``("error" | "warning", text)`` when ``ranks_sharing`` ranks of ``estimate`` each do not fit
+    in the memory (``total`` bytes; ``available`` now), or ``None``: an error when even the
+    parameters, gradients and optimizer moments exceed the total, or everything exceeds it twice; a
+    warning above :data:`TIGHT` of what is available."""
     need = estimate.total * ranks_sharing
     states = estimate.states * ranks_sharing
-    numbers = (f"about {need / GIB:,.1f} GiB ({states / GIB:,.1f} GiB parameters, gradients and AdamW moments over "
-               f"{world_size} rank(s) + {estimate.activations * ranks_sharing / GIB:,.1f} GiB activations"
-               + (f", for {ranks_sharing} ranks" if ranks_sharing > 1 else "") + f") of {total / GIB:,.1f} GiB {name}")
+    numbers = (f"about {need / GIB:,.1f} GiB ({states / GIB:,.1f} GiB parameters, gradients and "
+               f"AdamW moments over {world_size} rank(s) + "
+               f"{estimate.activations * ranks_sharing / GIB:,.1f} GiB activations"
+               + (f", for {ranks_sharing} ranks" if ranks_sharing > 1 else "")
+               + f") of {total / GIB:,.1f} GiB {name}")
     if states > total or need > 2 * total:
         return "error", (f"the run needs {numbers}; use a smaller model, more ranks, a smaller "
-                         "training.local_batch_size or training.seq_len, or activation_checkpoint.mode = \"full\"")
+                         "training.local_batch_size or training.seq_len, or "
+                         "activation_checkpoint.mode = \"full\"")
     if need > TIGHT * available:
-        return "warning", (f"the run may not fit: it needs {numbers} ({available / GIB:,.1f} GiB available now)")
+        return "warning", (f"the run may not fit: it needs {numbers} "
+                           f"({available / GIB:,.1f} GiB available now)")
     return None
 
 
 def meta_parameter_count(model_cls, args) -> int:
-    """Parameters of ``model_cls(args)`` built on the meta device (no memory; a tied weight counts once)."""
+    """Parameters of ``model_cls(args)`` built on the meta device (no memory; a tied weight counts
+    once)."""
     with torch.device("meta"):
         model = model_cls(args)
     return sum(p.numel() for p in model.parameters())
 
 
-def check_memory(config: JobConfig, world_size: int, ranks_sharing: int | None = None, *,
-                 args: Any = None) -> str | None:
-    """The memory one rank of a ``world_size``-rank run needs (:func:`estimate_rank_memory` for the model ``args``,
-    default :func:`~torchtitan_lite.preflight.model_args.build_model_args`) against its device's memory, or on CPU the
-    host's, shared by ``ranks_sharing`` ranks (default: all); ``warning: ...`` when tight, else ``None``.
+def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`estimate_rank_memory`)
+    against its device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default:
+    all); ``warning: ...`` when tight, else ``None``.
 
     Raises:
-        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not available.
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not
+            available.
     """
+    config, args = run.config, run.model_args
     try:
         kind = device_type(config.training.device)
     except LaunchError as err:
         raise ConfigError(f"training.device: {err}") from None
-    args = build_model_args(config) if args is None else args
-    n_params = meta_parameter_count(get_model_spec(config.model.name).model_cls, args)
-    fp32 = config.training.compute_dtype == "float32" or (config.training.compute_dtype == "auto" and kind == "cpu")
-    estimate = estimate_rank_memory(n_params, args, world_size=world_size, seq_len=config.training.seq_len,
-                                    local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
-                                    ac_mode=config.activation_checkpoint.mode,
-                                    dense_scores=config.model.attn_backend == "reference",
-                                    cp=config.parallelism.context_parallel_degree)
+    n_params = meta_parameter_count(run.spec.model_cls, args)
+    dtype = config.training.compute_dtype
+    fp32 = dtype == "float32" or (dtype == "auto" and kind == "cpu")
+    estimate = estimate_rank_memory(
+        n_params, args, world_size=world_size, seq_len=config.training.seq_len,
+        local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
+        ac_mode=config.activation_checkpoint.mode,
+        dense_scores=config.model.attn_backend == "reference",
+        cp=config.parallelism.context_parallel_degree)
     total, available, name = memory_limit(kind)
-    problem = fit_problem(estimate, ranks_sharing=(ranks_sharing or world_size) if kind == "cpu" else 1, total=total,
-                          available=available, name=name, world_size=world_size)
+    sharing = (ranks_sharing or world_size) if kind == "cpu" else 1
+    problem = fit_problem(estimate, ranks_sharing=sharing, total=total, available=available,
+                          name=name, world_size=world_size)
     if problem is None:
         return None
     level, text = problem

@@ -1,21 +1,23 @@
 """Inspect a model's initialization without training:
 ``python -m torchtitan_lite.tools.inspect_init --job.config_file X``.
 
-Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun,
-no FSDP: the keyed sampler gives the values any world size would), applies the family's init plan
-with ``training.seed`` and prints the expected step-1 loss (the trainer's line, for the step-1 batch of one process,
-then every term of it) and the init report: a summary per plan pattern
-(tensors, elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
-expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns. Each
-phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends; the report shows its
-progress (``torchtitan_lite.data.progress``: a bar on a terminal, else a line per 10% after 5 s).
+Builds the configured model on meta, materializes it on the CPU in this one process (no torchrun, no
+FSDP: the keyed sampler gives the values any world size would), applies the family's init plan with
+``training.seed`` and prints the expected step-1 loss (the trainer's line, for the step-1 batch of
+one process, then every term of it) and the init report: a summary per plan pattern (tensors,
+elements, spec, the range of measured stds, flags), then per tensor its spec, measured std vs
+expected, min/max, mass at the bounds, excess kurtosis, tied/loaded and flags, in aligned columns.
+Each phase (init, report, fingerprint) prints a line when it starts and its seconds when it ends;
+the report shows its progress (``torchtitan_lite.data.progress``: a bar on a terminal, else a line
+per 10% after 5 s).
 
 Options (before or among the usual ``--section.key=value`` overrides):
   ``--layers N``   build only the first N blocks. The plan is that of the FULL model (residual stds
                    depend on ``n_layers``) and values are keyed by name, so these layers get exactly
                    the values of the full model's first N.
-  ``--meta``       no sampling: the resolved plan (spec, shape, expected std and kurtosis per tensor).
-  ``--max-gib G``  memory budget of this process (default 8): without ``--layers``, a model that needs
+  ``--meta`` no sampling: the resolved plan (spec, shape, expected std and kurtosis per tensor).
+  ``--max-gib G`` memory budget of this process (default 8): without ``--layers``, a model that
+  needs
                    more is cut to the most blocks that fit, or reported on meta when even one block
                    does not fit (the published large flavors). The output says which was done, and
                    ends with the peak memory the process used.
@@ -34,14 +36,12 @@ from typing import Iterator
 
 import torch
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.startup import step1_expectation, step1_line
-from torchtitan_lite.preflight.checks import load_config_or_exit
-from torchtitan_lite.preflight.model_args import build_model_args, tokenizer_path
 from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.devices import peak_memory_bytes
+from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
@@ -52,17 +52,19 @@ from torchtitan_lite.init.report import (
     truncated_normal_moments,
     write_init_report,
 )
-from torchtitan_lite.errors import UserError
 from torchtitan_lite.init.step1 import expected_step1_loss
+from torchtitan_lite.preflight.checks import load_run_or_exit
+from torchtitan_lite.preflight.run import ResolvedRun
 from torchtitan_lite.train import micro_batches
 
 GIB = 2**30
 _HELD_BYTES_PER_ELEMENT = 5
-"""Per element of the model: its fp32 value, and a byte for the part of init's sampling work space that the C
-allocator keeps for reuse (``docs/design.md``, "inspect_init: the memory budget")."""
+"""Per element of the model: its fp32 value, and a byte for the part of init's sampling work space
+that the C allocator keeps for reuse (``docs/design.md``, "inspect_init: the memory budget")."""
 _WORK_BYTES = 64 * 2**20
-"""What the report and the fingerprint hold beside the model, whatever its size: their float64 and int64 work
-chunks (``init/report.py``'s and ``init/fingerprint.py``'s ``_CHUNK``), a few MiB, with a margin (same note)."""
+"""What the report and the fingerprint hold beside the model, whatever its size: their float64 and
+int64 work chunks (``init/report.py``'s and ``init/fingerprint.py``'s ``_CHUNK``), a few MiB, with a
+margin (same note)."""
 
 
 def _build_meta(spec, args) -> torch.nn.Module:
@@ -71,23 +73,25 @@ def _build_meta(spec, args) -> torch.nn.Module:
 
 
 def _sizes(spec, args, n_layers: int) -> list[int]:
-    """Element counts of every parameter and buffer of the model with ``n_layers`` blocks (built on meta)."""
+    """Element counts of every parameter and buffer of the model with ``n_layers`` blocks (built on
+    meta)."""
     with torch.device("meta"):
         model = spec.model_cls(dataclasses.replace(args, n_layers=n_layers))
     return [p.numel() for p in model.parameters()] + [b.numel() for b in model.buffers()]
 
 
 def _peak_bytes(elements: int) -> int:
-    """Memory of materialize + init + report + fingerprint for a model of ``elements`` fp32 values: what init leaves
-    held, plus the report's and the fingerprint's work chunks."""
+    """Memory of materialize + init + report + fingerprint for a model of ``elements`` fp32 values:
+    what init leaves held, plus the report's and the fingerprint's work chunks."""
     return _HELD_BYTES_PER_ELEMENT * elements + _WORK_BYTES
 
 
 def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int = 0) -> tuple[int | None, str]:
     """``(blocks to build, or None for a meta report; the line saying which)``.
 
-    The most blocks ``L`` whose memory (:func:`_peak_bytes` of ``base + L * per_block`` elements, counted on meta
-    with 1 and 2 blocks) fits in ``max_bytes`` beside the ``in_use`` bytes that this process already holds.
+    The most blocks ``L`` whose memory (:func:`_peak_bytes` of ``base + L * per_block`` elements,
+    counted on meta with 1 and 2 blocks) fits in ``max_bytes`` beside the ``in_use`` bytes that this
+    process already holds.
 
     Raises:
         ValueError: ``requested`` is not in ``1..n_layers``.
@@ -115,8 +119,8 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int
 
 @contextmanager
 def _phase(name: str, text: str) -> Iterator[None]:
-    """Print ``name: text ...`` when a phase starts and ``name: done in 1.2 s`` when it ends (a progress bar or
-    progress lines can come between)."""
+    """Print ``name: text ...`` when a phase starts and ``name: done in 1.2 s`` when it ends (a
+    progress bar or progress lines can come between)."""
     print(f"{name}: {text} ...", flush=True)
     start = time.perf_counter()
     yield
@@ -124,8 +128,9 @@ def _phase(name: str, text: str) -> Iterator[None]:
 
 
 def plan_table(model: torch.nn.Module, plan) -> str:
-    """The resolved plan of a (meta) model: per plan pattern a summary line (:func:`pattern_summary`), then per
-    tensor its name, spec, shape, status, expected std and kurtosis, in aligned columns."""
+    """The resolved plan of a (meta) model: per plan pattern a summary line
+    (:func:`pattern_summary`), then per tensor its name, spec, shape, status, expected std and
+    kurtosis, in aligned columns."""
     summary, rows = [], []
     for entry, tensor in resolve_plan(model, plan):
         spec = entry.spec
@@ -142,10 +147,12 @@ def plan_table(model: torch.nn.Module, plan) -> str:
             + text_table(["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)))
 
 
-def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
-    """The trainer's expected step-1 loss line (:func:`step1_expectation`, the step-1 batch of one process read from
-    the configured training data when it is local and tied outputs need it), then every term of it
-    (``Step1Expectation.describe``), and why the batch was not read when it was not."""
+def _step1_lines(run: ResolvedRun, model: torch.nn.Module, plan) -> list[str]:
+    """The trainer's expected step-1 loss line (:func:`step1_expectation`, the step-1 batch of one
+    process read from the configured training data when it is local and tied outputs need it), then
+    every term of it (``Step1Expectation.describe``), and why the batch was not read when it was
+    not."""
+    config = run.config
     global_batch, _ = micro_batches(config, 1)
     dataset, why_not = None, ""
     if expected_step1_loss(model, plan).tied and not config.training.streaming:
@@ -156,7 +163,7 @@ def _step1_lines(config, model: torch.nn.Module, plan) -> list[str]:
                 dataset_path=t.dataset_path,
                 dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
                 hf_dataset_config=t.hf_dataset_config, text_column=t.text_column,
-                tokenizer=build_tokenizer(tokenizer_path(config)), seq_len=t.seq_len,
+                tokenizer=build_tokenizer(run.tokenizer_path), seq_len=t.seq_len,
                 local_batch_size=t.local_batch_size, seed=t.seed, documents=t.document_masking).train.dataset
         except UserError as err:
             why_not = f"the step-1 batch was not read: {err}"
@@ -181,16 +188,15 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     options, rest = _parse(argv)
-    config = load_config_or_exit(rest)
+    run = load_run_or_exit(rest)
+    config, spec, args = run.config, run.spec, run.model_args
     torch.set_num_threads(config.training.num_threads or torch.get_num_threads())
-    spec = get_model_spec(config.model.name)
-    args = build_model_args(config)
     plan = spec.init_plan(args)
     full = _build_meta(spec, args)
     n_params = sum(p.numel() for p in full.parameters())
     print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
           f"seed {config.training.seed}")
-    for line in _step1_lines(config, full, plan):
+    for line in _step1_lines(run, full, plan):
         print(line)
     cpu = torch.device("cpu")
     try:
