@@ -11,13 +11,13 @@ import torch
 from torchtitan_lite.models.common.routers import RouterOutput
 
 WindowSum = Callable[[torch.Tensor], torch.Tensor]
-"""A sum of a per-rank statistic over the ranks that share each window (context parallelism: an all-reduce with
-autograd), so a loss of whole sequences is computed from each rank's share of them; ``None``: the rank has whole
-windows."""
+"""A sum of a per-rank statistic over the ranks that share each window (context parallelism: an
+all-reduce with autograd), so a loss of whole sequences is computed from each rank's share of them;
+``None``: the rank has whole windows."""
 
 AuxLoss = Callable[[RouterOutput, torch.Tensor, int, WindowSum | None], torch.Tensor]
-"""``(routing of T tokens, counts (E,) of (token, expert) assignments, tokens per sequence held, window sum) ->
-fp32 scalar``, unweighted (the MoE multiplies by its coefficient)."""
+"""``(routing of T tokens, counts (E,) of (token, expert) assignments, tokens per sequence held,
+window sum) -> fp32 scalar``, unweighted (the MoE multiplies by its coefficient)."""
 
 
 def _whole(stats: torch.Tensor, window_sum: WindowSum | None) -> torch.Tensor:
@@ -35,14 +35,15 @@ def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor,
     Args:
         probs: ``(T, E)`` router probabilities.
         tokens_per_expert: ``(E,)`` counts of (token, expert) assignments in this batch.
-        window_sum: :data:`WindowSum`: the counts, probability sums and ``T`` summed over the ranks sharing the
-            windows (``None``: none).
+        window_sum: :data:`WindowSum`: the counts, probability sums and ``T`` summed over the
+            ranks sharing the windows (``None``: none).
 
     Returns:
         fp32 scalar.
     """
     num_tokens, num_experts = probs.shape
-    stats = torch.cat([tokens_per_expert.float(), probs.float().sum(dim=0), probs.new_full((1,), num_tokens).float()])
+    total = probs.new_full((1,), num_tokens).float()
+    stats = torch.cat([tokens_per_expert.float(), probs.float().sum(dim=0), total])
     counts, prob_sum, total = _whole(stats, window_sum).split([num_experts, num_experts, 1])
     return num_experts * (counts / total * (prob_sum / total)).sum()
 
@@ -60,8 +61,8 @@ def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: i
         scores: ``(bs * seqlen, E)`` unbiased affinity scores (rows in sequence order).
         indices: ``(bs * seqlen, k)`` chosen experts.
         seqlen: tokens per sequence held here.
-        window_sum: :data:`WindowSum`: each sequence's counts, probability sums and length summed over the ranks
-            sharing it (``None``: whole sequences).
+        window_sum: :data:`WindowSum`: each sequence's counts, probability sums and length summed
+            over the ranks sharing it (``None``: whole sequences).
 
     Returns:
         fp32 scalar.
@@ -74,7 +75,8 @@ def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: i
     )  # (bs, E) token counts per sequence
     normalized = scores.float() / scores.float().sum(dim=-1, keepdim=True)
     prob_sum = normalized.view(bs, seqlen, num_experts).sum(dim=1)  # (bs, E)
-    stats = _whole(torch.cat([chosen, prob_sum, chosen.new_full((bs, 1), seqlen)], dim=1), window_sum)
+    length = chosen.new_full((bs, 1), seqlen)
+    stats = _whole(torch.cat([chosen, prob_sum, length], dim=1), window_sum)
     chosen, prob_sum, length = stats.split([num_experts, num_experts, 1], dim=1)
     fraction = chosen * num_experts / (top_k * length)
     return (fraction * (prob_sum / length)).sum(dim=-1).mean()

@@ -31,13 +31,13 @@ BLOCK_SIZE = 256
 class _Tiles:
     """The visible tiles of one call: query blocks, and for each the key range and whether it needs a mask.
 
-    Queries sit at positions ``q_start .. seqlen - 1``, keys at ``0 .. seqlen - 1`` (``q_start`` > 0: a context-parallel
-    rank's chunk, whose earlier keys it gathered). ``document_ids`` int ``(bs, seqlen)`` of the keys (non-decreasing
-    along the sequence) or ``None``.
+    Queries sit at positions ``q_start .. seqlen - 1``, keys at ``0 .. seqlen - 1`` (``q_start`` >
+    0: a context-parallel rank's chunk, whose earlier keys it gathered). ``document_ids`` int
+    ``(bs, seqlen)`` of the keys (non-decreasing along the sequence) or ``None``.
     """
 
-    def __init__(self, seqlen: int, window: int | None, document_ids: torch.Tensor | None, block_size: int,
-                 q_start: int = 0):
+    def __init__(self, seqlen: int, window: int | None, document_ids: torch.Tensor | None,
+                 block_size: int, q_start: int = 0):
         self.seqlen, self.window, self.block, self.q_start = seqlen, window, block_size, q_start
         self.document_ids = document_ids
         if document_ids is not None:
@@ -45,8 +45,8 @@ class _Tiles:
             self.doc_start = pos - document_positions(document_ids)  # first position of each one's document
 
     def __iter__(self):
-        """Yield ``(qs, qe, key_ranges)`` in positions; ``key_ranges`` lists ``(ks, ke)`` key blocks visible from the
-        block."""
+        """Yield ``(qs, qe, key_ranges)`` in positions; ``key_ranges`` lists ``(ks, ke)`` key
+        blocks visible from the block."""
         for qs in range(self.q_start, self.seqlen, self.block):
             qe = min(qs + self.block, self.seqlen)
             lo = 0 if self.window is None else max(0, qs - self.window + 1)
@@ -81,9 +81,9 @@ def _scores(q, k, scale, tiles, qs, qe, ks, ke):
 
 
 class _BlockAttention(torch.autograd.Function):
-    """fp32 ``q`` ``(bs, n_kv, group, Sq, D)``, ``k`` ``(bs, n_kv, 1, S, D)``, ``v`` ``(bs, n_kv, 1, S, Dv)``, ``sinks``
-    ``(1, n_kv, group, 1, 1)`` or ``None`` -> ``(bs, n_kv, group, Sq, Dv)``, ``Sq = S - tiles.q_start`` (module
-    note)."""
+    """fp32 ``q`` ``(bs, n_kv, group, Sq, D)``, ``k`` ``(bs, n_kv, 1, S, D)``, ``v``
+    ``(bs, n_kv, 1, S, Dv)``, ``sinks`` ``(1, n_kv, group, 1, 1)`` or ``None`` ->
+    ``(bs, n_kv, group, Sq, Dv)``, ``Sq = S - tiles.q_start`` (module note)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, tiles, scale):
@@ -136,12 +136,13 @@ class _BlockAttention(torch.autograd.Function):
 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
                     sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
-                    scale: float | None = None, block_size: int = BLOCK_SIZE, q_start: int = 0) -> torch.Tensor:
+                    scale: float | None = None, block_size: int = BLOCK_SIZE,
+                    q_start: int = 0) -> torch.Tensor:
     """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with autograd.
 
-    Query ``i`` (at position ``q_start + i``) sees key ``j`` iff ``j <= q_start + i``, ``q_start + i - j <
-    sliding_window`` (when set) and the two positions' ``document_ids`` agree (when given). Query head ``h`` reads
-    key/value head ``h // (n_heads // n_kv_heads)``.
+    Query ``i`` (at position ``q_start + i``) sees key ``j`` iff ``j <= q_start + i``,
+    ``q_start + i - j < sliding_window`` (when set) and the two positions' ``document_ids`` agree
+    (when given). Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``.
 
     Args:
         q: ``(bs, seqlen - q_start, n_heads, head_dim)``: the last positions of the keys' span.
@@ -149,10 +150,12 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks:
         v: ``(bs, seqlen, n_kv_heads, v_head_dim)``.
         sinks: per-head sink logits ``(n_heads,)`` (not scaled), or ``None``.
         sliding_window: keys visible to each query, itself included, or ``None``.
-        document_ids: int ``(bs, seqlen)`` of the keys' positions, non-decreasing along each row, or ``None``.
+        document_ids: int ``(bs, seqlen)`` of the keys' positions, non-decreasing along each row,
+            or ``None``.
         scale: softmax scale; default ``head_dim ** -0.5``.
         block_size: tile edge in positions.
-        q_start: position of the first query (a context-parallel chunk's offset; 0 = every position).
+        q_start: position of the first query (a context-parallel chunk's offset; 0 = every
+            position).
 
     Returns:
         ``(bs, seqlen - q_start, n_heads, v_head_dim)`` in the dtype of ``q``.
@@ -160,8 +163,9 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks:
     Raises:
         ValueError: shapes that disagree (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
     """
-    bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k[:, q_start:], v[:, q_start:], sinks,
-                                              None if document_ids is None else document_ids[:, q_start:])
+    ids = None if document_ids is None else document_ids[:, q_start:]  # the queries' positions
+    bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k[:, q_start:], v[:, q_start:],
+                                              sinks, ids)
     n_kv_heads = k.shape[2]
     group = n_heads // n_kv_heads
     scale = head_dim**-0.5 if scale is None else scale

@@ -27,9 +27,9 @@ def _compiled_flex():
 
 def block_mask(seqlen: int, sliding_window: int | None, document_ids: torch.Tensor | None,
                device: torch.device, q_start: int = 0) -> object:
-    """The ``BlockMask`` of causal attention limited to ``sliding_window`` keys and to each query's document
-    (``document_ids`` int ``(bs, seqlen)`` or ``None``), for ``seqlen`` keys and the queries at positions ``q_start
-    .. seqlen - 1`` on ``device``."""
+    """The ``BlockMask`` of causal attention limited to ``sliding_window`` keys and to each query's
+    document (``document_ids`` int ``(bs, seqlen)`` or ``None``), for ``seqlen`` keys and the
+    queries at positions ``q_start .. seqlen - 1`` on ``device``."""
 
     def mask_mod(b, h, q_idx, kv_idx):
         pos = q_idx + q_start
@@ -48,8 +48,9 @@ def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sink
                       sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
                       scale: float | None = None, q_start: int = 0) -> torch.Tensor:
     """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
-    :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the queries are the positions
-    ``q_start ..`` of the keys' span (as :func:`torchtitan_lite.models.common.blockwise.block_attention`).
+    :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the
+    queries are the positions ``q_start ..`` of the keys' span (as
+    :func:`torchtitan_lite.models.common.blockwise.block_attention`).
 
     Raises:
         ValueError: inconsistent shapes.

@@ -73,8 +73,8 @@ class MoE(WindowAware):
         aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None`` before one
             ran or when the coefficient is 0.
         aux_loss_scale: gradient the aux loss receives in backward (see the module note), default 1.
-        cp: under context parallelism the rank's share of the windows (set by the engine): the aux loss is that of
-            the whole windows, its statistics summed over the ranks sharing them.
+        cp: under context parallelism the rank's share of the windows (set by the engine): the
+            aux loss is that of the whole windows, its statistics summed over the ranks sharing them.
 
     Raises:
         ValueError: a negative ``aux_loss_coeff``, or a positive one without ``aux_loss``.
@@ -108,8 +108,9 @@ class MoE(WindowAware):
                 if not recompute:
                     self.tokens_per_expert += counts
             if self.aux_loss_coeff > 0:
-                window_sum = None if self.cp is None else self.cp.sum  # context parallelism: whole windows'
-                aux = self.aux_loss_coeff * self.aux_loss_fn(routing, counts, x.shape[1], window_sum)
+                window_sum = None if self.cp is None else self.cp.sum  # CP: whole windows' stats
+                aux = self.aux_loss_fn(routing, counts, x.shape[1], window_sum)
+                aux = self.aux_loss_coeff * aux
                 out = AddAuxiliaryLoss.apply(out, aux, self.aux_loss_scale)
                 if not recompute:
                     self.aux_loss = aux.detach()

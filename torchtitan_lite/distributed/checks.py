@@ -102,28 +102,31 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
 
 
 def _check_context_parallel(config: JobConfig, mtp: int, sources: Sources) -> None:
-    """Under ``context_parallel_degree`` > 1: ``training.seq_len`` a multiple of ``2 x cp`` (the load-balanced
-    chunks), a rank's ``seq_len / cp`` positions a multiple of ``tensor_parallel_degree`` under sequence parallelism,
-    no pipeline parallelism (a stage's micro-batches carry no positions), no multi-token prediction (its
-    shifted inputs cross the chunks)."""
+    """Under ``context_parallel_degree`` > 1: ``training.seq_len`` a multiple of ``2 x cp`` (the
+    load-balanced chunks), a rank's ``seq_len / cp`` positions a multiple of
+    ``tensor_parallel_degree`` under sequence parallelism, no pipeline parallelism (a stage's
+    micro-batches carry no positions), no multi-token prediction (its shifted inputs cross the
+    chunks)."""
     par = config.parallelism
-    cp, cp_key = par.context_parallel_degree, where(sources, "parallelism.context_parallel_degree")
+    cp = par.context_parallel_degree
+    cp_key = where(sources, "parallelism.context_parallel_degree")
     seq_len = config.training.seq_len
     if seq_len % (2 * cp):
-        raise ConfigError(f"{cp_key}: training.seq_len {seq_len} is not a multiple of 2 x {cp} (each window is cut "
-                          f"into {2 * cp} equal chunks); pick a seq_len that is")
+        raise ConfigError(f"{cp_key}: training.seq_len {seq_len} is not a multiple of 2 x {cp} (each "
+                          f"window is cut into {2 * cp} equal chunks); pick a seq_len that is")
     tp = par.tensor_parallel_degree
     if tp > 1 and par.enable_sequence_parallel and (seq_len // cp) % tp:
-        raise ConfigError(f"{cp_key}: each rank's {seq_len // cp} positions (training.seq_len {seq_len} / {cp}) are "
-                          f"not a multiple of tensor_parallel_degree {tp} (sequence parallelism splits them); pick a "
-                          f"seq_len that is a multiple of {cp * math.lcm(2, tp)}")
+        raise ConfigError(f"{cp_key}: each rank's {seq_len // cp} positions (training.seq_len "
+                          f"{seq_len} / {cp}) are not a multiple of tensor_parallel_degree {tp} "
+                          "(sequence parallelism splits them); pick a seq_len that is a multiple of "
+                          f"{cp * math.lcm(2, tp)}")
     if par.pipeline_parallel_degree > 1:
         raise ConfigError(f"{cp_key}: {cp} is not implemented with pipeline_parallel_degree "
-                          f"{par.pipeline_parallel_degree} (the pipeline schedule passes no token positions or "
-                          "document ids to its stages); set one of them to 1")
+                          f"{par.pipeline_parallel_degree} (the pipeline schedule passes no token "
+                          "positions or document ids to its stages); set one of them to 1")
     if mtp:
-        raise ConfigError(f"{cp_key}: {cp} is not implemented with multi-token prediction (model mtp_num_layers "
-                          f"{mtp}: its inputs are shifted along the whole window); use "
+        raise ConfigError(f"{cp_key}: {cp} is not implemented with multi-token prediction (model "
+                          f"mtp_num_layers {mtp}: its inputs are shifted along the whole window); use "
                           "--model.overrides.mtp_num_layers=0")
 
 

@@ -6,16 +6,17 @@ Names and layout follow torchtitan's ``ParallelDims`` (``torchtitan/distributed/
 world is one 1-D mesh, unflattened (``DeviceMesh._unflatten``) into named views over the same ranks, with
 the innermost dimension varying fastest:
 
-  * dense ``(pp, dp_replicate, dp_shard, cp, tp)``: pipeline stages, HSDP replicas, FSDP2 shards, context
-    parallel (a window's sequence split), tensor parallel;
-  * batch ``(pp, dp, cp, tp)``: ``dp = dp_replicate * dp_shard``, the ranks that see different batches (the ranks
-    of one ``cp`` group see the same windows, each its share of the positions);
-  * sparse ``(pp, dp_replicate, efsdp, ep)`` when ``ep > 1``: expert parallelism borrows its ``ep`` ranks
-    from the ``dp_shard * cp * tp`` ranks of a replica (innermost first), and the experts are FSDP-sharded over
-    the ``efsdp = dp_shard * cp * tp / ep`` ranks left.
+  * dense ``(pp, dp_replicate, dp_shard, cp, tp)``: pipeline stages, HSDP replicas, FSDP2 shards,
+    context parallel (a window's sequence split), tensor parallel;
+  * batch ``(pp, dp, cp, tp)``: ``dp = dp_replicate * dp_shard``, the ranks that see different
+    batches (the ranks of one ``cp`` group see the same windows, each its share of the positions);
+  * sparse ``(pp, dp_replicate, efsdp, ep)`` when ``ep > 1``: expert parallelism borrows its ``ep``
+    ranks from the ``dp_shard * cp * tp`` ranks of a replica (innermost first), and the experts are
+    FSDP-sharded over the ``efsdp = dp_shard * cp * tp / ep`` ranks left.
 
-Under context parallelism FSDP2 shards over ``dp_shard x cp`` (the flattened ``dp_shard_cp``, torchtitan's), and
-the token sums (loss, expert loads) are taken over ``dp x cp`` (:attr:`ParallelDims.loss_group`).
+Under context parallelism FSDP2 shards over ``dp_shard x cp`` (one ``dp_shard_cp`` dimension of the
+``fsdp`` view, as torchtitan's), and the token sums (loss, expert loads) are taken over ``dp x cp``
+(:attr:`ParallelDims.loss_group`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class ParallelDims:
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
         named = {"data_parallel_replicate_degree": dp_replicate, "tensor_parallel_degree": tp,
-                 "context_parallel_degree": cp, "pipeline_parallel_degree": pp, "expert_parallel_degree": ep}
+                 "context_parallel_degree": cp, "pipeline_parallel_degree": pp,
+                 "expert_parallel_degree": ep}
         for key, value in named.items():
             if value < 1:
                 raise ValueError(f"parallelism.{key} must be >= 1, got {value}")
@@ -62,19 +64,22 @@ class ParallelDims:
         cp_text = f"context_parallel_degree {cp} * " if cp > 1 else ""
         if dp_shard == -1:
             if world_size % others:
-                raise LaunchError(f"the world size {world_size} is not a multiple of data_parallel_replicate_degree "
-                                 f"{dp_replicate} * {cp_text}tensor_parallel_degree {tp} * pipeline_parallel_degree "
-                                 f"{pp} = {others}; pick degrees that divide it")
+                raise LaunchError(f"the world size {world_size} is not a multiple of "
+                                  f"data_parallel_replicate_degree {dp_replicate} * {cp_text}"
+                                  f"tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
+                                  f"{others}; pick degrees that divide it")
             dp_shard = world_size // others
         if dp_replicate * dp_shard * cp * tp * pp != world_size:
-            raise LaunchError(f"data_parallel_replicate_degree {dp_replicate} * data_parallel_shard_degree {dp_shard} * "
-                             f"{cp_text}tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
-                             f"{dp_replicate * dp_shard * cp * tp * pp}, not the world size {world_size}; set "
-                             "data_parallel_shard_degree = -1 or degrees that multiply to the world size")
+            raise LaunchError(f"data_parallel_replicate_degree {dp_replicate} * "
+                              f"data_parallel_shard_degree {dp_shard} * {cp_text}tensor_parallel_degree "
+                              f"{tp} * pipeline_parallel_degree {pp} = "
+                              f"{dp_replicate * dp_shard * cp * tp * pp}, not the world size "
+                              f"{world_size}; set data_parallel_shard_degree = -1 or degrees that "
+                              "multiply to the world size")
         if (dp_shard * cp * tp) % ep:
-            raise LaunchError(f"expert_parallel_degree {ep} must divide data_parallel_shard_degree {dp_shard} * "
-                             f"{cp_text}tensor_parallel_degree {tp} = {dp_shard * cp * tp} (expert parallelism "
-                             "borrows those ranks)")
+            raise LaunchError(f"expert_parallel_degree {ep} must divide data_parallel_shard_degree "
+                              f"{dp_shard} * {cp_text}tensor_parallel_degree {tp} = "
+                              f"{dp_shard * cp * tp} (expert parallelism borrows those ranks)")
         self.dp_replicate, self.dp_shard, self.tp, self.pp, self.ep = dp_replicate, dp_shard, tp, pp, ep
         self.cp = cp
         self.world_size = world_size
@@ -93,43 +98,48 @@ class ParallelDims:
                    cp=parallelism.context_parallel_degree, world_size=world_size)
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
-        """Create the world mesh and its views over the default process group (call once, on every rank), and the
-        flattened ``dp_replicate_dp_shard`` (HSDP), ``dp_shard_tp`` (TP) and ``dp_replicate_dp_shard_tp`` (both)
-        meshes of the layouts that have them (with ``cp > 1``: ``dp_shard_cp`` in place of ``dp_shard``, and
-        ``dp_cp`` of the batch view), and under expert parallelism ``efsdp_ep`` (``dp_replicate_efsdp_ep``
-        with HSDP): a DTensor reduced over the dimensions of its FSDP x TP or experts' mesh (a gradient norm) then
-        takes one collective instead of one per dimension."""
+        """Create the world mesh and its views over the default process group (call once, on every
+        rank), with ``cp > 1`` the ``fsdp`` view ``(pp, dp_replicate, dp_shard_cp, tp)`` and the
+        ``loss`` view ``(pp, dp_cp, tp)``, and the flattened ``dp_replicate_dp_shard`` (HSDP),
+        ``dp_shard_tp`` (TP) and ``dp_replicate_dp_shard_tp`` (both) meshes of the layouts that
+        have them (``dp_shard_cp`` in place of ``dp_shard`` with ``cp > 1``), and under expert
+        parallelism ``efsdp_ep`` (``dp_replicate_efsdp_ep`` with HSDP): a DTensor reduced over the
+        dimensions of its FSDP x TP or experts' mesh (a gradient norm) then takes one collective
+        instead of one per dimension."""
         world = init_device_mesh(device_type, (self.world_size,), mesh_dim_names=("world",))
         self._meshes = {
             "world": world,
-            "dense": world._unflatten(0, (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp),
-                                      ("pp", "dp_replicate", "dp_shard", "cp", "tp")),
-            "batch": world._unflatten(0, (self.pp, self.dp_degree, self.cp, self.tp), ("pp", "dp", "cp", "tp")),
+            "dense": world._unflatten(
+                0, (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp),
+                ("pp", "dp_replicate", "dp_shard", "cp", "tp")),
+            "batch": world._unflatten(0, (self.pp, self.dp_degree, self.cp, self.tp),
+                                      ("pp", "dp", "cp", "tp")),
         }
         dense = self._meshes["dense"]
         shard = ("dp_shard", "cp") if self.cp > 1 else ("dp_shard",)  # the dims FSDP2 shards over
         if self.cp > 1:  # views with the two dims as one (the same ranks, innermost first)
-            self._meshes["fsdp"] = world._unflatten(0, (self.pp, self.dp_replicate, self.dp_shard * self.cp, self.tp),
-                                                    ("pp", "dp_replicate", "dp_shard_cp", "tp"))
+            self._meshes["fsdp"] = world._unflatten(
+                0, (self.pp, self.dp_replicate, self.dp_shard * self.cp, self.tp),
+                ("pp", "dp_replicate", "dp_shard_cp", "tp"))
             self._meshes["loss"] = world._unflatten(0, (self.pp, self.dp_degree * self.cp, self.tp),
                                                     ("pp", "dp_cp", "tp"))
-        for names in (("dp_replicate", "dp_shard"), ("dp_shard", "tp"), ("dp_replicate", "dp_shard", "tp")):
-            if all(getattr(self, name) > 1 for name in names if name != "dp_shard"):  # the meshes FSDP x TP builds
-                dims = tuple(d for name in names for d in (shard if name == "dp_shard" else (name,)))
+        shard_name = "_".join(shard)
+        for names in (("dp_replicate", "dp_shard"), ("dp_shard", "tp"),
+                      ("dp_replicate", "dp_shard", "tp")):
+            # the meshes FSDP x TP builds: one collective where a DTensor reduces over these dims
+            if all(getattr(self, name) > 1 for name in names if name != "dp_shard"):
+                dims = tuple(d for n in names for d in (shard if n == "dp_shard" else (n,)))
                 if len(dims) > 1 and dims != shard:
-                    dense[dims]._flatten("_".join(names).replace("dp_shard", self._shard_name))
+                    dense[dims]._flatten("_".join(names).replace("dp_shard", shard_name))
         if self.ep > 1:
             self._meshes["sparse"] = world._unflatten(
-                0, (self.pp, self.dp_replicate, self.dp_shard * self.cp * self.tp // self.ep, self.ep),
+                0, (self.pp, self.dp_replicate, self.dp_shard * self.cp * self.tp // self.ep,
+                    self.ep),
                 ("pp", "dp_replicate", "efsdp", "ep"))
             sparse = self._meshes["sparse"]
             names = ("dp_replicate", "efsdp", "ep") if self.dp_replicate > 1 else ("efsdp", "ep")
             sparse[names]._flatten("_".join(names))  # one collective where an expert DTensor reduces over these dims
         return world
-
-    @property
-    def _shard_name(self) -> str:
-        return "dp_shard_cp" if self.cp > 1 else "dp_shard"
 
     def _view(self, name: str) -> DeviceMesh:
         if not self._meshes:
@@ -150,10 +160,13 @@ class ParallelDims:
 
     @property
     def fsdp_mesh(self) -> DeviceMesh:
-        """The mesh ``fully_shard`` shards dense parameters over: ``dp_shard`` (``dp_shard_cp`` under context
-        parallelism), or the 2-D ``(dp_replicate, dp_shard[_cp])`` for HSDP (replicated over the first, sharded
-        over the second)."""
-        view, shard = (self._view("fsdp"), "dp_shard_cp") if self.cp > 1 else (self.dense_mesh, "dp_shard")
+        """The mesh ``fully_shard`` shards dense parameters over: ``dp_shard`` (``dp_shard_cp``
+        under context parallelism), or the 2-D ``(dp_replicate, dp_shard[_cp])`` for HSDP
+        (replicated over the first, sharded over the second)."""
+        if self.cp > 1:
+            view, shard = self._view("fsdp"), "dp_shard_cp"
+        else:
+            view, shard = self.dense_mesh, "dp_shard"
         return view["dp_replicate", shard] if self.dp_replicate > 1 else view[shard]
 
     @property
@@ -199,7 +212,8 @@ class ParallelDims:
 
     @property
     def cp_mesh(self) -> DeviceMesh:
-        """The context-parallel mesh: the ranks that share one window's positions (size ``cp``; 1 when off)."""
+        """The context-parallel mesh: the ranks that share one window's positions (size ``cp``; 1
+        when off)."""
         return self.dense_mesh["cp"]
 
     @property
@@ -209,8 +223,8 @@ class ParallelDims:
 
     @property
     def loss_mesh(self) -> DeviceMesh:
-        """The ranks whose token sums make the global batch's (loss, validation, expert loads): ``dp`` x ``cp``
-        as one dimension (``dp`` when ``cp`` is 1; torchtitan's ``loss_mesh``)."""
+        """The ranks whose token sums make the global batch's (loss, validation, expert loads):
+        ``dp`` x ``cp`` as one dimension (``dp`` when ``cp`` is 1; torchtitan's ``loss_mesh``)."""
         return self._view("loss")["dp_cp"] if self.cp > 1 else self.dp_mesh
 
     @property

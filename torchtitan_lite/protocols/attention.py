@@ -15,9 +15,10 @@ ATTN_BACKENDS = ("auto", "flex", "blockwise", "reference")
 
 
 class WindowAware(nn.Module):
-    """Base of a module whose forward needs the whole window's statistics or keys: ``cp`` is ``None`` (it sees whole
-    windows), or under context parallelism the rank's share, set by the engine
-    (:class:`torchtitan_lite.distributed.context_parallel.ContextParallel`: ``chunks``, ``gather``, ``sum``)."""
+    """Base of a module whose forward needs the whole window's statistics or keys: ``cp`` is
+    ``None`` (it sees whole windows), or under context parallelism the rank's share, set by the
+    engine (:class:`torchtitan_lite.distributed.context_parallel.ContextParallel`: ``chunks``,
+    ``gather``, ``sum``)."""
 
     cp: Any = None
 
