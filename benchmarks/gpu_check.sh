@@ -11,6 +11,8 @@
 #   bash benchmarks/gpu_check.sh
 #   NGPU=2 TP=2 bash benchmarks/gpu_check.sh      # the tensor-parallel variant on a machine with 2 GPUs
 #   NGPU=2 PP=2 bash benchmarks/gpu_check.sh      # the pipeline-parallel variant
+#   NGPU=2 CP=2 EXTRA_ARGS="--training.seq_len=32768 --model.overrides.max_seq_len=32768 \
+#     --training.local_batch_size=1" bash benchmarks/gpu_check.sh   # context parallel: 32k windows over 2 GPUs
 #   NGPU=8 EP=8 CONFIG_FILE=train_configs/deepseek_v3_16b.toml bash benchmarks/gpu_check.sh   # expert parallel
 #     (8 GPUs of 80 GB: 16B parameters x 16 B / 8 = 32 GB of model state per GPU; not yet run on GPUs here)
 #
@@ -25,6 +27,9 @@
 #   TP           tensor-parallel degree, default 1 (NGPU / (TP * PP) ranks are FSDP2 data-parallel ranks)
 #   PP           pipeline-parallel degree, default 1; PP=2 NGPU=2 is the pipeline variant: two 1F1B stages of
 #                14 layers, 4 micro-batches of one sequence per step, untied embeddings (a pipeline needs them)
+#   CP           context-parallel degree, default 1: each window's positions split over CP ranks (keys and values
+#                all-gathered, FlexAttention with the queries offset; docs/parallel.md), NGPU / (TP * PP * CP)
+#                data-parallel ranks; seq_len must be a multiple of 2 * CP
 #   EP           expert-parallel degree (MoE configs), default 1; borrowed from the FSDP x TP ranks, it divides
 #                NGPU / PP. With EP > 1 compile is off (EP under torch.compile is not checked yet; EXTRA_ARGS
 #                "--compile.enable=true" turns it on)
@@ -45,7 +50,7 @@
 #                REQUIRE_GPU=0 CONFIG_FILE=train_configs/qwen3_debug.toml STEPS=12 \
 #                  EXTRA_ARGS="--compile.enable=false --training.compute_dtype=auto --training.seq_len=256" \
 #                  bash benchmarks/gpu_check.sh
-#                (add NGPU=2 PP=2 for the pipeline's CPU dry run, or NGPU=2 EP=2
+#                (add NGPU=2 PP=2 for the pipeline's CPU dry run, NGPU=2 CP=2 for context parallelism's, or NGPU=2 EP=2
 #                CONFIG_FILE=train_configs/qwen3_moe_debug.toml for expert parallelism's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +61,7 @@ NGPU=${NGPU:-1}
 TP=${TP:-1}
 PP=${PP:-1}
 EP=${EP:-1}
+CP=${CP:-1}
 REQUIRE_GPU=${REQUIRE_GPU:-1}
 PYTHON=${PYTHON:-python}
 read -r -a extra <<< "${EXTRA_ARGS:-}"
@@ -79,9 +85,12 @@ fi
 if [[ "$REQUIRE_GPU" == 1 ]]; then
     nvidia-smi
 fi
-if (( NGPU % (TP * PP) )); then
-    echo "gpu_check: TP=$TP x PP=$PP does not divide NGPU=$NGPU" >&2
+if (( NGPU % (TP * PP * CP) )); then
+    echo "gpu_check: TP=$TP x PP=$PP x CP=$CP does not divide NGPU=$NGPU" >&2
     exit 2
+fi
+if [[ "$CP" != 1 ]]; then
+    layout+=(--parallelism.context_parallel_degree="$CP")
 fi
 compile=true
 if [[ "$EP" != 1 ]]; then
@@ -117,7 +126,7 @@ local label=$1
 shift
 NGPU=$NGPU LOG_RANK=$(seq -s, 0 $((NGPU - 1))) CONFIG_FILE="$CONFIG_FILE" ./run_train.sh \
     --training.dataset=shakespeare --training.hf_dataset_name=none --training.hf_dataset_config=none \
-    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP) )) \
+    --training.streaming=false --training.local_batch_size=4 --training.global_batch_size=$(( 4 * NGPU / (TP * PP * CP) )) \
     --parallelism.tensor_parallel_degree="$TP" "${layout[@]}" \
     --training.steps="$STEPS" --lr_scheduler.warmup_steps=5 --validation.enable=false --checkpoint.enable=false \
     --metrics.enable_tensorboard=false --metrics.log_freq=1 --compile.enable=$compile --training.compute_dtype=bfloat16 \

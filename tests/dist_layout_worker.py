@@ -104,7 +104,7 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     batches, losses, norms = iter(trainer.train_loader), [], []
     for step in range(1, STEPS + 1):
         stats = trainer.train_step(batches, step, sync=True)
-        dist.all_reduce(stats.loss_sum, group=trainer.info.dims.dp_group)
+        dist.all_reduce(stats.loss_sum, group=trainer.info.dims.loss_group)
         losses.append(stats.loss_sum.item() / tokens)
         norms.append(stats.grad_norm.item())
         if step == 1:

@@ -86,6 +86,12 @@ HOW: dict[str, tuple[str, str]] = {
     "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_671b.toml TORCHRUN_ARGS=\"--nnodes=32 --rdzv-backend=c10d "
     "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=deepseek-v3\" ./run_train.sh --parallelism.expert_parallel_degree=64":
         ("check", "32 nodes"),
+    "NGPU=8 CONFIG_FILE=train_configs/llama3_debug.toml ./run_train.sh --model.flavor=8b "
+    "--model.overrides.max_seq_len=131072 --training.seq_len=131072 --training.local_batch_size=1 "
+    "--parallelism.context_parallel_degree=8 --activation_checkpoint.mode=full": ("check", "8 GPUs"),
+    "NGPU=4 CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.max_seq_len=16384 "
+    "--training.seq_len=16384 --training.local_batch_size=1 --training.global_batch_size=1 "
+    "--parallelism.context_parallel_degree=4": ("run", ""),
     "./run_train.sh --training.dataset_path=/data/corpus.prepared": ("check", "the reader's corpus"),
     "./run_train.sh --checkpoint.initial_load_hf=/data/Qwen3-0.6B --training.dataset_path=my_corpus/ "
     "--training.seq_len=2048 --checkpoint.export_hf=outputs/qwen3-0.6b-tuned":

@@ -36,7 +36,7 @@ def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
 def test_hooks_scale_the_aux_loss_then_sum_the_step_and_move_the_biases():
     model = build()
     model.train()
-    hooks = MoETrainingHooks(model, SimpleNamespace(dp_group=None, dp_degree=2, pp=1), micro_batches=4)
+    hooks = MoETrainingHooks(model, SimpleNamespace(loss_group=None, loss_degree=2, pp=1), micro_batches=4)
     assert [m.aux_loss_scale for m in moe_layers(model).values()] == [1 / 8, 1 / 8]
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
     model(tokens).sum().backward()
@@ -54,7 +54,7 @@ def test_hooks_scale_the_aux_loss_then_sum_the_step_and_move_the_biases():
 def test_dense_families_have_the_no_op_hooks_and_moe_families_the_moe_hooks():
     for name in model_names():
         spec = get_model_spec(name)
-        hooks = spec.training_hooks(torch.nn.Linear(1, 1), SimpleNamespace(dp_group=None, dp_degree=1, pp=1), 1)
+        hooks = spec.training_hooks(torch.nn.Linear(1, 1), SimpleNamespace(loss_group=None, loss_degree=1, pp=1), 1)
         assert isinstance(hooks, MoETrainingHooks) == is_moe(name), name
         if not is_moe(name):
             assert type(hooks) is TrainingHooks
@@ -77,7 +77,7 @@ def test_an_expert_without_tokens_for_dead_expert_steps_is_named_once_with_its_l
 
 def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
     model = build()
-    hooks = MoETrainingHooks(model, SimpleNamespace(dp_group=None, dp_degree=1, pp=1), micro_batches=1)
+    hooks = MoETrainingHooks(model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1)
     layers = moe_layers(model)
     n = next(iter(layers.values())).tokens_per_expert.numel()
     for step in range(1, DEAD_EXPERT_STEPS + 1):

@@ -22,9 +22,11 @@ the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`
 Each micro-batch adds its summed token cross-entropy divided by the GLOBAL token count of the step
 to the loss, and FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is
 that of the mean loss over all tokens of the global batch, exactly as one process would compute it.
-Under pipeline parallelism a micro-batch runs through the schedule in pipeline micro-batches, each
-adding its summed cross-entropy over the same global count (``distributed/pipeline.py``, the note on
-the loss).
+Under context parallelism each rank of a cp group adds the cross-entropy of its positions of the
+windows (``distributed/context_parallel.py``) and FSDP2 sums over ``dp_shard x cp``: the same
+gradient. Under pipeline parallelism a micro-batch runs through the schedule in pipeline
+micro-batches, each adding its summed cross-entropy over the same global count
+(``distributed/pipeline.py``, the note on the loss).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.agreement import check_nodes_agree
 from torchtitan_lite.distributed.checks import batch_split_problem, check_deterministic
 from torchtitan_lite.distributed.compile import compiles
+from torchtitan_lite.distributed.context_parallel import ContextParallel, set_context_parallel
 from torchtitan_lite.distributed.deterministic import (
     PairwiseSum,
     canonical_loss_sum,
@@ -329,6 +332,11 @@ class Trainer:
             forwards *= self.pipeline.n_microbatches
         else:
             model = parallelize_model(build_meta_model(self.run), self.run, info)
+        self.cp = None  # context parallelism: this rank's share of every window
+        if info.dims.cp > 1:
+            self.cp = ContextParallel(info.dims.cp_mesh.get_group(), info.dims.cp,
+                                      info.dims.cp_rank, self.config.training.seq_len)
+            set_context_parallel(model, self.cp)
         if self.float8 is not None:
             self.startup.note(float8_line(model, self.float8))
         self.loss_fn = build_loss_fn(self.config, info.device)
@@ -559,6 +567,8 @@ class Trainer:
                     continue
                 documents = document_inputs(ids[0] if ids else None,
                                             self.config.training.document_positions)
+                if self.cp is not None:  # this rank's positions of the windows, labels with them
+                    inputs, labels, documents = self.cp.split(inputs, labels, documents)
                 logits = self.model(inputs, **documents, labels=labels)  # labels: MTP
                 micro_loss = self.loss_fn(logits, labels)
                 (micro_loss / tokens_global).backward()
@@ -591,7 +601,7 @@ class Trainer:
             grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
                                         pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
         lr = self.scheduler.get_last_lr()[0]
-        self.guard.record(step, loss_sum * self.info.dims.dp_degree / tokens_global, grad_norm)
+        self.guard.record(step, loss_sum * dims.loss_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
             self.optimizer.step()
         precompute_scales(self.model, self.float8)
@@ -621,6 +631,8 @@ class Trainer:
                 if self.pipeline is None:
                     documents = document_inputs(ids[0] if ids else None,
                                                 self.config.training.document_positions)
+                    if self.cp is not None:
+                        inputs, labels, documents = self.cp.split(inputs, labels, documents)
                     loss = cross_entropy_sum(self.model(inputs, **documents), labels)
                 else:  # the last stage's sum (0 on the others)
                     loss = self.pipeline.evaluate(inputs, labels)
@@ -628,12 +640,12 @@ class Trainer:
             tokens += labels.numel()
         self.model.train()
         local = torch.cat(sums)
-        gathered = torch.empty(local.numel() * self.info.dims.dp_degree, dtype=local.dtype,
-                               device=local.device)
-        dist.all_gather_single(gathered, local, group=self.info.dims.dp_group)
+        ranks = self.info.dims.loss_degree  # every token once: data- x context-parallel ranks
+        gathered = torch.empty(local.numel() * ranks, dtype=local.dtype, device=local.device)
+        dist.all_gather_single(gathered, local, group=self.info.dims.loss_group)
         if self.pipeline is not None:  # the last stage's sums to every stage (adding 0 is exact)
             dist.all_reduce(gathered, group=self.pipeline.group)
-        tokens *= self.info.dims.dp_degree
+        tokens *= ranks
         return math.fsum(gathered.tolist()) / tokens, tokens
 
     def sample(self) -> str:
@@ -643,9 +655,11 @@ class Trainer:
         cfg, cc = self.config.validation, self.config.compile
         compiled = compiles(cc.enable, cc.components, cc.backend, self.info.device.type, "model")
         self.model.eval()
+        set_context_parallel(self.model, None)  # every rank decodes the whole prompt
         ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
                        device=self.info.device, eos_id=self.tokenizer.eos_id,
                        use_cache=self.info.dims.tp == 1 and not compiled)  # no TP split, recompile
+        set_context_parallel(self.model, self.cp)
         self.model.train()
         return self.tokenizer.decode(ids)
 
@@ -686,7 +700,7 @@ class Trainer:
             state.step, state.skipped_steps = step, self.guard.skipped
             state.tokens_seen += tokens_global
             if log_due:
-                dist.all_reduce(stats.loss_sum, group=self.info.dims.dp_group)
+                dist.all_reduce(stats.loss_sum, group=self.info.dims.loss_group)
                 loss = stats.loss_sum.item() / tokens_global  # waits for the device
                 self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(),
                                       lr=stats.lr, tokens_per_step=tokens_per_device,

@@ -73,6 +73,7 @@ class Attention(nn.Module):
         new positions' keys and values are kept and the queries attend to all kept ones
         (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:
+            k, v = self.inner_attention.gather(k, v)  # the whole window's under context parallelism
             args = (q, k, v) if sinks is None else (q, k, v, sinks)  # positional: what a TP plan prepares
             return self.inner_attention(*args, document_ids=document_ids)
         window = self.inner_attention.sliding_window

@@ -124,6 +124,24 @@ def attention(
     return sink_attention(q, k, v, sinks, sliding_window=sliding_window, document_ids=document_ids, scale=scale)
 
 
+def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, *,
+                    sinks: torch.Tensor | None = None, sliding_window: int | None = None,
+                    document_ids: torch.Tensor | None = None,
+                    scale: float | None = None) -> torch.Tensor:
+    """:func:`attention` of the queries at positions ``q_start ..`` of the keys' span (a
+    context-parallel chunk): ``q`` ``(bs, seqlen - q_start, n_heads, head_dim)``,
+    ``k``/``v``/``document_ids`` over positions ``0 .. seqlen - 1``. The kernel, whatever
+    ``attn_backend``: ``blockwise`` on CPU, ``flex`` on accelerators, both with the queries offset
+    to their positions.
+
+    Raises:
+        ValueError: inconsistent shapes.
+    """
+    kernel = block_attention if q.device.type == "cpu" else flex_attention_op
+    return kernel(q, k, v, sinks=sinks, sliding_window=sliding_window, document_ids=document_ids,
+                  scale=scale, q_start=q_start)
+
+
 class InnerAttention(AttentionKernel):
     """:func:`attention` as a parameterless module (torchtitan's ``inner_attention``): the kernel of a layer, a
     boundary where tensor parallelism hands it plain local tensors (the rank's heads and sinks).
@@ -133,16 +151,37 @@ class InnerAttention(AttentionKernel):
         scale: softmax scale; ``None`` = ``head_dim ** -0.5``.
 
     ``attn_backend`` (default ``auto``) is set for a whole model by the engine
-    (:func:`torchtitan_lite.components.attention.set_attn_backend`).
+    (:func:`torchtitan_lite.components.attention.set_attn_backend`), and under context parallelism
+    ``cp``, the rank's share of the window (``torchtitan_lite/distributed/context_parallel.py``):
+    the layer then passes the keys and values of the whole window (:meth:`gather`) with its local
+    queries and document ids.
     """
 
     def __init__(self, sliding_window: int | None = None, scale: float | None = None):
         super().__init__()
         self.sliding_window, self.scale = sliding_window, scale
 
+    def gather(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each of ``tensors`` ``(bs, seqlen, ...)`` over the whole window (``cp.gather``, with
+        autograd); as they are without context parallelism."""
+        return tensors if self.cp is None else tuple(self.cp.gather(t) for t in tensors)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None,
                 document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
-        ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``."""
-        return attention(q, k, v, sinks=sinks, sliding_window=self.sliding_window, document_ids=document_ids,
-                         scale=self.scale, backend=self.attn_backend)
+        ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``. Under
+        context parallelism ``k``/``v`` span the whole window (:meth:`gather`), ``q`` and
+        ``document_ids`` the rank's chunks, and each chunk attends to the keys up to its end
+        (:func:`chunk_attention`)."""
+        if self.cp is None:
+            return attention(q, k, v, sinks=sinks, sliding_window=self.sliding_window,
+                             document_ids=document_ids, scale=self.scale, backend=self.attn_backend)
+        docs = None if document_ids is None else self.cp.gather(document_ids)
+        outs = []
+        for start, end, position in self.cp.chunks:
+            span = position + end - start  # keys 0 .. the chunk's last position
+            outs.append(chunk_attention(
+                q[:, start:end], k[:, :span], v[:, :span], position, sinks=sinks,
+                sliding_window=self.sliding_window, scale=self.scale,
+                document_ids=None if docs is None else docs[:, :span]))
+        return torch.cat(outs, dim=1)

@@ -10,12 +10,22 @@ import torch
 
 from torchtitan_lite.models.common.routers import RouterOutput
 
-AuxLoss = Callable[[RouterOutput, torch.Tensor, int], torch.Tensor]
-"""``(routing of T tokens, counts (E,) of (token, expert) assignments, tokens per sequence) -> fp32 scalar``,
-unweighted (the MoE multiplies by its coefficient)."""
+WindowSum = Callable[[torch.Tensor], torch.Tensor]
+"""A sum of a per-rank statistic over the ranks that share each window (context parallelism: an
+all-reduce with autograd), so a loss of whole sequences is computed from each rank's share of them;
+``None``: the rank has whole windows."""
+
+AuxLoss = Callable[[RouterOutput, torch.Tensor, int, WindowSum | None], torch.Tensor]
+"""``(routing of T tokens, counts (E,) of (token, expert) assignments, tokens per sequence held,
+window sum) -> fp32 scalar``, unweighted (the MoE multiplies by its coefficient)."""
 
 
-def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
+def _whole(stats: torch.Tensor, window_sum: WindowSum | None) -> torch.Tensor:
+    return stats if window_sum is None else window_sum(stats)
+
+
+def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor,
+                      window_sum: WindowSum | None = None) -> torch.Tensor:
     """Switch-Transformer load-balancing loss (Fedus et al. 2021, arXiv 2101.03961, eq. 4-6), HF form.
 
     ``E * sum_e f_e * P_e`` with ``f_e`` = (tokens routed to ``e``) / ``T`` (no gradient; summing to
@@ -25,16 +35,21 @@ def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor) -> t
     Args:
         probs: ``(T, E)`` router probabilities.
         tokens_per_expert: ``(E,)`` counts of (token, expert) assignments in this batch.
+        window_sum: :data:`WindowSum`: the counts, probability sums and ``T`` summed over the
+            ranks sharing the windows (``None``: none).
 
     Returns:
         fp32 scalar.
     """
     num_tokens, num_experts = probs.shape
-    fraction = tokens_per_expert.float() / num_tokens
-    return num_experts * (fraction * probs.float().mean(dim=0)).sum()
+    total = probs.new_full((1,), num_tokens).float()
+    stats = torch.cat([tokens_per_expert.float(), probs.float().sum(dim=0), total])
+    counts, prob_sum, total = _whole(stats, window_sum).split([num_experts, num_experts, 1])
+    return num_experts * (counts / total * (prob_sum / total)).sum()
 
 
-def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: int) -> torch.Tensor:
+def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: int,
+                          window_sum: WindowSum | None = None) -> torch.Tensor:
     """Complementary sequence-wise balance loss ``sum_i f_i P_i`` (DeepSeek-V3 report, arXiv 2412.19437,
     eq. 17-20), averaged over sequences.
 
@@ -45,7 +60,9 @@ def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: i
     Args:
         scores: ``(bs * seqlen, E)`` unbiased affinity scores (rows in sequence order).
         indices: ``(bs * seqlen, k)`` chosen experts.
-        seqlen: tokens per sequence.
+        seqlen: tokens per sequence held here.
+        window_sum: :data:`WindowSum`: each sequence's counts, probability sums and length summed
+            over the ranks sharing it (``None``: whole sequences).
 
     Returns:
         fp32 scalar.
@@ -56,17 +73,22 @@ def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: i
     chosen = torch.zeros(bs, num_experts, device=scores.device).scatter_add_(
         1, indices.view(bs, seqlen * top_k), torch.ones(bs, seqlen * top_k, device=scores.device)
     )  # (bs, E) token counts per sequence
-    fraction = chosen * num_experts / (top_k * seqlen)
     normalized = scores.float() / scores.float().sum(dim=-1, keepdim=True)
-    mean_prob = normalized.view(bs, seqlen, num_experts).mean(dim=1)  # (bs, E)
-    return (fraction * mean_prob).sum(dim=-1).mean()
+    prob_sum = normalized.view(bs, seqlen, num_experts).sum(dim=1)  # (bs, E)
+    length = chosen.new_full((bs, 1), seqlen)
+    stats = _whole(torch.cat([chosen, prob_sum, length], dim=1), window_sum)
+    chosen, prob_sum, length = stats.split([num_experts, num_experts, 1], dim=1)
+    fraction = chosen * num_experts / (top_k * length)
+    return (fraction * (prob_sum / length)).sum(dim=-1).mean()
 
 
-def switch_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int) -> torch.Tensor:
+def switch_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int,
+                    window_sum: WindowSum | None = None) -> torch.Tensor:
     """:func:`load_balance_loss` over all tokens of the batch, as an :data:`AuxLoss`."""
-    return load_balance_loss(routing.probs, counts)
+    return load_balance_loss(routing.probs, counts, window_sum)
 
 
-def sequence_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int) -> torch.Tensor:
+def sequence_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int,
+                      window_sum: WindowSum | None = None) -> torch.Tensor:
     """:func:`sequence_balance_loss` per sequence of ``seqlen`` tokens, as an :data:`AuxLoss`."""
-    return sequence_balance_loss(routing.probs, routing.indices, seqlen)
+    return sequence_balance_loss(routing.probs, routing.indices, seqlen, window_sum)

@@ -31,19 +31,23 @@ BLOCK_SIZE = 256
 class _Tiles:
     """The visible tiles of one call: query blocks, and for each the key range and whether it needs a mask.
 
-    ``document_ids`` int ``(bs, S)`` (non-decreasing along the sequence) or ``None``.
+    Queries sit at positions ``q_start .. seqlen - 1``, keys at ``0 .. seqlen - 1`` (``q_start`` >
+    0: a context-parallel rank's chunk, whose earlier keys it gathered). ``document_ids`` int
+    ``(bs, seqlen)`` of the keys (non-decreasing along the sequence) or ``None``.
     """
 
-    def __init__(self, seqlen: int, window: int | None, document_ids: torch.Tensor | None, block_size: int):
-        self.seqlen, self.window, self.block = seqlen, window, block_size
+    def __init__(self, seqlen: int, window: int | None, document_ids: torch.Tensor | None,
+                 block_size: int, q_start: int = 0):
+        self.seqlen, self.window, self.block, self.q_start = seqlen, window, block_size, q_start
         self.document_ids = document_ids
         if document_ids is not None:
             pos = torch.arange(seqlen, device=document_ids.device)
             self.doc_start = pos - document_positions(document_ids)  # first position of each one's document
 
     def __iter__(self):
-        """Yield ``(qs, qe, key_ranges)``; ``key_ranges`` lists ``(ks, ke)`` key blocks visible from the block."""
-        for qs in range(0, self.seqlen, self.block):
+        """Yield ``(qs, qe, key_ranges)`` in positions; ``key_ranges`` lists ``(ks, ke)`` key
+        blocks visible from the block."""
+        for qs in range(self.q_start, self.seqlen, self.block):
             qe = min(qs + self.block, self.seqlen)
             lo = 0 if self.window is None else max(0, qs - self.window + 1)
             if self.document_ids is not None:
@@ -70,14 +74,16 @@ class _Tiles:
 
 def _scores(q, k, scale, tiles, qs, qe, ks, ke):
     """Masked scores of one tile, fp32 ``(bs, n_kv_heads, group, nq, nk)``; hidden keys are ``-inf``."""
-    s = q[..., qs:qe, :] @ k[..., ks:ke, :].transpose(-1, -2) * scale
+    q0 = tiles.q_start
+    s = q[..., qs - q0:qe - q0, :] @ k[..., ks:ke, :].transpose(-1, -2) * scale
     mask = tiles.mask(qs, qe, ks, ke)
     return s if mask is None else s.masked_fill(~mask, float("-inf"))
 
 
 class _BlockAttention(torch.autograd.Function):
-    """fp32 ``q`` ``(bs, n_kv, group, S, D)``, ``k`` ``(bs, n_kv, 1, S, D)``, ``v`` ``(bs, n_kv, 1, S, Dv)``, ``sinks``
-    ``(1, n_kv, group, 1, 1)`` or ``None`` -> ``(bs, n_kv, group, S, Dv)`` (module note)."""
+    """fp32 ``q`` ``(bs, n_kv, group, Sq, D)``, ``k`` ``(bs, n_kv, 1, S, D)``, ``v``
+    ``(bs, n_kv, 1, S, Dv)``, ``sinks`` ``(1, n_kv, group, 1, 1)`` or ``None`` ->
+    ``(bs, n_kv, group, Sq, Dv)``, ``Sq = S - tiles.q_start`` (module note)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, tiles, scale):
@@ -112,13 +118,15 @@ class _BlockAttention(torch.autograd.Function):
         d_out = d_out.contiguous()
         delta = (d_out * out).sum(-1, keepdim=True)  # D_i: (bs, n_kv, group, S, 1)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q0 = tiles.q_start
         for qs, qe, key_ranges in tiles:
-            q_blk, do_blk = q[..., qs:qe, :], d_out[..., qs:qe, :]
+            rows = slice(qs - q0, qe - q0)  # the block's queries in q
+            q_blk, do_blk = q[..., rows, :], d_out[..., rows, :]
             for ks, ke in key_ranges:
-                p = torch.exp(_scores(q, k, scale, tiles, qs, qe, ks, ke) - lse[..., qs:qe, :])
+                p = torch.exp(_scores(q, k, scale, tiles, qs, qe, ks, ke) - lse[..., rows, :])
                 dv[..., ks:ke, :] += (p.transpose(-1, -2) @ do_blk).sum(2, keepdim=True)
-                ds = p * (do_blk @ v[..., ks:ke, :].transpose(-1, -2) - delta[..., qs:qe, :])
-                dq[..., qs:qe, :] += ds @ k[..., ks:ke, :] * scale
+                ds = p * (do_blk @ v[..., ks:ke, :].transpose(-1, -2) - delta[..., rows, :])
+                dq[..., rows, :] += ds @ k[..., ks:ke, :] * scale
                 dk[..., ks:ke, :] += (ds.transpose(-1, -2) @ q_blk).sum(2, keepdim=True) * scale
         d_sinks = None
         if sinks is not None and ctx.needs_input_grad[3]:
@@ -128,38 +136,44 @@ class _BlockAttention(torch.autograd.Function):
 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
                     sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
-                    scale: float | None = None, block_size: int = BLOCK_SIZE) -> torch.Tensor:
+                    scale: float | None = None, block_size: int = BLOCK_SIZE,
+                    q_start: int = 0) -> torch.Tensor:
     """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with autograd.
 
-    Query ``i`` sees key ``j`` iff ``j <= i``, ``i - j < sliding_window`` (when set) and
-    ``document_ids[b, i] == document_ids[b, j]`` (when given). Query head ``h`` reads key/value head
-    ``h // (n_heads // n_kv_heads)``.
+    Query ``i`` (at position ``q_start + i``) sees key ``j`` iff ``j <= q_start + i``,
+    ``q_start + i - j < sliding_window`` (when set) and the two positions' ``document_ids`` agree
+    (when given). Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)``.
 
     Args:
-        q: ``(bs, seqlen, n_heads, head_dim)``.
+        q: ``(bs, seqlen - q_start, n_heads, head_dim)``: the last positions of the keys' span.
         k: ``(bs, seqlen, n_kv_heads, head_dim)``.
         v: ``(bs, seqlen, n_kv_heads, v_head_dim)``.
         sinks: per-head sink logits ``(n_heads,)`` (not scaled), or ``None``.
         sliding_window: keys visible to each query, itself included, or ``None``.
-        document_ids: int ``(bs, seqlen)``, non-decreasing along each row, or ``None``.
+        document_ids: int ``(bs, seqlen)`` of the keys' positions, non-decreasing along each row,
+            or ``None``.
         scale: softmax scale; default ``head_dim ** -0.5``.
         block_size: tile edge in positions.
+        q_start: position of the first query (a context-parallel chunk's offset; 0 = every
+            position).
 
     Returns:
-        ``(bs, seqlen, n_heads, v_head_dim)`` in the dtype of ``q``.
+        ``(bs, seqlen - q_start, n_heads, v_head_dim)`` in the dtype of ``q``.
 
     Raises:
         ValueError: shapes that disagree (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
     """
-    bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k, v, sinks, document_ids)
+    ids = None if document_ids is None else document_ids[:, q_start:]  # the queries' positions
+    bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k[:, q_start:], v[:, q_start:],
+                                              sinks, ids)
     n_kv_heads = k.shape[2]
     group = n_heads // n_kv_heads
     scale = head_dim**-0.5 if scale is None else scale
     q5 = q.float().transpose(1, 2).reshape(bs, n_kv_heads, group, seqlen, head_dim)
-    k5 = k.float().transpose(1, 2).unsqueeze(2)  # (bs, n_kv_heads, 1, seqlen, head_dim)
+    k5 = k.float().transpose(1, 2).unsqueeze(2)  # (bs, n_kv_heads, 1, q_start + seqlen, head_dim)
     v5 = v.float().transpose(1, 2).unsqueeze(2)
     sinks5 = None if sinks is None else sinks.float().view(1, n_kv_heads, group, 1, 1)
-    tiles = _Tiles(seqlen, sliding_window, document_ids, block_size)
+    tiles = _Tiles(q_start + seqlen, sliding_window, document_ids, block_size, q_start)
     out = _BlockAttention.apply(q5.contiguous(), k5.contiguous(), v5.contiguous(), sinks5, tiles, scale)
     # (bs, n_kv_heads, group, seqlen, v_head_dim) -> (bs, seqlen, n_heads, v_head_dim)
     return out.reshape(bs, n_heads, seqlen, -1).transpose(1, 2).to(q.dtype)

@@ -26,33 +26,38 @@ def _compiled_flex():
 
 
 def block_mask(seqlen: int, sliding_window: int | None, document_ids: torch.Tensor | None,
-               device: torch.device) -> object:
-    """The ``BlockMask`` of causal attention limited to ``sliding_window`` keys and to each query's document
-    (``document_ids`` int ``(bs, seqlen)`` or ``None``), for ``seqlen`` queries and keys on ``device``."""
+               device: torch.device, q_start: int = 0) -> object:
+    """The ``BlockMask`` of causal attention limited to ``sliding_window`` keys and to each query's
+    document (``document_ids`` int ``(bs, seqlen)`` or ``None``), for ``seqlen`` keys and the
+    queries at positions ``q_start .. seqlen - 1`` on ``device``."""
 
     def mask_mod(b, h, q_idx, kv_idx):
-        visible = kv_idx <= q_idx
+        pos = q_idx + q_start
+        visible = kv_idx <= pos
         if sliding_window is not None:
-            visible = visible & (q_idx - kv_idx < sliding_window)
+            visible = visible & (pos - kv_idx < sliding_window)
         if document_ids is not None:
-            visible = visible & (document_ids[b, q_idx] == document_ids[b, kv_idx])
+            visible = visible & (document_ids[b, pos] == document_ids[b, kv_idx])
         return visible
 
     batch = None if document_ids is None else document_ids.shape[0]
-    return create_block_mask(mask_mod, batch, None, seqlen, seqlen, device=device)
+    return create_block_mask(mask_mod, batch, None, seqlen - q_start, seqlen, device=device)
 
 
 def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
                       sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
-                      scale: float | None = None) -> torch.Tensor:
+                      scale: float | None = None, q_start: int = 0) -> torch.Tensor:
     """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
-    :func:`torchtitan_lite.models.common.attention_backends.attention`.
+    :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the
+    queries are the positions ``q_start ..`` of the keys' span (as
+    :func:`torchtitan_lite.models.common.blockwise.block_attention`).
 
     Raises:
         ValueError: inconsistent shapes.
     """
-    _, seqlen, n_heads, _ = check_qkv("flex_attention", q, k, v, sinks, document_ids)
-    mask = block_mask(seqlen, sliding_window, document_ids, q.device)
+    n_heads = check_qkv("flex_attention", q, k[:, q_start:], v[:, q_start:], sinks,
+                        None if document_ids is None else document_ids[:, q_start:])[2]
+    mask = block_mask(k.shape[1], sliding_window, document_ids, q.device, q_start)
     kernel = flex_attention if q.device.type == "cpu" else _compiled_flex()
     with warnings.catch_warnings():  # on CPU the unfused forward is the intent (module docstring)
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")

@@ -31,6 +31,7 @@ from torch import nn
 from torchtitan_lite.models.common.balance_loss import AuxLoss
 from torchtitan_lite.distributed.activation_checkpoint import recomputing
 from torchtitan_lite.init.apply import canonical_name
+from torchtitan_lite.protocols.attention import WindowAware
 
 
 class AddAuxiliaryLoss(torch.autograd.Function):
@@ -51,7 +52,7 @@ class AddAuxiliaryLoss(torch.autograd.Function):
         return grad, torch.full((), ctx.scale, dtype=dtype, device=device), None
 
 
-class MoE(nn.Module):
+class MoE(WindowAware):
     """A mixture-of-experts feed-forward layer: ``out = routed(x) + shared_experts(x)``.
 
     ``routed(x)`` sends each token to the experts its router chose (``sum_j weights_j * expert_j(x)``);
@@ -72,6 +73,8 @@ class MoE(nn.Module):
         aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None`` before one
             ran or when the coefficient is 0.
         aux_loss_scale: gradient the aux loss receives in backward (see the module note), default 1.
+        cp: under context parallelism the rank's share of the windows (set by the engine): the
+            aux loss is that of the whole windows, its statistics summed over the ranks sharing them.
 
     Raises:
         ValueError: a negative ``aux_loss_coeff``, or a positive one without ``aux_loss``.
@@ -105,7 +108,9 @@ class MoE(nn.Module):
                 if not recompute:
                     self.tokens_per_expert += counts
             if self.aux_loss_coeff > 0:
-                aux = self.aux_loss_coeff * self.aux_loss_fn(routing, counts, x.shape[1])
+                window_sum = None if self.cp is None else self.cp.sum  # CP: whole windows' stats
+                aux = self.aux_loss_fn(routing, counts, x.shape[1], window_sum)
+                aux = self.aux_loss_coeff * aux
                 out = AddAuxiliaryLoss.apply(out, aux, self.aux_loss_scale)
                 if not recompute:
                     self.aux_loss = aux.detach()

@@ -67,10 +67,13 @@ def dead_expert_notes(step: int, idle: dict[str, torch.Tensor], named: dict[str,
 class MoETrainingHooks(TrainingHooks):
     """Hooks of a model with :class:`torchtitan_lite.models.common.moe.MoE` layers.
 
-    At construction every MoE layer's ``aux_loss_scale`` becomes ``1 / (dp_degree * micro_batches)``: gradients
-    are summed over ranks and micro-batches, so each auxiliary loss then adds its mean (see the note in
-    ``models/common/moe.py``). After each optimizer step the counts of every layer are summed over
-    ``parallel_dims.dp_group`` (one all-reduce, :func:`collect_expert_load`) and move the expert biases
+    At construction every MoE layer's ``aux_loss_scale`` becomes
+    ``1 / (dp_degree * cp * micro_batches)``: gradients are summed over ranks and micro-batches, so
+    each auxiliary loss then adds its mean (see the note in ``models/common/moe.py``; the ``cp``
+    ranks of a window each add the whole window's loss, computed from statistics summed over them).
+    After each optimizer step the counts of every layer are summed over
+    ``parallel_dims.loss_group`` (the data-parallel and context-parallel ranks: every token once;
+    one all-reduce, :func:`collect_expert_load`) and move the expert biases
     (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
     the device, as does each expert's count of consecutive steps without a token (since this process started).
     :meth:`report` reads the last step's counts (:func:`expert_load_report`) and warns of experts without a token
@@ -86,16 +89,17 @@ class MoETrainingHooks(TrainingHooks):
 
     def __init__(self, model: nn.Module, parallel_dims: ParallelDims, micro_batches: int):
         self.model = model
-        self.group = parallel_dims.dp_group
+        self.group = parallel_dims.loss_group
         self.pp_group = parallel_dims.pp_mesh.get_group() if parallel_dims.pp > 1 else None
         self.loads: dict[str, torch.Tensor] = {}
         self.idle: dict[str, torch.Tensor] = {}
         self._named_dead: dict[str, set[int]] = {}
         for moe in moe_layers(model).values():
-            moe.aux_loss_scale = 1.0 / (parallel_dims.dp_degree * micro_batches)
+            moe.aux_loss_scale = 1.0 / (parallel_dims.loss_degree * micro_batches)
 
     def after_optimizer_step(self, step: int) -> None:
-        """Sum the step's expert loads over the data-parallel ranks and move DeepSeek-V3's expert biases."""
+        """Sum the step's expert loads over the data-parallel (and context-parallel) ranks and move
+        DeepSeek-V3's expert biases."""
         self.loads = collect_expert_load(self.model, self.group)
         update_expert_bias(self.model, self.loads)
         for name, counts in self.loads.items():

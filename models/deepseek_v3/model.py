@@ -115,8 +115,10 @@ class MLA(nn.Module):
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``, ``document_ids`` int
         ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With ``kv_cache`` set (decoding) the latent is kept
         (:mod:`torchtitan_lite.models.common.kv_cache`)."""
-        if self.kv_cache is None:
-            out = self.inner_attention(*self.qkv(x, cos, sin), document_ids=document_ids)
+        if self.kv_cache is None:  # context parallelism gathers the latent, not the expanded heads
+            latent = self.inner_attention.gather(*self.latent(x, cos, sin))
+            out = self.inner_attention(self.queries(x, cos, sin), *self.keys_values(*latent),
+                                       document_ids=document_ids)
         else:
             q = self.queries(x, cos, sin)
             latent, k_start = self.kv_cache.extend(self.latent(x, cos, sin), keep=None)

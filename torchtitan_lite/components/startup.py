@@ -17,10 +17,11 @@ def layout_text(dims: ParallelDims, config: JobConfig, loss_parallel: bool) -> s
     """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always),
     the expert split, and under tensor parallelism what it parallelizes besides the blocks."""
     par = config.parallelism
-    degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard), ("tp", dims.tp)]
+    degrees = [("pp", dims.pp), ("dp_replicate", dims.dp_replicate), ("dp_shard", dims.dp_shard),
+               ("cp", dims.cp), ("tp", dims.tp)]
     text = "layout " + " x ".join(f"{name} {n}" for name, n in degrees if n > 1 or name == "dp_shard")
     if dims.ep > 1:
-        text += f", experts ep {dims.ep} x efsdp {dims.dp_shard * dims.tp // dims.ep}"
+        text += f", experts ep {dims.ep} x efsdp {dims.dp_shard * dims.cp * dims.tp // dims.ep}"
     if dims.tp > 1:
         parts = [name for name, on in (("sequence parallel", par.enable_sequence_parallel),
                                        ("loss parallel", loss_parallel)) if on]

@@ -178,26 +178,36 @@ class LRScheduler:
 
 @dataclass
 class Parallelism:
-    """``[parallelism]``: the parallel layout (torchtitan's names) and collectives. The degrees multiply to the
-    world size: ``data_parallel_replicate_degree * data_parallel_shard_degree * tensor_parallel_degree *
-    pipeline_parallel_degree`` (``docs/parallel.md``)."""
+    """``[parallelism]``: the parallel layout (torchtitan's names) and collectives. The degrees
+    multiply to the world size: ``data_parallel_replicate_degree * data_parallel_shard_degree *
+    context_parallel_degree * tensor_parallel_degree * pipeline_parallel_degree``
+    (``docs/parallel.md``)."""
 
     data_parallel_replicate_degree: int = bounded(1, ge=1)
     """Replicas of the (FSDP-sharded) weights, each training on its own batches: > 1 with
     ``data_parallel_shard_degree`` > 1 is HSDP (sharded within a replica, gradients all-reduced across
     replicas); 1 = off."""
     data_parallel_shard_degree: int = -1
-    """FSDP2 sharding degree: ranks that each hold 1/degree of the weights and see their own batches; -1 = the
-    ranks left by the other degrees (world size / (replicate * tensor * pipeline degrees)); 1 = no sharding."""
+    """FSDP2 sharding degree: ranks that each hold 1/degree of the weights and see their own
+    batches; -1 = the ranks left by the other degrees (world size / (replicate * context * tensor *
+    pipeline degrees)); 1 = no sharding."""
     tensor_parallel_degree: int = bounded(1, ge=1)
     """Tensor parallelism (Megatron-LM, arXiv 1909.08053): each block's matmuls split over this many ranks, which
     see the same batches; it must divide the attention (and key/value) heads and the vocabulary. 1 = off."""
+    context_parallel_degree: int = bounded(1, ge=1)
+    """Context parallelism: each window's positions split over this many ranks, which see the same
+    windows (in ``2 x degree`` chunks, rank ``r`` holding chunks ``r`` and ``2 x degree - 1 - r``);
+    queries stay local, keys and values are all-gathered (``docs/parallel.md``).
+    ``training.seq_len`` must be a multiple of ``2 x degree``; FSDP2 shards over
+    ``data_parallel_shard_degree x degree``. Not with pipeline parallelism or multi-token
+    prediction. 1 = off."""
     expert_parallel_degree: int = bounded(1, ge=1)
-    """Expert parallelism (MoE models): each MoE layer's experts split by whole experts over this many ranks, the
-    tokens sent to their experts by all-to-all. The ranks are borrowed from ``data_parallel_shard_degree *
-    tensor_parallel_degree`` (innermost first, torchtitan's layout; it must divide that product and the model's
-    ``num_experts``), not added to the world size; the experts are FSDP-sharded over the
-    ``data_parallel_shard_degree * tensor_parallel_degree / expert_parallel_degree`` ranks left. 1 = off."""
+    """Expert parallelism (MoE models): each MoE layer's experts split by whole experts over this
+    many ranks, the tokens sent to their experts by all-to-all. The ranks are borrowed from
+    ``data_parallel_shard_degree * context_parallel_degree * tensor_parallel_degree`` (innermost
+    first, torchtitan's layout; it must divide that product and the model's ``num_experts``), not
+    added to the world size; the experts are FSDP-sharded over the ranks left (that product /
+    ``expert_parallel_degree``). 1 = off."""
     enable_sequence_parallel: bool = True
     """With tensor parallelism: shard the activations between blocks (norms, residual) along the sequence
     (arXiv 2205.05198), ``training.seq_len`` then a multiple of ``tensor_parallel_degree``; off: replicated."""

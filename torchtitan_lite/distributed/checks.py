@@ -3,6 +3,7 @@ work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line n
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -101,8 +102,39 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
                               f"multi-token prediction (model mtp_num_layers {mtp}): "
                               f"{missing[name]}; use FSDP and expert parallelism, "
                               "or --model.overrides.mtp_num_layers=0")
+    if par.context_parallel_degree > 1:
+        _check_context_parallel(config, mtp, sources)
     if par.pipeline_parallel_degree > 1:
         _check_pipeline(config, args, sources)
+
+
+def _check_context_parallel(config: JobConfig, mtp: int, sources: Sources) -> None:
+    """Under ``context_parallel_degree`` > 1: ``training.seq_len`` a multiple of ``2 x cp`` (the
+    load-balanced chunks), a rank's ``seq_len / cp`` positions a multiple of
+    ``tensor_parallel_degree`` under sequence parallelism, no pipeline parallelism (a stage's
+    micro-batches carry no positions), no multi-token prediction (its shifted inputs cross the
+    chunks)."""
+    par = config.parallelism
+    cp = par.context_parallel_degree
+    cp_key = where(sources, "parallelism.context_parallel_degree")
+    seq_len = config.training.seq_len
+    if seq_len % (2 * cp):
+        raise ConfigError(f"{cp_key}: training.seq_len {seq_len} is not a multiple of 2 x {cp} (each "
+                          f"window is cut into {2 * cp} equal chunks); pick a seq_len that is")
+    tp = par.tensor_parallel_degree
+    if tp > 1 and par.enable_sequence_parallel and (seq_len // cp) % tp:
+        raise ConfigError(f"{cp_key}: each rank's {seq_len // cp} positions (training.seq_len "
+                          f"{seq_len} / {cp}) are not a multiple of tensor_parallel_degree {tp} "
+                          "(sequence parallelism splits them); pick a seq_len that is a multiple of "
+                          f"{cp * math.lcm(2, tp)}")
+    if par.pipeline_parallel_degree > 1:
+        raise ConfigError(f"{cp_key}: {cp} is not implemented with pipeline_parallel_degree "
+                          f"{par.pipeline_parallel_degree} (the pipeline schedule passes no token "
+                          "positions or document ids to its stages); set one of them to 1")
+    if mtp:
+        raise ConfigError(f"{cp_key}: {cp} is not implemented with multi-token prediction (model "
+                          f"mtp_num_layers {mtp}: its inputs are shifted along the whole window); use "
+                          "--model.overrides.mtp_num_layers=0")
 
 
 def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
@@ -194,7 +226,7 @@ def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
         return
     where = "training.deterministic = \"layout\""
     for name, degree in (("tensor_parallel_degree", dims.tp), ("expert_parallel_degree", dims.ep),
-                         ("pipeline_parallel_degree", dims.pp)):
+                         ("context_parallel_degree", dims.cp), ("pipeline_parallel_degree", dims.pp)):
         if degree > 1:
             raise ConfigError(f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it to 1, "
                               "or use training.deterministic = \"run\"")

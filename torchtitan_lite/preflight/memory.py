@@ -15,7 +15,10 @@ log-sum-exp per query instead (FlashAttention, Dao et al. 2022: memory linear in
 is dropped for them (Korthikanti et al. Sec. 4.1 note the same for FlashAttention-style kernels);
 with ``activation_checkpoint.mode = "full"`` each block keeps only its input (``s b h`` values) and
 one block's activations are live at a time (Sec. 5); the output logits and their gradient add ``2 s
-b V`` fp32 values. On a CPU the ranks of a node share the host memory.
+b V`` fp32 values. Under context parallelism (``cp`` > 1) a rank holds ``s / cp`` positions of each
+window, so all of the above use ``s / cp``, and each block also keeps the keys and values of the
+whole window it gathered (``s b`` times their width, :func:`gathered_kv_width`), one block's under
+full checkpointing. On a CPU the ranks of a node share the host memory.
 """
 
 from __future__ import annotations
@@ -49,20 +52,33 @@ class MemoryEstimate:
         return self.states + self.activations
 
 
+def gathered_kv_width(args) -> int:
+    """Values per position of the keys and values a context-parallel rank gathers and keeps per
+    block: ``2 x n_kv_heads x head_dim``; MLA (``kv_lora_rank``) keeps the latent and the keys and
+    values expanded from it."""
+    if hasattr(args, "kv_lora_rank"):
+        heads = args.n_heads * (args.qk_nope_head_dim + args.qk_rope_head_dim + args.v_head_dim)
+        return args.kv_lora_rank + args.qk_rope_head_dim + heads
+    return 2 * args.n_kv_heads * args.head_dim
+
+
 def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int,
                          local_batch_size: int, compute_bytes: int, ac_mode: str,
-                         dense_scores: bool = True) -> MemoryEstimate:
+                         dense_scores: bool = True, cp: int = 1) -> MemoryEstimate:
     """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args
-    ``args`` (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``); ``compute_bytes`` per activation
-    value (4 fp32, 2 bf16); ``dense_scores``: the attention keeps ``s x s`` scores
-    (``model.attn_backend = "reference"``)."""
+    ``args`` (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``; under ``cp`` > 1 also
+    :func:`gathered_kv_width`'s fields); ``compute_bytes`` per activation value (4 fp32, 2 bf16);
+    ``dense_scores``: the attention keeps ``s x s`` scores (``model.attn_backend = "reference"``;
+    never under context parallelism); ``cp``: ``context_parallel_degree``."""
     states = 16 * n_params // world_size
-    s, b, h, a = seq_len, local_batch_size, args.dim, args.n_heads
+    s, b, h, a = seq_len // cp, local_batch_size, args.dim, args.n_heads
+    dense_scores = dense_scores and cp == 1
     block = s * b * h * (34 + (5 * a * s / h if dense_scores else 0)) * compute_bytes / 2
+    kv = seq_len * b * gathered_kv_width(args) * compute_bytes if cp > 1 else 0
     if ac_mode == "full":
-        blocks = args.n_layers * s * b * h * compute_bytes + block
+        blocks = args.n_layers * s * b * h * compute_bytes + block + kv
     else:
-        blocks = args.n_layers * block
+        blocks = args.n_layers * (block + kv)
     logits = 2 * s * b * args.vocab_size * 4
     return MemoryEstimate(states, int(blocks + logits))
 
@@ -138,7 +154,8 @@ def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = 
         n_params, args, world_size=world_size, seq_len=config.training.seq_len,
         local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
         ac_mode=config.activation_checkpoint.mode,
-        dense_scores=config.model.attn_backend == "reference")
+        dense_scores=config.model.attn_backend == "reference",
+        cp=config.parallelism.context_parallel_degree)
     total, available, name = memory_limit(kind)
     sharing = (ranks_sharing or world_size) if kind == "cpu" else 1
     problem = fit_problem(estimate, ranks_sharing=sharing, total=total, available=available,

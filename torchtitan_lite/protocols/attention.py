@@ -14,7 +14,16 @@ ATTN_BACKENDS = ("auto", "flex", "blockwise", "reference")
 """Backend names (``models/common/attention_backends.py`` says what each runs)."""
 
 
-class AttentionKernel(nn.Module):
+class WindowAware(nn.Module):
+    """Base of a module whose forward needs the whole window's statistics or keys: ``cp`` is
+    ``None`` (it sees whole windows), or under context parallelism the rank's share, set by the
+    engine (:class:`torchtitan_lite.distributed.context_parallel.ContextParallel`: ``chunks``,
+    ``gather``, ``sum``)."""
+
+    cp: Any = None
+
+
+class AttentionKernel(WindowAware):
     """Base of a parameterless attention kernel (torchtitan's ``inner_attention``); ``attn_backend`` is one of
     :data:`ATTN_BACKENDS`, ``auto`` until the engine sets it."""
 

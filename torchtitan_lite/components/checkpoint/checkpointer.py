@@ -98,8 +98,11 @@ def expected_bytes(model: torch.nn.Module) -> int:
 
 
 def layout_of(dims: ParallelDims) -> dict[str, int]:
-    """The degrees of a layout as ``meta.json`` stores them: ``dp_replicate``, ``dp_shard``, ``tp``, ``pp``, ``ep``."""
-    return {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp, "pp": dims.pp, "ep": dims.ep}
+    """The degrees of a layout as ``meta.json`` stores them: ``dp_replicate``, ``dp_shard``,
+    ``tp``, ``pp``, ``ep``, and ``cp`` when above 1."""
+    layout = {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp,
+              "pp": dims.pp, "ep": dims.ep}
+    return layout | ({"cp": dims.cp} if dims.cp > 1 else {})
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
