@@ -114,7 +114,9 @@ def launch(script: str | Path, args: list[str] = (), *, nproc: int | None = None
 
 def launcher_copy(folder: Path) -> Path:
     """A copy of the launcher and the packages under ``folder / "repo"`` (``run_train.sh`` run there imports the
-    copy first), for tests that change the trainer or a model before launching; returns its path."""
+    copy's ``torchtitan_lite`` first), for tests that change the engine before launching; returns its path.
+    ``torchtitan_lite.models`` stays the installed checkout's (setup.py maps it): change a model from the
+    engine's copy."""
     work = folder / "repo"
     for name in ("torchtitan_lite", "models", "train_configs"):
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))

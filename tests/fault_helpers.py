@@ -18,6 +18,14 @@ from dist_helpers import REPO, env
 
 FAST = [*TINY_MODEL, *TINY_RUN, "--checkpoint.keep_latest_k=0"]
 """The tiny 4-step run of the checkpoint tests, all checkpoints kept."""
+HANG_S = 300
+"""``parallelism.comm_timeout_seconds``'s default: a rank left waiting in a collective ends only
+then. A test that a failure stops every rank bounds the time below it (the order of events), not by
+this machine's speed."""
+ALONE_S = 60
+"""How long a test waits for a worker left alone (its launcher killed; it would train or sleep for
+hours) to exit: the watchdog polls every second, and a loaded machine needs seconds more to tear a
+process down."""
 CONSTANT_LR = ["--lr_scheduler.warmup_steps=0", "--lr_scheduler.decay_ratio=0"]
 """A schedule that does not depend on ``training.steps``: a run stopped at step K and resumed with
 ``--training.steps=K+1`` ends in the state of an uninterrupted ``--training.steps=K+1`` run."""

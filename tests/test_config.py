@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from dist_helpers import REPO, env, launcher_copy, run_train
 from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
+from torchtitan_lite.launch.__main__ import thread_env
 from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.preflight.resolved import read_resolved, write_resolved
 
@@ -154,6 +156,14 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: checkpoint.export_hf (command line): the Hugging Face export writes the whole model from one "
         "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with pipeline_parallel_degree 1 "
         "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)"),
+    "a global batch the data-parallel ranks cannot split": (
+        "4", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * "
+        "data-parallel degree = 8 * 4; keep the global batch with --training.local_batch_size=4"),
+    "a global batch no local batch splits": (
+        "3", "", ["--training.local_batch_size=8", "--training.global_batch_size=16"],
+        "config error: training.global_batch_size = 16 is not a multiple of local_batch_size * "
+        "data-parallel degree = 8 * 3; set --training.global_batch_size=24 (a multiple of 24)"),
     "split points out of order": (
         "2", "", ["--parallelism.pipeline_parallel_degree=2", "--model.flavor=debug_untied",
                   "--parallelism.pipeline_parallel_split_points=3,1"],
@@ -173,7 +183,7 @@ def test_impossible_layout_exits_2_with_one_line(tmp_path, capsys, case):
 
 
 @pytest.mark.parametrize("case", [c for c in IMPOSSIBLE_LAYOUTS if IMPOSSIBLE_LAYOUTS[c][1]] + [
-    "tp not dividing the kv heads"])
+    "tp not dividing the kv heads", "a global batch the data-parallel ranks cannot split"])
 def test_run_train_sh_checks_the_layout_for_ngpu_x_nodes_before_torchrun(tmp_path, case):
     ngpu, torchrun_args, extra, expected = IMPOSSIBLE_LAYOUTS[case]
     toml = write_toml(tmp_path, "")
@@ -433,3 +443,12 @@ def test_the_resolved_config_the_launcher_hands_the_workers_reads_back_equal(tmp
     assert resolved == config
     assert resolved.model.overrides == {"n_layers": 1, "rope_theta": 5e5}
     assert type(resolved.model.overrides["rope_theta"]) is float
+
+
+def test_the_launcher_lets_waiting_openmp_threads_sleep_unless_told_otherwise():
+    cores = len(os.sched_getaffinity(0))
+    unset, given = {"OMP_WAIT_POLICY": ""}, {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}
+    thread_env(unset, "1")
+    thread_env(given, "2")
+    assert unset == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(cores)}
+    assert given == {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "3"}

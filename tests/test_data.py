@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from torchtitan_lite.data.corpus import VALIDATION_PLAY, markdown_to_text, shakespeare_plays
-from torchtitan_lite.data.loader import build_dataloader
+from torchtitan_lite.data.loader import DataLoaders, SplitSize, build_dataloader
 from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.streams import GlobalWindowStream, OrderedWindows, StreamingWindows
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
@@ -366,3 +366,10 @@ def test_bad_arguments_are_named():
         build_dataloader(dataset_path="x.txt", streaming=True, split="validation", **common)
     with pytest.raises(ValueError, match=r"dp_rank must be in \[0, dp_world_size=2\), got 2"):
         build_dataloader(dp_rank=2, dp_world_size=2, **common)
+
+
+def test_the_data_line_says_one_step_and_one_window_in_the_singular():
+    loaders = DataLoaders(train=None, validation=None, name="toy", seq_len=32,
+                          train_size=SplitSize(1, 100, 3))
+    assert loaders.describe(1, 1) == ("toy: train 1 document, 100 tokens = 3 windows of 32, "
+                                      "1 step x 1 window = 0.333 epochs; no validation")

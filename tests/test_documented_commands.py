@@ -66,11 +66,11 @@ HOW: dict[str, tuple[str, str]] = {
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
     "python -m torchtitan_lite.preflight": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 MASTER_PORT=29500 ./run_train.sh":
+    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 RDZV_ID=run42 ./run_train.sh":
+    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
         ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1"),
     "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_16b_muon.toml ./run_train.sh": ("check", "8 GPUs"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS=\"--nnodes=2 --rdzv-backend=c10d "
@@ -106,16 +106,10 @@ HOW: dict[str, tuple[str, str]] = {
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
     "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.seq_len=64":
         ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-0.6b-tuned --prompt \"ROMEO:\"":
-        ("other", "the reader's fine-tuned model; the same command on a debug export: hf.md's, run here"),
-    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-0.6b-tuned":
-        ("other", "the reader's fine-tuned model; the same command on a debug export: hf.md's, run here"),
     "python -m torchtitan_lite.generate": ("other", "the program named in prose"),
     "python -m torchtitan_lite.evaluate": ("other", "the program named in prose"),
     "./run_train.sh &": ("other", "how to start it in the background; tests/test_faults.py signals such runs"),
     "CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh": ("other", "test_quick_start_and_its_config_files"),
-    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared":
-        ("other", "the reader's corpus; tests/test_data_prepared.py runs prepare"),
     "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 "
     "--shard_index 0": ("other", "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards"),
     "python -m torchtitan_lite.data.prepare --verify /data/corpus.set":

@@ -16,7 +16,9 @@ def _injected_bug(self, *args, **kwargs):
     raise TypeError("injected bug in forward")
 
 
-get_model_spec("qwen3").model_cls.forward = _injected_bug
+from torchtitan_lite.models import get_model_spec as _get_model_spec  # noqa: E402
+
+_get_model_spec("qwen3").model_cls.forward = _injected_bug
 '''
 
 
@@ -64,7 +66,7 @@ def test_a_failed_strict_init_check_is_one_error_line_and_exit_1(tmp_path, capsy
 @pytest.mark.multiprocess
 def test_run_train_sh_shows_a_bugs_traceback_and_exits_1(tmp_path):
     work = launcher_copy(tmp_path)
-    with open(work / "models" / "__init__.py", "a") as handle:
+    with open(work / "torchtitan_lite" / "components" / "loss.py", "a") as handle:  # the trainer's import
         handle.write(BUG)
     text_file(tmp_path, n_plays=1)
     proc = run_train(_args(tmp_path), cwd=work, TMPDIR=str(tmp_path))

@@ -22,7 +22,8 @@ import time
 import pytest
 from ckpt_helpers import text_file, tree_digest
 from dist_helpers import REPO, env, launcher_copy
-from fault_helpers import CONSTANT_LR, FAST, Run, alive, descendants, last_line, run, shard_digests, worker_pid
+from fault_helpers import (ALONE_S, CONSTANT_LR, FAST, HANG_S, Run, alive, descendants, last_line,
+                          run, shard_digests, worker_pid)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -248,15 +249,16 @@ def test_sigterm_while_the_workers_load_data_exits_0_with_nothing_saved(data, fo
     assert tree_digest(tmp_path / "out") == before
 
 
-def test_kill_9_of_the_process_group_leaves_no_worker_after_10s_and_the_latest_checkpoint_resumes_bitwise(
+def test_kill_9_of_the_process_group_leaves_no_worker_and_the_latest_checkpoint_resumes_bitwise(
         data, tmp_path):
     launched = Run(args(data, tmp_path / "out", *LONG), nproc=2)
     launched.wait_for(r"^\[rank0\]:step +5 ")
     tree = descendants(launched.proc.pid)
-    assert len(tree) >= 4  # torchrun, tee, 2 workers
+    workers = {worker_pid(launched.proc.pid, rank) for rank in (0, 1)}
+    assert workers < tree  # and torchrun's agent
     os.killpg(launched.proc.pid, signal.SIGKILL)
     launched.proc.wait(timeout=60)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + ALONE_S
     while alive(tree) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(tree)
@@ -373,7 +375,7 @@ def build_dataloaders(*args, **kwargs):
 '''
 
 
-def test_a_user_error_on_rank_1_only_ends_the_2_rank_run_within_30s_with_exit_2_and_its_line(data, tmp_path):
+def test_a_user_error_on_rank_1_only_ends_the_run_before_a_timeout_with_exit_2(data, tmp_path):
     work = launcher_copy(tmp_path)
     train_py = work / "torchtitan_lite" / "train.py"
     main_block = '\nif __name__ == "__main__":'
@@ -381,8 +383,8 @@ def test_a_user_error_on_rank_1_only_ends_the_2_rank_run_within_30s_with_exit_2_
     launched = Run(args(data, tmp_path / "out"), nproc=2, cwd=work)
     launched.wait_for(r"^\[rank0\]:data ")  # the workers are up: rank 1 fails now, rank 0 waits in a collective
     begin = time.monotonic()
-    code, lines = launched.finish(timeout=60)
-    assert time.monotonic() - begin < 30
+    code, lines = launched.finish(timeout=HANG_S)
+    assert time.monotonic() - begin < HANG_S  # rank 1's exit stopped rank 0, not the timeout
     assert code == 2
     assert last_line(lines) == "input error: injected on rank 1 only"
     assert [line for line in lines if "error:" in line] == [lines[-1]]
@@ -394,8 +396,8 @@ def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_w
     tree = descendants(launched.proc.pid)
     os.kill(worker_pid(launched.proc.pid, 1), signal.SIGKILL)
     begin = time.monotonic()
-    code, lines = launched.finish(timeout=60)
-    assert time.monotonic() - begin < 30
+    code, lines = launched.finish(timeout=HANG_S)
+    assert time.monotonic() - begin < HANG_S  # the kill stopped rank 0, not the timeout
     assert code == 1
     assert lines[-1] == ("error: training failed (torchrun exit status 1): rank 1 was killed by SIGKILL; the last "
                          "complete checkpoint is kept")

@@ -27,8 +27,10 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
     assert ("expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; init plan and "
-            "the step-1 batch; every term: the next line)\nexpected step-1 loss 7.5937..7.6913 = ln V 7.6246 "
-            "-0.0309..+0.0667 (logit std 0.316, tied self-logit") in out  # the trainer's range (docs/running.md)
+            "the step-1 batch; every term: the next line)\n"
+            "terms of the expected step-1 loss: logit std 0.316, tied self-logit") in out
+    # the trainer's range (docs/running.md), once
+    assert out.count("expected step-1 loss 7.5937..7.6913") == 1
     assert "init report: 24 tensors, none flagged" in out  # 11 per block, tied output, final norm
     rows = {r["name"]: r for r in json.loads((tmp_path / "init_report.json").read_text())}
     assert rows["layers.1.attention.wo.weight"]["expected_std"] == pytest.approx(0.02 / 8**0.5 * 0.9865784)
@@ -66,7 +68,7 @@ def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
     assert "on meta, nothing sampled: even one block needs" in out
     assert "layers.35.moe.experts.mlp1_weight" in out
     assert ("expected step-1 loss 12.7875 = ln V 12.2115 +0.5760 (one value: untied output; init plan; every term: "
-            "the next line)\nexpected step-1 loss 12.7875 = ln V 12.2115 + 0.5760 (logit std") in out
+            "the next line)\nterms of the expected step-1 loss: logit std") in out
 
 
 def test_a_budget_cuts_the_block_count_to_what_fits():

@@ -203,3 +203,14 @@ def test_paused_time_is_left_out_of_throughput(tmp_path):
     logger.add_pause(2.0)  # e.g. a validation of 2 s after step 1
     line = _step(logger, 5, elapsed_s=7.0)  # 4 steps in 6 s, 2 of them paused: 4000 tokens in 4 s
     assert "tps 1,000 " in line and line.endswith("eta 0:01:35")  # 1 s per step * 95
+
+
+def test_tokens_per_source_go_to_tensorboard_each_time_and_print_only_when_asked(tmp_path, capsys):
+    logger = _logger(tmp_path, log_freq=1, total_steps=2)
+    logger.log_source_tokens(1, {"web": 70, "code": 30}, echo=False)
+    logger.log_source_tokens(2, {"web": 140, "code": 60})
+    logger.close()
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["step   2  tokens per source: web 140 (70.0%), code 60 (30.0%)"]
+    acc = EventAccumulator(str(tmp_path / "tb")).Reload()
+    assert [e.value for e in acc.Scalars("tokens_seen/web")] == [70, 140]

@@ -6,19 +6,21 @@ tensors both ways, and the refusal of tensor and pipeline parallelism before lau
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
+from ckpt_helpers import text_file
 from hf_reference import random_ours
-from model_helpers import assert_plan_covers_exactly, build_random, rms_norm
+from model_helpers import assert_plan_covers_exactly, build_random, rms_norm, train_to_the_end
 
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import ConfigError, load_run
+from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
 
@@ -162,5 +164,27 @@ def test_hf_folder_with_mtp_layers_round_trips_and_loads_with_mtp_off(tmp_path):
 @pytest.mark.parametrize("option", ["--parallelism.tensor_parallel_degree=2", "--parallelism.pipeline_parallel_degree=2"])
 def test_tensor_and_pipeline_parallelism_with_mtp_are_refused_before_launch(option):
     argv = ["--job.config_file", "train_configs/deepseek_v3_debug.toml", "--model.overrides.mtp_num_layers=1", option]
-    with pytest.raises(ConfigError, match="mtp_num_layers=0"):
+    missing = ("no tensor-parallel plan" if "tensor" in option else
+               "they read the token embedding, which the first stage owns")
+    reason = f"mtp_num_layers 1\\): the MTP modules .*{missing}.*mtp_num_layers=0"
+    with pytest.raises(ConfigError, match=reason):
         load_run(argv, world_size=2)
+
+
+def test_the_step_1_check_covers_the_mtp_depth_and_passes(tmp_path, capsys):
+    text_file(tmp_path, n_plays=1)
+    argv = ["--job.config_file=train_configs/deepseek_v3_debug.toml",
+            "--model.overrides.mtp_num_layers=1", "--model.overrides.n_layers=2",
+            "--training.seq_len=64", "--training.local_batch_size=2",
+            "--training.global_batch_size=2", "--training.steps=1", "--validation.enable=false",
+            "--checkpoint.enable=false", "--metrics.enable_tensorboard=false",
+            f"--training.dataset_path={tmp_path / 'data.txt'}",
+            f"--job.dump_folder={tmp_path / 'out'}"]
+    train_to_the_end(parse_run(argv))
+    lines = capsys.readouterr().out.splitlines()
+    expected = next(line for line in lines if line.startswith("expected step-1 loss"))
+    assert expected.endswith("; the same for MTP depth 1, per predicted token")
+    check = next(line for line in lines if line.startswith("step-1 check"))
+    pattern = r"step-1 check: loss [\d.]+ is .*; mtp depth 1 loss [\d.]+ is .*"
+    assert re.fullmatch(pattern, check), check
+    assert not [line for line in lines if "warning" in line]

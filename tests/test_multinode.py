@@ -26,7 +26,8 @@ import pytest
 import torch
 from ckpt_helpers import text_file
 from dist_helpers import REPO, launcher_copy
-from fault_helpers import CONSTANT_LR, FAST, Run, alive, descendants, last_line, run, shard_digests, worker_pid
+from fault_helpers import (CONSTANT_LR, FAST, HANG_S, Run, alive, descendants, last_line, run,
+                           shard_digests, worker_pid)
 from layout_helpers import assert_equal_curves, final_state
 
 pytestmark = pytest.mark.multiprocess
@@ -170,7 +171,7 @@ def test_sigterm_to_node_1_saves_on_both_nodes_both_exit_0_and_1x2_resumes_to_th
     assert_equal_states(final_state(two_by_two[0], STEPS), final_state(data / "1x2", STEPS))
 
 
-def test_sigkill_of_a_worker_on_one_node_ends_every_node_within_30s_nonzero_with_no_process_left(data):
+def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_leaving_none(data):
     launched = nodes(args(data, data / "killed", "--training.steps=100000"), how="c10d")
     launched[0].wait_for(r"^\[rank0\]:step +2 ")
     tree = descendants(launched[0].proc.pid) | descendants(launched[1].proc.pid)
@@ -179,7 +180,7 @@ def test_sigkill_of_a_worker_on_one_node_ends_every_node_within_30s_nonzero_with
     results = finished(launched)
     took = time.monotonic() - begin
     print(f"both nodes ended {took:.1f} s after the SIGKILL: {[(code, lines[-1]) for code, lines in results]}")
-    assert took < 30
+    assert took < HANG_S  # the kill stopped the other node, not the collective's timeout
     assert all(code == 1 for code, _ in results), [lines[-5:] for _, lines in results]
     assert re.fullmatch(r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the last "
                         r"complete checkpoint is kept", results[1][1][-1]), results[1][1][-5:]
@@ -207,7 +208,8 @@ def test_a_node_alone_ends_after_rdzv_timeout_with_one_line_and_bad_node_variabl
     launched = Run(["--training.steps=1"], nproc=1, extra_env={"NNODES": "2", "NODE_RANK": "0",
                                                                "MASTER_PORT": str(free_port()), "RDZV_TIMEOUT": "3"})
     code, lines = launched.finish()
-    assert time.monotonic() - begin < 60
+    took = time.monotonic() - begin
+    assert 3 <= took < 240  # waited RDZV_TIMEOUT=3 s, not torchrun's own 600 s
     assert code == 2 and len(lines) == 1, lines
     assert re.fullmatch(r"input error: not all 2 nodes joined the rendezvous at 127\.0\.0\.1:\d+ within "
                         r"RDZV_TIMEOUT=3 s \(1/2 nodes joined\): start \./run_train\.sh on every node with the same "

@@ -1,7 +1,7 @@
 """Muon through ``./run_train.sh`` on every data-parallel layout: bitwise one run in ``training.deterministic =
 "layout"`` (qwen3 and deepseek_v3 debug configs: 1 process, dp_shard 2, dp_shard 4, HSDP 2 x 2), exact resume from a
-checkpoint another layout wrote, ``off`` mode within a measured tolerance, the refusal of tensor parallelism, and
-the exchange on uneven and empty row shards (``dist_muon_worker.py``).
+checkpoint another layout wrote, ``off`` mode within rounding over its first steps, the refusal of
+tensor parallelism, and the exchange on uneven and empty row shards (``dist_muon_worker.py``).
 
 The configs are cut for CI time (qwen3: 1 block; deepseek_v3: 2 blocks, the second a mixture of experts; seq_len 32,
 global batch 4, 6 steps, fp32, one thread per rank); ``docs/optimizers.md`` lists the 20-step runs made by hand.
@@ -28,9 +28,16 @@ RUN = ["--optimizer.name=Muon", "--training.seq_len=32", "--training.local_batch
        "--validation.enable=false", "--training.num_threads=1", "--metrics.log_freq=1",
        "--training.compute_dtype=float32", "--checkpoint.enable=true", "--checkpoint.interval=3"]
 BLOCKS = {"qwen3": 1, "deepseek_v3": 2}
-OFF_MODE_RTOL = 2e-4
-"""Measured (2026-12-03): ``off`` mode on dp_shard 4 vs 1 process (layout mode), 6 steps, at most 1.2e-5 relative
-loss difference (qwen3) and 7.0e-6 (deepseek_v3); held with more than 10x margin."""
+OFF_STEPS = 3
+"""``off`` mode's losses are compared over the first steps only: later, Newton-Schulz amplifies the
+rounding of the gradient sums chaotically (steps 5-6: up to 1.4e-4 on AVX-512, 3.2e-4 on AVX2,
+3.5e-4 with scalar kernels); ``layout`` mode is bitwise at every step."""
+OFF_MODE_RTOL = 1e-4
+"""``off`` sums the 4 micro-batches in another order (fp32, eps 1.2e-7), and the fp32 norm of a
+0.5M-element gradient is itself off by up to 3e-5 (``test_parallel_layouts.py``). Measured, dp_shard
+2 and 4 vs 1 process on AVX-512, AVX2 and scalar kernels: losses of steps 1-3 at most 8.6e-6, the
+step-1 gradient norm 2.0e-5. A dropped micro-batch moves the step-1 gradient norm by 0.12 and the
+step-2 loss by 9.4e-4."""
 
 
 def _train(tmp_path, name, family, nproc, options):
@@ -65,10 +72,12 @@ def test_muon_trains_bitwise_the_same_on_every_data_parallel_layout_and_resumes_
     assert [key for key in reference if not torch.equal(final[key], reference[key])] == []
 
     off = _train(tmp_path, "off", family, 4, [])
-    one, four = (load_scalars(run_folder(dump), "loss/train") for dump in (dumps["1"], off))
-    diffs = [abs(four[s] - one[s]) / one[s] for s in one]
-    assert len(diffs) == STEPS and max(diffs) < OFF_MODE_RTOL, diffs
-    print(f"{family} off mode dp_shard 4 vs 1 process: max relative loss difference {max(diffs):.2e}")
+    diffs = {}
+    for tag, steps in (("loss/train", range(1, OFF_STEPS + 1)), ("grad_norm", [1])):
+        one, four = (load_scalars(run_folder(dump), tag) for dump in (dumps["1"], off))
+        diffs[tag] = [abs(four[s] - one[s]) / one[s] for s in steps]
+    assert max(max(d) for d in diffs.values()) < OFF_MODE_RTOL, diffs
+    print(f"{family} off mode dp_shard 4 vs 1 process: relative differences {diffs}")
 
 
 def test_muon_refuses_tensor_and_expert_parallelism_before_launch():

@@ -1,7 +1,7 @@
 """A run is resolved once per process (docs/design.md, "Note: one resolved run"): the model args are
 built once by a worker started alone, once by the launcher's check and once by each worker it
-starts, once by ``inspect_init``; the Trainer reads the run it is given and calls no resolution of
-the config again."""
+starts, once by ``inspect_init`` and ``generate``; the Trainer reads the run it is given and calls
+no resolution of the config again."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from ckpt_helpers import text_file, tiny_job
 
 import torchtitan_lite.preflight.model_args as model_args
-from torchtitan_lite import train
+from torchtitan_lite import generate, train
 from torchtitan_lite.preflight.checks import load_run
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, write_resolved
 from torchtitan_lite.tools import inspect_init
@@ -65,6 +65,18 @@ def test_inspect_init_builds_the_model_args_once(tmp_path, builds, capsys):
     assert inspect_init.main([*one_step(tmp_path), "--meta"]) == 0
     assert builds == ["qwen3"]
     assert "expected step-1 loss" in capsys.readouterr().out
+
+
+def test_generate_builds_the_model_args_once(tmp_path, builds, capsys):
+    text_file(tmp_path, n_plays=1)
+    job = tiny_job(tmp_path, "--training.steps=1", "--checkpoint.interval=1")
+    assert train.main(job) == 0
+    builds.clear()
+    step = tmp_path / "out" / "checkpoint" / "step-1"
+    argv = ["--prompt", "ROMEO:", "--max_new_tokens", "2", *job, f"--checkpoint.load_path={step}"]
+    assert generate.main(argv) == 0
+    assert builds == ["qwen3"]
+    assert capsys.readouterr().out.splitlines()[-1].startswith("generated ids: ")
 
 
 def names_imported_from(tree: ast.Module, prefixes: tuple[str, ...]) -> set[str]:

@@ -117,3 +117,12 @@ def test_too_little_data_for_validation_trains_without_it_and_says_why(tmp_path,
     assert trainer.val_loader is None
     assert next(line for line in lines if line.startswith("data (")).endswith("; validation off (see the warning)")
     assert any(line.startswith("done: step 1 of 1") for line in lines)
+
+
+def test_a_finished_job_run_again_trains_nothing_and_leaves_no_run_folder(tmp_path, capsys):
+    text_file(tmp_path, n_plays=1)
+    run(tmp_path, capsys)
+    folders = sorted((tmp_path / "out").glob("*/run.json"))
+    _, lines = run(tmp_path, capsys)
+    assert "step 4 reached training.steps = 4: nothing to train; the run folder is removed" in lines
+    assert sorted((tmp_path / "out").glob("*/run.json")) == folders and len(folders) == 1

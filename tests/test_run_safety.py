@@ -19,7 +19,7 @@ import torch.distributed as dist
 import xxhash
 from ckpt_helpers import text_file, tiny_job
 from dist_helpers import REPO, env
-from fault_helpers import alive
+from fault_helpers import ALONE_S, alive
 from model_helpers import train_to_the_end
 from torch.distributed.checkpoint.api import CheckpointException
 
@@ -346,7 +346,7 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
         assert middle.stdout.readline() == "armed\n"
         middle.kill()  # the parent (torchrun's place) dies: PR_SET_PDEATHSIG
         middle.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + ALONE_S  # alone, it would sleep for 600 s
         while alive({worker}) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not alive({worker})
@@ -355,7 +355,7 @@ def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_
         assert lone.stdout.readline() == "armed\n"
         launcher.send_signal(signal.SIGKILL)  # the launcher dies: the watchdog
         launcher.wait()
-        assert lone.wait(timeout=10) == 1
+        assert lone.wait(timeout=ALONE_S) == 1
         assert lone.stderr.read() == ("error: the launcher is gone; this worker exits (the last complete checkpoint "
                                       "is kept)\n")
     finally:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.agreement import check_nodes_agree
-from torchtitan_lite.distributed.checks import check_deterministic
+from torchtitan_lite.distributed.checks import batch_split_problem, check_deterministic
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.deterministic import (
     PairwiseSum,
@@ -130,7 +131,7 @@ from torchtitan_lite.init.report import (
     init_report_summary,
     write_init_report,
 )
-from torchtitan_lite.init.step1 import check_step1_loss
+from torchtitan_lite.init.step1 import InitCheckError, check_step1_loss
 from torchtitan_lite.preflight.checks import load_run, load_run_or_exit
 from torchtitan_lite.preflight.memory import check_memory
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, read_resolved
@@ -180,11 +181,9 @@ def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
     """
     local = config.training.local_batch_size
     global_bs = config.training.global_batch_size
+    if problem := batch_split_problem(global_bs, local, dp_degree):
+        raise TrainingError(problem)
     global_bs = local * dp_degree if global_bs == -1 else global_bs
-    if global_bs % (local * dp_degree):
-        raise TrainingError(
-            f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * "
-            f"data-parallel degree = {local} * {dp_degree}; pick a global batch that is")
     return global_bs, global_bs // (local * dp_degree)
 
 
@@ -479,7 +478,8 @@ class Trainer:
         if self.check_step1:
             detail = self.config.debug.init_report
             terms = "every term: the next line" if detail else STEP1_TERMS
-            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms))
+            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms,
+                                         mtp_depths=getattr(self.args, "mtp_num_layers", 0)))
             if detail:
                 self.startup.note(self.expected.describe())
         return train_state
@@ -519,11 +519,18 @@ class Trainer:
         """Compare step 1's loss with the init plan's expectation: a warning line, or
         (``debug.strict_init``) :class:`~torchtitan_lite.init.step1.InitCheckError` naming the
         parameter."""
-        debug = self.config.debug
-        problems = check_step1_loss(self.expected, loss, margin=debug.init_loss_margin,
-                                    strict=debug.strict_init, report=self.report)
-        self.metrics.log_text([f"warning: {p}" for p in problems] or
-                              [step1_check_line(self.expected, loss, debug.init_loss_margin)])
+        debug, margin = self.config.debug, self.config.debug.init_loss_margin
+        heads = {"loss": loss, **{f"{name} loss": value for name, value in
+                                  self.hooks.step1_heads(self.config.training.seq_len).items()}}
+        problems = [p if name == "loss" else f"{name}: {p}" for name, value in heads.items()
+                    for p in check_step1_loss(self.expected, value, margin=margin,
+                                              report=self.report)]
+        if problems and debug.strict_init:
+            raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
+        parts = [step1_check_line(self.expected, value, margin, what=name)
+                 for name, value in heads.items()]
+        line = "; ".join([parts[0], *(part.removeprefix("step-1 check: ") for part in parts[1:])])
+        self.metrics.log_text([f"warning: {p}" for p in problems] or [line])
 
     def forward_backward(self, batches) -> tuple[torch.Tensor, float]:
         """Forward and backward of this rank's ``accum`` micro-batches of one step (under pipeline
@@ -661,9 +668,11 @@ class Trainer:
         tokens_per_device = tokens_global / self.info.world_size  # a TP/PP group shares them
         start, start_cpu_s = time.perf_counter(), process_cpu_s()
         self.model.train()
+        idle = state.step >= cfg.training.steps and cfg.checkpoint.export_hf is None
         if state.step >= cfg.training.steps:
+            removed = "; the run folder is removed" if idle else ""
             self.metrics.log_text([f"step {state.step} reached training.steps = "
-                                   f"{cfg.training.steps}: nothing to train"])
+                                   f"{cfg.training.steps}: nothing to train{removed}"])
         data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
         checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):
@@ -686,7 +695,9 @@ class Trainer:
                                       data_wait_s=data_wait_s,
                                       cpu_s=process_cpu_s() - start_cpu_s)
                 data_wait_s = 0.0
-                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen))
+                summary = step % cfg.validation.freq == 0 or step == cfg.training.steps
+                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen),
+                                               echo=summary)  # printed with the summary lines
                 if step == 1 and self.check_step1:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq
@@ -737,11 +748,13 @@ class Trainer:
                       source_folder=cfg.checkpoint.initial_load_hf)
             self.metrics.log_text([f"exported the model in HF format to "
                                    f"{cfg.checkpoint.export_hf}"])
-        if not stopped:
+        if not stopped and not idle:
             self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
                                    f"{format_duration(time.perf_counter() - start)}; "
                                    f"run folder {self.run_folder}"])
         self.metrics.close()
+        if idle and self.info.rank == 0:  # a finished job run again leaves no folder of its own
+            shutil.rmtree(self.run_folder, ignore_errors=True)
 
     def _save(self, force: bool) -> str | None:
         """Save a checkpoint if ``checkpoint.enable``; ``force`` waits for it. Its path, or

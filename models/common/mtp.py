@@ -143,15 +143,32 @@ class MTPTrainingHooks(TrainingHooks):
         if self.mtp is not None:
             self.last = self.mtp.take_stats()
 
+    def _sums(self) -> torch.Tensor:
+        """The last step's ``(D + 1,)`` sums over the data-parallel ranks (one all-reduce)."""
+        stats = self.last.clone()
+        if dist.is_initialized():
+            dist.all_reduce(stats, group=self.group)
+        return stats
+
+    def step1_heads(self, seq_len: int) -> dict[str, float]:
+        """``{"mtp depth k": L^k per predicted token}``: depth ``k`` predicts ``seq_len - k``
+        of each window's ``seq_len`` tokens."""
+        heads = self.inner.step1_heads(seq_len)
+        if self.mtp is None or self.last is None:
+            return heads
+        stats = self._sums()
+        tokens = stats[-1].clamp_min(1).item()
+        per_token = {f"mtp depth {k}": stats[k - 1].item() / (tokens * (seq_len - k) / seq_len)
+                     for k in range(1, self.mtp.depth + 1)}
+        return {**heads, **per_token}
+
     def report(self, step: int) -> HookReport:
         """The inner report, plus ``loss/mtp`` (``L_MTP / lambda``: the mean over depths of ``L^k``) and
         ``loss/mtp_<k>`` scalars, and ``mtp loss 7.6123 (depth 1 7.6123)`` on the summary line."""
         report = self.inner.report(step)
         if self.mtp is None or self.last is None:
             return report
-        stats = self.last.clone()
-        if dist.is_initialized():
-            dist.all_reduce(stats, group=self.group)
+        stats = self._sums()
         per_depth = (stats[:-1] / stats[-1].clamp_min(1)).tolist()
         scalars = {**report.scalars, "loss/mtp": sum(per_depth) / len(per_depth)}
         scalars.update({f"loss/mtp_{k}": v for k, v in enumerate(per_depth, start=1)})

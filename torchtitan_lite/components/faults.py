@@ -1,28 +1,31 @@
 """Faults during a run: stop requests (SIGTERM/SIGINT), a launcher that dies, non-finite losses or gradient norms.
 
-Note: on stopping. ``run_train.sh`` does not pass SIGTERM/SIGINT to torchrun (which would SIGKILL the workers after
-its ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and print a traceback): torchrun ignores both, and the launcher creates the
-file ``stop`` in the run's control folder (:data:`CONTROL_ENV`). :class:`StopRequest` turns a signal that reaches a
-worker directly (a scheduler that signals every process, or ``kill`` of a worker) and that file into one request.
-At safe points the ranks agree on it (one all-reduce on a CPU group: the request may reach them at different
-moments): after each step, after a save, and between the start-up phases; then the worker saves (or, before the
-first step, has nothing to save), prints one line and exits 0. The time a stop needs is measured (the longest step
-and save so far) and written to the control folder (:meth:`StopRequest.publish_budget`): the launcher waits that
-long before it kills the workers.
+Note: on stopping. The launcher (``torchtitan_lite.launch``) does not pass SIGTERM/SIGINT to
+torchrun (which would SIGKILL the workers after its ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and print a
+traceback): torchrun ignores both, and the launcher creates the file ``stop`` in the run's control
+folder (:data:`CONTROL_ENV`). :class:`StopRequest` turns a signal that reaches a worker directly (a
+scheduler that signals every process, or ``kill`` of a worker) and that file into one request. At
+safe points the ranks agree on it (one all-reduce on a CPU group: the request may reach them at
+different moments): after each step, after a save, and between the start-up phases; then the worker
+saves (or, before the first step, has nothing to save), prints one line and exits 0. The time a stop
+needs is measured (the longest step and save so far) and written to the control folder
+(:meth:`StopRequest.publish_budget`): the launcher waits that long before it kills the workers.
 
 Note: on orphans. torchrun starts each worker in a new session, so a ``kill -9`` of the launcher's process group
 does not reach them. :func:`exit_with_launcher` makes the kernel SIGKILL a worker when its parent (torchrun) dies
 (``PR_SET_PDEATHSIG``, Linux) and starts a watchdog thread that ends the worker within a second or two when its
 parent changes or the launcher process (:data:`LAUNCHER_PID_ENV`) is gone.
 
-Note: on failing workers. A worker that fails exits non-zero (2 for a user error found before training, 1 for
-one during training or a bug), so torchrun's fail-fast stops the others. A user error is printed as one line and
-also written to the control folder (:func:`report_outcome`) for the launcher to repeat. The other workers are
-usually waiting in a collective for the failed one: with gloo the closed connection raises in them at once, and
-``train.main`` ends them silently with status 1 when a peer's outcome says it failed (:func:`peer_failed`); torchrun
-sends them SIGTERM, which only records a stop request while they block, and kills them 30 s later; the watchdog of
-:func:`exit_with_launcher` ends them a few seconds after the peer's outcome appears. The run therefore ends within
-seconds with the failed worker's line and status.
+Note: on failing workers. A worker that fails exits non-zero (2 for a user error found before
+training, 1 for one during training or a bug), so torchrun's fail-fast stops the others. A user
+error is printed as one line and also written to the control folder (:func:`report_outcome`) for the
+launcher to repeat; a bug or a lost peer goes to the worker's error file (:func:`record_error`),
+which torchrun's agent reads. The other workers are usually waiting in a collective for the failed
+one: with gloo the closed connection raises in them at once, and ``train.main`` ends them silently
+with status 1 when a peer's outcome says it failed (:func:`peer_failed`); torchrun sends them
+SIGTERM, which only records a stop request while they block, and kills them 30 s later; the watchdog
+of :func:`exit_with_launcher` ends them a few seconds after the peer's outcome appears. The run
+therefore ends within seconds with the failed worker's line and status.
 
 Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device, with
 tensor ops only, the first step whose local loss or global gradient norm was not finite; the ranks agree on
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import json
 import math
 import os
 import signal
@@ -44,10 +48,19 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
 
+from torchtitan_lite.components.control import (
+    BUDGET_FILE,
+    CONTROL_ENV,
+    LAUNCHER_PID_ENV,
+    LOST_PEER,
+    OUTCOME_PREFIX,
+    STOP_FILE,
+)
 from torchtitan_lite.errors import UserError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -60,12 +73,8 @@ class NonFiniteError(UserError, RuntimeError):
     """A non-finite loss or gradient norm that the policy does not (or no longer) allow to skip."""
 
 
-CONTROL_ENV = "TORCHTITAN_LITE_CONTROL"
-"""Environment variable naming the run's control folder (set by ``run_train.sh``): it holds ``stop`` (created by
-the launcher on SIGTERM/SIGINT, holding the signal's name), ``stop_within_s`` (local rank 0: the seconds a stop may
-take) and ``outcome.<local rank>`` (each worker's exit status and line, :func:`report_outcome`); one per node."""
-LAUNCHER_PID_ENV = "TORCHTITAN_LITE_LAUNCHER_PID"
-"""Environment variable with the PID of ``run_train.sh``; the workers exit when that process is gone."""
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+"""Environment variable with the path of a worker's error file (set by torchrun)."""
 SAVE_BYTES_PER_S = 50 * 2**20
 """Write speed assumed for a save before the first one is timed (a slow network file system)."""
 
@@ -96,7 +105,7 @@ class StopRequest:
         """Whether this process got a stop signal or the launcher asked for a stop (no collective)."""
         if self.signal_name is None and self.control is not None:
             try:
-                with open(os.path.join(self.control, "stop"), encoding="utf-8") as handle:
+                with open(os.path.join(self.control, STOP_FILE), encoding="utf-8") as handle:
                     self.signal_name = handle.read().strip() or "SIGTERM"
             except FileNotFoundError:
                 pass
@@ -128,7 +137,7 @@ class StopRequest:
         if self.control is None or budget < 1.1 * self._budget_s:
             return
         self._budget_s = budget
-        path = os.path.join(self.control, "stop_within_s")
+        path = os.path.join(self.control, BUDGET_FILE)
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             handle.write(f"{budget}\n")
         os.replace(path + ".tmp", path)
@@ -140,13 +149,13 @@ class StopRequest:
 
 
 def report_outcome(code: int, line: str | None) -> int:
-    """The exit status for torchrun, ``code`` itself: under ``run_train.sh`` (:data:`CONTROL_ENV` set) ``code`` and
-    ``line`` are first written to ``outcome.<LOCAL_RANK>`` in the control folder, where the launcher finds the line
-    to repeat and its peers (:func:`peer_failed`) learn that this worker failed. A non-zero status makes torchrun
-    stop the other workers at once (its fail-fast)."""
+    """The exit status for torchrun, ``code`` itself: under the launcher (:data:`CONTROL_ENV` set)
+    ``code`` and ``line`` are first written to ``outcome.<LOCAL_RANK>`` in the control folder, where
+    the launcher finds the line to repeat and its peers (:func:`peer_failed`) learn that this worker
+    failed. A non-zero status makes torchrun stop the other workers at once (its fail-fast)."""
     control = os.environ.get(CONTROL_ENV)
     if control is not None:
-        path = os.path.join(control, f"outcome.{os.environ.get('LOCAL_RANK', '0')}")
+        path = os.path.join(control, f"{OUTCOME_PREFIX}{os.environ.get('LOCAL_RANK', '0')}")
         with open(path + ".tmp", "w", encoding="utf-8") as handle:
             handle.write(f"{code}\n{line or ''}\n")
         os.replace(path + ".tmp", path)
@@ -159,10 +168,10 @@ def peer_failed(control: str | None = None) -> bool:
     control = control if control is not None else os.environ.get(CONTROL_ENV)
     if control is None:
         return False
-    own = f"outcome.{os.environ.get('LOCAL_RANK', '0')}"
+    own = f"{OUTCOME_PREFIX}{os.environ.get('LOCAL_RANK', '0')}"
     try:
-        names = [name for name in os.listdir(control) if name.startswith("outcome.") and name != own
-                 and not name.endswith(".tmp")]
+        names = [name for name in os.listdir(control)
+                 if name.startswith(OUTCOME_PREFIX) and name != own and not name.endswith(".tmp")]
     except FileNotFoundError:
         return False
     for name in names:
@@ -173,6 +182,18 @@ def peer_failed(control: str | None = None) -> bool:
         except FileNotFoundError:
             continue
     return False
+
+
+def record_error(message: str) -> None:
+    """Write ``message`` (and the traceback being handled, if any) to this worker's error file,
+    where torchrun's agent reads it into its report of the failure (``TORCHELASTIC_ERROR_FILE``, set
+    by torchrun; the layout of torch's ``ErrorHandler.record_exception``); nothing without one."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path:
+        extra = {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}
+        data = {"message": {"message": message, "extraInfo": extra}}
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
 
 
 _LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
@@ -231,7 +252,8 @@ def _sibling_workers(pid: int) -> dict[int, str]:
 def _killed(local_rank: str, control: str | None) -> bool:
     """Whether the ended worker ``local_rank`` of this node left no outcome in the control folder: it was killed
     or crashed (a worker that ends by itself writes one, :func:`report_outcome`); ``True`` without a folder."""
-    return control is None or not os.path.exists(os.path.join(control, f"outcome.{local_rank}"))
+    outcome = f"{OUTCOME_PREFIX}{local_rank}"
+    return control is None or not os.path.exists(os.path.join(control, outcome))
 
 
 FAILED_KEY = "torchtitan_lite/failed"
@@ -308,8 +330,9 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
                 announce_failure(f"a worker on host {socket.gethostname()} failed or was killed")
             if peer_failed_at is not None and time.monotonic() - peer_failed_at >= peer_grace_s:
                 if announced is not None:
-                    print(f"lost a peer: rank {os.environ.get('RANK', '0')}'s run ended: {announced}",
-                          file=sys.stderr, flush=True)
+                    line = f"{LOST_PEER}rank {os.environ.get('RANK', '0')}'s run ended: {announced}"
+                    print(line, file=sys.stderr, flush=True)
+                    record_error(line)
                 os._exit(1)
             time.sleep(poll_s)
 

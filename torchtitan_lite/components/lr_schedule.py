@@ -85,7 +85,8 @@ def warmup_clipped_line(*, warmup_steps: int, steps: int, decay_ratio: float) ->
     fitted = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
     if fitted == warmup_steps:
         return None
-    return (f"lr schedule: warming up for {fitted} steps, not lr_scheduler.warmup_steps {warmup_steps}, so that "
+    return (f"lr schedule: warming up for {fitted} step{'s' * (fitted != 1)}, "
+            f"not lr_scheduler.warmup_steps {warmup_steps}, so that "
             f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio {decay_ratio}) "
             f"fit in training.steps {steps}")
 

@@ -353,14 +353,16 @@ class MetricsLogger:
         self._paused_s = 0.0
         return line
 
-    def log_source_tokens(self, step: int, tokens: dict[str, int]) -> None:
-        """Print ``step  12  tokens per source: /data/web 71,680 (70.0%), /data/code 30,720 (30.0%)`` and write each
-        as TensorBoard ``tokens_seen/<source>``; nothing for an empty ``tokens`` (one source)."""
+    def log_source_tokens(self, step: int, tokens: dict[str, int], *, echo: bool = True) -> None:
+        """Write each of ``tokens`` as TensorBoard ``tokens_seen/<source>`` and, if ``echo``,
+        print ``step  12  tokens per source: /data/web 71,680 (70.0%), /data/code 30,720 (30.0%)``;
+        nothing for an empty ``tokens`` (one source)."""
         if not tokens:
             return
         total = max(sum(tokens.values()), 1)
         parts = ", ".join(f"{name} {n:,} ({100 * n / total:.1f}%)" for name, n in tokens.items())
-        print(f"step {step:>3}  tokens per source: {parts}", flush=True)
+        if echo:
+            print(f"step {step:>3}  tokens per source: {parts}", flush=True)
         if self.writer is not None:
             for name, n in tokens.items():
                 self.writer.add_scalar(f"tokens_seen/{name}", n, step)

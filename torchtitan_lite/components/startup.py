@@ -57,11 +57,15 @@ STEP1_TERMS = "every term: inspect_init or --debug.init_report"
 """Where the start-up line of the expected step-1 loss sends a reader for its terms (``Step1Expectation.describe``)."""
 
 
-def step1_line(expected: Step1Expectation, batch_read: bool, terms: str = STEP1_TERMS) -> str:
+def step1_line(expected: Step1Expectation, batch_read: bool, terms: str = STEP1_TERMS,
+               mtp_depths: int = 0) -> str:
     """The short start-up line of :func:`step1_expectation`, e.g. ``expected step-1 loss 7.5937..7.6913 = ln V
     7.6246 -0.0309..+0.0667 (a range: tied output; init plan and the step-1 batch; every term: inspect_init or
     --debug.init_report)``; an untied output gives one value (``8.1113 = ln V 7.6246 +0.4867``). ``batch_read``:
-    whether the step-1 batch's repeated tokens were counted (a tied output only); ``terms``: where the terms are."""
+    whether the step-1 batch's repeated tokens were counted (a tied output only); ``terms``: where
+    the terms are; ``mtp_depths``: multi-token-prediction heads, whose input is normalized as the
+    main head's, so each depth's loss per predicted token has the same expectation (said at the
+    end)."""
     ln_v, (low, high) = expected.ln_vocab, expected.bounds
     if expected.tied:
         values = f"{low:.4f}..{high:.4f} = ln V {ln_v:.4f} {low - ln_v:+.4f}..{high - ln_v:+.4f}"
@@ -69,16 +73,22 @@ def step1_line(expected: Step1Expectation, batch_read: bool, terms: str = STEP1_
                                                    "only, the step-1 batch not read")
     else:
         values, why = f"{low:.4f} = ln V {ln_v:.4f} {low - ln_v:+.4f}", "one value: untied output; init plan"
-    return f"expected step-1 loss {values} ({why}; {terms})"
+    line = f"expected step-1 loss {values} ({why}; {terms})"
+    if mtp_depths:
+        depths = "depth 1" if mtp_depths == 1 else f"depths 1..{mtp_depths}"
+        line += f"; the same for MTP {depths}, per predicted token"
+    return line
 
 
-def step1_check_line(expected: Step1Expectation, loss: float, margin: float) -> str:
+def step1_check_line(expected: Step1Expectation, loss: float, margin: float,
+                     what: str = "loss") -> str:
     """``step-1 check: loss 7.6465 is inside the expected 7.5937..7.6913``, or ``... is 0.0163 below the expected
     8.1113 (allowed: debug.init_loss_margin = 0.5 nats)``: where a step-1 loss that passed
-    :func:`~torchtitan_lite.init.step1.check_step1_loss` lies against :func:`step1_expectation`."""
+    :func:`~torchtitan_lite.init.step1.check_step1_loss` lies against :func:`step1_expectation`;
+    ``what`` names it (e.g. ``mtp depth 1 loss``)."""
     low, high = expected.bounds
     if low <= loss <= high:
-        return f"step-1 check: loss {loss:.4f} is inside the expected {expected.span}"
+        return f"step-1 check: {what} {loss:.4f} is inside the expected {expected.span}"
     side = f"{low - loss:.4f} below" if loss < low else f"{loss - high:.4f} above"
-    return (f"step-1 check: loss {loss:.4f} is {side} the expected {expected.span} (allowed: "
+    return (f"step-1 check: {what} {loss:.4f} is {side} the expected {expected.span} (allowed: "
             f"debug.init_loss_margin = {margin} nats)")

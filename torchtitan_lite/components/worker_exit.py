@@ -11,7 +11,13 @@ import os
 import sys
 import traceback
 
-from torchtitan_lite.components.faults import CONTROL_ENV, lost_peer, report_outcome
+from torchtitan_lite.components.control import LOST_PEER, OUTCOME_PREFIX
+from torchtitan_lite.components.faults import (
+    CONTROL_ENV,
+    lost_peer,
+    record_error,
+    report_outcome,
+)
 
 
 def say(code: int, line: str, *, to_stdout: bool = False) -> int:
@@ -31,7 +37,7 @@ def exit_after(code: int) -> None:
     sys.stderr.flush()
     if code == 0:
         control = os.environ.get(CONTROL_ENV)
-        own = f"outcome.{os.environ.get('LOCAL_RANK', '0')}"
+        own = f"{OUTCOME_PREFIX}{os.environ.get('LOCAL_RANK', '0')}"
         if control is not None and not os.path.exists(os.path.join(control, own)):
             report_outcome(0, None)
         os._exit(0)
@@ -44,14 +50,20 @@ def exit_on_bug() -> None:
     ``os._exit``. The interpreter's teardown after a peer died can block in gloo's threads until torchrun kills the
     worker after its 30 s shutdown timeout; meanwhile its open connections keep peers on other nodes waiting.
     A collective that failed because another rank's process is gone (:func:`lost_peer`) is no bug: one line
-    ``lost a peer: rank R ...`` instead of the traceback (``run_train.sh`` then names the node that failed)."""
+    ``lost a peer: rank R ...`` instead of the traceback (the launcher then names the node that
+    failed). Either also goes to the worker's error file
+    (:func:`~torchtitan_lite.components.faults.record_error`)."""
     err = sys.exc_info()[1]
     if err is not None and lost_peer(err):
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"lost a peer: rank {os.environ.get('RANK', '0')}'s collective failed because another rank's process "
-              f"is gone ({detail}); the node of the worker that failed names it", file=sys.stderr)
+        rank = os.environ.get("RANK", "0")
+        line = (f"{LOST_PEER}rank {rank}'s collective failed because another rank's process is "
+                f"gone ({detail}); the node of the worker that failed names it")
+        print(line, file=sys.stderr)
+        record_error(line)
     else:
         traceback.print_exc()
+        record_error(f"{type(err).__name__}: {err}")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)

@@ -124,7 +124,9 @@ class DataLoaders:
             return f"{self.name}: streamed, size unknown (epochs not counted)"
         epochs = steps * global_batch / self.train_size.windows
         text = (f"{self.name}: " + (f"{self.total.describe(self.seq_len).split(' = ')[0]}; " if self.total else "")
-                + f"train {self.train_size.describe(self.seq_len)}, {steps:,} steps x {global_batch:,} windows = "
+                + f"train {self.train_size.describe(self.seq_len)}, "
+                f"{steps:,} step{'s' * (steps != 1)} x "
+                f"{global_batch:,} window{'s' * (global_batch != 1)} = "
                 f"{epochs:.3g} epochs")
         if self.validation_size is not None:
             where = "the last " if self.total else ""

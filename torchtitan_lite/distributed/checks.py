@@ -89,10 +89,17 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
             raise ConfigError(f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
                               "whole experts); pick an expert_parallel_degree that divides it")
     mtp = getattr(args, "mtp_num_layers", 0)
+    missing = {  # what each layout would need for the MTP modules (models/common/mtp.py)
+        "tensor_parallel_degree":
+            "the MTP modules (eh_proj, their block) have no tensor-parallel plan",
+        "pipeline_parallel_degree":
+            "the MTP modules would run on the last stage, but they read the token embedding, "
+            "which the first stage owns"}
     for degree, name in ((tp, "tensor_parallel_degree"), (par.pipeline_parallel_degree, "pipeline_parallel_degree")):
         if mtp and degree > 1:
             raise ConfigError(f"{where(sources, f'parallelism.{name}')}: {degree} is not implemented with "
-                              f"multi-token prediction (model mtp_num_layers {mtp}); use FSDP and expert parallelism, "
+                              f"multi-token prediction (model mtp_num_layers {mtp}): "
+                              f"{missing[name]}; use FSDP and expert parallelism, "
                               "or --model.overrides.mtp_num_layers=0")
     if par.pipeline_parallel_degree > 1:
         _check_pipeline(config, args, sources)
@@ -132,7 +139,8 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
 
 
 def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
-    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x nodes) and suit
+    """The parallel degrees multiply to ``world_size`` (what ``run_train.sh`` launches: ``NGPU`` x
+    nodes), split the global batch (:func:`batch_split_problem`) and suit
     ``training.deterministic`` (:func:`check_deterministic`); the resolved degrees.
 
     Raises:
@@ -142,8 +150,30 @@ def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
         dims = ParallelDims.from_config(config.parallelism, world_size)
     except LaunchError as err:
         raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
+    training = config.training
+    if problem := batch_split_problem(training.global_batch_size, training.local_batch_size,
+                                      dims.dp_degree):
+        raise ConfigError(problem)
     check_deterministic(config, dims)
     return dims
+
+
+def batch_split_problem(global_bs: int, local_bs: int, dp_degree: int) -> str | None:
+    """Why ``global_bs`` windows (-1: ``local_bs * dp_degree``) do not split into micro-batches of
+    ``local_bs`` on ``dp_degree`` ranks, with the change that keeps the global batch if one exists;
+    ``None`` if they do."""
+    if global_bs == -1 or global_bs % (local_bs * dp_degree) == 0:
+        return None
+    if global_bs % dp_degree == 0:
+        per_rank = global_bs // dp_degree
+        local = max(d for d in range(1, local_bs + 1) if per_rank % d == 0)
+        fix = f"keep the global batch with --training.local_batch_size={local}"
+    else:
+        step = local_bs * dp_degree
+        fix = (f"set --training.global_batch_size={-(-global_bs // step) * step} "
+               f"(a multiple of {step})")
+    return (f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * "
+            f"data-parallel degree = {local_bs} * {dp_degree}; {fix}")
 
 
 def _is_power_of_two(n: int) -> bool:

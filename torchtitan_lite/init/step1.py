@@ -123,21 +123,18 @@ class Step1Expectation:
         return dataclasses.replace(self, repeat_rate=rate)
 
     def describe(self) -> str:
-        """One line, e.g. ``expected step-1 loss 7.5925..7.6913 = ln V 7.6246 -0.0321..+0.0667 (...)``."""
-        ln_v = self.ln_vocab
+        """Every term of the expectation in one line, e.g. ``terms of the expected step-1 loss:
+        logit std 0.316, ...``; the values are ``step1_line``'s (``components/startup.py``)."""
+        extra = ""
         if self.tied:
-            lo, hi = self.bounds
-            values = f"{lo:.4f}..{hi:.4f} = ln V {ln_v:.4f} {lo - ln_v:+.4f}..{hi - ln_v:+.4f}"
             extra = (f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "
                      f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to |e|^2 "
                      f"{self.embedding_norm_sq:.3g}")
             if self.repeat_rate > 0:
                 extra += (f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, which lowers the "
                           f"low end by {self.repeat_rate * self.self_logit:.3f}")
-        else:
-            values, extra = f"{self.low:.4f} = ln V {ln_v:.4f} + {self.low - ln_v:.4f}", ""
-        return (f"expected step-1 loss {values} (logit std {self.logit_std:.3g}{extra}; "
-                f"{' = '.join(self.output_names)}: {self.output_spec.describe()})")
+        return (f"terms of the expected step-1 loss: logit std {self.logit_std:.3g}{extra}; "
+                f"{' = '.join(self.output_names)}: {self.output_spec.describe()}")
 
 
 def mean_log_partition(sigma: float, n: int) -> float:

@@ -69,6 +69,12 @@ class TrainingHooks:
         summary steps, ``summary``."""
         return HookReport({}, None)
 
+    def step1_heads(self, seq_len: int) -> dict[str, float]:
+        """The last step's mean cross-entropy per predicted token of each output head besides the
+        main one (e.g. ``{"mtp depth 1": 7.61}``), for the step-1 check; on every rank (may
+        all-reduce)."""
+        return {}
+
 
 def no_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> TrainingHooks:
     """The ``training_hooks`` of a family without per-step work."""
