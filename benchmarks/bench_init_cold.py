@@ -22,18 +22,15 @@ from machine_load import reported_load
 
 from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
-from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.preflight.checks import load_config_or_exit
-from torchtitan_lite.preflight.model_args import build_model_args
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 
 def meta_model(config_file: str) -> tuple[torch.nn.Module, object, int]:
     """``(model on meta, init plan, seed)`` of a config."""
-    config = load_config_or_exit(["--job.config_file", config_file])
-    spec, model_args = get_model_spec(config.model.name), build_model_args(config)
+    run = load_run_or_exit(["--job.config_file", config_file])
     with torch.device("meta"):
-        model = spec.model_cls(model_args)
-    return model, spec.init_plan(model_args), config.training.seed
+        model = run.spec.model_cls(run.model_args)
+    return model, run.spec.init_plan(run.model_args), run.config.training.seed
 
 
 def child(config_file: str) -> None:
