@@ -268,10 +268,12 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
                      for s in range(0, index.numel(), chunk)]
             return torch.cat([v for v, _ in parts]), torch.cat([b + s for (_, b), s in
                                                                 zip(parts, range(0, index.numel(), chunk))])
-    direct = flat.dtype == law.dtype and flat.device.type == "cpu"  # native kernels write into flat
+    # The native kernels write into flat itself where it is a plain CPU tensor of the work dtype (a
+    # wrapper subclass, e.g. torchao's float8 all-gather weight, has no storage of its own).
+    direct = type(flat) is torch.Tensor and flat.dtype == law.dtype and flat.device.type == "cpu"
 
     def put(lo: int, values: torch.Tensor) -> None:
-        if values.data_ptr() != flat[lo:].data_ptr():
+        if not (direct and values.data_ptr() == flat[lo:].data_ptr()):
             flat[lo : lo + values.numel()].copy_(cast(values).to(flat.device))
 
     drawn, pending_pos, pending_idx = 0, [], []
