@@ -3,6 +3,11 @@
 
 from setuptools import find_packages, setup
 
-MODELS = ["torchtitan_lite.models"] + [f"torchtitan_lite.models.{name}" for name in find_packages("models")]
+MODELS = ["torchtitan_lite.models"] + [
+    f"torchtitan_lite.models.{name}" for name in find_packages("models")
+]
 
-setup(packages=find_packages(include=["torchtitan_lite*"]) + MODELS, package_dir={"torchtitan_lite.models": "models"})
+setup(
+    packages=find_packages(include=["torchtitan_lite*"]) + MODELS,
+    package_dir={"torchtitan_lite.models": "models"},
+)

@@ -29,8 +29,16 @@ import torch
 
 from benchmarks.machine_load import reported_load
 
-CASES = {"sliding": (128, True), "full": (None, True), "plain": (None, False)}  # name -> (window, sinks)
-BACKENDS = {"sliding": ("reference", "blockwise"), "full": ("reference", "sdpa"), "plain": ("reference", "sdpa")}
+CASES = {
+    "sliding": (128, True),
+    "full": (None, True),
+    "plain": (None, False),
+}  # name -> (window, sinks)
+BACKENDS = {
+    "sliding": ("reference", "blockwise"),
+    "full": ("reference", "sdpa"),
+    "plain": ("reference", "sdpa"),
+}
 N_HEADS, N_KV_HEADS, HEAD_DIM = 4, 2, 64  # models/gpt_oss/args.py debug flavor
 
 
@@ -62,7 +70,10 @@ def measure(case: str, backend: str, seqlen: int) -> dict:
     start = time.perf_counter()
     step()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base}
+    return {
+        "seconds": seconds,
+        "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base,
+    }
 
 
 def decode_tokens_per_s(new_tokens: int) -> tuple[float, float]:
@@ -101,10 +112,15 @@ def main() -> None:
     torch.set_num_threads(1)
     with reported_load():
         if options.seqlens:
-            print(f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, head_dim {HEAD_DIM}, "
-                  "fp32 CPU, 1 thread")
-            print(f"{'case':8} {'S':>6}  " + "  ".join(f"{b:>24}" for b in ("reference s / GiB", "backend s / GiB"))
-                  + "  speed-up  memory ratio")
+            print(
+                f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, head_dim {HEAD_DIM}, "
+                "fp32 CPU, 1 thread"
+            )
+            print(
+                f"{'case':8} {'S':>6}  "
+                + "  ".join(f"{b:>24}" for b in ("reference s / GiB", "backend s / GiB"))
+                + "  speed-up  memory ratio"
+            )
         ref_peak: dict[str, tuple[int, int]] = {}
         for seqlen in options.seqlens:
             for case, (ref_name, name) in BACKENDS.items():
@@ -114,22 +130,40 @@ def main() -> None:
                         last_s, last_peak = ref_peak[case]
                         if last_peak * (seqlen / last_s) ** 2 > options.ref_limit_gib * 2**30:
                             continue
-                    run = subprocess.run([sys.executable, "-m", "benchmarks.bench_attention", "--child", case, backend,
-                                          str(seqlen)], capture_output=True, text=True, check=True,
-                                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                    run = subprocess.run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "benchmarks.bench_attention",
+                            "--child",
+                            case,
+                            backend,
+                            str(seqlen),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        env={**os.environ, "OMP_NUM_THREADS": "1"},
+                    )
                     results[backend] = json.loads(run.stdout)
                 if "reference" in results:
                     ref_peak[case] = (seqlen, results["reference"]["peak"])
-                cells = [f"{r['seconds']:10.3f} s {r['peak'] / 2**30:7.3f} GiB" if r else f"{'skipped':>24}"
-                         for r in (results.get(ref_name), results[name])]
+                cells = [
+                    f"{r['seconds']:10.3f} s {r['peak'] / 2**30:7.3f} GiB"
+                    if r
+                    else f"{'skipped':>24}"
+                    for r in (results.get(ref_name), results[name])
+                ]
                 ratio = ""
                 if ref_name in results:
                     ref, new = results[ref_name], results[name]
                     ratio = f"  {ref['seconds'] / new['seconds']:7.1f}x  {ref['peak'] / max(new['peak'], 1):11.1f}x"
                 print(f"{case:8} {seqlen:6}  {cells[0]}  {cells[1]} ({name}){ratio}", flush=True)
         cached, recompute = decode_tokens_per_s(options.decode_tokens)
-        print(f"decoding {options.decode_tokens} new tokens (qwen3 debug, greedy): {cached:.1f} tokens/s with the KV "
-              f"cache, {recompute:.1f} tokens/s recomputing ({cached / recompute:.1f}x)")
+        print(
+            f"decoding {options.decode_tokens} new tokens (qwen3 debug, greedy): {cached:.1f} tokens/s with the KV "
+            f"cache, {recompute:.1f} tokens/s recomputing ({cached / recompute:.1f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0, help="size of the test file in GiB")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--folder", default=tempfile.gettempdir(), help="where to write the test file")
+    parser.add_argument(
+        "--folder", default=tempfile.gettempdir(), help="where to write the test file"
+    )
     opts = parser.parse_args()
     size = int(opts.gib * 2**30)
     with tempfile.NamedTemporaryFile(dir=opts.folder, suffix=".distcp") as handle:
@@ -68,8 +70,10 @@ def main() -> None:
             read = seconds(read_only, handle.name, opts.reps, cache == "cold") / gib
             xxh = seconds(file_digest, handle.name, opts.reps, cache == "cold") / gib
             blake = seconds(blake2b, handle.name, opts.reps, cache == "cold") / gib
-            print(f"{cache:>4} page cache: read {read:.3f} s/GiB, xxh3_128 {xxh:.3f} s/GiB ({xxh / read:.2f}x read), "
-                  f"blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)")
+            print(
+                f"{cache:>4} page cache: read {read:.3f} s/GiB, xxh3_128 {xxh:.3f} s/GiB ({xxh / read:.2f}x read), "
+                f"blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)"
+            )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,11 @@ def main() -> None:
                 early.append(seconds([sys.executable, "-m", "torchtitan_lite.preflight", *args]))
                 full.append(seconds([sys.executable, "-c", FULL_CHECKS, *args]))
             e, f = statistics.median(early), statistics.median(full)
-            print(f"{name:13s} keys and types first {e:.2f} s, after the torch import {f:.2f} s: {f / e:.1f}x faster "
-                  f"(median of {reps})", flush=True)
+            print(
+                f"{name:13s} keys and types first {e:.2f} s, after the torch import {f:.2f} s: {f / e:.1f}x faster "
+                f"(median of {reps})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

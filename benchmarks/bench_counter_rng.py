@@ -41,7 +41,12 @@ def philox(c0, c1, c2, c3, k0: int, k1: int, rounds: int = 10):
     """Philox4x32 on int64 tensors holding 32-bit words: the four output words, each int64 in ``[0, 2**32)``."""
     for _ in range(rounds):
         p0, p1 = c0 * PHILOX_M[0], c2 * PHILOX_M[1]
-        c0, c1, c2, c3 = ((p1 >> 32) & MASK32) ^ c1 ^ k0, p1 & MASK32, ((p0 >> 32) & MASK32) ^ c3 ^ k1, p0 & MASK32
+        c0, c1, c2, c3 = (
+            ((p1 >> 32) & MASK32) ^ c1 ^ k0,
+            p1 & MASK32,
+            ((p0 >> 32) & MASK32) ^ c3 ^ k1,
+            p0 & MASK32,
+        )
         k0, k1 = (k0 + PHILOX_W[0]) & MASK32, (k1 + PHILOX_W[1]) & MASK32
     return c0, c1, c2, c3
 
@@ -77,8 +82,9 @@ def ziggurat_tables() -> tuple[torch.Tensor, torch.Tensor]:
     for i in range(1, 127):
         x.append(math.sqrt(-2.0 * math.log(ZIGGURAT_V / x[i] + f(x[i]))))
     x.append(0.0)
-    return torch.tensor(x[:128], dtype=torch.float64), torch.tensor([x[i + 1] / x[i] for i in range(128)],
-                                                                   dtype=torch.float64)
+    return torch.tensor(x[:128], dtype=torch.float64), torch.tensor(
+        [x[i + 1] / x[i] for i in range(128)], dtype=torch.float64
+    )
 
 
 def ziggurat_element(hi, lo, widths, ratios, bound: float):
@@ -92,7 +98,10 @@ def ziggurat_element(hi, lo, widths, ratios, bound: float):
 def ziggurat_first_pass(start: int, k0: int, k1: int, widths, ratios):
     """Two elements per Philox call, each with its acceptance at +-2 sigma."""
     w0, w1, w2, w3 = words(start, k0, k1)
-    return (*ziggurat_element(w0, w1, widths, ratios, 2.0), *ziggurat_element(w2, w3, widths, ratios, 2.0))
+    return (
+        *ziggurat_element(w0, w1, widths, ratios, 2.0),
+        *ziggurat_element(w2, w3, widths, ratios, 2.0),
+    )
 
 
 CPP_SOURCE = r"""
@@ -150,8 +159,12 @@ def cpp_kernel(width: int):
     from torch.utils.cpp_extension import load_inline
 
     flags = ["-O3", "-march=native", "-fopenmp-simd", f"-mprefer-vector-width={width}"]
-    return load_inline(f"bench_counter_rng_{width}", cpp_sources=CPP_SOURCE, functions=["philox_ziggurat"],
-                       extra_cflags=flags).philox_ziggurat
+    return load_inline(
+        f"bench_counter_rng_{width}",
+        cpp_sources=CPP_SOURCE,
+        functions=["philox_ziggurat"],
+        extra_cflags=flags,
+    ).philox_ziggurat
 
 
 def words_only(start: int, k0: int, k1: int):
@@ -176,15 +189,24 @@ def main() -> None:
     base = lambda: x.normal_()  # noqa: E731
     u1, u2 = (torch.rand(N // 2, dtype=torch.float64).clamp_(min=2.0**-53) for _ in range(2))
     cases = [
-        ("Philox4x32-10 (N/2 counters), folded", torch.compile(words_only, dynamic=False), (0, 1, 2)),
+        (
+            "Philox4x32-10 (N/2 counters), folded",
+            torch.compile(words_only, dynamic=False),
+            (0, 1, 2),
+        ),
         ("+ two 52-bit float64 uniforms", torch.compile(uniforms_only, dynamic=False), (0, 1, 2)),
         ("Box-Muller in float64 alone", torch.compile(box_muller, dynamic=False), (u1, u2)),
         ("Philox + uniforms + Box-Muller", torch.compile(normals, dynamic=False), (0, 1, 2)),
-        ("ziggurat first pass, +-2 sigma", torch.compile(ziggurat_first_pass, dynamic=False),
-         (0, 1, 2, *ziggurat_tables())),
+        (
+            "ziggurat first pass, +-2 sigma",
+            torch.compile(ziggurat_first_pass, dynamic=False),
+            (0, 1, 2, *ziggurat_tables()),
+        ),
     ]
-    print(f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over {args.reps} "
-          "back-to-back pairs with normal_")
+    print(
+        f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over {args.reps} "
+        "back-to-back pairs with normal_"
+    )
     print(f"{'part (compiled)':<38} {'compile s':>9} {'ms':>7} {'ns/elem':>8} {'x normal_':>10}")
     for label, fn, fn_args in cases:
         begin = time.perf_counter()
@@ -196,8 +218,10 @@ def main() -> None:
     print(f"{'the whole, eager':<38} {'':>9} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
     widths, ratios = ziggurat_tables()
     value_a, accept_a, value_b, accept_b = ziggurat_first_pass(0, 1, 2, widths, ratios)
-    print(f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left to a later pass "
-          "at +-2 sigma")
+    print(
+        f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left to a later pass "
+        "at +-2 sigma"
+    )
     out = torch.empty(N)
     torch.set_num_threads(1)
     for width in (256, 512):
@@ -205,17 +229,30 @@ def main() -> None:
         kernel = cpp_kernel(width)
         build_s = time.perf_counter() - begin
         kernel(out, 0, 1, 2, widths, ratios, 2.0, False)
-        same = torch.equal(out[0::2][accept_a], value_a[accept_a]) and torch.equal(out[1::2][accept_b], value_b[accept_b])
-        same = same and torch.equal(out[0::2].isnan(), ~accept_a) and torch.equal(out[1::2].isnan(), ~accept_b)
-        for label, words in ((f"C++ {width}-bit: Philox words, folded", True), (f"C++ {width}-bit: ziggurat, +-2", False)):
-            t, ratio = median_ratio(lambda: kernel(out, 0, 1, 2, widths, ratios, 2.0, words), base, args.reps)
+        same = torch.equal(out[0::2][accept_a], value_a[accept_a]) and torch.equal(
+            out[1::2][accept_b], value_b[accept_b]
+        )
+        same = (
+            same
+            and torch.equal(out[0::2].isnan(), ~accept_a)
+            and torch.equal(out[1::2].isnan(), ~accept_b)
+        )
+        for label, words in (
+            (f"C++ {width}-bit: Philox words, folded", True),
+            (f"C++ {width}-bit: ziggurat, +-2", False),
+        ):
+            t, ratio = median_ratio(
+                lambda: kernel(out, 0, 1, 2, widths, ratios, 2.0, words), base, args.reps
+            )
             print(f"{label:<38} {build_s:>9.1f} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
         print(f"C++ {width}-bit ziggurat equals the torch ops' first pass: {same}")
     torch.set_num_threads(args.threads)
     a, b = torch.compile(normals, dynamic=False)(0, 1, 2)
     c, d = normals(0, 1, 2)
-    print(f"compiled == eager bitwise: {torch.equal(a, c) and torch.equal(b, d)}; "
-          f"mean {torch.cat([a, b]).mean():.4f}, std {torch.cat([a, b]).std():.4f}")
+    print(
+        f"compiled == eager bitwise: {torch.equal(a, c) and torch.equal(b, d)}; "
+        f"mean {torch.cat([a, b]).mean():.4f}, std {torch.cat([a, b]).std():.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.preflight.memory import GIB, estimate_rank_memory, meta_parameter_count
 
 MEM = re.compile(r"\[rank(\d+)\]:step\s+\d+\s+loss\s+\S+.*?\bmem ([\d.]+)GiB")
-MODELS = {"GPT-OSS": "train_configs/gpt_oss_debug.toml",
-          "DeepSeek-V3": "train_configs/deepseek_v3_debug.toml"}
+MODELS = {
+    "GPT-OSS": "train_configs/gpt_oss_debug.toml",
+    "DeepSeek-V3": "train_configs/deepseek_v3_debug.toml",
+}
 DEGREES = (1, 2, 4)
 PUBLISHED = {  # name: (family, flavor, devices)
     "Llama 3 8B": ("llama3", "8b", 8),
@@ -60,22 +62,32 @@ def estimates() -> None:
         n_params = meta_parameter_count(spec.model_cls, args)
         for seq_len in (32768, 131072):
             for cp in (1, 2, 4, 8):
-                est = estimate_rank_memory(n_params, args, world_size=devices, seq_len=seq_len,
-                                           local_batch_size=1, compute_bytes=2, ac_mode="full",
-                                           dense_scores=False, cp=cp)
+                est = estimate_rank_memory(
+                    n_params,
+                    args,
+                    world_size=devices,
+                    seq_len=seq_len,
+                    local_batch_size=1,
+                    compute_bytes=2,
+                    ac_mode="full",
+                    dense_scores=False,
+                    cp=cp,
+                )
                 gib = (est.states / GIB, est.activations / GIB, est.total / GIB)
                 sizes = " | ".join(f"{v:.1f}" for v in gib)
                 print(f"| {name} | {devices} | {seq_len // 1024}k | {cp} | {sizes} |")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=3, help="training steps per run")
     parser.add_argument("--seq-len", type=int, default=16384, help="tokens per window")
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the medians")
-    parser.add_argument("--estimate", action="store_true",
-                        help="the published sizes' estimates, no run")
+    parser.add_argument(
+        "--estimate", action="store_true", help="the published sizes' estimates, no run"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides after --")
     options = parser.parse_args()
     if options.estimate:
@@ -89,12 +101,16 @@ def main() -> None:
             for cp in DEGREES:
                 # run_train.sh's config file and the ranks whose lines it shows
                 os.environ.update(CONFIG_FILE=config, LOG_RANK=",".join(map(str, range(cp))))
-                overrides = [f"--model.overrides.max_seq_len={seq_len}",
-                             f"--parallelism.context_parallel_degree={cp}",
-                             "--training.global_batch_size=1", "--training.local_batch_size=1",
-                             "--training.compute_dtype=float32",
-                             "--activation_checkpoint.mode=none", "--model.attn_backend=blockwise",
-                             *options.overrides]
+                overrides = [
+                    f"--model.overrides.max_seq_len={seq_len}",
+                    f"--parallelism.context_parallel_degree={cp}",
+                    "--training.global_batch_size=1",
+                    "--training.local_batch_size=1",
+                    "--training.compute_dtype=float32",
+                    "--activation_checkpoint.mode=none",
+                    "--model.attn_backend=blockwise",
+                    *options.overrides,
+                ]
                 output, _ = run(cp, 1, options.steps, seq_len, overrides)
                 mem = {int(m.group(1)): float(m.group(2)) for m in MEM.finditer(output)}  # last
                 tps = statistics.median(parse_tps(output, options.warmup))

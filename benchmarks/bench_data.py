@@ -45,7 +45,9 @@ def write_text(path: Path, megabytes: float) -> None:
     """JSON lines of documents of 5-200 sentences drawn (seed 0) from the plays' lines, ``megabytes`` in all."""
     from torchtitan_lite.data.corpus import shakespeare_plays
 
-    lines = [line for _, text in shakespeare_plays("train") for line in text.split("\n") if line.strip()]
+    lines = [
+        line for _, text in shakespeare_plays("train") for line in text.split("\n") if line.strip()
+    ]
     rng = np.random.default_rng(0)
     written, limit = 0, int(megabytes * 2**20)
     with open(path, "w") as f:
@@ -79,8 +81,15 @@ def write_tokens(folder: Path, gigabytes: float, tokenizer) -> None:
             position += n
     starts = np.concatenate(starts).astype(np.int64)
     starts.tofile(partial / prepared.DOCUMENTS)
-    manifest = prepared.Manifest(prepared.FORMAT, prepared.tokenizer_identity(tokenizer), "uint16", n_tokens,
-                                 len(starts), tokenizer.vocab_size - 1, [{"path": "synthetic", "size": 0}])
+    manifest = prepared.Manifest(
+        prepared.FORMAT,
+        prepared.tokenizer_identity(tokenizer),
+        "uint16",
+        n_tokens,
+        len(starts),
+        tokenizer.vocab_size - 1,
+        [{"path": "synthetic", "size": 0}],
+    )
     (partial / prepared.MANIFEST).write_text(json.dumps(dataclasses.asdict(manifest)))
     os.rename(partial, folder)
 
@@ -92,25 +101,44 @@ def rank(args) -> None:
     from torchtitan_lite.data.tokenizer import build_tokenizer
     from torchtitan_lite.data.windows import PackedWindows
 
-    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 on recent torch
+    warnings.filterwarnings(
+        "ignore", message="'set_vital' is deprecated"
+    )  # torchdata 0.11 on recent torch
     tok = build_tokenizer()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     begin = time.perf_counter()
-    ranks = dict(local_batch_size=LOCAL_BATCH, dp_rank=args.rank, dp_world_size=args.world_size, seed=0)
-    if args.mode == "in_memory":  # the path before prepared data: tokenize everything here, hold int32 ids
+    ranks = dict(
+        local_batch_size=LOCAL_BATCH, dp_rank=args.rank, dp_world_size=args.world_size, seed=0
+    )
+    if (
+        args.mode == "in_memory"
+    ):  # the path before prepared data: tokenize everything here, hold int32 ids
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         from torchtitan_lite.data.streams import GlobalWindowStream, collate_windows
 
-        docs, name = load_documents(dataset="shakespeare", dataset_path=args.path, hf_dataset_name=None,
-                                    hf_dataset_config=None, text_column="text", split="train")
+        docs, name = load_documents(
+            dataset="shakespeare",
+            dataset_path=args.path,
+            hf_dataset_name=None,
+            hf_dataset_config=None,
+            text_column="text",
+            split="train",
+        )
         windows = PackedWindows(tokenize_documents(tok, docs), SEQ_LEN, name)
         del docs
-        train = StatefulDataLoader(GlobalWindowStream(windows, **ranks), batch_size=LOCAL_BATCH,
-                                   collate_fn=collate_windows)
+        train = StatefulDataLoader(
+            GlobalWindowStream(windows, **ranks), batch_size=LOCAL_BATCH, collate_fn=collate_windows
+        )
     else:
-        train = build_dataloaders(validation=True, min_val_windows=LOCAL_BATCH * args.world_size,
-                                  dataset_path=args.path, tokenizer=tok, seq_len=SEQ_LEN, **ranks).train
+        train = build_dataloaders(
+            validation=True,
+            min_val_windows=LOCAL_BATCH * args.world_size,
+            dataset_path=args.path,
+            tokenizer=tok,
+            seq_len=SEQ_LEN,
+            **ranks,
+        ).train
     it = iter(train)
     next(it)
     start = time.perf_counter() - begin
@@ -120,16 +148,38 @@ def rank(args) -> None:
         next(it)
         waits.append(time.perf_counter() - t)
     rss = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
-    print(json.dumps({"start_s": start, "rss_mb": rss / 2**20, "data_wait_ms": 1e3 * float(np.mean(waits))}))
+    print(
+        json.dumps(
+            {"start_s": start, "rss_mb": rss / 2**20, "data_wait_ms": 1e3 * float(np.mean(waits))}
+        )
+    )
 
 
 def run_ranks(mode: str, path: Path, world_size: int, steps: int) -> list[dict]:
     """Start ``world_size`` rank processes at once and collect their JSON lines."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world_size", str(world_size),
-                               "--mode", mode, "--path", str(path), "--steps", str(steps)],
-                              stdout=subprocess.PIPE, text=True, env={**env, "RANK": str(r)})
-             for r in range(world_size)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--rank",
+                str(r),
+                "--world_size",
+                str(world_size),
+                "--mode",
+                mode,
+                "--path",
+                str(path),
+                "--steps",
+                str(steps),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**env, "RANK": str(r)},
+        )
+        for r in range(world_size)
+    ]
     results = []
     for p in procs:
         out, _ = p.communicate()
@@ -143,16 +193,34 @@ def prepare_rate(text: Path, out: Path, workers: int) -> tuple[float, int]:
     """``(tokens/s, tokens)`` of ``python -m torchtitan_lite.data.prepare`` on ``text`` with ``workers`` processes
     (the whole command, start-up of the workers included)."""
     begin = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "torchtitan_lite.data.prepare", "--input", str(text), "--output",
-                    str(out), "--workers", str(workers)], check=True, capture_output=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchtitan_lite.data.prepare",
+            "--input",
+            str(text),
+            "--output",
+            str(out),
+            "--workers",
+            str(workers),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+    )
     seconds = time.perf_counter() - begin
     n = json.loads((out / "manifest.json").read_text())["n_tokens"]
     return n / seconds, n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gb", type=float, default=2.0, help="size of the prepared token corpus (tokens.bin)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--gb", type=float, default=2.0, help="size of the prepared token corpus (tokens.bin)"
+    )
     parser.add_argument("--text_mb", type=float, default=40.0, help="size of the text corpus")
     parser.add_argument("--steps", type=int, default=200, help="batches per rank after the first")
     parser.add_argument("--rank", type=int)
@@ -172,21 +240,32 @@ def main() -> None:
         print(f"text corpus: {text.stat().st_size / 2**20:.1f} MB of JSON lines", flush=True)
         for workers in (1, 2):
             rate, n = prepare_rate(text, tmp / f"prepared{workers}", workers)
-            print(f"prepare, {workers} worker{'s' * (workers > 1)}: {rate:,.0f} tokens/s ({n:,} tokens)", flush=True)
+            print(
+                f"prepare, {workers} worker{'s' * (workers > 1)}: {rate:,.0f} tokens/s ({n:,} tokens)",
+                flush=True,
+            )
         begin = time.perf_counter()
         write_tokens(tmp / "tokens", args.gb, build_tokenizer())
         size = (tmp / "tokens" / "tokens.bin").stat().st_size
-        print(f"token corpus: {size / 2**30:.2f} GB ({size // 2:,} tokens), written in "
-              f"{time.perf_counter() - begin:.0f} s", flush=True)
-        cases = [("prepared", tmp / "tokens", f"prepared {size / 2**30:.2f} GB"),
-                 ("prepared", tmp / "prepared2", f"prepared {args.text_mb:g} MB text"),
-                 ("in_memory", text, f"in-memory {args.text_mb:g} MB text")]
+        print(
+            f"token corpus: {size / 2**30:.2f} GB ({size // 2:,} tokens), written in "
+            f"{time.perf_counter() - begin:.0f} s",
+            flush=True,
+        )
+        cases = [
+            ("prepared", tmp / "tokens", f"prepared {size / 2**30:.2f} GB"),
+            ("prepared", tmp / "prepared2", f"prepared {args.text_mb:g} MB text"),
+            ("in_memory", text, f"in-memory {args.text_mb:g} MB text"),
+        ]
         print(f"per rank (seq_len {SEQ_LEN}, local batch {LOCAL_BATCH}, {args.steps} steps):")
         for mode, path, label in cases:
             for world_size in (1, 2):
                 for r, res in enumerate(run_ranks(mode, path, world_size, args.steps)):
-                    print(f"  {label:<24} NGPU={world_size} rank {r}: start {res['start_s']:6.2f} s  rss "
-                          f"+{res['rss_mb']:7.1f} MB  data_wait {res['data_wait_ms']:.3f} ms/step", flush=True)
+                    print(
+                        f"  {label:<24} NGPU={world_size} rank {r}: start {res['start_s']:6.2f} s  rss "
+                        f"+{res['rss_mb']:7.1f} MB  data_wait {res['data_wait_ms']:.3f} ms/step",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,13 @@ def main() -> None:
     mem: dict[str, float] = dict.fromkeys(MODES, 0.0)
     for _ in range(REPEATS):
         for mode in MODES:
-            output, command = run(RANKS, 1, opts.steps, opts.seq_len,  # bench_scaling's: global 16, local 8
-                                  [f"--training.deterministic={mode}", *opts.overrides])
+            output, command = run(
+                RANKS,
+                1,
+                opts.steps,
+                opts.seq_len,  # bench_scaling's: global 16, local 8
+                [f"--training.deterministic={mode}", *opts.overrides],
+            )
             tps[mode] += parse_tps(output, opts.warmup)
             mem[mode] = max(mem[mode], *(float(m) for m in MEM.findall(output)))
             print(f"  {mode:>6}: {' '.join(command)}", flush=True)
@@ -49,7 +54,9 @@ def main() -> None:
     median = {mode: statistics.median(tps[mode]) for mode in MODES}
     for mode in MODES:
         print(f"{mode:>6} {median[mode]:>10,.0f} {mem[mode]:>7.2f}")
-    print(f"layout / off: tokens/s {median['layout'] / median['off']:.3f}, peak memory {mem['layout'] / mem['off']:.3f}")
+    print(
+        f"layout / off: tokens/s {median['layout'] / median['off']:.3f}, peak memory {mem['layout'] / mem['off']:.3f}"
+    )
 
 
 if __name__ == "__main__":

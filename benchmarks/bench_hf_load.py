@@ -41,17 +41,24 @@ def write_folder(folder: Path, vocab: int, dim: int) -> None:
     from torchtitan_lite.models import get_model_spec
 
     spec = get_model_spec("qwen3")
-    args = dataclasses.replace(spec.flavors["debug"], vocab_size=vocab, dim=dim, n_layers=2, tie_embeddings=True)
+    args = dataclasses.replace(
+        spec.flavors["debug"], vocab_size=vocab, dim=dim, n_layers=2, tie_embeddings=True
+    )
     adapter = spec.state_dict_adapter(args)
     with torch.device("meta"):
         model = spec.model_cls(args)
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     gen = torch.Generator().manual_seed(0)
-    tensors = {hf: torch.randn(shape, generator=gen).to(torch.bfloat16)
-               for name, kind in adapter.tensors.items() for hf, shape in kind.hf_shapes(shapes[name]).items()}
+    tensors = {
+        hf: torch.randn(shape, generator=gen).to(torch.bfloat16)
+        for name, kind in adapter.tensors.items()
+        for hf, shape in kind.hf_shapes(shapes[name]).items()
+    }
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps({**adapter.to_hf_config(), "torch_dtype": "bfloat16"}))
+    (folder / "config.json").write_text(
+        json.dumps({**adapter.to_hf_config(), "torch_dtype": "bfloat16"})
+    )
 
 
 def worker(folder: str, mode: str) -> None:
@@ -84,21 +91,41 @@ def worker(folder: str, mode: str) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     imported = import_hf(model, reader, state_dict_adapter("qwen3", args))
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print("RESULT " + json.dumps({"rank": dist.get_rank(), "rss_kib": after - before, "read": imported.bytes_read}),
-          flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {"rank": dist.get_rank(), "rss_kib": after - before, "read": imported.bytes_read}
+        ),
+        flush=True,
+    )
     dist.barrier()
     dist.destroy_process_group()
 
 
 def launch(folder: Path, mode: str, ranks: int) -> list[dict]:
     """The RESULT of every rank of one torchrun launch."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", __file__,
-           "--worker", str(folder), mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={ranks}",
+        __file__,
+        "--worker",
+        str(folder),
+        mode,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    lines = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines() if "RESULT " in line]
+    lines = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in proc.stdout.splitlines()
+        if "RESULT " in line
+    ]
     if proc.returncode or len(lines) != ranks:
-        raise RuntimeError(f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
     return sorted(lines, key=lambda r: r["rank"])
 
 
@@ -115,19 +142,26 @@ def main() -> None:
         folder = Path(tmp) / "hf"
         write_folder(folder, options.vocab, options.dim)
         size = (folder / "model.safetensors").stat().st_size
-        print(f"checkpoint {size / 2**20:.1f} MiB (bf16), embedding {options.vocab} x {options.dim}; "
-              f"params materialized in fp32")
+        print(
+            f"checkpoint {size / 2**20:.1f} MiB (bf16), embedding {options.vocab} x {options.dim}; "
+            f"params materialized in fp32"
+        )
         rss = {}
         for mode in ("boxes", "whole"):
             for ranks in (1, 2):
                 results = launch(folder, mode, ranks)
                 rss[mode, ranks] = max(r["rss_kib"] for r in results) / 1024
-                per_rank = ", ".join(f"rank {r['rank']}: rss +{r['rss_kib'] / 1024:.1f} MiB, read "
-                                     f"{r['read'] / 2**20:.1f} MiB" for r in results)
+                per_rank = ", ".join(
+                    f"rank {r['rank']}: rss +{r['rss_kib'] / 1024:.1f} MiB, read "
+                    f"{r['read'] / 2**20:.1f} MiB"
+                    for r in results
+                )
                 print(f"{mode:>5} {ranks} rank(s): {per_rank}")
-        print(f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on 1 rank, "
-              f"{rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
-              f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: {rss['whole', 2] / rss['whole', 1]:.2f}")
+        print(
+            f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on 1 rank, "
+            f"{rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
+            f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: {rss['whole', 2] / rss['whole', 1]:.2f}"
+        )
 
 
 if __name__ == "__main__":

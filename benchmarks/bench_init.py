@@ -70,7 +70,10 @@ class Layer(nn.Module):
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
         self.w1, self.w3 = nn.Linear(dim, ffn_dim, bias=False), nn.Linear(dim, ffn_dim, bias=False)
         self.w2 = nn.Linear(ffn_dim, dim, bias=False)
-        self.attention_norm, self.ffn_norm = nn.Parameter(torch.empty(dim)), nn.Parameter(torch.empty(dim))
+        self.attention_norm, self.ffn_norm = (
+            nn.Parameter(torch.empty(dim)),
+            nn.Parameter(torch.empty(dim)),
+        )
 
 
 class Model(nn.Module):
@@ -84,13 +87,16 @@ class Model(nn.Module):
         self.output = nn.Linear(dim, vocab_size, bias=False)
 
 
-PLAN = InitPlan("bench", (
-    ("tok_embeddings.weight", trunc_normal(1.0)),
-    ("layers.*.w*.weight", trunc_normal(0.02)),
-    ("layers.*_norm", ones()),
-    ("norm", ones()),
-    ("output.weight", trunc_normal(768**-0.5)),
-))
+PLAN = InitPlan(
+    "bench",
+    (
+        ("tok_embeddings.weight", trunc_normal(1.0)),
+        ("layers.*.w*.weight", trunc_normal(0.02)),
+        ("layers.*_norm", ones()),
+        ("norm", ones()),
+        ("output.weight", trunc_normal(768**-0.5)),
+    ),
+)
 
 
 def timing_args(doc: str, script: str, reps: int, model_only: bool = False) -> argparse.Namespace:
@@ -110,8 +116,14 @@ def timing_args(doc: str, script: str, reps: int, model_only: bool = False) -> a
 
 def cpu_line() -> str:
     """The CPU model, torch's CPU kernel ISA and ``ATEN_CPU_CAPABILITY``."""
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                 platform.processor())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     forced = os.environ.get("ATEN_CPU_CAPABILITY", "unset")
     return f"CPU {model}; torch kernels {torch.backends.cpu.get_cpu_capability()} (ATEN_CPU_CAPABILITY={forced})"
 
@@ -124,20 +136,31 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     base = lambda: x.normal_(generator=gen)  # noqa: E731
     trunc_normal_(matrix, key=InitKey(0, "warm-up"))  # builds or loads the native kernels
-    print(f"16M fp32, {args.threads} thread(s): normal_ {median_time(base, args.reps) * 1e3:.1f} ms; "
-          f"ratios are medians over {args.reps} back-to-back pairs (torch's tail regime and eager: 1 pair)")
-    print(f"{'regime':<20} {'torch ms':>9} {'keyed ms':>9} {'eager ms':>9} {'torch/normal_':>14} "
-          f"{'keyed/normal_':>14} {'eager/normal_':>14} {'keyed/torch':>12}")
+    print(
+        f"16M fp32, {args.threads} thread(s): normal_ {median_time(base, args.reps) * 1e3:.1f} ms; "
+        f"ratios are medians over {args.reps} back-to-back pairs (torch's tail regime and eager: 1 pair)"
+    )
+    print(
+        f"{'regime':<20} {'torch ms':>9} {'keyed ms':>9} {'eager ms':>9} {'torch/normal_':>14} "
+        f"{'keyed/normal_':>14} {'eager/normal_':>14} {'keyed/torch':>12}"
+    )
     for label, mean, std, a, b in [] if args.model_only else REGIMES:
         torch_reps = 1 if label.startswith("tail") else args.reps
-        t_torch, r_torch = median_ratio(lambda: torch.nn.init.trunc_normal_(x, mean, std, a, b, generator=gen),
-                                        base, torch_reps)
-        t_keyed, r_keyed = median_ratio(lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w")), base,
-                                        args.reps)
-        t_eager, r_eager = median_ratio(lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w"),
-                                                              compiled=False), base, 1)
-        print(f"{label:<20} {t_torch * 1e3:>9.1f} {t_keyed * 1e3:>9.1f} {t_eager * 1e3:>9.1f} {r_torch:>14.2f} "
-              f"{r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}")
+        t_torch, r_torch = median_ratio(
+            lambda: torch.nn.init.trunc_normal_(x, mean, std, a, b, generator=gen), base, torch_reps
+        )
+        t_keyed, r_keyed = median_ratio(
+            lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w")), base, args.reps
+        )
+        t_eager, r_eager = median_ratio(
+            lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w"), compiled=False),
+            base,
+            1,
+        )
+        print(
+            f"{label:<20} {t_torch * 1e3:>9.1f} {t_keyed * 1e3:>9.1f} {t_eager * 1e3:>9.1f} {r_torch:>14.2f} "
+            f"{r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}"
+        )
 
     with torch.device("meta"):
         model = Model()
@@ -150,11 +173,17 @@ def main() -> None:
             for p in params:
                 p.normal_(generator=gen)
 
-    t_init, r_init = median_ratio(lambda: init_weights(model, PLAN, seed=0), fill_normal, max(1, args.reps // 2))
-    print(f"whole model (12 layers, dim 768, vocab 32000, {numel / 1e6:.0f}M params, on meta then CPU): "
-          f"init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_")
-    print(f"build/compile: {draw.compile_seconds():.1f} s in all (native kernels built in this process, first calls "
-          "of compiled kernels; not in the ratios)")
+    t_init, r_init = median_ratio(
+        lambda: init_weights(model, PLAN, seed=0), fill_normal, max(1, args.reps // 2)
+    )
+    print(
+        f"whole model (12 layers, dim 768, vocab 32000, {numel / 1e6:.0f}M params, on meta then CPU): "
+        f"init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_"
+    )
+    print(
+        f"build/compile: {draw.compile_seconds():.1f} s in all (native kernels built in this process, first calls "
+        "of compiled kernels; not in the ratios)"
+    )
 
 
 if __name__ == "__main__":

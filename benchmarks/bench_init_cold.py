@@ -44,11 +44,21 @@ def child(config_file: str) -> None:
 
 def run_child(config_file: str, threads: int, folder: str) -> tuple[float, float]:
     """``(init seconds, build seconds)`` of a child process with ``folder`` as HOME, TMPDIR and caches."""
-    env = dict(os.environ, HOME=folder, TMPDIR=folder, TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"),
-               OMP_NUM_THREADS=str(threads))
+    env = dict(
+        os.environ,
+        HOME=folder,
+        TMPDIR=folder,
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"),
+        OMP_NUM_THREADS=str(threads),
+    )
     env.pop("TORCHTITAN_LITE_KERNEL_CACHE", None)
-    out = subprocess.run([sys.executable, __file__, "--child", "--config", config_file, "--threads", str(threads)],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", "--config", config_file, "--threads", str(threads)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     words = next(line for line in out.splitlines() if line.startswith("child init ")).split()
     return float(words[2]), float(words[4])
 
@@ -63,7 +73,9 @@ def main() -> None:
     if args.child:
         child(args.config)
         return
-    print(f"command: python benchmarks/bench_init_cold.py --config {args.config} --threads {args.threads}")
+    print(
+        f"command: python benchmarks/bench_init_cold.py --config {args.config} --threads {args.threads}"
+    )
     print(cpu_line())
     with tempfile.TemporaryDirectory() as folder:
         cold, cold_build = run_child(args.config, args.threads, folder)
@@ -80,10 +92,14 @@ def main() -> None:
         fills.append(time.perf_counter() - begin)
     fill = sorted(fills)[1]
     numel = sum(p.numel() for p in params)
-    print(f"{args.config}: {numel:,} parameters, {args.threads} thread(s); normal_ fill {fill:.2f} s (median of 3)")
+    print(
+        f"{args.config}: {numel:,} parameters, {args.threads} thread(s); normal_ fill {fill:.2f} s (median of 3)"
+    )
     for label, seconds, build in (("fresh machine", cold, cold_build), ("warm", warm, warm_build)):
-        print(f"init phase, {label}: {seconds:.2f} s = {seconds / fill:.2f}x the fill (kernels built in "
-              f"{build:.2f} s)")
+        print(
+            f"init phase, {label}: {seconds:.2f} s = {seconds / fill:.2f}x the fill (kernels built in "
+            f"{build:.2f} s)"
+        )
 
 
 if __name__ == "__main__":

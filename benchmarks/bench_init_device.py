@@ -69,10 +69,14 @@ def main() -> int:
     cpu_model, cpu_s = _init(spec, args, seed, "cpu")
     on_cpu = model_fingerprint(cpu_model)
     init_s, fill_s = sorted(times)[len(times) // 2], sorted(fills)[len(fills) // 2]
-    print(f"{opts.config}: {numel:,} parameters; init on {opts.device}: {init_s:.3f} s (first call {first:.2f} s, of "
-          f"which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio {init_s / fill_s:.2f}; on cpu "
-          f"{cpu_s:.2f} s")
-    print(f"fingerprint on {opts.device} {on_device}, on cpu {on_cpu}: {'equal' if on_device == on_cpu else 'DIFFER'}")
+    print(
+        f"{opts.config}: {numel:,} parameters; init on {opts.device}: {init_s:.3f} s (first call {first:.2f} s, of "
+        f"which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio {init_s / fill_s:.2f}; on cpu "
+        f"{cpu_s:.2f} s"
+    )
+    print(
+        f"fingerprint on {opts.device} {on_device}, on cpu {on_cpu}: {'equal' if on_device == on_cpu else 'DIFFER'}"
+    )
     return 0 if on_device == on_cpu else 1
 
 

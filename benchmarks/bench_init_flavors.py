@@ -45,8 +45,19 @@ from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.init.apply import init_weights, materialize
 
-FLAVORS = ("qwen3:0.6b", "qwen3:1.7b", "qwen3:4b", "qwen3:8b", "qwen3:14b", "qwen3:32b", "qwen3_moe:30b-a3b",
-           "gpt_oss:20b", "gpt_oss:120b", "deepseek_v3:16b", "deepseek_v3:671b")
+FLAVORS = (
+    "qwen3:0.6b",
+    "qwen3:1.7b",
+    "qwen3:4b",
+    "qwen3:8b",
+    "qwen3:14b",
+    "qwen3:32b",
+    "qwen3_moe:30b-a3b",
+    "gpt_oss:20b",
+    "gpt_oss:120b",
+    "deepseek_v3:16b",
+    "deepseek_v3:671b",
+)
 MAX_WORLD_SIZE = 4096
 
 
@@ -93,7 +104,9 @@ def choose_rank(model: nn.Module, max_shard_params: int) -> tuple[int, int, int]
             fits (raise the budget).
     """
     if max_shard_params <= 0:
-        raise ValueError(f"the shard budget must be > 0 parameters, got {max_shard_params}; raise --max-shard-gib")
+        raise ValueError(
+            f"the shard budget must be > 0 parameters, got {max_shard_params}; raise --max-shard-gib"
+        )
     candidates = [2**i for i in range(MAX_WORLD_SIZE.bit_length())]
     for n in candidates:
         counts = shard_numels(model, n)
@@ -104,11 +117,15 @@ def choose_rank(model: nn.Module, max_shard_params: int) -> tuple[int, int, int]
         fitting = [r for r in range(n) if counts[r] <= max_shard_params]
         if fitting:
             return n, max(fitting, key=lambda r: counts[r]), counts[0]
-    raise ValueError(f"no rank of up to {MAX_WORLD_SIZE} holds at most {max_shard_params} parameters; "
-                     "raise --max-shard-gib")
+    raise ValueError(
+        f"no rank of up to {MAX_WORLD_SIZE} holds at most {max_shard_params} parameters; "
+        "raise --max-shard-gib"
+    )
 
 
-def init_rank(family: str, flavor: str, world_size: int, rank: int, seed: int = 0) -> tuple[nn.Module, InitTiming]:
+def init_rank(
+    family: str, flavor: str, world_size: int, rank: int, seed: int = 0
+) -> tuple[nn.Module, InitTiming]:
     """Build ``family:flavor`` on meta, ``apply_fsdp`` on ``world_size`` ranks, and as ``rank`` (fake process
     group) materialize on CPU and init with the family's plan and ``seed``. Returns the model (its
     parameters are DTensors holding rank ``rank``'s fp32 shard) and the timing. Call once per process (see
@@ -118,13 +135,21 @@ def init_rank(family: str, flavor: str, world_size: int, rank: int, seed: int = 
         RuntimeError: a process group is already running in this process.
     """
     if dist.is_initialized():
-        raise RuntimeError("init_rank: a process group is already running; simulate one rank per process")
+        raise RuntimeError(
+            "init_rank: a process group is already running; simulate one rank per process"
+        )
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     spec = get_model_spec(family)
     model, args = build_meta(family, flavor)
     total = sum(p.numel() for p in model.parameters())
     mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("dp_shard",))
-    apply_fsdp(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32, reshard_after_forward=True)
+    apply_fsdp(
+        model,
+        mesh,
+        param_dtype=torch.float32,
+        reduce_dtype=torch.float32,
+        reshard_after_forward=True,
+    )
     start = time.perf_counter()
     materialize(model, "cpu")
     materialized = time.perf_counter()
@@ -136,15 +161,30 @@ def init_rank(family: str, flavor: str, world_size: int, rank: int, seed: int = 
 
 def run_child(name: str, world_size: int, rank: int, threads: int) -> InitTiming:
     """:func:`init_rank` of ``name`` (``family:flavor``) in a fresh Python process; its timing."""
-    command = [sys.executable, __file__, "--child", name, str(world_size), str(rank), "--threads", str(threads)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        str(world_size),
+        str(rank),
+        "--threads",
+        str(threads),
+    ]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return InitTiming(**json.loads(out.strip().splitlines()[-1]))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--flavors", nargs="+", default=list(FLAVORS), help="family:flavor, e.g. qwen3:0.6b")
-    parser.add_argument("--max-shard-gib", type=float, default=2.0, help="fp32 shard budget per rank, GiB")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--flavors", nargs="+", default=list(FLAVORS), help="family:flavor, e.g. qwen3:0.6b"
+    )
+    parser.add_argument(
+        "--max-shard-gib", type=float, default=2.0, help="fp32 shard budget per rank, GiB"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--child", nargs=3, metavar=("FLAVOR", "N", "RANK"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -162,8 +202,10 @@ def main() -> None:
 def report(opts: argparse.Namespace) -> None:
     """The table of every flavor in ``opts.flavors``, each measured in a child process."""
     budget = int(opts.max_shard_gib * 2**30 // 4)
-    header = (f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} {'materialize s':>13} "
-              f"{'init s':>8} {'ns/element':>10}")
+    header = (
+        f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} {'materialize s':>13} "
+        f"{'init s':>8} {'ns/element':>10}"
+    )
     print(header)
     print("-" * len(header))
     notes = []
@@ -175,17 +217,26 @@ def report(opts: argparse.Namespace) -> None:
         del meta_model
         t = run_child(name, world_size, rank, opts.threads)
         if t.shard_params != predicted:
-            raise RuntimeError(f"{name}: rank {rank} of {world_size} holds {t.shard_params} parameters, "
-                               f"predicted {predicted}: FSDP2's sharding differs from shard_numels")
+            raise RuntimeError(
+                f"{name}: rank {rank} of {world_size} holds {t.shard_params} parameters, "
+                f"predicted {predicted}: FSDP2's sharding differs from shard_numels"
+            )
         if rank:
-            notes.append(f"{name}: rank 0 of {world_size} would hold {rank0:,} parameters "
-                         f"({rank0 * 4 / 2**30:.1f} GiB fp32), over the budget")
-        print(f"{name:<18} {t.total_params:>16,} {world_size:>5} {rank:>5} {t.shard_params:>14,} "
-              f"{t.materialize_s:>13.3f} {t.init_s:>8.2f} {t.init_s / t.shard_params * 1e9:>10.2f}", flush=True)
+            notes.append(
+                f"{name}: rank 0 of {world_size} would hold {rank0:,} parameters "
+                f"({rank0 * 4 / 2**30:.1f} GiB fp32), over the budget"
+            )
+        print(
+            f"{name:<18} {t.total_params:>16,} {world_size:>5} {rank:>5} {t.shard_params:>14,} "
+            f"{t.materialize_s:>13.3f} {t.init_s:>8.2f} {t.init_s / t.shard_params * 1e9:>10.2f}",
+            flush=True,
+        )
     for note in notes:
         print("note:", note)
-    print(f"command: python benchmarks/bench_init_flavors.py --flavors {' '.join(opts.flavors)} "
-          f"--max-shard-gib {opts.max_shard_gib:g} --threads {opts.threads}")
+    print(
+        f"command: python benchmarks/bench_init_flavors.py --flavors {' '.join(opts.flavors)} "
+        f"--max-shard-gib {opts.max_shard_gib:g} --threads {opts.threads}"
+    )
 
 
 if __name__ == "__main__":

@@ -61,16 +61,30 @@ def saved_bytes(forward) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (compile happens here)")
-    parser.add_argument("--backend", default="inductor", help="torch.compile backend of the compile-on rows")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed steps first (compile happens here)"
+    )
+    parser.add_argument(
+        "--backend", default="inductor", help="torch.compile backend of the compile-on rows"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides after --")
     cli = parser.parse_args()
     with tempfile.TemporaryDirectory() as dump:
-        argv = ["--job.config_file", "train_configs/qwen3_debug.toml", *cli.overrides,
-                f"--job.dump_folder={dump}", "--checkpoint.enable=false", "--validation.enable=false",
-                "--metrics.enable_tensorboard=false", "--training.steps=1000", "--lr_scheduler.warmup_steps=1"]
+        argv = [
+            "--job.config_file",
+            "train_configs/qwen3_debug.toml",
+            *cli.overrides,
+            f"--job.dump_folder={dump}",
+            "--checkpoint.enable=false",
+            "--validation.enable=false",
+            "--metrics.enable_tensorboard=false",
+            "--training.steps=1000",
+            "--lr_scheduler.warmup_steps=1",
+        ]
         trainer = Trainer(parse_run(argv))
         base, info = trainer.config, trainer.info
         batches = iter(trainer.train_loader)
@@ -79,17 +93,31 @@ def main() -> None:
         for compiled in (False, True):
             for mode, option in AC_VARIANTS:
                 config = dataclasses.replace(
-                    base, activation_checkpoint=dataclasses.replace(base.activation_checkpoint, mode=mode,
-                                                                    selective_ac_option=option),
-                    compile=dataclasses.replace(base.compile, enable=compiled, backend=cli.backend))
+                    base,
+                    activation_checkpoint=dataclasses.replace(
+                        base.activation_checkpoint, mode=mode, selective_ac_option=option
+                    ),
+                    compile=dataclasses.replace(base.compile, enable=compiled, backend=cli.backend),
+                )
                 model = build_model(dataclasses.replace(trainer.run, config=config), info)
-                init_weights(model, trainer.spec.init_plan(trainer.args), base.training.seed, buffer_device=info.device)
+                init_weights(
+                    model,
+                    trainer.spec.init_plan(trainer.args),
+                    base.training.seed,
+                    buffer_device=info.device,
+                )
                 loss_fn = build_loss_fn(config, info.device)
                 opt = base.optimizer
-                optimizer = build_optimizer(model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                                            weight_decay=opt.weight_decay, decay_embeddings=opt.decay_embeddings,
-                                            decay_norms_and_biases=opt.decay_norms_and_biases,
-                                            implementation=opt.implementation)
+                optimizer = build_optimizer(
+                    model,
+                    lr=opt.lr,
+                    betas=(opt.beta1, opt.beta2),
+                    eps=opt.eps,
+                    weight_decay=opt.weight_decay,
+                    decay_embeddings=opt.decay_embeddings,
+                    decay_norms_and_biases=opt.decay_norms_and_biases,
+                    implementation=opt.implementation,
+                )
                 micro = [next(batches) for _ in range(trainer.accum)]
 
                 def forward(inputs, labels):
@@ -118,20 +146,38 @@ def main() -> None:
                     kept, peak = memory.at_mark, memory.peak
                     optimizer.zero_grad(set_to_none=True)
                 name = f"{mode}" + (f" {option}" if mode == "selective" else "")
-                rows.append((name, "on" if is_compiled else "off", tokens / statistics.median(times), kept, peak))
+                rows.append(
+                    (
+                        name,
+                        "on" if is_compiled else "off",
+                        tokens / statistics.median(times),
+                        kept,
+                        peak,
+                    )
+                )
                 model = optimizer = loss_fn = None  # free them before the next variant is built
         ref_speed, ref_kept, ref_peak = rows[0][2], rows[0][3], rows[0][4]
         print(f"command: python {' '.join(sys.argv)}")
-        print(f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} micro-batches), "
-              f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} warmup; "
-              f"compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks (compiled)")
-        print(f"{'activation ckpt':<16}{'compile':>8}{'tokens/s':>10}{'ratio':>7}{'kept MiB':>10}{'ratio':>7}"
-              f"{'peak MiB':>10}{'ratio':>7}")
+        print(
+            f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} micro-batches), "
+            f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} warmup; "
+            f"compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks (compiled)"
+        )
+        print(
+            f"{'activation ckpt':<16}{'compile':>8}{'tokens/s':>10}{'ratio':>7}{'kept MiB':>10}{'ratio':>7}"
+            f"{'peak MiB':>10}{'ratio':>7}"
+        )
         for name, comp, speed, kept, peak in rows:
             mark = "*" if comp == "on" else " "
-            peak_cells = f"{peak / 2**20:>10.1f}{peak / ref_peak:>7.2f}" if peak is not None else f"{'n/a':>10}{'':>7}"
-            print(f"{name:<16}{comp:>8}{speed:>10,.0f}{speed / ref_speed:>7.2f}{kept / 2**20:>9.1f}{mark}"
-                  f"{kept / ref_kept:>7.2f}{peak_cells}")
+            peak_cells = (
+                f"{peak / 2**20:>10.1f}{peak / ref_peak:>7.2f}"
+                if peak is not None
+                else f"{'n/a':>10}{'':>7}"
+            )
+            print(
+                f"{name:<16}{comp:>8}{speed:>10,.0f}{speed / ref_speed:>7.2f}{kept / 2**20:>9.1f}{mark}"
+                f"{kept / ref_kept:>7.2f}{peak_cells}"
+            )
         trainer.metrics.close()
         torch.distributed.destroy_process_group()
 

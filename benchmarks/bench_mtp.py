@@ -44,7 +44,9 @@ def step(model, opt, tokens, labels) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--flavor", default="debug")
     parser.add_argument("--steps", type=int, default=10, help="timed steps of each variant")
     parser.add_argument("--warmup", type=int, default=2)
@@ -54,10 +56,16 @@ def main() -> None:
     torch.manual_seed(0)
     spec = get_model_spec("deepseek_v3")
     base = spec.flavors[cli.flavor]
-    variants = {"off": dataclasses.replace(base, mtp_num_layers=0), "mtp1": dataclasses.replace(base, mtp_num_layers=1)}
+    variants = {
+        "off": dataclasses.replace(base, mtp_num_layers=0),
+        "mtp1": dataclasses.replace(base, mtp_num_layers=1),
+    }
     models = {name: build(spec, args) for name, args in variants.items()}
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
-    batches = [torch.randint(0, base.vocab_size, (cli.batch, cli.seq_len + 1)) for _ in range(cli.warmup + cli.steps)]
+    batches = [
+        torch.randint(0, base.vocab_size, (cli.batch, cli.seq_len + 1))
+        for _ in range(cli.warmup + cli.steps)
+    ]
     times = {name: [] for name in models}
     with reported_load():
         for i, batch in enumerate(batches):
@@ -69,17 +77,23 @@ def main() -> None:
         results = {}
         for name, model in models.items():
             with ActivationMemory() as mem:
-                loss = cross_entropy_sum(model(batches[0][:, :-1], labels=batches[0][:, 1:]), batches[0][:, 1:])
+                loss = cross_entropy_sum(
+                    model(batches[0][:, :-1], labels=batches[0][:, 1:]), batches[0][:, 1:]
+                )
                 loss.backward()
             model.zero_grad(set_to_none=True)
             params = sum(p.numel() for p in model.parameters())
             results[name] = (statistics.median(times[name]), params, mem.peak)
     for name, (seconds, params, peak) in results.items():
-        print(f"{name:5s} step {seconds:.3f} s (median of {cli.steps}), {params:,} parameters "
-              f"({16 * params / GIB:.3f} GiB fp32 weights + grads + AdamW moments), activation peak {peak / GIB:.3f} GiB")
+        print(
+            f"{name:5s} step {seconds:.3f} s (median of {cli.steps}), {params:,} parameters "
+            f"({16 * params / GIB:.3f} GiB fp32 weights + grads + AdamW moments), activation peak {peak / GIB:.3f} GiB"
+        )
     (t0, p0, a0), (t1, p1, a1) = results["off"], results["mtp1"]
-    print(f"mtp1 / off: step time {t1 / t0:.3f}x, parameters {p1 / p0:.3f}x, activation peak {a1 / a0:.3f}x "
-          f"({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})")
+    print(
+        f"mtp1 / off: step time {t1 / t0:.3f}x, parameters {p1 / p0:.3f}x, activation peak {a1 / a0:.3f}x "
+        f"({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})"
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,10 @@ LAYOUTS = {  # name: (ranks, [parallelism] overrides)
     "dp_replicate 2 x dp_shard 2": (4, ["--parallelism.data_parallel_replicate_degree=2"]),
     "pp 2 (1F1B)": (2, [*PP2]),
     "pp 2 (GPipe)": (2, [*PP2, "--parallelism.pipeline_parallel_schedule=GPipe"]),
-    "pp 2 (Interleaved1F1B)": (2, [*PP2, "--parallelism.pipeline_parallel_schedule=Interleaved1F1B"]),
+    "pp 2 (Interleaved1F1B)": (
+        2,
+        [*PP2, "--parallelism.pipeline_parallel_schedule=Interleaved1F1B"],
+    ),
     "pp 2 x dp_shard 2": (4, [*PP2]),
     "pp 2 x tp 2": (4, [*PP2, "--parallelism.tensor_parallel_degree=2"]),
 }
@@ -70,7 +73,9 @@ GLOBAL_BATCH = 16
 """Sequences per step (``bench_scaling.run``)."""
 
 
-def all_to_all_bytes(ranks: int, layout: list[str], seq_len: int, bytes_per_element: int = 4) -> float:
+def all_to_all_bytes(
+    ranks: int, layout: list[str], seq_len: int, bytes_per_element: int = 4
+) -> float:
     """Bytes one rank sends to other ranks per step under expert parallelism, from the shapes of the Qwen3-MoE debug
     flavor: each MoE layer sends its ``T / tp`` tokens' ``top_k`` rows of ``dim`` elements out and back in forward
     and twice again in backward (4 exchanges), ``(ep - 1) / ep`` of them to other ranks under balanced routing;
@@ -90,26 +95,42 @@ def main() -> None:
         sys.argv.remove("--moe")
         os.environ["CONFIG_FILE"] = MOE_CONFIG  # run_train.sh's config
     opts = parse_options(__doc__, steps=20)
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on "
-          f"{os.cpu_count()} CPUs; CPU numbers show overhead only (see the docstring)")
-    print(f"{'layout':>28} {'ranks':>5} {'tps/device':>10} {'total tok/s':>11} {'mem GiB':>7} "
-          f"{'total/1':>7} {'mem/1':>6}" + (f" {'a2a MB/step/rank':>16}" if moe else ""))
+    print(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on "
+        f"{os.cpu_count()} CPUs; CPU numbers show overhead only (see the docstring)"
+    )
+    print(
+        f"{'layout':>28} {'ranks':>5} {'tps/device':>10} {'total tok/s':>11} {'mem GiB':>7} "
+        f"{'total/1':>7} {'mem/1':>6}" + (f" {'a2a MB/step/rank':>16}" if moe else "")
+    )
     base = None
     for name, (ranks, layout) in (MOE_LAYOUTS if moe else LAYOUTS).items():
-        os.environ["LOG_RANK"] = ",".join(map(str, range(ranks)))  # every rank's lines: stages differ in memory
-        output, command = run(ranks, 1, opts.steps, opts.seq_len,  # bench_scaling's run, micro-batches of 4
-                              ["--training.local_batch_size=4", *layout, *opts.overrides])
+        os.environ["LOG_RANK"] = ",".join(
+            map(str, range(ranks))
+        )  # every rank's lines: stages differ in memory
+        output, command = run(
+            ranks,
+            1,
+            opts.steps,
+            opts.seq_len,  # bench_scaling's run, micro-batches of 4
+            ["--training.local_batch_size=4", *layout, *opts.overrides],
+        )
         tps = statistics.median(parse_tps(output, opts.warmup))
         mem = max(float(m) for m in MEM.findall(output))
         total = tps * ranks
         base = base or (total, mem)
         a2a = f" {all_to_all_bytes(ranks, layout, opts.seq_len) / 1e6:>16.1f}" if moe else ""
-        print(f"{name:>28} {ranks:>5} {tps:>10,.0f} {total:>11,.0f} {mem:>7.2f} {total / base[0]:>7.2f} "
-              f"{mem / base[1]:>6.2f}{a2a}", flush=True)
+        print(
+            f"{name:>28} {ranks:>5} {tps:>10,.0f} {total:>11,.0f} {mem:>7.2f} {total / base[0]:>7.2f} "
+            f"{mem / base[1]:>6.2f}{a2a}",
+            flush=True,
+        )
         print(f"      command: {' '.join(command)}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"command: python benchmarks/bench_parallel.py{' --moe' if moe else ''} --steps {opts.steps} --seq-len {opts.seq_len} "
-          f"--warmup {opts.warmup}" + (f" -- {' '.join(opts.overrides)}" if opts.overrides else ""))
+    print(
+        f"command: python benchmarks/bench_parallel.py{' --moe' if moe else ''} --steps {opts.steps} --seq-len {opts.seq_len} "
+        f"--warmup {opts.warmup}" + (f" -- {' '.join(opts.overrides)}" if opts.overrides else "")
+    )
 
 
 if __name__ == "__main__":

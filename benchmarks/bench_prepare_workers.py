@@ -29,7 +29,15 @@ from benchmarks.machine_load import cores, reported_load  # noqa: E402
 
 def prepare_seconds(text: Path, out: Path, workers: int | None) -> float:
     """Wall seconds of one prepare of ``text`` into ``out`` with ``workers`` (``None``: the default)."""
-    argv = [sys.executable, "-m", "torchtitan_lite.data.prepare", "--input", str(text), "--output", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "torchtitan_lite.data.prepare",
+        "--input",
+        str(text),
+        "--output",
+        str(out),
+    ]
     argv += [] if workers is None else ["--workers", str(workers)]
     begin = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True, cwd=REPO)
@@ -37,9 +45,15 @@ def prepare_seconds(text: Path, out: Path, workers: int | None) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mib", type=float, nargs="+", default=[1, 16, 32], help="input sizes, MiB of JSON lines")
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="worker counts to compare")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--mib", type=float, nargs="+", default=[1, 16, 32], help="input sizes, MiB of JSON lines"
+    )
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[0, 2], help="worker counts to compare"
+    )
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     from torchtitan_lite.data.prepare import default_workers
@@ -53,12 +67,19 @@ def main() -> None:
             chosen = default_workers(size, cores())
             times = {}
             for workers in args.workers:
-                runs = [prepare_seconds(text, tmp / f"out{mib:g}-{workers}-{r}", workers) for r in range(args.repeats)]
+                runs = [
+                    prepare_seconds(text, tmp / f"out{mib:g}-{workers}-{r}", workers)
+                    for r in range(args.repeats)
+                ]
                 times[workers] = statistics.median(runs)
             fastest = min(times, key=times.get)
-            cells = "  ".join(f"{w} workers {t:6.1f} s ({t / times[fastest]:.2f}x)" for w, t in times.items())
-            print(f"{size / 2**20:5.1f} MiB on {cores()} cores: {cells}; fastest {fastest}, default {chosen}",
-                  flush=True)
+            cells = "  ".join(
+                f"{w} workers {t:6.1f} s ({t / times[fastest]:.2f}x)" for w, t in times.items()
+            )
+            print(
+                f"{size / 2**20:5.1f} MiB on {cores()} cores: {cells}; fastest {fastest}, default {chosen}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -25,25 +25,47 @@ from pathlib import Path
 from machine_load import reported_load
 
 REPO = Path(__file__).resolve().parents[1]
-CASES = ["idle:2:spin", "idle:2:passive", "idle:1:passive", "busy:2:spin", "busy:2:passive",
-         "busy:1:passive"]
+CASES = [
+    "idle:2:spin",
+    "idle:2:passive",
+    "idle:1:passive",
+    "busy:2:spin",
+    "busy:2:passive",
+    "busy:1:passive",
+]
 """load:threads:wait policy."""
 
 
-def run(load: str, threads: str, policy: str, steps: int,
-        dump: Path) -> tuple[float, str, str, str]:
+def run(
+    load: str, threads: str, policy: str, steps: int, dump: Path
+) -> tuple[float, str, str, str]:
     """(wall seconds, the init line's seconds, the fingerprint, the last loss) of one run."""
-    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": threads,
-           "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": threads,
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
     if policy == "spin":  # GOMP_SPINCOUNT overrides the policy's spin count (libgomp's env.c)
         env["GOMP_SPINCOUNT"] = "300000"
     busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) if load == "busy" else None
     try:
         begin = time.monotonic()
-        proc = subprocess.run(["./run_train.sh", f"--training.steps={steps}",
-                               f"--training.num_threads={threads}", f"--job.dump_folder={dump}",
-                               "--checkpoint.enable=false", "--metrics.log_freq=1"],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [
+                "./run_train.sh",
+                f"--training.steps={steps}",
+                f"--training.num_threads={threads}",
+                f"--job.dump_folder={dump}",
+                "--checkpoint.enable=false",
+                "--metrics.log_freq=1",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         wall = time.monotonic() - begin
     finally:
         if busy is not None:
@@ -65,8 +87,9 @@ def cpu_model() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--cases", nargs="+", default=CASES, help="load:threads:spin|passive")
     args = parser.parse_args()

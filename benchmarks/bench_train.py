@@ -36,28 +36,44 @@ def bare_model(trainer: Trainer) -> torch.nn.Module:
     with torch.device("meta"):
         model = trainer.spec.model_cls(trainer.args)
     materialize(model, trainer.info.device)
-    init_weights(model, trainer.spec.init_plan(trainer.args), trainer.config.training.seed,
-                 buffer_device=trainer.info.device)
+    init_weights(
+        model,
+        trainer.spec.init_plan(trainer.args),
+        trainer.config.training.seed,
+        buffer_device=trainer.info.device,
+    )
     return model
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--log-freq", type=int, default=10, help="the trainer syncs on every this-many-th step")
+    parser.add_argument(
+        "--log-freq", type=int, default=10, help="the trainer syncs on every this-many-th step"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides after --")
     cli = parser.parse_args()
     with tempfile.TemporaryDirectory() as dump:
-        argv = ["--job.config_file", "train_configs/qwen3_debug.toml", *cli.overrides,
-                f"--job.dump_folder={dump}", "--checkpoint.enable=false", "--validation.enable=false",
-                "--metrics.enable_tensorboard=false", f"--training.steps={cli.warmup + cli.steps}",
-                "--lr_scheduler.warmup_steps=1"]
+        argv = [
+            "--job.config_file",
+            "train_configs/qwen3_debug.toml",
+            *cli.overrides,
+            f"--job.dump_folder={dump}",
+            "--checkpoint.enable=false",
+            "--validation.enable=false",
+            "--metrics.enable_tensorboard=false",
+            f"--training.steps={cli.warmup + cli.steps}",
+            "--lr_scheduler.warmup_steps=1",
+        ]
         trainer = Trainer(parse_run(argv))
         bare = bare_model(trainer)
         fused = bool(trainer.optimizer.defaults["fused"])
-        bare_opt = torch.optim.AdamW(bare.parameters(), lr=trainer.config.optimizer.lr, fused=fused,
-                                     foreach=not fused)
+        bare_opt = torch.optim.AdamW(
+            bare.parameters(), lr=trainer.config.optimizer.lr, fused=fused, foreach=not fused
+        )
         batches = iter(trainer.train_loader)
         tokens = trainer.global_batch * trainer.config.training.seq_len
 
@@ -85,14 +101,20 @@ def main() -> None:
                 if i >= cli.warmup:
                     times[name].append(time.perf_counter() - start)
         medians = {name: statistics.median(ts) for name, ts in times.items()}
-        print(f"command: python benchmarks/bench_train.py --steps {cli.steps} --warmup {cli.warmup} "
-              f"--log-freq {cli.log_freq}"
-              + (f" -- {' '.join(cli.overrides)}" if cli.overrides else ""))
-        print(f"config {argv[1]}: {tokens:,} tokens/step, {torch.get_num_threads()} threads, AdamW "
-              f"{'fused' if fused else 'foreach'}, {cli.steps} timed steps of each kind interleaved (median)")
+        print(
+            f"command: python benchmarks/bench_train.py --steps {cli.steps} --warmup {cli.warmup} "
+            f"--log-freq {cli.log_freq}"
+            + (f" -- {' '.join(cli.overrides)}" if cli.overrides else "")
+        )
+        print(
+            f"config {argv[1]}: {tokens:,} tokens/step, {torch.get_num_threads()} threads, AdamW "
+            f"{'fused' if fused else 'foreach'}, {cli.steps} timed steps of each kind interleaved (median)"
+        )
         print(f"  {'step':<13} {'s/step':>8} {'tokens/s':>10} {'vs bare':>8}")
         for name, seconds in medians.items():
-            print(f"  {name:<13} {seconds:8.3f} {tokens / seconds:10,.0f} {seconds / medians['bare']:8.3f}")
+            print(
+                f"  {name:<13} {seconds:8.3f} {tokens / seconds:10,.0f} {seconds / medians['bare']:8.3f}"
+            )
         trainer.metrics.close()
         torch.distributed.destroy_process_group()
 

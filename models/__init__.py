@@ -34,8 +34,11 @@ def hf_family(model_type: str | None, architectures: list[str] | None) -> str | 
     architecture is the first of ``architectures``); ``None`` when none does."""
     for name in _FAMILIES:
         adapter = get_model_spec(name).state_dict_adapter
-        if adapter is not None and (adapter.model_type == model_type if model_type else
-                                    bool(architectures) and adapter.architecture == architectures[0]):
+        if adapter is not None and (
+            adapter.model_type == model_type
+            if model_type
+            else bool(architectures) and adapter.architecture == architectures[0]
+        ):
             return name
     return None
 

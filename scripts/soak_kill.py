@@ -41,7 +41,9 @@ from torchtitan_lite.components.checkpoint.storage import complete_steps
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--max-delay", type=float, default=4.0, help="seconds after the first step, at most")
+    parser.add_argument(
+        "--max-delay", type=float, default=4.0, help="seconds after the first step, at most"
+    )
     parser.add_argument("--folder", type=Path, default=Path("/tmp/soak"))
     parser.add_argument("--seed", type=int, default=0)
     opts = parser.parse_args()
@@ -49,20 +51,37 @@ def main() -> None:
     shutil.rmtree(opts.folder, ignore_errors=True)
     opts.folder.mkdir(parents=True)
     text_file(opts.folder, n_plays=1)
-    base = [*TINY_MODEL, *TINY_RUN, *CONSTANT_LR, f"--training.dataset_path={opts.folder / 'data.txt'}"]
-    run = [*base, f"--job.dump_folder={opts.folder / 'run'}", "--checkpoint.interval=1", "--checkpoint.keep_latest_k=2"]
+    base = [
+        *TINY_MODEL,
+        *TINY_RUN,
+        *CONSTANT_LR,
+        f"--training.dataset_path={opts.folder / 'data.txt'}",
+    ]
+    run = [
+        *base,
+        f"--job.dump_folder={opts.folder / 'run'}",
+        "--checkpoint.interval=1",
+        "--checkpoint.keep_latest_k=2",
+    ]
     checkpoints = opts.folder / "run" / "checkpoint"
     counts = dict(mid_save=0, resumed=0, lost=0, orphans=0)
 
     def check_resume(lines: list[str], before: list[int], label: str) -> None:
         """Count the run as resumed from the latest complete checkpoint before it, or as lost."""
-        found = [int(m.group(1)) for line in lines if (m := re.search(r"resumed at step (\d+) from ", line))]
+        found = [
+            int(m.group(1))
+            for line in lines
+            if (m := re.search(r"resumed at step (\d+) from ", line))
+        ]
         start = found[0] if found else 0
         if before and start == before[-1]:
             counts["resumed"] += 1
         elif before:
             counts["lost"] += 1
-            print(f"{label}: did not resume from step-{before[-1]}: " + " | ".join(lines[-3:]), flush=True)
+            print(
+                f"{label}: did not resume from step-{before[-1]}: " + " | ".join(lines[-3:]),
+                flush=True,
+            )
 
     for trial in range(1, opts.trials + 1):
         before = complete_steps(str(checkpoints))
@@ -79,18 +98,34 @@ def main() -> None:
         counts["orphans"] += bool(alive(pids))
         left = sorted(p.name for p in checkpoints.glob("*.tmp"))
         counts["mid_save"] += any(re.fullmatch(r"step-\d+\.tmp", name) for name in left)
-        print(f"trial {trial}: killed; complete {complete_steps(str(checkpoints))}, left {left}", flush=True)
+        print(
+            f"trial {trial}: killed; complete {complete_steps(str(checkpoints))}, left {left}",
+            flush=True,
+        )
     before = complete_steps(str(checkpoints))
     final = before[-1] + 1
     code, lines = Run([*run, f"--training.steps={final}"], nproc=2).finish(timeout=600)
     check_resume(lines, before, "final resume")
     reference = opts.folder / "reference"
-    ref_code, _ = Run([*base, f"--job.dump_folder={reference}", f"--training.steps={final}",
-                       "--checkpoint.interval=100000"], nproc=2).finish(timeout=600)
-    bitwise = code == 0 and ref_code == 0 and shard_digests(checkpoints / f"step-{final}") == shard_digests(
-        reference / "checkpoint" / f"step-{final}")
-    print(f"trials {opts.trials}, mid-save {counts['mid_save']}, resumed {counts['resumed']}, lost {counts['lost']}, "
-          f"orphans {counts['orphans']}; step {final}: bitwise equal to an uninterrupted run: {bitwise}")
+    ref_code, _ = Run(
+        [
+            *base,
+            f"--job.dump_folder={reference}",
+            f"--training.steps={final}",
+            "--checkpoint.interval=100000",
+        ],
+        nproc=2,
+    ).finish(timeout=600)
+    bitwise = (
+        code == 0
+        and ref_code == 0
+        and shard_digests(checkpoints / f"step-{final}")
+        == shard_digests(reference / "checkpoint" / f"step-{final}")
+    )
+    print(
+        f"trials {opts.trials}, mid-save {counts['mid_save']}, resumed {counts['resumed']}, lost {counts['lost']}, "
+        f"orphans {counts['orphans']}; step {final}: bitwise equal to an uninterrupted run: {bitwise}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from torchtitan_lite.data.corpus import shakespeare_plays
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "torchtitan_lite" / "data" / "assets" / "tokenizer.json"
+DEFAULT_OUTPUT = (
+    Path(__file__).resolve().parent.parent
+    / "torchtitan_lite"
+    / "data"
+    / "assets"
+    / "tokenizer.json"
+)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
 
 
@@ -34,7 +40,9 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     """
     min_size = len(pre_tokenizers.ByteLevel.alphabet()) + len(SPECIAL_TOKENS)
     if vocab_size <= min_size:
-        raise ValueError(f"vocab_size={vocab_size} must be > {min_size} (256 byte symbols + special tokens)")
+        raise ValueError(
+            f"vocab_size={vocab_size} must be > {min_size} (256 byte symbols + special tokens)"
+        )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
@@ -52,8 +60,12 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
 def main() -> None:
     """Command-line entry point: train on the Shakespeare training split and write the JSON file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write tokenizer.json")
-    parser.add_argument("--vocab_size", type=int, default=2048, help="total ids, special tokens included")
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help="where to write tokenizer.json"
+    )
+    parser.add_argument(
+        "--vocab_size", type=int, default=2048, help="total ids, special tokens included"
+    )
     args = parser.parse_args()
     texts = [text for _, text in shakespeare_plays("train")]
     tokenizer = train_tokenizer(texts, args.vocab_size)

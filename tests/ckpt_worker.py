@@ -22,7 +22,11 @@ import sys
 
 import torch
 from dist_helpers import leave_together, write_result
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+)
 
 from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import StopRequest
@@ -37,8 +41,15 @@ def full_state(trainer: Trainer) -> dict:
     options = StateDictOptions(full_state_dict=True)
     model = get_model_state_dict(trainer.model, options=options)
     optim = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=options)
-    flat = {f"{fqn}.{key}": value for fqn, state in optim.get("state", {}).items() for key, value in state.items()}
-    state = {"model": {k: v.cpu() for k, v in model.items()}, "optim": {k: v.cpu() for k, v in flat.items()}}
+    flat = {
+        f"{fqn}.{key}": value
+        for fqn, state in optim.get("state", {}).items()
+        for key, value in state.items()
+    }
+    state = {
+        "model": {k: v.cpu() for k, v in model.items()},
+        "optim": {k: v.cpu() for k, v in flat.items()},
+    }
     if trainer.pipeline is None:
         return state
     stages = gather_stages(state, trainer.pipeline.group)
@@ -61,9 +72,13 @@ def main() -> None:
         state = full_state(trainer)
         if rank == 0:
             saved = torch.load(out)
-            loaded = {"model_equal": equal(state["model"], saved["model"]),
-                      "optim_equal": equal(state["optim"], saved["optim"]), "n_model": len(state["model"]),
-                      "n_optim": len(state["optim"]), "loaded_step": trainer.train_state.step}
+            loaded = {
+                "model_equal": equal(state["model"], saved["model"]),
+                "optim_equal": equal(state["optim"], saved["optim"]),
+                "n_model": len(state["model"]),
+                "n_optim": len(state["optim"]),
+                "loaded_step": trainer.train_state.step,
+            }
     if mode == "gather":
         if rank == 0:
             write_result(loaded)
@@ -73,7 +88,9 @@ def main() -> None:
 
         def recording_step(batches, step, sync=True):
             stats = step_fn(batches, step, sync=sync)
-            losses[step] = stats  # log_freq 1: the loop all-reduces stats.loss_sum in place on every step
+            losses[step] = (
+                stats  # log_freq 1: the loop all-reduces stats.loss_sum in place on every step
+            )
             return stats
 
         trainer.train_step = recording_step
@@ -92,10 +109,19 @@ def main() -> None:
         if rank == 0:
             torch.save(state, out)
             tokens = trainer.global_batch * trainer.config.training.seq_len
-            losses = {str(step): (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()}
-            write_result({"losses": losses, "steps": storage.complete_steps(
-                storage.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)), **loaded,
-                "load_lines": trainer.load_lines})
+            losses = {
+                str(step): (stats.loss_sum.item() / tokens).hex() for step, stats in losses.items()
+            }
+            write_result(
+                {
+                    "losses": losses,
+                    "steps": storage.complete_steps(
+                        storage.checkpoint_folder(config.job.dump_folder, config.checkpoint.folder)
+                    ),
+                    **loaded,
+                    "load_lines": trainer.load_lines,
+                }
+            )
     stop.restore()
     leave_together()
 

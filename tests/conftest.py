@@ -23,7 +23,9 @@ def pytest_configure(config):
     session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched workers), not the user's. Signals as under a
     shell (:func:`restore_signals`)."""
     torch.set_num_threads(1)
-    os.environ.setdefault("TORCHTITAN_LITE_DATA_CACHE", tempfile.mkdtemp(prefix="torchtitan_lite_data_cache_"))
+    os.environ.setdefault(
+        "TORCHTITAN_LITE_DATA_CACHE", tempfile.mkdtemp(prefix="torchtitan_lite_data_cache_")
+    )
     restore_signals()
 
 
@@ -59,7 +61,9 @@ def one_rank_group():
 def tokenizer_file(tmp_path_factory):
     """A byte-level BPE ``tokenizer.json`` of :data:`hf_published.SCALED_VOCAB` ids, the vocabulary of the scaled
     published configs (trained once per session; copy it into a folder that needs one)."""
-    from hf_published import SCALED_VOCAB  # here: hf_reference imports transformers, which most sessions never need
+    from hf_published import (
+        SCALED_VOCAB,
+    )  # here: hf_reference imports transformers, which most sessions never need
     from hf_reference import small_tokenizer
 
     return small_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", SCALED_VOCAB)

@@ -20,7 +20,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from torchtitan_lite.models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
+from torchtitan_lite.models.common.experts import (
+    GroupedExperts,
+    GroupedSwiGLUExperts,
+    clamped_swiglu,
+)
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
 
 NUM_EXPERTS, TOKENS, TOP_K = 4, 16, 2
@@ -47,8 +51,11 @@ def compare(make, mesh, rank: int) -> dict:
     received = []
     sharded.register_forward_pre_hook(lambda module, args: received.append(int(args[0].shape[0])))
 
-    x = torch.randn(TOKENS, 8 if isinstance(reference, GroupedSwiGLUExperts) else 6,
-                    generator=torch.Generator().manual_seed(20 + rank))
+    x = torch.randn(
+        TOKENS,
+        8 if isinstance(reference, GroupedSwiGLUExperts) else 6,
+        generator=torch.Generator().manual_seed(20 + rank),
+    )
     indices, weights = skewed_routing(rank)
     results = []
     for module in (reference, sharded):

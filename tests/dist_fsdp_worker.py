@@ -80,16 +80,30 @@ def run(ac_mode: str, rank: int, world: int, mesh) -> dict:
     with torch.device("meta"):
         model = ToyLM()
     apply_activation_checkpointing(model, ac_mode)
-    apply_fsdp(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32, reshard_after_forward=True)
+    apply_fsdp(
+        model,
+        mesh,
+        param_dtype=torch.float32,
+        reduce_dtype=torch.float32,
+        reshard_after_forward=True,
+    )
     model.to_empty(device="cpu")
     tied_after_to_empty = model.output.weight is model.tok_embeddings.weight
-    canonical = {k.replace("_checkpoint_wrapped_module.", ""): v for k, v in model.named_parameters()}
+    canonical = {
+        k.replace("_checkpoint_wrapped_module.", ""): v for k, v in model.named_parameters()
+    }
     with torch.no_grad():
         for name, p in canonical.items():
             p.copy_(distribute_tensor(ref_state[name], p.device_mesh, p.placements))
 
-    opt_kwargs = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                      decay_embeddings=False, decay_norms_and_biases=False)
+    opt_kwargs = dict(
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        weight_decay=0.1,
+        decay_embeddings=False,
+        decay_norms_and_biases=False,
+    )
     opt = build_optimizer(model, **opt_kwargs)
     ref_opt = build_optimizer(ref, **opt_kwargs)
     rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
@@ -101,7 +115,9 @@ def run(ac_mode: str, rank: int, world: int, mesh) -> dict:
         loss_fn(ref, tokens, targets, count).backward()
         if step == 0:
             ref_grads = {k: p.grad for k, p in ref.named_parameters()}
-            grad_diff = max((full(p.grad) - ref_grads[k]).abs().max().item() for k, p in canonical.items())
+            grad_diff = max(
+                (full(p.grad) - ref_grads[k]).abs().max().item() for k, p in canonical.items()
+            )
         norm = clip_grad_norm_(model.parameters(), max_norm=0.5)
         ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm=0.5)
         norm_diff = max(norm_diff, abs(norm.item() - ref_norm.item()))
@@ -121,10 +137,14 @@ def run(ac_mode: str, rank: int, world: int, mesh) -> dict:
         "weight_diff": weight_diff,
         "tied_after_to_empty": tied_after_to_empty,
         "tied_after_steps": model.output.weight is model.tok_embeddings.weight,
-        "tied_names_equal": torch.equal(full(model.output.weight), full(model.tok_embeddings.weight)),
+        "tied_names_equal": torch.equal(
+            full(model.output.weight), full(model.tok_embeddings.weight)
+        ),
         "embedding_moved": moved,
         "params_are_dtensor": all(isinstance(p, DTensor) for p in canonical.values()),
-        "tied_group_is_one": len({id(m._get_fsdp_state()) for m in (model.tok_embeddings, model.norm, model.output)})
+        "tied_group_is_one": len(
+            {id(m._get_fsdp_state()) for m in (model.tok_embeddings, model.norm, model.output)}
+        )
         == 1,
     }
 

@@ -23,15 +23,28 @@ RESULTS_ENV = "TORCHTITAN_LITE_TEST_RESULTS"
 def env(**extra: str) -> dict[str, str]:
     """Environment of launched processes: one thread, the repo importable, this interpreter for ``run_train.sh``,
     then ``extra``."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": str(REPO), **extra}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
 
 
-def run_train(args: list[str], *, nproc: int = 1, cwd: Path = REPO, timeout: float = 240,
-              **extra_env: str) -> subprocess.CompletedProcess:
+def run_train(
+    args: list[str], *, nproc: int = 1, cwd: Path = REPO, timeout: float = 240, **extra_env: str
+) -> subprocess.CompletedProcess:
     """``NGPU=nproc ./run_train.sh args`` in ``cwd`` to the end, its output captured; ``extra_env`` is added to
     :func:`env`."""
-    return subprocess.run(["./run_train.sh", *args], cwd=cwd, env=env(NGPU=str(nproc), **extra_env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["./run_train.sh", *args],
+        cwd=cwd,
+        env=env(NGPU=str(nproc), **extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write_result(value: Any) -> None:
@@ -39,8 +52,10 @@ def write_result(value: Any) -> None:
     ``torch.save`` to ``rank<RANK>.pt`` in the folder of :data:`RESULTS_ENV`, through a temporary file renamed into
     place, so the test reads a whole file or none (a worker killed while writing leaves no result)."""
     if RESULTS_ENV not in os.environ:
-        raise RuntimeError(f"{RESULTS_ENV} names no folder for the results: launch this worker with "
-                           "dist_helpers.launch, or set it to an existing folder")
+        raise RuntimeError(
+            f"{RESULTS_ENV} names no folder for the results: launch this worker with "
+            "dist_helpers.launch, or set it to an existing folder"
+        )
     folder = Path(os.environ[RESULTS_ENV])
     rank = int(os.environ.get("RANK", "0"))
     partial = folder / f".rank{rank}.pt.partial"
@@ -83,8 +98,10 @@ class Launch:
         return [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
 
     def _failure(self, missing: list[int]) -> str:
-        parts = [f"{self.script} exited with status {self.proc.returncode}"
-                 + (f"; no result from rank {', '.join(map(str, missing))}" if missing else "")]
+        parts = [
+            f"{self.script} exited with status {self.proc.returncode}"
+            + (f"; no result from rank {', '.join(map(str, missing))}" if missing else "")
+        ]
         if self.nproc is None:
             return "\n".join([*parts, *self.output()[-40:]])
         for rank in missing or range(self.nproc):
@@ -92,7 +109,9 @@ class Launch:
         return "\n".join([*parts, "--- torchrun, last lines:", *self.output(None)[-15:]])
 
 
-def launch(script: str | Path, args: list[str] = (), *, nproc: int | None = None, timeout: float = 240) -> Launch:
+def launch(
+    script: str | Path, args: list[str] = (), *, nproc: int | None = None, timeout: float = 240
+) -> Launch:
     """Run ``script args`` from the repo root with :func:`env` under ``torchrun --standalone --nproc_per_node=nproc``
     (as one plain process for ``nproc=None``); its ranks' :func:`write_result` go to a fresh folder, read back
     when the launch has ended, then removed.
@@ -101,14 +120,33 @@ def launch(script: str | Path, args: list[str] = (), *, nproc: int | None = None
     the lines of the rank that failed (:meth:`Launch.output`); its log folder is a temporary one (without
     ``--log-dir`` torchrun leaves a ``torchelastic_*`` folder behind).
     """
-    with tempfile.TemporaryDirectory(prefix="test_results_") as results, \
-            tempfile.TemporaryDirectory(prefix="torchrun_logs_") as logs:
-        torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--log-dir", logs,
-                    "--tee", "3"]
+    with (
+        tempfile.TemporaryDirectory(prefix="test_results_") as results,
+        tempfile.TemporaryDirectory(prefix="torchrun_logs_") as logs,
+    ):
+        torchrun = [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "--log-dir",
+            logs,
+            "--tee",
+            "3",
+        ]
         cmd = [sys.executable, *(torchrun if nproc is not None else []), str(script), *args]
-        proc = subprocess.run(cmd, cwd=REPO, env=env(**{RESULTS_ENV: results}), capture_output=True, text=True,
-                              timeout=timeout)
-        written = {int(path.stem.removeprefix("rank")): torch.load(path) for path in Path(results).glob("rank*.pt")}
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO,
+            env=env(**{RESULTS_ENV: results}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        written = {
+            int(path.stem.removeprefix("rank")): torch.load(path)
+            for path in Path(results).glob("rank*.pt")
+        }
     return Launch(Path(script).name, nproc, proc, written)
 
 

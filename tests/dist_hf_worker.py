@@ -41,17 +41,30 @@ def main() -> None:
     draws = []
     real = init_module.trunc_normal_
     init_module.trunc_normal_ = lambda *a, **k: draws.append(k["key"]) or real(*a, **k)
-    run = parse_run([f"--checkpoint.initial_load_hf={folder}", "--checkpoint.enable=false", "--training.steps=1",
-                     "--validation.enable=false", "--metrics.enable_tensorboard=false", f"--job.dump_folder={dump}",
-                     "--training.seq_len=16", "--training.local_batch_size=1", "--lr_scheduler.warmup_steps=0",
-                     "--training.num_threads=1", *extra])
+    run = parse_run(
+        [
+            f"--checkpoint.initial_load_hf={folder}",
+            "--checkpoint.enable=false",
+            "--training.steps=1",
+            "--validation.enable=false",
+            "--metrics.enable_tensorboard=false",
+            f"--job.dump_folder={dump}",
+            "--training.seq_len=16",
+            "--training.local_batch_size=1",
+            "--lr_scheduler.warmup_steps=0",
+            "--training.num_threads=1",
+            *extra,
+        ]
+    )
     config = run.config
     if layout == "fsdp":
         from torchtitan_lite.train import Trainer
 
         trainer = Trainer(run)
         model, fingerprint = trainer.model, trainer.fingerprint
-        imported = load_hf_folder(model, folder, config.model.name, trainer.args)  # again, to count the bytes read
+        imported = load_hf_folder(
+            model, folder, config.model.name, trainer.args
+        )  # again, to count the bytes read
     else:
         dist.init_process_group("gloo")
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
@@ -62,16 +75,30 @@ def main() -> None:
         for module in model.modules():
             for name, param in list(module._parameters.items()):
                 if param is not None and not isinstance(param, DTensor):
-                    placed = distribute_tensor(param.detach(), mesh, [Shard(param.dim() - 1)], src_data_rank=None)
+                    placed = distribute_tensor(
+                        param.detach(), mesh, [Shard(param.dim() - 1)], src_data_rank=None
+                    )
                     module._parameters[name] = torch.nn.Parameter(placed)
         if args.tie_embeddings:
             model.output.weight = model.tok_embeddings.weight
         imported = load_hf_folder(model, folder, config.model.name, args)
         spec = get_model_spec(config.model.name)
-        init_weights(model, spec.init_plan(args), config.training.seed, skip=imported.loaded, buffer_device="cpu")
+        init_weights(
+            model,
+            spec.init_plan(args),
+            config.training.seed,
+            skip=imported.loaded,
+            buffer_device="cpu",
+        )
         fingerprint = model_fingerprint(model)
-    result = {"rank": dist.get_rank(), "bytes_read": imported.bytes_read, "draws": len(draws),
-              "missing": imported.missing, "fingerprint": fingerprint, "digests": digests(model)}
+    result = {
+        "rank": dist.get_rank(),
+        "bytes_read": imported.bytes_read,
+        "draws": len(draws),
+        "missing": imported.missing,
+        "fingerprint": fingerprint,
+        "digests": digests(model),
+    }
     write_result(result)
     leave_together()
 

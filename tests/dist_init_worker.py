@@ -40,13 +40,16 @@ class TinyModel(nn.Module):
         self.output.weight = self.tok_embeddings.weight
 
 
-PLAN = InitPlan("tiny_dist", (
-    ("tok_embeddings.weight", normal(1.0)),
-    ("layers.0.small", trunc_normal(0.5, cutoff=2.0)),
-    ("layers.0.big", trunc_normal(0.02)),
-    ("norm", ones()),
-    ("output.weight", trunc_normal(0.1)),
-))
+PLAN = InitPlan(
+    "tiny_dist",
+    (
+        ("tok_embeddings.weight", normal(1.0)),
+        ("layers.0.small", trunc_normal(0.5, cutoff=2.0)),
+        ("layers.0.big", trunc_normal(0.02)),
+        ("norm", ones()),
+        ("output.weight", trunc_normal(0.1)),
+    ),
+)
 SEED = 20260
 
 
@@ -89,14 +92,20 @@ def _layout_fingerprints(world: int) -> dict[str, list[str]]:
     gen = torch.Generator().manual_seed(SEED)
     a, b = torch.randn(7, 2 * world + 1, generator=gen), torch.randn(5, generator=gen).bfloat16()
     mesh_1d, mesh_2d = init_device_mesh("cpu", (world,)), init_device_mesh("cpu", (world, 1))
-    layouts = {"plain": (None, [], []), "R": (mesh_1d, [Replicate()], [Replicate()]),
-               "S(1),S(0)": (mesh_1d, [Shard(1)], [Shard(0)]),
-               "2-D R,S(0)": (mesh_2d, [Replicate(), Shard(0)], [Replicate(), Shard(0)]),
-               "2-D S(1),S(0)": (mesh_2d, [Shard(1), Shard(0)], [Shard(0), Replicate()])}
+    layouts = {
+        "plain": (None, [], []),
+        "R": (mesh_1d, [Replicate()], [Replicate()]),
+        "S(1),S(0)": (mesh_1d, [Shard(1)], [Shard(0)]),
+        "2-D R,S(0)": (mesh_2d, [Replicate(), Shard(0)], [Replicate(), Shard(0)]),
+        "2-D S(1),S(0)": (mesh_2d, [Shard(1), Shard(0)], [Shard(0), Replicate()]),
+    }
     out = {}
     for name, (mesh, place_a, place_b) in layouts.items():
-        pair = Pair(a.clone(), b.clone()) if mesh is None else Pair(distribute_tensor(a, mesh, place_a),
-                                                                    distribute_tensor(b, mesh, place_b))
+        pair = (
+            Pair(a.clone(), b.clone())
+            if mesh is None
+            else Pair(distribute_tensor(a, mesh, place_a), distribute_tensor(b, mesh, place_b))
+        )
         out[name] = [model_fingerprint(pair), _spied_fingerprint(pair)[2]]
     return out
 
@@ -120,12 +129,15 @@ def main() -> None:
     for placement in (Replicate(), Shard(1)):
         dt = distribute_tensor(torch.zeros(9, 2 * world + 1), mesh, [placement])
         sampling.trunc_normal_(dt, 0.0, 1.0, -2.0, 2.0, key=keyed.InitKey(SEED, "extra"))
-        reference = sampling.trunc_normal_(torch.empty(9, 2 * world + 1), 0.0, 1.0, -2.0, 2.0,
-                                           key=keyed.InitKey(SEED, "extra"))
+        reference = sampling.trunc_normal_(
+            torch.empty(9, 2 * world + 1), 0.0, 1.0, -2.0, 2.0, key=keyed.InitKey(SEED, "extra")
+        )
         placements_match[str(placement)] = torch.equal(dt.full_tensor(), reference)
     locals_ = [None] * world
-    dist.all_gather_object(locals_, {n: t.to_local().clone() for n, t in
-                                     [(names[0], t) for names, t in tensor_groups(model)]})
+    dist.all_gather_object(
+        locals_,
+        {n: t.to_local().clone() for n, t in [(names[0], t) for names, t in tensor_groups(model)]},
+    )
     fingerprint, comms, gathers = _spied_fingerprint(model)
     fingerprints = [None] * world
     dist.all_gather_object(fingerprints, (fingerprint, comms, gathers))
@@ -133,17 +145,19 @@ def main() -> None:
     weights = full_weights(model)
     report = init_report(model, PLAN, result)
     if rank == 0:
-        write_result({
-            "weights": weights,
-            "locals": locals_,
-            "fingerprints": fingerprints,
-            "layouts": layouts,
-            "tied": model.output.weight is model.tok_embeddings.weight,
-            "unkeyed_dtensor_raises": unkeyed_dtensor_raises,
-            "placements_match": placements_match,
-            "flags": {r.name: r.flags for r in report.rows},
-            "initialized_elements": result.initialized_elements,
-        })
+        write_result(
+            {
+                "weights": weights,
+                "locals": locals_,
+                "fingerprints": fingerprints,
+                "layouts": layouts,
+                "tied": model.output.weight is model.tok_embeddings.weight,
+                "unkeyed_dtensor_raises": unkeyed_dtensor_raises,
+                "placements_match": placements_match,
+                "flags": {r.name: r.flags for r in report.rows},
+                "initialized_elements": result.initialized_elements,
+            }
+        )
     leave_together()
 
 

@@ -34,13 +34,26 @@ from torchtitan_lite.init.apply import canonical_name
 STEPS = 10
 CASES = {
     **{name: ["--job.config_file", f"train_configs/{name}_debug.toml"] for name in model_names()},
-    "qwen3_untied": ["--job.config_file", "train_configs/qwen3_debug.toml", "--model.flavor=debug_untied"],
+    "qwen3_untied": [
+        "--job.config_file",
+        "train_configs/qwen3_debug.toml",
+        "--model.flavor=debug_untied",
+    ],
 }
 """Every registered family's debug job (``train_configs/<family>_debug.toml``), and Qwen3 untied."""
-RUN = ["--model.overrides.n_layers=2", "--training.seq_len=32", "--training.local_batch_size=2",
-       "--training.global_batch_size=8", f"--training.steps={STEPS + 2}", "--lr_scheduler.warmup_steps=2",
-       "--validation.enable=false", "--training.num_threads=1", "--metrics.enable_tensorboard=false",
-       "--checkpoint.enable=false", "--training.compute_dtype=float32"]
+RUN = [
+    "--model.overrides.n_layers=2",
+    "--training.seq_len=32",
+    "--training.local_batch_size=2",
+    "--training.global_batch_size=8",
+    f"--training.steps={STEPS + 2}",
+    "--lr_scheduler.warmup_steps=2",
+    "--validation.enable=false",
+    "--training.num_threads=1",
+    "--metrics.enable_tensorboard=false",
+    "--checkpoint.enable=false",
+    "--training.compute_dtype=float32",
+]
 """Eight sequences of 32 tokens per step in micro-batches of 2 (the same micro-batches on every layout, so MoE
 auxiliary losses and expert loads are those of one process), fp32, one thread per rank."""
 
@@ -70,12 +83,18 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
     """Hooks that record, in training forwards, each sequence's token ids and each MoE layer's expert choices
     ``(seqlen, k)`` of it: returns the dict ``{token ids: {layer: choices}}`` they fill and the hook handles."""
     routes, current = {}, []
-    handles = [model.register_forward_pre_hook(lambda module, args: current.__setitem__(slice(None), [args[0]]))]
+    handles = [
+        model.register_forward_pre_hook(
+            lambda module, args: current.__setitem__(slice(None), [args[0]])
+        )
+    ]
     for layer, moe in moe_layers(model).items():
+
         def hook(module, args, out, layer=layer):
             tokens = current[0]
             for seq, choice in zip(tokens, out.indices.view(*tokens.shape, -1)):
                 routes.setdefault(tuple(seq.tolist()), {})[layer] = choice.clone()
+
         handles.append(moe.router.register_forward_hook(hook))
     return routes, handles
 
@@ -83,8 +102,15 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
 def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> dict | None:
     """Train case ``name``; what :func:`main` returns for it (on rank 0, ``None`` on the other ranks)."""
     counts.clear()
-    run = parse_run([*CASES[name], *RUN, f"--training.dataset_path={data}", f"--job.dump_folder={out}/runs",
-                     *layout])
+    run = parse_run(
+        [
+            *CASES[name],
+            *RUN,
+            f"--training.dataset_path={data}",
+            f"--job.dump_folder={out}/runs",
+            *layout,
+        ]
+    )
     trainer = train_module.Trainer(run)
     model = trainer.model
     init = {canonical_name(n): full(p) for n, p in model.named_parameters()}
@@ -95,7 +121,9 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
     def capturing_clip(parameters, max_norm, pp_mesh=None):
         if not grads:
             grads.update({canonical_name(n): full(p.grad) for n, p in model.named_parameters()})
-            meshes.update(p.grad.device_mesh for p in model.parameters() if isinstance(p.grad, DTensor))
+            meshes.update(
+                p.grad.device_mesh for p in model.parameters() if isinstance(p.grad, DTensor)
+            )
         return real_clip(parameters, max_norm, pp_mesh=pp_mesh)
 
     train_module.clip_grad_norm_ = capturing_clip
@@ -108,37 +136,60 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
         losses.append(stats.loss_sum.item() / tokens)
         norms.append(stats.grad_norm.item())
         if step == 1:
-            loads = {layer: counts.clone() for layer, counts in getattr(trainer.hooks, "loads", {}).items()}
+            loads = {
+                layer: counts.clone()
+                for layer, counts in getattr(trainer.hooks, "loads", {}).items()
+            }
             for handle in handles:
                 handle.remove()
     train_module.clip_grad_norm_ = real_clip
-    host_batches = iter([next(batches) for _ in range(2 * trainer.accum)])  # the loader reads host tensors only
+    host_batches = iter(
+        [next(batches) for _ in range(2 * trainer.accum)]
+    )  # the loader reads host tensors only
     with HostReads() as quiet:
         for step in (STEPS + 1, STEPS + 2):
             trainer.train_step(host_batches, step, sync=False)
     per_rank, all_routes = [None] * dist.get_world_size(), [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, dict(counts))
     dist.all_gather_object(all_routes, routes)
-    bias = {layer: moe.router.expert_bias.clone() for layer, moe in moe_layers(model).items()
-            if hasattr(moe.router, "expert_bias")}
+    bias = {
+        layer: moe.router.expert_bias.clone()
+        for layer, moe in moe_layers(model).items()
+        if hasattr(moe.router, "expert_bias")
+    }
     trainer.metrics.close()
     if trainer.info.rank != 0:
         return None
-    return {"init": init, "grads": grads, "grad_meshes": len(meshes), "losses": losses, "grad_norms": norms,
-            "fingerprint": trainer.fingerprint, "host_reads": quiet.count, "draws": per_rank,
-            "routes": {seq: r for rank in all_routes for seq, r in rank.items()}, "expert_bias": bias, "loads": loads}
+    return {
+        "init": init,
+        "grads": grads,
+        "grad_meshes": len(meshes),
+        "losses": losses,
+        "grad_norms": norms,
+        "fingerprint": trainer.fingerprint,
+        "host_reads": quiet.count,
+        "draws": per_rank,
+        "routes": {seq: r for rank in all_routes for seq, r in rank.items()},
+        "expert_bias": bias,
+        "loads": loads,
+    }
 
 
-def run_worker(folder, nproc: int, models: tuple[str, ...], options: list[str],
-               timeout: float = 900) -> dict[str, dict]:
+def run_worker(
+    folder, nproc: int, models: tuple[str, ...], options: list[str], timeout: float = 900
+) -> dict[str, dict]:
     """Launch this worker on ``nproc`` ranks for ``models`` with more ``options``, its runs under ``folder``, on one
     play of text; returns ``model -> what the worker returned``."""
     from ckpt_helpers import text_file
     from dist_helpers import REPO, launch
 
     data = text_file(folder, n_plays=1)
-    return launch(REPO / "tests" / "dist_layout_worker.py", [str(folder), str(data), f"--cases={','.join(models)}",
-                                                            *options], nproc=nproc, timeout=timeout).result()
+    return launch(
+        REPO / "tests" / "dist_layout_worker.py",
+        [str(folder), str(data), f"--cases={','.join(models)}", *options],
+        nproc=nproc,
+        timeout=timeout,
+    ).result()
 
 
 _ONE_PROCESS: dict[str, dict] = {}
@@ -146,7 +197,9 @@ _ONE_PROCESS: dict[str, dict] = {}
 reference of test_parallel_layouts and test_expert_parallel_layouts, which share models."""
 
 
-def run_layouts(folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]) -> dict[str, dict[str, dict]]:
+def run_layouts(
+    folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]
+) -> dict[str, dict[str, dict]]:
     """:func:`run_worker` once per layout (``name: (processes, options, models)``) in ``folder / name``, except for
     single-process runs already made in this session; returns ``layout -> model -> what the worker returned`` (for
     the tests' module fixtures)."""
@@ -170,7 +223,9 @@ def main() -> None:
     counts = count_draws()
     start = dist.init_process_group
 
-    def start_once(*args, **kwargs):  # one process group for all cases (re-creating it under torchrun can hang)
+    def start_once(
+        *args, **kwargs
+    ):  # one process group for all cases (re-creating it under torchrun can hang)
         if not dist.is_initialized():
             start(*args, **kwargs)
 

@@ -16,15 +16,33 @@ from torch.distributed.tensor import Shard, distribute_tensor
 
 from torchtitan_lite.components.muon import MuonWithAdamW
 
-SHAPES = {"tall": (7, 5), "one_row_each": (3, 9), "an_empty_shard": (2, 6), "wide": (4, 10), "experts": (4, 3, 5),
-          "norm": (5,)}
-SETTINGS = {"lr": 0.02, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
-            "ns_coefficients": (3.4445, -4.7750, 2.0315), "ns_steps": 5, "muon_eps": 1e-7,
-            "adjust_lr_fn": "match_rms_adamw", "betas": (0.9, 0.95), "eps": 1e-8, "fused": False}
+SHAPES = {
+    "tall": (7, 5),
+    "one_row_each": (3, 9),
+    "an_empty_shard": (2, 6),
+    "wide": (4, 10),
+    "experts": (4, 3, 5),
+    "norm": (5,),
+}
+SETTINGS = {
+    "lr": 0.02,
+    "weight_decay": 0.1,
+    "momentum": 0.95,
+    "nesterov": True,
+    "ns_coefficients": (3.4445, -4.7750, 2.0315),
+    "ns_steps": 5,
+    "muon_eps": 1e-7,
+    "adjust_lr_fn": "match_rms_adamw",
+    "betas": (0.9, 0.95),
+    "eps": 1e-8,
+    "fused": False,
+}
 
 
 def _optimizer(params: dict[str, torch.Tensor]) -> MuonWithAdamW:
-    return MuonWithAdamW([p for n, p in params.items() if n != "norm"], [{"params": [params["norm"]]}], **SETTINGS)
+    return MuonWithAdamW(
+        [p for n, p in params.items() if n != "norm"], [{"params": [params["norm"]]}], **SETTINGS
+    )
 
 
 def main() -> None:
@@ -33,7 +51,10 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     full = {name: torch.randn(shape, generator=gen) for name, shape in SHAPES.items()}
     whole = {name: torch.nn.Parameter(t.clone()) for name, t in full.items()}
-    sharded = {name: torch.nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(0)])) for name, t in full.items()}
+    sharded = {
+        name: torch.nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(0)]))
+        for name, t in full.items()
+    }
     opts = _optimizer(whole), _optimizer(sharded)
     for step in range(3):
         for name in SHAPES:
@@ -42,9 +63,20 @@ def main() -> None:
             sharded[name].grad = distribute_tensor(grad.clone(), mesh, [Shard(0)])
         for opt in opts:
             opt.step()
-    differ = [name for name in SHAPES if not torch.equal(sharded[name].full_tensor(), whole[name].detach())]
-    differ += [f"{name}.momentum_buffer" for name in SHAPES if name != "norm" and not torch.equal(
-        opts[1].state[sharded[name]]["momentum_buffer"].full_tensor(), opts[0].state[whole[name]]["momentum_buffer"])]
+    differ = [
+        name
+        for name in SHAPES
+        if not torch.equal(sharded[name].full_tensor(), whole[name].detach())
+    ]
+    differ += [
+        f"{name}.momentum_buffer"
+        for name in SHAPES
+        if name != "norm"
+        and not torch.equal(
+            opts[1].state[sharded[name]]["momentum_buffer"].full_tensor(),
+            opts[0].state[whole[name]]["momentum_buffer"],
+        )
+    ]
     moved = [name for name in SHAPES if torch.equal(whole[name].detach(), full[name])]
     if dist.get_rank() == 0:
         write_result({"differ": differ, "unchanged": moved})

@@ -33,7 +33,9 @@ def full_tensors(trainer: Trainer, of_grad: bool) -> dict[str, torch.Tensor]:
         value = tensor.grad if of_grad else tensor
         if value is None:
             continue
-        out[names[0]] = (value.full_tensor() if isinstance(value, DTensor) else value).detach().clone()
+        out[names[0]] = (
+            (value.full_tensor() if isinstance(value, DTensor) else value).detach().clone()
+        )
     return out
 
 
@@ -43,7 +45,11 @@ def main() -> None:
     grads: dict[str, torch.Tensor] = {}
     losses: dict[int, float] = {}
     validation: list[float] = []
-    forward_backward, train_step, validate = trainer.forward_backward, trainer.train_step, trainer.validate
+    forward_backward, train_step, validate = (
+        trainer.forward_backward,
+        trainer.train_step,
+        trainer.validate,
+    )
     step_now = [0]
     poison_step = int(os.environ.get("POISON_STEP", "0"))
     owner = trainer.pipeline.loss if trainer.pipeline is not None else trainer
@@ -64,7 +70,9 @@ def main() -> None:
     def recording_step(batches, step, sync=True):
         step_now[0] = step
         stats = train_step(batches, step, sync=sync)
-        losses[step] = stats  # log_freq 1: the loop sums stats.loss_sum in place over the ranks on every step
+        losses[step] = (
+            stats  # log_freq 1: the loop sums stats.loss_sum in place over the ranks on every step
+        )
         return stats
 
     def recording_validate():
@@ -73,7 +81,10 @@ def main() -> None:
         return loss, tokens
 
     trainer.forward_backward, trainer.train_step, trainer.validate = (
-        recording_forward_backward, recording_step, recording_validate)
+        recording_forward_backward,
+        recording_step,
+        recording_validate,
+    )
     stop = StopRequest()
     error = None
     try:
@@ -82,10 +93,17 @@ def main() -> None:
         error = str(err)
     stop.restore()
     tokens = trainer.global_batch * trainer.config.training.seq_len
-    write_result({"weights": weights, "grads": grads, "fingerprint": trainer.fingerprint,
-                  "losses": {step: stats.loss_sum.item() / tokens for step, stats in losses.items()},
-                  "validation": validation[-1] if validation else None, "error": error,
-                  "has_last": trainer.pipeline is None or trainer.pipeline.has_last})
+    write_result(
+        {
+            "weights": weights,
+            "grads": grads,
+            "fingerprint": trainer.fingerprint,
+            "losses": {step: stats.loss_sum.item() / tokens for step, stats in losses.items()},
+            "validation": validation[-1] if validation else None,
+            "error": error,
+            "has_last": trainer.pipeline is None or trainer.pipeline.has_last,
+        }
+    )
     leave_together()
 
 

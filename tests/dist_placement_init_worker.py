@@ -46,9 +46,14 @@ def check(name, dtensor, shape, drawn, out):
     mine = sum(drawn[start:])
     reference = trunc_normal_(torch.empty(shape), 0.0, 0.02, -0.06, 0.06, key=key)
     del drawn[start:]
-    out[name] = {"equal": bool(torch.equal(dtensor.full_tensor(), reference)), "local": dtensor.to_local().numel(),
-                 "local_shape": list(dtensor.to_local().shape), "shape": list(shape),
-                 "drawn": mine, "placements": str(dtensor.placements)}
+    out[name] = {
+        "equal": bool(torch.equal(dtensor.full_tensor(), reference)),
+        "local": dtensor.to_local().numel(),
+        "local_shape": list(dtensor.to_local().shape),
+        "shape": list(shape),
+        "drawn": mine,
+        "placements": str(dtensor.placements),
+    }
 
 
 def main() -> None:

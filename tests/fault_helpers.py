@@ -35,10 +35,18 @@ class Run:
     """``./run_train.sh args`` in its own session (its process group is the launcher's), stdout and stderr merged
     and read by a thread."""
 
-    def __init__(self, args: list[str], *, nproc: int = 1, cwd: Path = REPO, extra_env: dict | None = None):
-        self.proc = subprocess.Popen(["./run_train.sh", *args], cwd=cwd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                     env=env(NGPU=str(nproc), **(extra_env or {})))
+    def __init__(
+        self, args: list[str], *, nproc: int = 1, cwd: Path = REPO, extra_env: dict | None = None
+    ):
+        self.proc = subprocess.Popen(
+            ["./run_train.sh", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=env(NGPU=str(nproc), **(extra_env or {})),
+        )
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -55,10 +63,14 @@ class Run:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n" + self.tail()) from None
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout} s:\n" + self.tail()
+                ) from None
             if line is None:
                 self._queue.put(None)
-                raise AssertionError(f"the run ended without a line matching {pattern!r}:\n" + self.tail())
+                raise AssertionError(
+                    f"the run ended without a line matching {pattern!r}:\n" + self.tail()
+                )
             self.lines.append(line)
             if match := re.search(pattern, line):
                 return match

@@ -52,7 +52,11 @@ def randomize_ours(model: nn.Module, adapter, seed: int = 0) -> None:
     unused expert bias) zero."""
     gen = torch.Generator().manual_seed(seed)
     for name, tensor in named_state_tensors(model):
-        tensor.copy_(noise_for(name, tuple(tensor.shape), gen) if name in adapter.tensors else torch.zeros_like(tensor))
+        tensor.copy_(
+            noise_for(name, tuple(tensor.shape), gen)
+            if name in adapter.tensors
+            else torch.zeros_like(tensor)
+        )
 
 
 def random_ours(family: str, args, seed: int = 0) -> tuple[nn.Module, object]:
@@ -83,14 +87,21 @@ def ours_from_folder(folder: str | Path) -> tuple[nn.Module, object, str]:
 
 
 @torch.no_grad()
-def logits_and_choices(model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def logits_and_choices(
+    model: nn.Module, tokens: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The logits of ``tokens`` and, per MoE layer in order, the experts each token chose, sorted ``(T, k)``:
     transformers' routers return ``(logits, weights, indices)``, ours a ``RouterOutput``."""
     choices, hooks = [], []
     for module in model.modules():
         if "router" in type(module).__name__.lower():
-            hooks.append(module.register_forward_hook(
-                lambda _m, _i, out: choices.append((out.indices if hasattr(out, "indices") else out[2]).sort(-1).values)))
+            hooks.append(
+                module.register_forward_hook(
+                    lambda _m, _i, out: choices.append(
+                        (out.indices if hasattr(out, "indices") else out[2]).sort(-1).values
+                    )
+                )
+            )
     try:
         out = model(tokens)
     finally:
@@ -102,5 +113,7 @@ def logits_and_choices(model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Te
 def small_tokenizer(path: Path, vocab_size: int) -> Path:
     """A byte-level BPE of ``vocab_size`` ids (``<|endoftext|>`` 0, ``<|pad|>`` 1) trained on one play, written to
     ``path``."""
-    path.write_text(train_tokenizer([shakespeare_plays("train")[0][1]], vocab_size).to_str(), encoding="utf-8")
+    path.write_text(
+        train_tokenizer([shakespeare_plays("train")[0][1]], vocab_size).to_str(), encoding="utf-8"
+    )
     return path

@@ -37,7 +37,9 @@ def moe_families() -> list[str]:
 # ---------------------------------------------------------------- building models
 
 
-def build_random(model_cls: type[nn.Module], args: Any, seed: int = 0, std: float = 0.3) -> nn.Module:
+def build_random(
+    model_cls: type[nn.Module], args: Any, seed: int = 0, std: float = 0.3
+) -> nn.Module:
     """``model_cls(args)`` built on meta, materialized on CPU (ties kept), with N(0, std) weights and biases,
     N(1, std) norm weights, zeroed buffers (MoE state) and fresh RoPE tables, all fp32."""
     with torch.device("meta"):
@@ -53,8 +55,9 @@ def build_random(model_cls: type[nn.Module], args: Any, seed: int = 0, std: floa
     return model
 
 
-def build_planned(model_cls: type[nn.Module], init_plan: Callable[[Any], InitPlan], args: Any,
-                    seed: int = 0) -> nn.Module:
+def build_planned(
+    model_cls: type[nn.Module], init_plan: Callable[[Any], InitPlan], args: Any, seed: int = 0
+) -> nn.Module:
     """``model_cls(args)`` built on meta, materialized on CPU and initialized by ``init_plan(args)`` with ``seed``."""
     with torch.device("meta"):
         model = model_cls(args)
@@ -101,7 +104,9 @@ def config_model_args(config_name: str, *cli: str) -> Any:
 def random_token_loss(model: nn.Module, vocab_size: int, seed: int, seqlen: int = 256) -> float:
     """Mean next-token cross-entropy (nats) of ``model`` on 2 uniform random sequences of ``seqlen + 1`` tokens,
     without gradients: about ``ln(vocab_size)`` for a model at init."""
-    tokens = torch.randint(0, vocab_size, (2, seqlen + 1), generator=torch.Generator().manual_seed(seed))
+    tokens = torch.randint(
+        0, vocab_size, (2, seqlen + 1), generator=torch.Generator().manual_seed(seed)
+    )
     with torch.no_grad():
         logits = model(tokens[:, :-1])
     return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
@@ -115,9 +120,13 @@ def logit_change(model: nn.Module, tokens: torch.Tensor, position: int) -> torch
     return (model(tokens) - model(changed)).abs().amax(-1)[0]
 
 
-def assert_matches_float64_reference(module: nn.Module, out: torch.Tensor,
-                                     reference: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-                                     out_tol: float, grad_tol: float = 1e-4) -> None:
+def assert_matches_float64_reference(
+    module: nn.Module,
+    out: torch.Tensor,
+    reference: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    out_tol: float,
+    grad_tol: float = 1e-4,
+) -> None:
     """Asserts that ``out`` (fp32, from ``module``) and the gradients of ``(out * target).sum()`` for a
     N(0, 1) ``target`` (seed 2) equal those of ``reference(params)``, run on float64 copies of the
     parameters (by name), within ``out_tol`` / ``grad_tol`` (absolute and relative)."""
@@ -128,7 +137,9 @@ def assert_matches_float64_reference(module: nn.Module, out: torch.Tensor,
     (ref * target.double()).sum().backward()
     torch.testing.assert_close(out.double(), ref.detach(), atol=out_tol, rtol=out_tol)
     for name, p in module.named_parameters():
-        torch.testing.assert_close(p.grad.double(), params[name].grad, atol=grad_tol, rtol=grad_tol, msg=name)
+        torch.testing.assert_close(
+            p.grad.double(), params[name].grad, atol=grad_tol, rtol=grad_tol, msg=name
+        )
 
 
 # ---------------------------------------------------------------- reference math (written out, no model code)
@@ -151,8 +162,13 @@ def swiglu(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor
     return (F.silu(x @ w1.T) * (x @ w3.T)) @ w2.T
 
 
-def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-                      sinks: torch.Tensor | None = None) -> torch.Tensor:
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Grouped-query attention by repeating kv heads, scores scaled by ``head_dim ** -0.5``.
 
     Args:

@@ -8,7 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchtitan_lite.models.common.attention_backends import InnerAttention, attention, resolve_backend
+from torchtitan_lite.models.common.attention_backends import (
+    InnerAttention,
+    attention,
+    resolve_backend,
+)
 from torchtitan_lite.models.common.blockwise import block_attention
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.data.documents import document_ids_from_eos, document_positions
@@ -39,8 +43,14 @@ def inputs(shape: str, docs: str, seed: int = 0):
     sinks = torch.randn(n_heads, generator=gen) * 2 if with_sinks else None
     doc_ids = None
     if DOCS[docs] is not None:
-        doc_ids = torch.stack([torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32),
-                                                       torch.tensor(lengths)) for lengths in DOCS[docs]])
+        doc_ids = torch.stack(
+            [
+                torch.repeat_interleave(
+                    torch.arange(len(lengths), dtype=torch.int32), torch.tensor(lengths)
+                )
+                for lengths in DOCS[docs]
+            ]
+        )
     grad_out = torch.randn(bs, SEQLEN, n_heads, v_head_dim, generator=gen)
     return q, k, v, sinks, doc_ids, grad_out
 
@@ -61,11 +71,27 @@ def test_blockwise_equals_the_dense_reference_forward_and_backward(shape, slidin
     q, k, v, sinks, doc_ids, grad_out = inputs(shape, docs)
     scale = 0.3 if shape == "mla" else None  # MLA's own softmax scale (DeepSeek-V3 softmax_scale)
 
-    reference = lambda q, k, v, s: attention(q, k, v, sinks=s, sliding_window=sliding_window,  # noqa: E731
-                                             document_ids=doc_ids, scale=scale, backend="reference")
+    reference = lambda q, k, v, s: attention(
+        q,
+        k,
+        v,
+        sinks=s,
+        sliding_window=sliding_window,  # noqa: E731
+        document_ids=doc_ids,
+        scale=scale,
+        backend="reference",
+    )
     ref_out, ref_grads = run(reference, q, k, v, sinks, grad_out)
-    blockwise = lambda q, k, v, s: block_attention(q, k, v, sinks=s, sliding_window=sliding_window,  # noqa: E731
-                                                   document_ids=doc_ids, scale=scale, block_size=BLOCK)
+    blockwise = lambda q, k, v, s: block_attention(
+        q,
+        k,
+        v,
+        sinks=s,
+        sliding_window=sliding_window,  # noqa: E731
+        document_ids=doc_ids,
+        scale=scale,
+        block_size=BLOCK,
+    )
     out, grads = run(blockwise, q, k, v, sinks, grad_out)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     assert len(grads) == len(ref_grads)
@@ -80,13 +106,17 @@ def test_flex_forward_equals_the_dense_reference(shape, sliding_window, docs):
     scale = 0.3 if shape == "mla" else None
     kwargs = dict(sinks=sinks, sliding_window=sliding_window, document_ids=doc_ids, scale=scale)
     out = attention(q, k, v, backend="flex", **kwargs)
-    torch.testing.assert_close(out, attention(q, k, v, backend="reference", **kwargs), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out, attention(q, k, v, backend="reference", **kwargs), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_plain_causal_auto_is_sdpa_and_equals_the_reference():
     q, k, v, _, _, grad_out = inputs("gqa", "one")
     assert resolve_backend("auto", "cpu", plain=True) == "sdpa"
-    ref_out, ref_grads = run(lambda q, k, v, s: attention(q, k, v, backend="reference"), q, k, v, None, grad_out)
+    ref_out, ref_grads = run(
+        lambda q, k, v, s: attention(q, k, v, backend="reference"), q, k, v, None, grad_out
+    )
     out, grads = run(lambda q, k, v, s: attention(q, k, v), q, k, v, None, grad_out)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     for got, want in zip(grads, ref_grads):
@@ -110,15 +140,24 @@ def test_auto_picks_blockwise_on_cpu_and_flex_on_accelerators():
     assert resolve_backend("auto", "cuda", plain=False) == "flex"
     assert resolve_backend("auto", "cuda", plain=True, sinks=True) == "flex"
     assert resolve_backend("reference", "cuda", plain=True) == "reference"
-    with pytest.raises(ValueError, match="attention backend must be one of auto, flex, blockwise, reference"):
+    with pytest.raises(
+        ValueError, match="attention backend must be one of auto, flex, blockwise, reference"
+    ):
         resolve_backend("dense", "cpu", plain=True)
 
 
 def test_set_attn_backend_reaches_every_inner_attention():
-    model = torch.nn.Sequential(InnerAttention(sliding_window=4), torch.nn.Sequential(InnerAttention()))
+    model = torch.nn.Sequential(
+        InnerAttention(sliding_window=4), torch.nn.Sequential(InnerAttention())
+    )
     set_attn_backend(model, "reference")
-    assert [m.attn_backend for m in model.modules() if isinstance(m, InnerAttention)] == ["reference", "reference"]
-    with pytest.raises(ValueError, match="attention backend must be one of auto, flex, blockwise, reference"):
+    assert [m.attn_backend for m in model.modules() if isinstance(m, InnerAttention)] == [
+        "reference",
+        "reference",
+    ]
+    with pytest.raises(
+        ValueError, match="attention backend must be one of auto, flex, blockwise, reference"
+    ):
         set_attn_backend(model, "dense")
 
 

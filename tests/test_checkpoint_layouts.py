@@ -17,9 +17,15 @@ from ckpt_helpers import TINY_RUN, text_file, worker_result
 
 pytestmark = pytest.mark.multiprocess
 
-MODEL = ["--model.overrides.n_layers=1", "--model.overrides.dim=64", "--model.overrides.n_heads=4",
-         "--model.overrides.n_kv_heads=2", "--model.overrides.head_dim=16", "--model.overrides.hidden_dim=128",
-         "--model.overrides.max_seq_len=64"]
+MODEL = [
+    "--model.overrides.n_layers=1",
+    "--model.overrides.dim=64",
+    "--model.overrides.n_heads=4",
+    "--model.overrides.n_kv_heads=2",
+    "--model.overrides.head_dim=16",
+    "--model.overrides.hidden_dim=128",
+    "--model.overrides.max_seq_len=64",
+]
 """A 1-block Qwen3 whose heads, key/value heads and vocabulary (2048) split in two."""
 CHAIN = [  # (processes, layout, last step)
     (4, [], 2),
@@ -27,8 +33,12 @@ CHAIN = [  # (processes, layout, last step)
     (4, ["--parallelism.data_parallel_replicate_degree=2"], 6),
     (1, [], 8),
 ]
-EP_MODEL = ["--job.config_file", "train_configs/deepseek_v3_debug.toml", "--model.overrides.n_layers=2",
-            "--training.compute_dtype=float32"]
+EP_MODEL = [
+    "--job.config_file",
+    "train_configs/deepseek_v3_debug.toml",
+    "--model.overrides.n_layers=2",
+    "--training.compute_dtype=float32",
+]
 EP_CHAIN = [
     (2, ["--parallelism.expert_parallel_degree=2"], 2),
     (4, ["--parallelism.expert_parallel_degree=4"], 4),
@@ -36,24 +46,55 @@ EP_CHAIN = [
 ]
 
 
-@pytest.mark.parametrize(("model", "chain"), [(MODEL, CHAIN), (EP_MODEL, EP_CHAIN)], ids=["fsdp_tp_hsdp", "ep"])
-def test_a_checkpoint_resumes_bitwise_across_layouts_at_the_same_data_position(tmp_path, model, chain):
+@pytest.mark.parametrize(
+    ("model", "chain"), [(MODEL, CHAIN), (EP_MODEL, EP_CHAIN)], ids=["fsdp_tp_hsdp", "ep"]
+)
+def test_a_checkpoint_resumes_bitwise_across_layouts_at_the_same_data_position(
+    tmp_path, model, chain
+):
     text_file(tmp_path)
     total = chain[-1][2]
-    common = [*model, *TINY_RUN, "--training.global_batch_size=8", f"--training.dataset_path={tmp_path / 'data.txt'}",
-              "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", "--lr_scheduler.decay_ratio=0"]  # the same
+    common = [
+        *model,
+        *TINY_RUN,
+        "--training.global_batch_size=8",
+        f"--training.dataset_path={tmp_path / 'data.txt'}",
+        "--checkpoint.interval=2",
+        "--checkpoint.keep_latest_k=0",
+        "--lr_scheduler.decay_ratio=0",
+    ]  # the same
     # learning rates whatever training.steps is
-    reference = worker_result(1, ["train", str(tmp_path / "ref.pt"), *common, f"--training.steps={total}",
-                                  f"--job.dump_folder={tmp_path / 'ref'}"])
+    reference = worker_result(
+        1,
+        [
+            "train",
+            str(tmp_path / "ref.pt"),
+            *common,
+            f"--training.steps={total}",
+            f"--job.dump_folder={tmp_path / 'ref'}",
+        ],
+    )
     state, losses = str(tmp_path / "state.pt"), {}
     for i, (nproc, layout, steps) in enumerate(chain):
-        args = [state, *common, *layout, f"--training.steps={steps}", f"--job.dump_folder={tmp_path / 'chain'}"]
+        args = [
+            state,
+            *common,
+            *layout,
+            f"--training.steps={steps}",
+            f"--job.dump_folder={tmp_path / 'chain'}",
+        ]
         res = worker_result(nproc, ["resume" if i else "train", *args], timeout=600)
         if i:
-            assert (res["model_equal"], res["optim_equal"], res["loaded_step"]) == (True, True, steps - 2), (i, res)
+            assert (res["model_equal"], res["optim_equal"], res["loaded_step"]) == (
+                True,
+                True,
+                steps - 2,
+            ), (i, res)
             assert res["load_lines"][0].endswith("not loaded: rng"), res["load_lines"]
         assert res["steps"] == list(range(2, steps + 1, 2))
         losses.update(res["losses"])
     assert sorted(losses, key=int) == [str(step) for step in range(1, total + 1)]
     for step, loss in losses.items():
-        assert float.fromhex(loss) == pytest.approx(float.fromhex(reference["losses"][step]), rel=1e-5), step
+        assert float.fromhex(loss) == pytest.approx(
+            float.fromhex(reference["losses"][step]), rel=1e-5
+        ), step

@@ -27,7 +27,7 @@ COLUMN = 20
 
 def code_map(markdown: str) -> str:
     """The first fenced block after ``## Where the code is``."""
-    section = markdown[markdown.index("## Where the code is"):]
+    section = markdown[markdown.index("## Where the code is") :]
     return section.split("```\n")[1]
 
 
@@ -97,8 +97,9 @@ def mismatch(markdown: str) -> tuple[list[str], list[str]]:
     exists)."""
     names = {p for p in mapped(code_map(markdown)) if p.startswith(tuple(f"{r}/" for r in ROOTS))}
     tree = in_tree()
-    stale = sorted(p for p in names - tree
-                   if not (p.endswith("/__init__.py") and (REPO / p).is_file()))
+    stale = sorted(
+        p for p in names - tree if not (p.endswith("/__init__.py") and (REPO / p).is_file())
+    )
     return sorted(tree - names), stale
 
 
@@ -126,7 +127,7 @@ def test_listed_names_drop_parentheses_and_labels():
 def start_up_order(text: str, opening: str) -> list[str]:
     """The ``a -> b -> c.`` chain after ``opening`` in ``text`` (whitespace and comment marks
     folded)."""
-    chain = re.split(r"\.(?:\s|$)", text[text.index(opening) + len(opening):], maxsplit=1)[0]
+    chain = re.split(r"\.(?:\s|$)", text[text.index(opening) + len(opening) :], maxsplit=1)[0]
     return [" ".join(step.split()) for step in chain.split("->")]
 
 

@@ -20,12 +20,20 @@ PAGE = REPO / "docs" / "configuration.md"
 
 
 def test_docs_configuration_md_is_the_reference_generated_from_the_schema():
-    assert PAGE.read_text() == reference_markdown(), f"docs/configuration.md is out of date: run `{COMMAND}`"
+    assert PAGE.read_text() == reference_markdown(), (
+        f"docs/configuration.md is out of date: run `{COMMAND}`"
+    )
 
 
 def test_the_module_prints_the_reference():
-    out = subprocess.run([sys.executable, "-m", "torchtitan_lite.config.reference"], cwd=REPO,
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "torchtitan_lite.config.reference"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert out == reference_markdown()
 
 
@@ -59,5 +67,7 @@ class _Root:
 def test_a_row_shows_type_bounds_default_and_the_doc_as_markdown():
     page = reference_markdown(_Root)
     assert "## `[s]`\n\nThe section.\n" in page
-    assert r'| `s.mode` | `"a" \| "b" \| None` | `none` | Pick `a` or `b`; unset = neither. |' in page
+    assert (
+        r'| `s.mode` | `"a" \| "b" \| None` | `none` | Pick `a` or `b`; unset = neither. |' in page
+    )
     assert "| `s.steps` | `int` (>= 1, <= 10) | `200` | Steps. |" in page

@@ -43,12 +43,16 @@ def test_a_seq_len_that_does_not_split_is_refused():
 
 def _qkv(seqlen, n_heads=4, n_kv_heads=2, head_dim=8, bs=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(bs, seqlen, h, head_dim, generator=g).requires_grad_()
-            for h in (n_heads, n_kv_heads, n_kv_heads)]
+    return [
+        torch.randn(bs, seqlen, h, head_dim, generator=g).requires_grad_()
+        for h in (n_heads, n_kv_heads, n_kv_heads)
+    ]
 
 
-@pytest.mark.parametrize("window, documents, sinks", [
-    (None, False, False), (5, False, True), (None, True, False), (40, True, True)])
+@pytest.mark.parametrize(
+    "window, documents, sinks",
+    [(None, False, False), (5, False, True), (None, True, False), (40, True, True)],
+)
 def test_a_chunk_at_an_offset_equals_the_rows_of_the_whole_window(window, documents, sinks):
     seqlen, start = 48, 20
     q, k, v = _qkv(seqlen)
@@ -79,8 +83,10 @@ def test_the_cp_degree_counts_in_the_world_size_and_lends_ranks_to_experts():
     dims = ParallelDims(tp=2, cp=2, world_size=8)
     assert (dims.dp_shard, dims.cp, dims.dp_degree, dims.loss_degree) == (2, 2, 2, 4)
     assert ParallelDims(dp_shard=1, cp=4, ep=4, world_size=4).ep == 4  # from dp_shard x cp x tp
-    message = (r"data_parallel_shard_degree 2 \* context_parallel_degree 2 \* "
-               r"tensor_parallel_degree 1 \* pipeline_parallel_degree 1 = 4, not the world size 6")
+    message = (
+        r"data_parallel_shard_degree 2 \* context_parallel_degree 2 \* "
+        r"tensor_parallel_degree 1 \* pipeline_parallel_degree 1 = 4, not the world size 6"
+    )
     with pytest.raises(LaunchError, match=message):
         ParallelDims(dp_shard=2, cp=2, world_size=6)
     with pytest.raises(ValueError, match=r"context_parallel_degree must be >= 1, got 0"):
@@ -90,29 +96,59 @@ def test_the_cp_degree_counts_in_the_world_size_and_lends_ranks_to_experts():
 KEY = r"parallelism.context_parallel_degree \(command line\): "
 
 
-@pytest.mark.parametrize("cli, world_size, message", [
-    ([CP2, "--training.seq_len=30"], None,
-     KEY + r"training.seq_len 30 is not a multiple of 2 x 2 \(each window is cut into 4 equal "
-     r"chunks\); pick a seq_len that is$"),
-    ([CP2, "--parallelism.tensor_parallel_degree=4", "--training.seq_len=20",
-      "--model.overrides.n_kv_heads=4"], None,
-     KEY + r"each rank's 10 positions \(training.seq_len 20 / 2\) are not a multiple of "
-     r"tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that is a "
-     r"multiple of 8$"),
-    ([CP2, "--parallelism.pipeline_parallel_degree=2"], None,
-     KEY + r"2 is not implemented with pipeline_parallel_degree 2 "),
-    ([CP2, "--job.config_file=train_configs/deepseek_v3_debug.toml",
-      "--model.overrides.mtp_num_layers=1"], None,
-     KEY + r"2 is not implemented with multi-token prediction"),
-    ([CP2, "--parallelism.data_parallel_shard_degree=2"], 2,
-     r"\[parallelism\] for world size 2 \(NGPU x nodes\): .*data_parallel_shard_degree 2 \* "
-     r"context_parallel_degree 2 \* .* = 4, not the world size 2"),
-    ([CP2, "--training.deterministic=layout"], 2,
-     r"training.deterministic = \"layout\" covers data parallelism only, but "
-     r"parallelism.context_parallel_degree = 2"),
-])
-def test_settings_context_parallelism_cannot_run_are_one_config_line(tmp_path, cli, world_size,
-                                                                      message):
+@pytest.mark.parametrize(
+    "cli, world_size, message",
+    [
+        (
+            [CP2, "--training.seq_len=30"],
+            None,
+            KEY
+            + r"training.seq_len 30 is not a multiple of 2 x 2 \(each window is cut into 4 equal "
+            r"chunks\); pick a seq_len that is$",
+        ),
+        (
+            [
+                CP2,
+                "--parallelism.tensor_parallel_degree=4",
+                "--training.seq_len=20",
+                "--model.overrides.n_kv_heads=4",
+            ],
+            None,
+            KEY + r"each rank's 10 positions \(training.seq_len 20 / 2\) are not a multiple of "
+            r"tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that is a "
+            r"multiple of 8$",
+        ),
+        (
+            [CP2, "--parallelism.pipeline_parallel_degree=2"],
+            None,
+            KEY + r"2 is not implemented with pipeline_parallel_degree 2 ",
+        ),
+        (
+            [
+                CP2,
+                "--job.config_file=train_configs/deepseek_v3_debug.toml",
+                "--model.overrides.mtp_num_layers=1",
+            ],
+            None,
+            KEY + r"2 is not implemented with multi-token prediction",
+        ),
+        (
+            [CP2, "--parallelism.data_parallel_shard_degree=2"],
+            2,
+            r"\[parallelism\] for world size 2 \(NGPU x nodes\): .*data_parallel_shard_degree 2 \* "
+            r"context_parallel_degree 2 \* .* = 4, not the world size 2",
+        ),
+        (
+            [CP2, "--training.deterministic=layout"],
+            2,
+            r"training.deterministic = \"layout\" covers data parallelism only, but "
+            r"parallelism.context_parallel_degree = 2",
+        ),
+    ],
+)
+def test_settings_context_parallelism_cannot_run_are_one_config_line(
+    tmp_path, cli, world_size, message
+):
     with pytest.raises(ConfigError, match=f"^{message}") as err:
         load_run(["--training.device=cpu", f"--job.dump_folder={tmp_path}", *cli], world_size)
     assert "\n" not in str(err.value)

@@ -34,12 +34,19 @@ LAYOUTS = {  # name: (processes, options, models)
     "cp4": (4, CP4, model_names()),
     "dp2_cp2": (4, CP2, ("qwen3", "deepseek_v3")),
     "hsdp2_cp2": (4, [*CP2, "--parallelism.data_parallel_replicate_degree=2"], ("qwen3",)),
-    "tp2_cp2": (4, [*CP2, "--parallelism.tensor_parallel_degree=2"],
-                ("qwen3", "gpt_oss", "deepseek_v3")),
+    "tp2_cp2": (
+        4,
+        [*CP2, "--parallelism.tensor_parallel_degree=2"],
+        ("qwen3", "gpt_oss", "deepseek_v3"),
+    ),
     "ep2_cp2": (4, [*CP2, "--parallelism.expert_parallel_degree=2"], ("qwen3_moe", "gpt_oss")),
 }
-CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout != "1"
-         for model in models]
+CASES = [
+    (layout, model)
+    for layout, (_, _, models) in LAYOUTS.items()
+    if layout != "1"
+    for model in models
+]
 WINDOWS = {"shorter": 3, "longer": 12}
 """GPT-OSS sliding windows against the chunk of 8 positions at cp 2."""
 
@@ -58,12 +65,14 @@ def assert_equal_to_one_process(other: dict, one: dict) -> None:
         assert abs(a / b - 1) < 1e-5, (other["losses"], one["losses"])
     for a, b in zip(other["losses"], one["losses"], strict=True):
         assert abs(a / b - 1) < 1e-3
-    norms = [sum(g.double().square().sum() for g in run["grads"].values()).sqrt()
-             for run in (other, one)]
+    norms = [
+        sum(g.double().square().sum() for g in run["grads"].values()).sqrt() for run in (other, one)
+    ]
     assert abs(norms[0] / norms[1] - 1) < 1e-6
     assert abs(other["grad_norms"][0] / one["grad_norms"][0] - 1) < 2e-4
-    worst = max((other["grads"][name] - one["grads"][name]).abs().max().item()
-                for name in one["grads"])
+    worst = max(
+        (other["grads"][name] - one["grads"][name]).abs().max().item() for name in one["grads"]
+    )
     assert worst < 1e-5
     assert one["losses"][-1] < one["losses"][0] - 0.5  # it trains
 
@@ -101,23 +110,31 @@ def documents_file(folder) -> str:
     return str(path)
 
 
-def run_pair(folder, models: tuple[str, ...], options: list[str], data: str, nproc: int = 2,
-             cp: list[str] = CP2) -> tuple[dict, dict]:
+def run_pair(
+    folder,
+    models: tuple[str, ...],
+    options: list[str],
+    data: str,
+    nproc: int = 2,
+    cp: list[str] = CP2,
+) -> tuple[dict, dict]:
     """``(one process, cp run)`` of the worker for ``models`` with ``options`` on ``data``."""
     runs = []
     for name, n, extra in (("one", 1, []), ("cp", nproc, cp)):
         (folder / name).mkdir()
         args = [str(folder / name), data, f"--cases={','.join(models)}", *options, *extra]
-        runs.append(launch(REPO / "tests" / "dist_layout_worker.py", args, nproc=n,
-                           timeout=900).result())
+        runs.append(
+            launch(REPO / "tests" / "dist_layout_worker.py", args, nproc=n, timeout=900).result()
+        )
     return runs[0], runs[1]
 
 
 def test_document_masking_under_context_parallelism(tmp_path):
     data = documents_file(tmp_path)
     models = ("qwen3", "gpt_oss", "deepseek_v3")
-    one, cp = run_pair(tmp_path, models, ["--training.document_masking=true"], data, nproc=4,
-                       cp=CP4)
+    one, cp = run_pair(
+        tmp_path, models, ["--training.document_masking=true"], data, nproc=4, cp=CP4
+    )
     for model in models:
         assert_equal_to_one_process(cp[model], one[model])
 
@@ -136,17 +153,38 @@ def test_a_checkpoint_saved_on_cp2_resumes_on_cp1_and_back_as_cp2_continues(tmp_
     the 6 losses equal those of one uninterrupted cp 2 run within 1e-5 (relative): the same
     windows, only the reduction order differs."""
     text_file(tmp_path)
-    common = ["--job.config_file", "train_configs/deepseek_v3_debug.toml",
-              "--model.overrides.n_layers=2", "--training.compute_dtype=float32", *TINY_RUN,
-              f"--training.dataset_path={tmp_path / 'data.txt'}", "--checkpoint.interval=2",
-              "--checkpoint.keep_latest_k=0", "--lr_scheduler.decay_ratio=0"]
-    reference = worker_result(2, ["train", str(tmp_path / "ref.pt"), *common, *CP2,
-                                  "--training.steps=6", f"--job.dump_folder={tmp_path / 'ref'}"],
-                              timeout=600)
+    common = [
+        "--job.config_file",
+        "train_configs/deepseek_v3_debug.toml",
+        "--model.overrides.n_layers=2",
+        "--training.compute_dtype=float32",
+        *TINY_RUN,
+        f"--training.dataset_path={tmp_path / 'data.txt'}",
+        "--checkpoint.interval=2",
+        "--checkpoint.keep_latest_k=0",
+        "--lr_scheduler.decay_ratio=0",
+    ]
+    reference = worker_result(
+        2,
+        [
+            "train",
+            str(tmp_path / "ref.pt"),
+            *common,
+            *CP2,
+            "--training.steps=6",
+            f"--job.dump_folder={tmp_path / 'ref'}",
+        ],
+        timeout=600,
+    )
     state, losses = str(tmp_path / "state.pt"), {}
     for i, (nproc, layout, steps) in enumerate([(2, CP2, 2), (1, [], 4), (2, CP2, 6)]):
-        args = [state, *common, *layout, f"--training.steps={steps}",
-                f"--job.dump_folder={tmp_path / 'chain'}"]
+        args = [
+            state,
+            *common,
+            *layout,
+            f"--training.steps={steps}",
+            f"--job.dump_folder={tmp_path / 'chain'}",
+        ]
         res = worker_result(nproc, ["resume" if i else "train", *args], timeout=600)
         if i:
             loaded = (res["model_equal"], res["optim_equal"], res["loaded_step"])

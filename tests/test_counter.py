@@ -20,7 +20,9 @@ def _words(*values):
 def _random_words(n: int, seed: int = 0) -> torch.Tensor:
     """int64 32-bit words: the edges and ``n`` random ones."""
     edges = torch.tensor([0, 1, 2, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 200, 2**32 - 1])
-    return torch.cat([edges, torch.randint(0, 2**32, (n,), generator=torch.Generator().manual_seed(seed))])
+    return torch.cat(
+        [edges, torch.randint(0, 2**32, (n,), generator=torch.Generator().manual_seed(seed))]
+    )
 
 
 def _as_int32(words: torch.Tensor) -> torch.Tensor:
@@ -32,8 +34,11 @@ def test_philox4x32_10_matches_random123_known_answers():
     cases = [
         ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
         ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-        ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
     ]
     for ctr, key, expected in cases:
         out = counter.philox4x32(*_words(*ctr), *(w.view(()) for w in _words(*key)))
@@ -66,7 +71,9 @@ def test_float32_log_sqrt_and_sincos_match_libm():
     assert ((counter.sqrt32(x)[1:].double() - exact_sqrt[1:]).abs() / exact_sqrt[1:]).max() < 3e-7
     angle = ((words >> 7).double() + 0.5) * 2.0**-25 * 2 * math.pi
     sin_t, cos_t = counter.sincos_turns32(w32)
-    assert (sin_t.double() - angle.sin()).abs().max() < 2e-7 and (cos_t.double() - angle.cos()).abs().max() < 2e-7
+    assert (sin_t.double() - angle.sin()).abs().max() < 2e-7 and (
+        cos_t.double() - angle.cos()
+    ).abs().max() < 2e-7
 
 
 def test_float64_log_of_the_proposals_matches_libm_to_1e_12():
@@ -79,7 +86,9 @@ def test_float64_log_of_the_proposals_matches_libm_to_1e_12():
 def test_block_normals_have_the_moments_of_a_standard_normal_and_elements_see_the_same_values():
     n_blocks = 2**19
     scal = [torch.tensor(v, dtype=torch.int32) for v in (0, 11, 12, 13)]
-    z = torch.stack(counter.block_normals(torch.arange(n_blocks), *scal), dim=1).view(-1)  # 2M values
+    z = torch.stack(counter.block_normals(torch.arange(n_blocks), *scal), dim=1).view(
+        -1
+    )  # 2M values
     assert z.dtype == torch.float32
     se = 1 / math.sqrt(z.numel())
     assert abs(z.mean()) < 5 * se and abs(z.var() - 1) < 5 * math.sqrt(2) * se
@@ -93,7 +102,9 @@ def test_block_normals_have_the_moments_of_a_standard_normal_and_elements_see_th
 def test_the_largest_reachable_normal_is_6_764():
     """``r`` is largest at the smallest uniform, ``u = 2**-33`` (word 0): ``sqrt(66 ln 2) = 6.7638``, reached at the
     angle of word 0 (``cos t`` just below 1)."""
-    z_cos, _ = counter.box_muller(torch.tensor([0], dtype=torch.int32), torch.tensor([0], dtype=torch.int32))
+    z_cos, _ = counter.box_muller(
+        torch.tensor([0], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    )
     assert abs(z_cos.item() - math.sqrt(66 * math.log(2))) < 1e-5
     r_second = counter.sqrt32(counter.log_uniform32(torch.tensor([1], dtype=torch.int32)) * -2.0)
     assert r_second.item() < z_cos.item()
@@ -101,11 +112,18 @@ def test_the_largest_reachable_normal_is_6_764():
 
 def test_ten_million_normals_pass_ks_and_have_the_moments_and_tail_mass_of_theory():
     n = 10_000_000
-    z = trunc_normal_(torch.empty(n), 0.0, 1.0, -math.inf, math.inf, key=InitKey(0, "quality")).double().numpy()
+    z = (
+        trunc_normal_(torch.empty(n), 0.0, 1.0, -math.inf, math.inf, key=InitKey(0, "quality"))
+        .double()
+        .numpy()
+    )
     assert stats.kstest(z, "norm").pvalue > 1e-3
     se = 1 / math.sqrt(n)
     assert abs(z.mean()) < 5 * se and abs(z.var() - 1) < 5 * math.sqrt(2) * se
-    assert abs(stats.skew(z)) < 5 * math.sqrt(6) * se and abs(stats.kurtosis(z)) < 5 * math.sqrt(24) * se
+    assert (
+        abs(stats.skew(z)) < 5 * math.sqrt(6) * se
+        and abs(stats.kurtosis(z)) < 5 * math.sqrt(24) * se
+    )
     for k in (3.0, 4.0, 5.0):
         p = 2 * stats.norm.sf(k)
         assert abs(np.mean(np.abs(z) > k) - p) < 5 * math.sqrt(p * (1 - p) / n) + 1 / n, k

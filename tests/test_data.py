@@ -106,15 +106,18 @@ def test_tokenizing_in_chunks_of_characters_gives_the_same_stream(toy_tokenizer,
 
 def test_shakespeare_loader_shapes_and_sizes():
     tok = build_tokenizer()
-    loader = build_dataloader(dataset="shakespeare", tokenizer=tok, seq_len=256, local_batch_size=3, seed=0)
+    loader = build_dataloader(
+        dataset="shakespeare", tokenizer=tok, seq_len=256, local_batch_size=3, seed=0
+    )
     windows = loader.dataset.windows
     assert windows.tokens.numel() == 1_759_944  # 1,759,907 BPE tokens + 37 EOS
     assert len(windows) == 6874
     x, y = next(iter(loader))
     assert x.shape == y.shape == (3, 256) and x.dtype == y.dtype == torch.int64
     assert torch.equal(x[:, 1:], y[:, :-1])
-    validation = build_dataloader(dataset="shakespeare", tokenizer=tok, seq_len=256, local_batch_size=4,
-                                  split="validation")
+    validation = build_dataloader(
+        dataset="shakespeare", tokenizer=tok, seq_len=256, local_batch_size=4, split="validation"
+    )
     assert len(validation.dataset.windows) == (36_777 + 1 - 1) // 256 and len(validation) == 35
 
 
@@ -122,7 +125,9 @@ def test_shakespeare_loader_shapes_and_sizes():
 
 
 def _stream(n_windows, seq_len=2, **kw):
-    windows = PackedWindows(torch.arange(n_windows * seq_len + 1, dtype=torch.int32), seq_len, "arange")
+    windows = PackedWindows(
+        torch.arange(n_windows * seq_len + 1, dtype=torch.int32), seq_len, "arange"
+    )
     return GlobalWindowStream(windows, **kw)
 
 
@@ -133,7 +138,10 @@ def _window_ids(stream, n):
 
 def test_each_epoch_is_the_permutation_seeded_by_seed_plus_epoch():
     stream = _stream(10, local_batch_size=1, dp_rank=0, dp_world_size=1, seed=7)
-    expected = [torch.randperm(10, generator=torch.Generator().manual_seed(7 + e)).tolist() for e in range(3)]
+    expected = [
+        torch.randperm(10, generator=torch.Generator().manual_seed(7 + e)).tolist()
+        for e in range(3)
+    ]
     assert _window_ids(stream, 30) == expected[0] + expected[1] + expected[2]
 
 
@@ -142,13 +150,23 @@ def test_ranks_take_every_world_size_th_chunk_of_the_global_stream(world_size, l
     # 7 windows: chunks cross epoch boundaries; the global stream is what one rank with L=1 sees.
     n, steps = 7, 5
     global_batch = 2 * local_batch * world_size  # two micro-batches per rank per step
-    reference = _window_ids(_stream(n, local_batch_size=1, dp_rank=0, dp_world_size=1, seed=0), steps * global_batch)
-    per_rank = [_window_ids(_stream(n, local_batch_size=local_batch, dp_rank=r, dp_world_size=world_size, seed=0),
-                            steps * global_batch // world_size) for r in range(world_size)]
+    reference = _window_ids(
+        _stream(n, local_batch_size=1, dp_rank=0, dp_world_size=1, seed=0), steps * global_batch
+    )
+    per_rank = [
+        _window_ids(
+            _stream(n, local_batch_size=local_batch, dp_rank=r, dp_world_size=world_size, seed=0),
+            steps * global_batch // world_size,
+        )
+        for r in range(world_size)
+    ]
     for r in range(world_size):
         for i in range(steps * 2):  # the i-th chunk of rank r is global chunk i * W + r
             c = i * world_size + r
-            mine, chunk = slice(i * local_batch, (i + 1) * local_batch), slice(c * local_batch, (c + 1) * local_batch)
+            mine, chunk = (
+                slice(i * local_batch, (i + 1) * local_batch),
+                slice(c * local_batch, (c + 1) * local_batch),
+            )
             assert per_rank[r][mine] == reference[chunk]
 
 
@@ -168,7 +186,9 @@ def test_one_and_two_ranks_train_on_the_same_windows_each_step(toy_tokenizer, tm
 @pytest.mark.parametrize("rank,world_size", [(0, 1), (1, 2)])
 def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, world_size):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))  # 32 tokens, 24 for training -> 5 windows
-    kw = dict(dp_rank=rank, dp_world_size=world_size, val_fraction=0.25)  # batches of 2: epochs end mid-batch
+    kw = dict(
+        dp_rank=rank, dp_world_size=world_size, val_fraction=0.25
+    )  # batches of 2: epochs end mid-batch
     loader = _local_loader(toy_tokenizer, path, **kw)
     it = iter(loader)
     [next(it) for _ in range(5)]
@@ -180,12 +200,18 @@ def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, wor
     assert _windows(got) == _windows(expected)
     assert len(loader.dataset.windows) == 5
     # the global position: 5 batches of 2 windows on each of world_size ranks, the same on every rank
-    assert state["dataset_state"] == {"windows_consumed": 5 * 2 * world_size, "n_windows": 5, "seq_len": 4, "seed": 3}
+    assert state["dataset_state"] == {
+        "windows_consumed": 5 * 2 * world_size,
+        "n_windows": 5,
+        "seq_len": 4,
+        "seed": 3,
+    }
 
 
 @pytest.mark.parametrize("new_world_size,new_local_batch", [(1, 2), (3, 2), (3, 1)])
 def test_state_saved_on_two_ranks_resumes_on_other_world_sizes_at_the_same_global_batch(
-        toy_tokenizer, tmp_path, new_world_size, new_local_batch):
+    toy_tokenizer, tmp_path, new_world_size, new_local_batch
+):
     # 79 windows, global batch 12: saved after 5 steps (60 windows); the 3 steps after it cross into epoch 1.
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(40))
     global_batch, saved_steps, steps = 12, 5, 3
@@ -197,15 +223,30 @@ def test_state_saved_on_two_ranks_resumes_on_other_world_sizes_at_the_same_globa
 
     single = iter(_local_loader(toy_tokenizer, path))
     reference = [step_batches([single], 2) for _ in range(saved_steps + steps)]
-    assert len(set(reference[saved_steps])) == 12 and set(reference[saved_steps]) != set(reference[saved_steps + 1])
+    assert len(set(reference[saved_steps])) == 12 and set(reference[saved_steps]) != set(
+        reference[saved_steps + 1]
+    )
     two = [_local_loader(toy_tokenizer, path, dp_rank=r, dp_world_size=2) for r in range(2)]
     its = [iter(loader) for loader in two]
     assert [step_batches(its, 2) for _ in range(saved_steps)] == reference[:saved_steps]
     states = [loader.state_dict() for loader in two]
-    assert states[0] == states[1] and states[0]["dataset_state"]["windows_consumed"] == saved_steps * global_batch
-    resumed = [_local_loader(toy_tokenizer, path, local_batch_size=new_local_batch, dp_rank=r,
-                             dp_world_size=new_world_size) for r in range(new_world_size)]
-    for loader in resumed:  # as the checkpointer does on another world size: every rank loads rank 0's state
+    assert (
+        states[0] == states[1]
+        and states[0]["dataset_state"]["windows_consumed"] == saved_steps * global_batch
+    )
+    resumed = [
+        _local_loader(
+            toy_tokenizer,
+            path,
+            local_batch_size=new_local_batch,
+            dp_rank=r,
+            dp_world_size=new_world_size,
+        )
+        for r in range(new_world_size)
+    ]
+    for (
+        loader
+    ) in resumed:  # as the checkpointer does on another world size: every rank loads rank 0's state
         loader.load_state_dict(states[0])
     its = [iter(loader) for loader in resumed]
     assert [step_batches(its, new_local_batch) for _ in range(steps)] == reference[saved_steps:]
@@ -217,7 +258,9 @@ def test_resume_with_other_settings_is_refused(toy_tokenizer, tmp_path):
     next(iter(loader))
     other = _local_loader(toy_tokenizer, path, seq_len=3, seed=4)
     other.load_state_dict(loader.state_dict())
-    with pytest.raises(ValueError, match=r"n_windows=\d+ \(now \d+\), seq_len=4 \(now 3\), seed=3 \(now 4\)"):
+    with pytest.raises(
+        ValueError, match=r"n_windows=\d+ \(now \d+\), seq_len=4 \(now 3\), seed=3 \(now 4\)"
+    ):
         next(iter(other))
 
 
@@ -226,13 +269,21 @@ def test_resume_with_other_settings_is_refused(toy_tokenizer, tmp_path):
 
 def test_validation_is_ordered_equal_per_rank_and_restarts(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(10, length=15))
-    ranks = [_local_loader(toy_tokenizer, path, split="validation", val_fraction=0.3, dp_rank=r, dp_world_size=2)
-             for r in range(2)]
-    windows = ranks[0].dataset.windows  # last 48 tokens (3 documents) -> 11 windows -> 5 chunks of 2 -> 4 used
+    ranks = [
+        _local_loader(
+            toy_tokenizer, path, split="validation", val_fraction=0.3, dp_rank=r, dp_world_size=2
+        )
+        for r in range(2)
+    ]
+    windows = ranks[
+        0
+    ].dataset.windows  # last 48 tokens (3 documents) -> 11 windows -> 5 chunks of 2 -> 4 used
     assert windows.tokens.tolist()[:16] == list(range(701, 716)) + [0]
     assert len(windows) == 11 and len(ranks[0]) == len(ranks[1]) == 2
     per_rank = [_windows(loader) for loader in ranks]
-    by_index = [tuple(windows[i][0].tolist()) + (windows[i][1][-1].item(),) for i in range(len(windows))]
+    by_index = [
+        tuple(windows[i][0].tolist()) + (windows[i][1][-1].item(),) for i in range(len(windows))
+    ]
     assert per_rank == [[by_index[i] for i in (0, 1, 4, 5)], [by_index[i] for i in (2, 3, 6, 7)]]
     assert _windows(ranks[1]) == per_rank[1]  # a new iterator starts again from its first window
     train = _local_loader(toy_tokenizer, path, val_fraction=0.3).dataset.windows
@@ -241,16 +292,36 @@ def test_validation_is_ordered_equal_per_rank_and_restarts(toy_tokenizer, tmp_pa
 
 def test_validation_reads_the_same_whole_global_batches_on_every_layout(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(10, length=15))
-    windows = _local_loader(toy_tokenizer, path, split="validation", val_fraction=0.3).dataset.windows
+    windows = _local_loader(
+        toy_tokenizer, path, split="validation", val_fraction=0.3
+    ).dataset.windows
     assert len(windows) == 11  # one global batch of 8 windows; the other 3 are never read
     for local_batch_size, world in ((8, 1), (2, 1), (2, 2), (1, 4), (2, 4)):
-        ranks = [OrderedWindows(windows, local_batch_size=local_batch_size, dp_rank=r, dp_world_size=world,
-                                batch_windows=8) for r in range(world)]
+        ranks = [
+            OrderedWindows(
+                windows,
+                local_batch_size=local_batch_size,
+                dp_rank=r,
+                dp_world_size=world,
+                batch_windows=8,
+            )
+            for r in range(world)
+        ]
         read = [[tuple(window[0].tolist()) for window in rank] for rank in ranks]
-        chunks = [read[r][i:i + local_batch_size] for i in range(0, len(read[0]), local_batch_size) for r in range(world)]
+        chunks = [
+            read[r][i : i + local_batch_size]
+            for i in range(0, len(read[0]), local_batch_size)
+            for r in range(world)
+        ]
         # the first 8 windows, the i-th chunk of rank r being global chunk i * world + r
-        assert sum(chunks, []) == [tuple(windows[i][0].tolist()) for i in range(8)], (local_batch_size, world)
-    with pytest.raises(ValueError, match="batch_windows 6 is not a multiple of local_batch_size 2 \\* dp_world_size 2"):
+        assert sum(chunks, []) == [tuple(windows[i][0].tolist()) for i in range(8)], (
+            local_batch_size,
+            world,
+        )
+    with pytest.raises(
+        ValueError,
+        match="batch_windows 6 is not a multiple of local_batch_size 2 \\* dp_world_size 2",
+    ):
         OrderedWindows(windows, local_batch_size=2, dp_rank=0, dp_world_size=2, batch_windows=6)
 
 
@@ -265,7 +336,11 @@ def test_txt_jsonl_parquet_and_folder_give_the_same_tokens(toy_tokenizer, tmp_pa
     _write_jsonl(tmp_path / "d.jsonl", docs, column="body")
     datasets.Dataset.from_dict({"body": docs}).to_parquet(str(tmp_path / "d.parquet"))
     expected = tokenize_documents(toy_tokenizer, docs[:4]).tolist()
-    sources = ((tmp_path / "txt", "ignored"), (tmp_path / "d.jsonl", "body"), (tmp_path / "d.parquet", "body"))
+    sources = (
+        (tmp_path / "txt", "ignored"),
+        (tmp_path / "d.jsonl", "body"),
+        (tmp_path / "d.parquet", "body"),
+    )
     for path, column in sources:
         loader = _local_loader(toy_tokenizer, path, text_column=column, val_fraction=0.2)
         assert loader.dataset.windows.tokens.tolist() == expected, path
@@ -273,19 +348,25 @@ def test_txt_jsonl_parquet_and_folder_give_the_same_tokens(toy_tokenizer, tmp_pa
 
 def test_local_split_holds_out_the_end_of_one_file(toy_tokenizer, tmp_path):
     (tmp_path / "one.txt").write_text(" ".join(str(k) for k in range(1, 200)))  # 199 words + EOS
-    train, validation = (_local_loader(toy_tokenizer, tmp_path / "one.txt", split=s, val_fraction=0.1).dataset.windows
-                         for s in ("train", "validation"))
+    train, validation = (
+        _local_loader(
+            toy_tokenizer, tmp_path / "one.txt", split=s, val_fraction=0.1
+        ).dataset.windows
+        for s in ("train", "validation")
+    )
     assert train.tokens.tolist() == list(range(1, 181))
     assert validation.tokens.tolist() == list(range(181, 200)) + [0]
 
 
 def test_streaming_local_packs_in_order_and_resumes_exactly(toy_tokenizer, tmp_path):
-    path = _write_jsonl(tmp_path / "d.jsonl", _docs(3))  # 24 tokens -> 5 windows of seq_len 4 + 1 per pass
+    path = _write_jsonl(
+        tmp_path / "d.jsonl", _docs(3)
+    )  # 24 tokens -> 5 windows of seq_len 4 + 1 per pass
     loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1)
     it = iter(loader)
     first = _windows(next(it) for _ in range(5))
     tokens = tokenize_documents(toy_tokenizer, _docs(3)).tolist()
-    assert first == [tuple(tokens[4 * i:4 * i + 5]) for i in range(5)]
+    assert first == [tuple(tokens[4 * i : 4 * i + 5]) for i in range(5)]
     state = loader.state_dict()
     expected = _windows(next(it) for _ in range(7))  # into the second pass over the stream
     resumed = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1)
@@ -298,23 +379,41 @@ def test_streaming_ranks_read_alternate_documents(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(4))
     tokens = [tokenize_documents(toy_tokenizer, _docs(4)[r::2]).tolist() for r in range(2)]
     for rank in range(2):
-        loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=rank, dp_world_size=2)
-        assert _windows(islice(iter(loader), 3)) == [tuple(tokens[rank][4 * i:4 * i + 5]) for i in range(3)]
+        loader = _local_loader(
+            toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=rank, dp_world_size=2
+        )
+        assert _windows(islice(iter(loader), 3)) == [
+            tuple(tokens[rank][4 * i : 4 * i + 5]) for i in range(3)
+        ]
 
 
 def test_streaming_rank_with_no_document_raises_instead_of_looping(toy_tokenizer, tmp_path):
     # One document, two ranks: rank 1's share of the stream is empty.
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(1))
-    loader = _local_loader(toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=1, dp_world_size=2)
+    loader = _local_loader(
+        toy_tokenizer, path, streaming=True, local_batch_size=1, dp_rank=1, dp_world_size=2
+    )
     with pytest.raises(ValueError, match="share of the stream holds no document"):
         next(iter(loader))
 
 
 def test_streaming_validation_restarts_from_the_beginning(toy_tokenizer, tmp_path):
-    stream = datasets.load_dataset("json", data_files=str(_write_jsonl(tmp_path / "d.jsonl", _docs(3))),
-                                   split="train", streaming=True)
-    ds = StreamingWindows(stream, tokenizer=toy_tokenizer, text_column="text", seq_len=4, dp_rank=0,
-                          dp_world_size=1, name="toy", restart=True)
+    stream = datasets.load_dataset(
+        "json",
+        data_files=str(_write_jsonl(tmp_path / "d.jsonl", _docs(3))),
+        split="train",
+        streaming=True,
+    )
+    ds = StreamingWindows(
+        stream,
+        tokenizer=toy_tokenizer,
+        text_column="text",
+        seq_len=4,
+        dp_rank=0,
+        dp_world_size=1,
+        name="toy",
+        restart=True,
+    )
     first, again = (_windows((x[None], y[None]) for x, y in islice(iter(ds), 7)) for _ in range(2))
     assert first == again and first[0] == (1, 2, 3, 4, 5)
 
@@ -341,7 +440,9 @@ def test_empty_dataset(toy_tokenizer, tmp_path):
 
 def test_dataset_shorter_than_one_window(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", ["1 2", "3"])
-    with pytest.raises(ValueError, match=r"has 3 tokens, fewer than one window of seq_len \+ 1 = 5"):
+    with pytest.raises(
+        ValueError, match=r"has 3 tokens, fewer than one window of seq_len \+ 1 = 5"
+    ):
         _local_loader(toy_tokenizer, path, val_fraction=0.5)
 
 
@@ -354,7 +455,9 @@ def test_missing_text_column(toy_tokenizer, tmp_path):
 def test_too_few_validation_windows_for_every_rank(toy_tokenizer, tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(3))
     with pytest.raises(ValueError, match="fewer than one global batch = 4"):
-        _local_loader(toy_tokenizer, path, split="validation", val_fraction=0.5, dp_world_size=2, dp_rank=1)
+        _local_loader(
+            toy_tokenizer, path, split="validation", val_fraction=0.5, dp_world_size=2, dp_rank=1
+        )
 
 
 def test_bad_arguments_are_named():
@@ -369,7 +472,10 @@ def test_bad_arguments_are_named():
 
 
 def test_the_data_line_says_one_step_and_one_window_in_the_singular():
-    loaders = DataLoaders(train=None, validation=None, name="toy", seq_len=32,
-                          train_size=SplitSize(1, 100, 3))
-    assert loaders.describe(1, 1) == ("toy: train 1 document, 100 tokens = 3 windows of 32, "
-                                      "1 step x 1 window = 0.333 epochs; no validation")
+    loaders = DataLoaders(
+        train=None, validation=None, name="toy", seq_len=32, train_size=SplitSize(1, 100, 3)
+    )
+    assert loaders.describe(1, 1) == (
+        "toy: train 1 document, 100 tokens = 3 windows of 32, "
+        "1 step x 1 window = 0.333 epochs; no validation"
+    )

@@ -9,13 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dist_helpers import run_train
-from tensorboard.backend.event_processing.event_accumulator import HISTOGRAMS, SCALARS, EventAccumulator
+from tensorboard.backend.event_processing.event_accumulator import (
+    HISTOGRAMS,
+    SCALARS,
+    EventAccumulator,
+)
 
 from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.components.profiling import StepProfiler
-from torchtitan_lite.components.tb_extras import layer_grad_norms, log_layer_grad_norms, log_weight_histograms
+from torchtitan_lite.components.tb_extras import (
+    layer_grad_norms,
+    log_layer_grad_norms,
+    log_weight_histograms,
+)
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.init.apply import init_weights, materialize
@@ -94,7 +102,9 @@ def test_silu_square_mean_matches_numerical_integration():
     for sigma in (0.05, 0.3157, 0.63, 2.0):
         density = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # noqa: E731
         silu = lambda a: a / (1 + math.exp(-a))  # noqa: E731
-        reference = integrate.quad(lambda z: silu(sigma * z) ** 2 * density(z), -12, 12, epsabs=1e-14)[0]
+        reference = integrate.quad(
+            lambda z: silu(sigma * z) ** 2 * density(z), -12, 12, epsabs=1e-14
+        )[0]
         assert silu_square_mean(sigma) == pytest.approx(reference, rel=1e-7)
     assert silu_square_mean(0.01) == pytest.approx(0.01**2 / 4, rel=1e-3)  # silu(a) ~ a / 2 near 0
 
@@ -126,7 +136,9 @@ def test_measured_log_partition_and_loss_lie_in_the_tied_range(flavor, layers, v
     loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
     assert e.high - e.low < 0.02
     assert e.low - 0.005 <= log_partition <= e.high + 0.005
-    assert abs(loss - log_partition) < 4 * e.logit_std / math.sqrt(256)  # the target logit: mean 0, std sigma
+    assert abs(loss - log_partition) < 4 * e.logit_std / math.sqrt(
+        256
+    )  # the target logit: mean 0, std sigma
 
 
 @pytest.mark.parametrize("flavor", ["debug", "debug_untied"])
@@ -135,7 +147,10 @@ def test_measured_step1_loss_lies_in_the_expected_range(flavor):
     e = expected_step1_loss(model, plan)
     loss = step1_loss(model)
     assert e.low - 0.1 <= loss <= e.high + 0.1
-    assert check_step1_loss(e, loss, margin=0.5, strict=True, report=init_report(model, plan, result)) == []
+    assert (
+        check_step1_loss(e, loss, margin=0.5, strict=True, report=init_report(model, plan, result))
+        == []
+    )
 
 
 def test_repeated_targets_lower_the_tied_range_by_rate_times_self_logit_and_leave_untied_as_is():
@@ -143,7 +158,10 @@ def test_repeated_targets_lower_the_tied_range_by_rate_times_self_logit_and_leav
     widened = tied.with_repeats(0.025)
     assert widened.bounds == (pytest.approx(tied.low - 0.025 * tied.self_logit), tied.high)
     assert tied.bounds == (tied.low, tied.high)
-    assert "2.5% of the step-1 targets repeat their input token, which lowers the low end by 0.089" in widened.describe()
+    assert (
+        "2.5% of the step-1 targets repeat their input token, which lowers the low end by 0.089"
+        in widened.describe()
+    )
     untied = expected_step1_loss(*build("debug_untied")[:2])
     assert untied.with_repeats(0.025).bounds == (untied.low, untied.low)
     with pytest.raises(ValueError, match="rate must be a share in"):
@@ -159,7 +177,9 @@ def test_the_debug_runs_first_batch_repeats_93_targets_and_its_loss_is_inside_th
     plan = qwen3_init_plan(args)
     materialize(model, "cpu")
     init_weights(model, plan, 42, buffer_device="cpu")
-    loader = build_dataloader(tokenizer=build_tokenizer(), seq_len=256, local_batch_size=16, seed=42)
+    loader = build_dataloader(
+        tokenizer=build_tokenizer(), seq_len=256, local_batch_size=16, seed=42
+    )
     rate = loader.dataset.repeated_targets(16)
     inputs, labels = next(iter(loader))
     assert rate == 93 / 4096 == (inputs == labels).float().mean().item()
@@ -194,7 +214,9 @@ def test_plan_where_the_embedding_std_1_wins_is_flagged_by_its_own_expectation()
     loss = step1_loss(model)
     assert loss == pytest.approx(e.high, rel=0.03)  # the formula's upper end is tight here
     problems = check_step1_loss(e, loss, margin=0.5)
-    assert problems[-1].startswith("the init plan of output.weight = tok_embeddings.weight: spec trunc_normal(std=1,")
+    assert problems[-1].startswith(
+        "the init plan of output.weight = tok_embeddings.weight: spec trunc_normal(std=1,"
+    )
     assert "starts at least 54 nats above ln V" in problems[-1]
     with pytest.raises(InitCheckError, match=r"output\.weight"):
         check_step1_loss(e, loss, margin=0.5, strict=True)
@@ -202,7 +224,10 @@ def test_plan_where_the_embedding_std_1_wins_is_flagged_by_its_own_expectation()
 
 def test_nan_loss_is_flagged():
     model, plan, _ = build("debug_untied")
-    assert "step-1 loss nan" in check_step1_loss(expected_step1_loss(model, plan), math.nan, margin=0.5)[0]
+    assert (
+        "step-1 loss nan"
+        in check_step1_loss(expected_step1_loss(model, plan), math.nan, margin=0.5)[0]
+    )
 
 
 @pytest.mark.parametrize("flavor", ["debug", "debug_untied"])
@@ -211,8 +236,11 @@ def test_init_report_lists_every_parameter_once_with_std_within_2_percent(flavor
     report = init_report(model, plan, result)
     names = [n for row in report.rows for n in row.names]
     assert sorted(names) == sorted(n for n, _ in model.named_parameters(remove_duplicate=False))
-    checked = [r for r in report.rows if r.spec.startswith(("normal", "trunc_normal"))
-               and math.prod(r.shape) > 10_000]
+    checked = [
+        r
+        for r in report.rows
+        if r.spec.startswith(("normal", "trunc_normal")) and math.prod(r.shape) > 10_000
+    ]
     assert len(checked) == 7 * 4 + (1 if flavor == "debug" else 2)
     for row in checked:
         assert abs(row.std / row.expected_std - 1) < 0.02, row.name
@@ -238,7 +266,11 @@ def test_layer_grad_norms_split_the_total_norm_by_block():
     F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
     norms = layer_grad_norms(model)
     assert list(norms) == ["output", "layers.0", "layers.1", "layers.2", "layers.3", "norm"]
-    layer0 = sum(p.grad.double().square().sum() for n, p in model.named_parameters() if n.startswith("layers.0."))
+    layer0 = sum(
+        p.grad.double().square().sum()
+        for n, p in model.named_parameters()
+        if n.startswith("layers.0.")
+    )
     assert norms["layers.0"] == pytest.approx(layer0.sqrt().item(), rel=1e-6)
     total = sum(p.grad.double().square().sum() for p in model.parameters()).sqrt().item()
     assert math.sqrt(sum(v * v for v in norms.values())) == pytest.approx(total, rel=1e-6)
@@ -246,14 +278,31 @@ def test_layer_grad_norms_split_the_total_norm_by_block():
 
 def test_event_files_hold_histogram_and_scalar_tags(tmp_path):
     model, _, _ = build("debug")
-    logger = MetricsLogger(tmp_path, enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=1, total_steps=2,
-                           world_size=1, num_flops_per_token=1e6, peak_flops=None)
+    logger = MetricsLogger(
+        tmp_path,
+        enable_tensorboard=True,
+        tb_subfolder="tb",
+        rank=0,
+        log_freq=1,
+        total_steps=2,
+        world_size=1,
+        num_flops_per_token=1e6,
+        peak_flops=None,
+    )
     log_weight_histograms(logger.writer, model, 0)
     tokens = torch.randint(0, 2048, (2, 17), generator=torch.Generator().manual_seed(0))
     F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward()
     norms = log_layer_grad_norms(logger.writer, model, 1)
-    logger.log_step(1, loss=7.7, grad_norm=1.0, lr=1e-3, tokens_per_step=32, elapsed_s=1.0, memory_bytes=None,
-                    data_wait_s=0.0)
+    logger.log_step(
+        1,
+        loss=7.7,
+        grad_norm=1.0,
+        lr=1e-3,
+        tokens_per_step=32,
+        elapsed_s=1.0,
+        memory_bytes=None,
+        data_wait_s=0.0,
+    )
     logger.log_validation(1, 7.6, 4096)
     logger.close()
     events = EventAccumulator(str(tmp_path / "tb"), size_guidance={SCALARS: 0, HISTOGRAMS: 0})
@@ -264,14 +313,23 @@ def test_event_files_hold_histogram_and_scalar_tags(tmp_path):
     hist = events.Histograms("weights/layers.0.attention.wq.weight")[0]
     assert hist.step == 0 and hist.histogram_value.num == 256 * 256
     scalars = events.Tags()[SCALARS]
-    for tag in ("loss/train", "loss/validation", "lr", "tokens_seen", "grad_norm", "grad_norm/layers.3"):
+    for tag in (
+        "loss/train",
+        "loss/validation",
+        "lr",
+        "tokens_seen",
+        "grad_norm",
+        "grad_norm/layers.3",
+    ):
         assert tag in scalars
     assert events.Scalars("grad_norm/layers.3")[0].value == pytest.approx(norms["layers.3"])
     assert events.Scalars("tokens_seen")[0].value == 32
 
 
 def test_profiler_writes_a_trace_of_the_window_and_says_cpu_has_no_memory_snapshot(tmp_path):
-    profiler = StepProfiler(tmp_path, enable=True, start_step=2, steps=2, rank=0, device=torch.device("cpu"))
+    profiler = StepProfiler(
+        tmp_path, enable=True, start_step=2, steps=2, rank=0, device=torch.device("cpu")
+    )
     x = torch.randn(32, 32, requires_grad=True)
     for step in range(1, 5):
         with profiler.step(step):
@@ -279,11 +337,14 @@ def test_profiler_writes_a_trace_of_the_window_and_says_cpu_has_no_memory_snapsh
     profiler.close()
     assert profiler.written == [tmp_path / "profile" / "rank0_steps2-3.json"]
     trace = json.loads(profiler.written[0].read_text())
-    assert sorted({e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}) == [
-        "ProfilerStep#2", "ProfilerStep#3"]
+    assert sorted(
+        {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+    ) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert profiler.memory_note == "memory snapshot: unsupported on cpu (no allocator history)"
     with pytest.raises(ValueError, match="profile_start_step"):
-        StepProfiler(tmp_path, enable=True, start_step=0, steps=1, rank=0, device=torch.device("cpu"))
+        StepProfiler(
+            tmp_path, enable=True, start_step=0, steps=1, rank=0, device=torch.device("cpu")
+        )
 
 
 def test_deterministic_mode_turns_on_deterministic_algorithms():
@@ -299,12 +360,24 @@ def test_deterministic_mode_turns_on_deterministic_algorithms():
 @pytest.mark.multiprocess
 def test_run_with_a_broken_tied_output_init_warns_and_strict_exits_naming_output_weight(tmp_path):
     """The knob ``model.overrides.output_init_std = 1.0`` leaves a tied output at the embedding-like std 1."""
-    common = ["--model.overrides.output_init_std=1.0", "--training.steps=1", "--lr_scheduler.warmup_steps=1",
-              "--training.seq_len=32", "--training.local_batch_size=2", "--validation.enable=false",
-              "--checkpoint.enable=false", "--metrics.enable_tensorboard=false", "--training.num_threads=1"]
+    common = [
+        "--model.overrides.output_init_std=1.0",
+        "--training.steps=1",
+        "--lr_scheduler.warmup_steps=1",
+        "--training.seq_len=32",
+        "--training.local_batch_size=2",
+        "--validation.enable=false",
+        "--checkpoint.enable=false",
+        "--metrics.enable_tensorboard=false",
+        "--training.num_threads=1",
+    ]
 
     def run(*extra):
-        return run_train([f"--job.dump_folder={tmp_path / 'out'}", *common, *extra], timeout=300, TMPDIR=str(tmp_path))
+        return run_train(
+            [f"--job.dump_folder={tmp_path / 'out'}", *common, *extra],
+            timeout=300,
+            TMPDIR=str(tmp_path),
+        )
 
     warned = run()
     assert warned.returncode == 0, warned.stderr[-2000:]

@@ -32,7 +32,12 @@ def anchors(markdown: str) -> set[str]:
 
 def test_anchors_follow_github_rules():
     text = "# Checkpoints, resume and faults\n## `[job]`\n```\n# not a heading\n```\n## FLOPs and MFU\n## FLOPs and MFU\n"
-    assert anchors(text) == {"checkpoints-resume-and-faults", "job", "flops-and-mfu", "flops-and-mfu-1"}
+    assert anchors(text) == {
+        "checkpoints-resume-and-faults",
+        "job",
+        "flops-and-mfu",
+        "flops-and-mfu-1",
+    }
 
 
 def test_readme_links_every_docs_page():
@@ -49,7 +54,9 @@ def test_every_relative_link_lands_on_a_file_and_heading(page):
         file = (page.parent / path).resolve() if path else page
         assert file.is_file(), f"{page.name}: link {target} names no file"
         if anchor:
-            assert anchor in anchors(file.read_text()), f"{page.name}: link {target} names no heading"
+            assert anchor in anchors(file.read_text()), (
+                f"{page.name}: link {target} names no heading"
+            )
 
 
 def test_readme_test_command_is_the_one_ci_runs():

@@ -41,95 +41,182 @@ from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 from torchtitan_lite.config.schema import LRScheduler
 from torchtitan_lite.distributed.checks import check_world_size
 
-PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "configuration.md")]
-COMMAND = re.compile(r"^(?:[A-Z_]+=(?:\"[^\"]*\"|\S+)\s+)*(?:\./run_train\.sh|python3? -m (?:torchtitan_lite|scripts)\b)")
+PAGES = [
+    REPO / "README.md",
+    *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "configuration.md"),
+]
+COMMAND = re.compile(
+    r"^(?:[A-Z_]+=(?:\"[^\"]*\"|\S+)\s+)*(?:\./run_train\.sh|python3? -m (?:torchtitan_lite|scripts)\b)"
+)
 SHORT = ["--training.seq_len=32", "--validation.enable=false"]
 """Appended to a documented command that trains, with ``--training.steps=1`` unless it sets 20 steps or fewer."""
-DEBUG_CONFIGS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "train_configs").glob("*debug*.toml"))
+DEBUG_CONFIGS = sorted(
+    p.relative_to(REPO).as_posix() for p in (REPO / "train_configs").glob("*debug*.toml")
+)
 USER_FILES = ("/data/",)
 """Paths in documented commands that stand for the reader's own files."""
 
 HOW: dict[str, tuple[str, str]] = {
     "./run_train.sh": ("other", "test_quick_start_and_its_config_files"),
-    "NGPU=2 ./run_train.sh": ("other", "tests/test_no_warnings.py runs the debug config on 2 processes"),
+    "NGPU=2 ./run_train.sh": (
+        "other",
+        "tests/test_no_warnings.py runs the debug config on 2 processes",
+    ),
     "CONFIG_FILE=train_configs/gpt_oss_debug.toml ./run_train.sh": ("run", "an MoE debug config"),
-    "./run_train.sh --training.steps=50 --optimizer.lr=1e-3": ("check", "the quick start's run, overridden"),
+    "./run_train.sh --training.steps=50 --optimizer.lr=1e-3": (
+        "check",
+        "the quick start's run, overridden",
+    ),
     "./run_train.sh --help": ("run", "prints the keys"),
-    "./run_train.sh --job.print_config > my.toml": ("other", "test_quick_start_and_its_config_files"),
+    "./run_train.sh --job.print_config > my.toml": (
+        "other",
+        "test_quick_start_and_its_config_files",
+    ),
     "./run_train.sh --training.steps=5": ("other", "the N = 5 run of test_short_runs_train"),
-    "./run_train.sh --optimizer.name=Muon": ("other", "tests/test_muon_layouts.py runs it (the model cut to 1 block)"),
-    "CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.mtp_num_layers=1":
-        ("run", "multi-token prediction"),
-    "./run_train.sh --checkpoint.enable=true": ("other", "test_hf_export_then_train_generate_and_evaluate"),
+    "./run_train.sh --optimizer.name=Muon": (
+        "other",
+        "tests/test_muon_layouts.py runs it (the model cut to 1 block)",
+    ),
+    "CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.mtp_num_layers=1": (
+        "run",
+        "multi-token prediction",
+    ),
+    "./run_train.sh --checkpoint.enable=true": (
+        "other",
+        "test_hf_export_then_train_generate_and_evaluate",
+    ),
     "python -m torchtitan_lite.generate --job.config_file train_configs/qwen3_debug.toml "
-    "--checkpoint.load_path=outputs/checkpoint/step-400 --prompt \"ROMEO:\"":
-        ("other", "test_hf_export_then_train_generate_and_evaluate"),
+    '--checkpoint.load_path=outputs/checkpoint/step-400 --prompt "ROMEO:"': (
+        "other",
+        "test_hf_export_then_train_generate_and_evaluate",
+    ),
     "python -m torchtitan_lite.preflight": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
-        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
-        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables"),
-    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh":
-        ("check", "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1"),
-    "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_16b_muon.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS=\"--nnodes=2 --rdzv-backend=c10d "
-    "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b\" ./run_train.sh --model.flavor=32b "
+    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+        "check",
+        "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables",
+    ),
+    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+        "check",
+        "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables",
+    ),
+    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+        "check",
+        "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1",
+    ),
+    "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_16b_muon.toml ./run_train.sh": (
+        "check",
+        "8 GPUs",
+    ),
+    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=2 --rdzv-backend=c10d '
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b" ./run_train.sh --model.flavor=32b '
     "--parallelism.tensor_parallel_degree=8": ("check", "2 nodes"),
-    "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS=\"--nnodes=4 --rdzv-backend=c10d "
-    "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b-pp\" ./run_train.sh --model.flavor=32b "
-    "--parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=2 --training.local_batch_size=8":
-        ("check", "4 nodes"),
-    "NGPU=8 CONFIG_FILE=train_configs/gpt_oss_120b.toml TORCHRUN_ARGS=\"--nnodes=2 --rdzv-backend=c10d "
-    "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=gpt-oss-120b\" ./run_train.sh --parallelism.expert_parallel_degree=8":
-        ("check", "2 nodes"),
-    "NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_671b.toml TORCHRUN_ARGS=\"--nnodes=32 --rdzv-backend=c10d "
-    "--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=deepseek-v3\" ./run_train.sh --parallelism.expert_parallel_degree=64":
-        ("check", "32 nodes"),
+    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=4 --rdzv-backend=c10d '
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b-pp" ./run_train.sh --model.flavor=32b '
+    "--parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=2 --training.local_batch_size=8": (
+        "check",
+        "4 nodes",
+    ),
+    'NGPU=8 CONFIG_FILE=train_configs/gpt_oss_120b.toml TORCHRUN_ARGS="--nnodes=2 --rdzv-backend=c10d '
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=gpt-oss-120b" ./run_train.sh --parallelism.expert_parallel_degree=8': (
+        "check",
+        "2 nodes",
+    ),
+    'NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_671b.toml TORCHRUN_ARGS="--nnodes=32 --rdzv-backend=c10d '
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=deepseek-v3" ./run_train.sh --parallelism.expert_parallel_degree=64': (
+        "check",
+        "32 nodes",
+    ),
     "NGPU=8 CONFIG_FILE=train_configs/llama3_debug.toml ./run_train.sh --model.flavor=8b "
     "--model.overrides.max_seq_len=131072 --training.seq_len=131072 --training.local_batch_size=1 "
-    "--parallelism.context_parallel_degree=8 --activation_checkpoint.mode=full": ("check", "8 GPUs"),
+    "--parallelism.context_parallel_degree=8 --activation_checkpoint.mode=full": (
+        "check",
+        "8 GPUs",
+    ),
     "NGPU=4 CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.max_seq_len=16384 "
     "--training.seq_len=16384 --training.local_batch_size=1 --training.global_batch_size=1 "
     "--parallelism.context_parallel_degree=4": ("run", ""),
-    "./run_train.sh --training.dataset_path=/data/corpus.prepared": ("check", "the reader's corpus"),
+    "./run_train.sh --training.dataset_path=/data/corpus.prepared": (
+        "check",
+        "the reader's corpus",
+    ),
     "./run_train.sh --checkpoint.initial_load_hf=/data/Qwen3-0.6B --training.dataset_path=my_corpus/ "
-    "--training.seq_len=2048 --checkpoint.export_hf=outputs/qwen3-0.6b-tuned":
-        ("other", "the reader's HF folder and corpus; test_hf_export_then_train_generate_and_evaluate on a debug export"),
+    "--training.seq_len=2048 --checkpoint.export_hf=outputs/qwen3-0.6b-tuned": (
+        "other",
+        "the reader's HF folder and corpus; test_hf_export_then_train_generate_and_evaluate on a debug export",
+    ),
     "NGPU=1 ./run_train.sh --training.deterministic=layout --training.global_batch_size=16 "
-    "--training.local_batch_size=4": ("other", "tests/test_deterministic.py runs NGPU=1 against NGPU=4"),
+    "--training.local_batch_size=4": (
+        "other",
+        "tests/test_deterministic.py runs NGPU=1 against NGPU=4",
+    ),
     "NGPU=4 ./run_train.sh --training.deterministic=layout --training.global_batch_size=16 "
-    "--training.local_batch_size=4": ("other", "tests/test_deterministic.py runs NGPU=4 against NGPU=1"),
-    "python -m torchtitan_lite.tools.compare_runs outputs/<run 1> outputs/<run 2> --assert-equal":
-        ("other", "placeholders; tests/test_deterministic.py and tests/test_compare_runs.py run it"),
+    "--training.local_batch_size=4": (
+        "other",
+        "tests/test_deterministic.py runs NGPU=4 against NGPU=1",
+    ),
+    "python -m torchtitan_lite.tools.compare_runs outputs/<run 1> outputs/<run 2> --assert-equal": (
+        "other",
+        "placeholders; tests/test_deterministic.py and tests/test_compare_runs.py run it",
+    ),
     "./run_train.sh --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.steps=2 --training.seq_len=64 "
-    "--lr_scheduler.warmup_steps=0 --lr_scheduler.decay_ratio=0 --validation.enable=false":
-        ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt \"ROMEO:\" "
+    "--lr_scheduler.warmup_steps=0 --lr_scheduler.decay_ratio=0 --validation.enable=false": (
+        "other",
+        "test_hf_export_then_train_generate_and_evaluate",
+    ),
+    'python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt "ROMEO:" '
     "--max_new_tokens 24": ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt \"ROMEO:\" "
-    "--max_new_tokens 24 --temperature 0.8 --top_k 50 --seed 1 2>/dev/null":
-        ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.seq_len=64":
-        ("other", "test_hf_export_then_train_generate_and_evaluate"),
+    'python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt "ROMEO:" '
+    "--max_new_tokens 24 --temperature 0.8 --top_k 50 --seed 1 2>/dev/null": (
+        "other",
+        "test_hf_export_then_train_generate_and_evaluate",
+    ),
+    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.seq_len=64": (
+        "other",
+        "test_hf_export_then_train_generate_and_evaluate",
+    ),
     "python -m torchtitan_lite.generate": ("other", "the program named in prose"),
     "python -m torchtitan_lite.evaluate": ("other", "the program named in prose"),
-    "./run_train.sh &": ("other", "how to start it in the background; tests/test_faults.py signals such runs"),
-    "CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh": ("other", "test_quick_start_and_its_config_files"),
+    "./run_train.sh &": (
+        "other",
+        "how to start it in the background; tests/test_faults.py signals such runs",
+    ),
+    "CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh": (
+        "other",
+        "test_quick_start_and_its_config_files",
+    ),
     "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 "
-    "--shard_index 0": ("other", "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards"),
-    "python -m torchtitan_lite.data.prepare --verify /data/corpus.set":
-        ("other", "the reader's set; tests/test_data_shards.py verifies sets"),
-    "./run_train.sh --training.dataset_path=/data/corpus.set": ("check", "the reader's set of shards"),
+    "--shard_index 0": (
+        "other",
+        "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards",
+    ),
+    "python -m torchtitan_lite.data.prepare --verify /data/corpus.set": (
+        "other",
+        "the reader's set; tests/test_data_shards.py verifies sets",
+    ),
+    "./run_train.sh --training.dataset_path=/data/corpus.set": (
+        "check",
+        "the reader's set of shards",
+    ),
     "python -m torchtitan_lite.data.prepare --input /shared/corpus --output /shared/corpus.set --num_shards 16 "
-    "--shard_index \"$SLURM_ARRAY_TASK_ID\"": ("other", "a Slurm array task; tests/test_data_shards.py prepares shards"),
-    "python -m torchtitan_lite.data.prepare --verify /shared/corpus.set":
-        ("other", "the Slurm array's set; tests/test_data_shards.py verifies sets"),
+    '--shard_index "$SLURM_ARRAY_TASK_ID"': (
+        "other",
+        "a Slurm array task; tests/test_data_shards.py prepares shards",
+    ),
+    "python -m torchtitan_lite.data.prepare --verify /shared/corpus.set": (
+        "other",
+        "the Slurm array's set; tests/test_data_shards.py verifies sets",
+    ),
     "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared "
     "[--tokenizer tokenizer.json] [--text_column text] [--workers N]": ("other", "a synopsis"),
-    "python -m scripts.train_tokenizer": ("other", "writes the bundled tokenizer; tests/test_tokenizer.py runs it"),
-    "python -m torchtitan_lite.tools.inspect_init --job.config_file train_configs/qwen3_0.6b.toml":
-        ("other", "tests/test_inspect_init.py runs inspect_init on published configs"),
+    "python -m scripts.train_tokenizer": (
+        "other",
+        "writes the bundled tokenizer; tests/test_tokenizer.py runs it",
+    ),
+    "python -m torchtitan_lite.tools.inspect_init --job.config_file train_configs/qwen3_0.6b.toml": (
+        "other",
+        "tests/test_inspect_init.py runs inspect_init on published configs",
+    ),
     "python -m torchtitan_lite.tools.inspect_init --layers N": ("other", "a placeholder N"),
     "python -m torchtitan_lite.tools.compare_runs outputs/run-A outputs/run-B --plot curves.png "
     "[--assert-equal --atol 1e-6] [--names A B]": ("other", "a synopsis"),
@@ -186,7 +273,9 @@ def world_size(assignments: dict[str, str]) -> int:
     """``NGPU`` x the node count (torchrun's ``--nnodes`` of ``TORCHRUN_ARGS``, else ``NNODES``), as
     ``run_train.sh`` computes it."""
     nodes = re.search(r"--nnodes[= ](\d+)", assignments.get("TORCHRUN_ARGS", ""))
-    return int(assignments.get("NGPU", "1")) * int(nodes.group(1) if nodes else assignments.get("NNODES", "1"))
+    return int(assignments.get("NGPU", "1")) * int(
+        nodes.group(1) if nodes else assignments.get("NNODES", "1")
+    )
 
 
 def trains(command: str) -> bool:
@@ -218,8 +307,14 @@ def scratch(tmp_path_factory) -> Path:
 def shell(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``bash -c command`` in ``cwd`` with one thread per process and this interpreter as ``python``."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env(PATH=path), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env(PATH=path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_ran(proc: subprocess.CompletedProcess, command: str) -> str:
@@ -241,9 +336,15 @@ CHECKED = [command for command, (mode, _) in HOW.items() if mode == "check"]
 
 @pytest.mark.parametrize("command", CHECKED)
 def test_documented_command_passes_the_check_before_torchrun(command, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # any folder the check would probe is the scratch folder's, not the repository's
+    monkeypatch.chdir(
+        tmp_path
+    )  # any folder the check would probe is the scratch folder's, not the repository's
     assignments, args = split(command)
-    argv = ["--job.config_file", str(REPO / assignments.get("CONFIG_FILE", "train_configs/qwen3_debug.toml")), *args]
+    argv = [
+        "--job.config_file",
+        str(REPO / assignments.get("CONFIG_FILE", "train_configs/qwen3_debug.toml")),
+        *args,
+    ]
     run = parse_run(argv)
     dp_degree = check_world_size(run.config, world_size(assignments)).dp_degree
     if not any(marker in command for marker in USER_FILES):
@@ -252,7 +353,9 @@ def test_documented_command_passes_the_check_before_torchrun(command, tmp_path, 
 
 @pytest.mark.parametrize("config", DEBUG_CONFIGS)
 @pytest.mark.parametrize("steps", [1, 5, 20])
-def test_short_runs_of_every_debug_config_pass_the_config_check(config, steps, tmp_path, monkeypatch):
+def test_short_runs_of_every_debug_config_pass_the_config_check(
+    config, steps, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     load_run(["--job.config_file", str(REPO / config), f"--training.steps={steps}"], world_size=1)
 
@@ -275,14 +378,21 @@ def _lrs(config: str, steps: int) -> list[str]:
     """The LR of each step of ``config`` at ``training.steps = steps``, as the step line prints it."""
     toml = tomllib.loads((REPO / config).read_text())
     sched = {**dataclasses.asdict(LRScheduler()), **toml["lr_scheduler"]}
-    return [f"{toml['optimizer']['lr'] * wsd_lr_factor(step, steps=steps, **sched):.1e}"
-            for step in range(1, steps + 1)]
+    return [
+        f"{toml['optimizer']['lr'] * wsd_lr_factor(step, steps=steps, **sched):.1e}"
+        for step in range(1, steps + 1)
+    ]
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("config, steps", [("train_configs/llama3_debug.toml", 1),
-                                           ("train_configs/qwen3_moe_debug.toml", 1),
-                                           ("train_configs/qwen3_debug.toml", 5)])
+@pytest.mark.parametrize(
+    "config, steps",
+    [
+        ("train_configs/llama3_debug.toml", 1),
+        ("train_configs/qwen3_moe_debug.toml", 1),
+        ("train_configs/qwen3_debug.toml", 5),
+    ],
+)
 def test_short_runs_train(config, steps, scratch):
     """``CONFIG_FILE=<config> ./run_train.sh --training.steps=<steps>`` (and :data:`SHORT`): the step lines show the
     clipped warmup's LRs, and one line says the warmup was clipped. (The N = 1 runs of the other debug configs are
@@ -304,7 +414,10 @@ def test_quick_start_and_its_config_files(scratch, monkeypatch):
     monkeypatch.chdir(scratch)
     run = re.search(r"^\[rank0\]:done: .*; run folder (\S+)$", output, re.M).group(1)
     assert load_run(["--job.config_file", "my.toml"], world_size=1).config.training.steps == 400
-    assert load_run(["--job.config_file", f"{run}/config.toml"], world_size=1).config.training.steps == 1
+    assert (
+        load_run(["--job.config_file", f"{run}/config.toml"], world_size=1).config.training.steps
+        == 1
+    )
 
 
 @pytest.mark.multiprocess
@@ -313,10 +426,15 @@ def test_hf_export_then_train_generate_and_evaluate(scratch):
     ``outputs/qwen3-shakespeare`` (its prose's ``--checkpoint.export_hf``), training continued from that folder, its
     ``generate`` and ``evaluate`` commands, and ``generate`` from the checkpoint (shortened: it saved step 1, not the
     full run's step 400)."""
-    export = shortened("./run_train.sh --checkpoint.enable=true --checkpoint.export_hf=outputs/qwen3-shakespeare")
+    export = shortened(
+        "./run_train.sh --checkpoint.enable=true --checkpoint.export_hf=outputs/qwen3-shakespeare"
+    )
     assert_ran(shell(export, scratch), export)
     for command, (_, note) in HOW.items():
-        if note == "test_hf_export_then_train_generate_and_evaluate" and command != "./run_train.sh --checkpoint.enable=true":
+        if (
+            note == "test_hf_export_then_train_generate_and_evaluate"
+            and command != "./run_train.sh --checkpoint.enable=true"
+        ):
             written = command.replace("outputs/checkpoint/step-400", "outputs/checkpoint/step-1")
             output = assert_ran(shell(shortened(written), scratch), command)
             if "generate" in command:

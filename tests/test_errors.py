@@ -10,7 +10,7 @@ from dist_helpers import launcher_copy, run_train
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite import train
 
-BUG = '''
+BUG = """
 
 def _injected_bug(self, *args, **kwargs):
     raise TypeError("injected bug in forward")
@@ -19,7 +19,7 @@ def _injected_bug(self, *args, **kwargs):
 from torchtitan_lite.models import get_model_spec as _get_model_spec  # noqa: E402
 
 _get_model_spec("qwen3").model_cls.forward = _injected_bug
-'''
+"""
 
 
 def _args(tmp_path, *extra: str) -> list[str]:
@@ -50,13 +50,20 @@ def test_bad_data_is_one_input_error_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "data.txt").write_text("")
     assert train.main(_args(tmp_path)) == 2
     last, errors = _error_lines(capsys.readouterr().err)
-    assert errors == [last] and last.startswith("input error: dataset_path ") and "holds no documents" in last
+    assert (
+        errors == [last]
+        and last.startswith("input error: dataset_path ")
+        and "holds no documents" in last
+    )
     assert not dist.is_initialized()
 
 
 def test_a_failed_strict_init_check_is_one_error_line_and_exit_1(tmp_path, capsys):
     text_file(tmp_path, n_plays=1)
-    assert train.main(_args(tmp_path, "--model.overrides.output_init_std=1.0", "--debug.strict_init")) == 1
+    assert (
+        train.main(_args(tmp_path, "--model.overrides.output_init_std=1.0", "--debug.strict_init"))
+        == 1
+    )
     last, errors = _error_lines(capsys.readouterr().err)
     assert errors == [last] and last.startswith("error: ") and "output.weight" in last
     assert last.endswith("(debug.strict_init is on)")
@@ -66,12 +73,21 @@ def test_a_failed_strict_init_check_is_one_error_line_and_exit_1(tmp_path, capsy
 @pytest.mark.multiprocess
 def test_run_train_sh_shows_a_bugs_traceback_and_exits_1(tmp_path):
     work = launcher_copy(tmp_path)
-    with open(work / "torchtitan_lite" / "components" / "loss.py", "a") as handle:  # the trainer's import
+    with open(
+        work / "torchtitan_lite" / "components" / "loss.py", "a"
+    ) as handle:  # the trainer's import
         handle.write(BUG)
     text_file(tmp_path, n_plays=1)
     proc = run_train(_args(tmp_path), cwd=work, TMPDIR=str(tmp_path))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
-    assert "Traceback (most recent call last)" in output and "TypeError: injected bug in forward" in output
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: training failed (torchrun exit status 1)")
+    assert (
+        "Traceback (most recent call last)" in output
+        and "TypeError: injected bug in forward" in output
+    )
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: training failed (torchrun exit status 1)")
+    )
     assert "input error" not in output

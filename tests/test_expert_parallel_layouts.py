@@ -30,7 +30,11 @@ LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "1": (1, [], MODELS),
     "ep2": (2, ["--parallelism.expert_parallel_degree=2"], MODELS),
     "dp4_ep2": (4, ["--parallelism.expert_parallel_degree=2"], MODELS),
-    "tp2_ep2": (4, ["--parallelism.tensor_parallel_degree=2", "--parallelism.expert_parallel_degree=2"], MODELS),
+    "tp2_ep2": (
+        4,
+        ["--parallelism.tensor_parallel_degree=2", "--parallelism.expert_parallel_degree=2"],
+        MODELS,
+    ),
     "ep4": (4, ["--parallelism.expert_parallel_degree=4"], ("gpt_oss",)),
 }
 
@@ -42,7 +46,12 @@ def meta_model(family: str, **changes) -> nn.Module:
         return spec.model_cls(dataclasses.replace(spec.flavors["debug"], **changes))
 
 
-CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout != "1" for model in models]
+CASES = [
+    (layout, model)
+    for layout, (_, _, models) in LAYOUTS.items()
+    if layout != "1"
+    for model in models
+]
 MOE_LAYERS = {name: len(moe_layers(meta_model(name, n_layers=2))) for name in MODELS}
 """MoE layers of each 2-block model (DeepSeek-V3's first block is dense)."""
 
@@ -57,7 +66,9 @@ def runs(tmp_path_factory) -> dict[str, dict[str, dict]]:
 def test_every_parameter_and_the_fingerprint_equal_the_single_process_init(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert other["init"].keys() == one["init"].keys()
-    assert [name for name in one["init"] if not torch.equal(other["init"][name], one["init"][name])] == []
+    assert [
+        name for name in one["init"] if not torch.equal(other["init"][name], one["init"][name])
+    ] == []
     assert other["fingerprint"] == one["fingerprint"]
 
 
@@ -87,9 +98,13 @@ def test_losses_and_gradients_reproduce_one_process(runs, layout, model):
         # fp32 reductions in another order, through 10 steps of top-k routing: 1.9e-4 at most measured (tp2_ep2
         # qwen3_moe, 2026-12-03); a wrong expert or a lost token moves the loss by 1e-2 or more
         assert abs(a / b - 1) < 5e-4
-    assert abs(other["grad_norms"][0] / one["grad_norms"][0] - 1) < 1e-4  # one global norm over both meshes
+    assert (
+        abs(other["grad_norms"][0] / one["grad_norms"][0] - 1) < 1e-4
+    )  # one global norm over both meshes
     assert other["grads"].keys() == one["grads"].keys()
-    assert max((other["grads"][n] - one["grads"][n]).abs().max().item() for n in one["grads"]) < 1e-5
+    assert (
+        max((other["grads"][n] - one["grads"][n]).abs().max().item() for n in one["grads"]) < 1e-5
+    )
     assert one["losses"][-1] < one["losses"][0] - 0.5  # it trains
 
 
@@ -114,7 +129,12 @@ def test_the_expert_loads_of_step_1_are_global_and_equal_one_process(runs, layou
 
 def test_expert_gradients_live_on_their_own_mesh_that_clipping_combines(runs):
     assert {layout: runs[layout]["gpt_oss"]["grad_meshes"] for layout in LAYOUTS} == {
-        "1": 1, "ep2": 2, "dp4_ep2": 2, "tp2_ep2": 3, "ep4": 2}
+        "1": 1,
+        "ep2": 2,
+        "dp4_ep2": 2,
+        "tp2_ep2": 3,
+        "ep4": 2,
+    }
 
 
 @pytest.mark.parametrize(("layout", "model"), CASES)

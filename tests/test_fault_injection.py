@@ -22,8 +22,19 @@ import time
 import pytest
 from ckpt_helpers import text_file, tree_digest
 from dist_helpers import REPO, env, launcher_copy
-from fault_helpers import (ALONE_S, CONSTANT_LR, FAST, HANG_S, Run, alive, descendants, last_line,
-                          run, shard_digests, worker_pid)
+from fault_helpers import (
+    ALONE_S,
+    CONSTANT_LR,
+    FAST,
+    HANG_S,
+    Run,
+    alive,
+    descendants,
+    last_line,
+    run,
+    shard_digests,
+    worker_pid,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -32,8 +43,13 @@ LONG = [*CONSTANT_LR, "--training.steps=100000", "--checkpoint.interval=2"]
 
 
 def args(data, dump, *extra: str) -> list[str]:
-    return [*FAST, f"--training.dataset_path={data / 'data.txt'}", f"--job.dump_folder={dump}",
-            "--checkpoint.interval=2", *extra]
+    return [
+        *FAST,
+        f"--training.dataset_path={data / 'data.txt'}",
+        f"--job.dump_folder={dump}",
+        "--checkpoint.interval=2",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +75,16 @@ def with_step2(four_steps, dump):
     return folder
 
 
-def assert_resumes_to_step4_bitwise(data, four_steps, dump, *extra: str, resumed_from: int = 2) -> list[str]:
+def assert_resumes_to_step4_bitwise(
+    data, four_steps, dump, *extra: str, resumed_from: int = 2
+) -> list[str]:
     code, lines = run(args(data, dump, *extra))
     assert code == 0, "\n".join(lines[-30:])
-    assert any(f"resumed at step {resumed_from} from {dump / 'checkpoint' / f'step-{resumed_from}'} (" in line
-               for line in lines), "\n".join(lines)
+    assert any(
+        f"resumed at step {resumed_from} from {dump / 'checkpoint' / f'step-{resumed_from}'} ("
+        in line
+        for line in lines
+    ), "\n".join(lines)
     assert shard_digests(dump / "checkpoint" / "step-4") == shard_digests(four_steps / "step-4")
     return lines
 
@@ -75,11 +96,20 @@ def assert_resumes_one_step_bitwise(data, dump, step: int) -> None:
     assert code == 0, "\n".join(lines[-30:])
     assert any(f"resumed at step {step} from " in line for line in lines), "\n".join(lines)
     reference = dump.parent / "reference"
-    code, lines = run(args(data, reference, *CONSTANT_LR, f"--training.steps={step + 1}",
-                           "--checkpoint.interval=100000"), nproc=2)
+    code, lines = run(
+        args(
+            data,
+            reference,
+            *CONSTANT_LR,
+            f"--training.steps={step + 1}",
+            "--checkpoint.interval=100000",
+        ),
+        nproc=2,
+    )
     assert code == 0, "\n".join(lines[-30:])
     assert shard_digests(dump / "checkpoint" / f"step-{step + 1}") == shard_digests(
-        reference / "checkpoint" / f"step-{step + 1}")
+        reference / "checkpoint" / f"step-{step + 1}"
+    )
 
 
 def zero_block(shard):
@@ -97,22 +127,28 @@ def flip_bytes(shard):
 
 
 @pytest.mark.parametrize("corrupt", [zero_block, flip_bytes])
-def test_a_damaged_shard_exits_2_naming_it_and_load_step_resumes_the_older_one_bitwise(data, four_steps, tmp_path,
-                                                                                        corrupt):
+def test_a_damaged_shard_exits_2_naming_it_and_load_step_resumes_the_older_one_bitwise(
+    data, four_steps, tmp_path, corrupt
+):
     shutil.copytree(four_steps, tmp_path / "out" / "checkpoint")
     shard = tmp_path / "out" / "checkpoint" / "step-4" / "__0_0.distcp"
     corrupt(shard)
     before = tree_digest(tmp_path)
     code, lines = run(args(data, tmp_path / "out"))
     assert code == 2
-    assert re.fullmatch(rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when it "
-                        r"was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
-                        r"--checkpoint.load_step=2 \(complete: step-2\) or delete this folder", last_line(lines))
+    assert re.fullmatch(
+        rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when it "
+        r"was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
+        r"--checkpoint.load_step=2 \(complete: step-2\) or delete this folder",
+        last_line(lines),
+    )
     assert tree_digest(tmp_path) == before
     assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out", "--checkpoint.load_step=2")
 
 
-def test_a_truncated_metadata_exits_2_before_torchrun_and_load_step_resumes_bitwise(data, four_steps, tmp_path):
+def test_a_truncated_metadata_exits_2_before_torchrun_and_load_step_resumes_bitwise(
+    data, four_steps, tmp_path
+):
     shutil.copytree(four_steps, tmp_path / "out" / "checkpoint")
     metadata = tmp_path / "out" / "checkpoint" / "step-4" / ".metadata"
     size = metadata.stat().st_size
@@ -120,28 +156,36 @@ def test_a_truncated_metadata_exits_2_before_torchrun_and_load_step_resumes_bitw
     before = tree_digest(tmp_path)
     code, lines = run(args(data, tmp_path / "out"))
     assert code == 2
-    assert last_line(lines) == (f"config error: checkpoint file {metadata} is {size // 2} bytes, expected {size} "
-                                "(truncated or overwritten); load another step with --checkpoint.load_step=2 "
-                                "(complete: step-2) or delete this folder")
+    assert last_line(lines) == (
+        f"config error: checkpoint file {metadata} is {size // 2} bytes, expected {size} "
+        "(truncated or overwritten); load another step with --checkpoint.load_step=2 "
+        "(complete: step-2) or delete this folder"
+    )
     assert not any(line.startswith("[rank") for line in lines)  # refused before torchrun
     assert tree_digest(tmp_path) == before
     assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out", "--checkpoint.load_step=2")
 
 
-def test_stale_tmp_file_and_folder_are_removed_before_training_and_the_run_resumes_bitwise(data, four_steps, tmp_path):
+def test_stale_tmp_file_and_folder_are_removed_before_training_and_the_run_resumes_bitwise(
+    data, four_steps, tmp_path
+):
     folder = with_step2(four_steps, tmp_path / "out")
     (folder / "step-3.tmp").mkdir()
     (folder / "step-3.tmp" / "__0_0.distcp").write_bytes(b"half a save")
     (folder / "step-4.tmp").write_text("a file where a save goes")
     lines = assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out")
     removed = [line.split(":", 1)[1] for line in lines if "removed step-" in line]
-    assert removed == [f"removed step-3.tmp from {folder}: left by an interrupted save or deletion",
-                       f"removed step-4.tmp from {folder}: left by an interrupted save or deletion"]
+    assert removed == [
+        f"removed step-3.tmp from {folder}: left by an interrupted save or deletion",
+        f"removed step-4.tmp from {folder}: left by an interrupted save or deletion",
+    ]
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2", "step-4"]
 
 
 @pytest.mark.parametrize("kind", ["file", "folder without meta.json"])
-def test_a_step_n_that_is_no_checkpoint_exits_2_before_training_and_changes_nothing(data, four_steps, tmp_path, kind):
+def test_a_step_n_that_is_no_checkpoint_exits_2_before_training_and_changes_nothing(
+    data, four_steps, tmp_path, kind
+):
     folder = with_step2(four_steps, tmp_path / "out")
     if kind == "file":
         (folder / "step-4").write_text("not a checkpoint")
@@ -152,32 +196,41 @@ def test_a_step_n_that_is_no_checkpoint_exits_2_before_training_and_changes_noth
     before = tree_digest(tmp_path)
     code, lines = run(args(data, tmp_path / "out"))
     assert code == 2
-    assert last_line(lines) == (f"config error: checkpoint folder {folder}: step-4 {why}; move it out of the "
-                                "checkpoint folder or delete it, then run again")
+    assert last_line(lines) == (
+        f"config error: checkpoint folder {folder}: step-4 {why}; move it out of the "
+        "checkpoint folder or delete it, then run again"
+    )
     assert tree_digest(tmp_path) == before
     (folder / "step-4").unlink() if kind == "file" else (folder / "step-4").rmdir()
     assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out")
 
 
 def test_a_second_run_on_a_folder_in_use_exits_2_naming_the_holder_and_sigterm_mid_step_saves_and_resumes_bitwise(
-        data, tmp_path):
+    data, tmp_path
+):
     first = Run(args(data, tmp_path / "out", *LONG), nproc=2)
     first.wait_for(r"^\[rank0\]:step +3 ")
     code, lines = run(args(data, tmp_path / "out", *LONG), nproc=2)
     assert code == 2
-    holder = re.fullmatch(rf"config error: checkpoint folder {tmp_path / 'out' / 'checkpoint'} is in use by another "
-                          rf"run \(host {re.escape(socket.gethostname())}, PID (\d+), since [\d: -]+\); wait for it "
-                          r"to end, or give this run another checkpoint.folder or job.dump_folder", last_line(lines))
+    holder = re.fullmatch(
+        rf"config error: checkpoint folder {tmp_path / 'out' / 'checkpoint'} is in use by another "
+        rf"run \(host {re.escape(socket.gethostname())}, PID (\d+), since [\d: -]+\); wait for it "
+        r"to end, or give this run another checkpoint.folder or job.dump_folder",
+        last_line(lines),
+    )
     assert holder and int(holder.group(1)) in descendants(first.proc.pid)  # the first run's rank 0
     first.signal(signal.SIGTERM)
     code, lines = first.finish()
-    saved = re.fullmatch(rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
-                         rf"{tmp_path / 'out' / 'checkpoint'}/step-(\d+)", last_line(lines))
+    saved = re.fullmatch(
+        rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
+        rf"{tmp_path / 'out' / 'checkpoint'}/step-(\d+)",
+        last_line(lines),
+    )
     assert code == 0 and saved and saved.group(1) == saved.group(2)
     assert_resumes_one_step_bitwise(data, tmp_path / "out", int(saved.group(1)))
 
 
-SLOW_PUBLISH = '''
+SLOW_PUBLISH = """
 
 import time as _time
 
@@ -188,9 +241,9 @@ def publish(tmp, final):
     print(f"INJECTED: publishing {final}", flush=True)
     _time.sleep(3)
     _publish(tmp, final)
-'''
+"""
 
-SLOW_DATA = '''
+SLOW_DATA = """
 
 import time as _time
 
@@ -201,10 +254,12 @@ def build_dataloaders(*args, **kwargs):
     print("INJECTED: loading data", flush=True)
     _time.sleep(3)
     return _build_dataloaders(*args, **kwargs)
-'''
+"""
 
 
-def test_sigterm_mid_save_finishes_that_save_stops_without_another_step_and_resumes_bitwise(data, tmp_path):
+def test_sigterm_mid_save_finishes_that_save_stops_without_another_step_and_resumes_bitwise(
+    data, tmp_path
+):
     work = launcher_copy(tmp_path)
     with open(work / "torchtitan_lite" / "components" / "checkpoint" / "storage.py", "a") as handle:
         handle.write(SLOW_PUBLISH)
@@ -213,8 +268,10 @@ def test_sigterm_mid_save_finishes_that_save_stops_without_another_step_and_resu
     launched.signal(signal.SIGTERM)
     code, lines = launched.finish()
     assert code == 0
-    assert last_line(lines) == (f"[rank0]:stopped by a signal after step 2; checkpoint saved: "
-                                f"{tmp_path / 'out' / 'checkpoint' / 'step-2'}")
+    assert last_line(lines) == (
+        f"[rank0]:stopped by a signal after step 2; checkpoint saved: "
+        f"{tmp_path / 'out' / 'checkpoint' / 'step-2'}"
+    )
     assert not any(re.match(r"\[rank0\]:step +3 ", line) for line in lines)
     assert_resumes_one_step_bitwise(data, tmp_path / "out", 2)
 
@@ -227,7 +284,9 @@ def test_sigterm_at_1s_in_the_config_check_exits_0_with_nothing_saved(data, four
     launched.signal(signal.SIGTERM)
     code, lines = launched.finish()
     assert code == 0
-    assert last_line(lines) == "stopped by a signal (SIGTERM) before the first step; nothing to save"
+    assert (
+        last_line(lines) == "stopped by a signal (SIGTERM) before the first step; nothing to save"
+    )
     assert tree_digest(tmp_path) == before
 
 
@@ -244,13 +303,16 @@ def test_sigterm_while_the_workers_load_data_exits_0_with_nothing_saved(data, fo
     launched.signal(signal.SIGTERM)
     code, lines = launched.finish()
     assert code == 0
-    assert last_line(lines) == ("[rank0]:stopped by a signal (SIGTERM) after loading the data, before the first "
-                                "step; nothing to save")
+    assert last_line(lines) == (
+        "[rank0]:stopped by a signal (SIGTERM) after loading the data, before the first "
+        "step; nothing to save"
+    )
     assert tree_digest(tmp_path / "out") == before
 
 
 def test_kill_9_of_the_process_group_leaves_no_worker_and_the_latest_checkpoint_resumes_bitwise(
-        data, tmp_path):
+    data, tmp_path
+):
     launched = Run(args(data, tmp_path / "out", *LONG), nproc=2)
     launched.wait_for(r"^\[rank0\]:step +5 ")
     tree = descendants(launched.proc.pid)
@@ -262,18 +324,27 @@ def test_kill_9_of_the_process_group_leaves_no_worker_and_the_latest_checkpoint_
     while alive(tree) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(tree)
-    steps = sorted(int(p.name.removeprefix("step-")) for p in (tmp_path / "out" / "checkpoint").glob("step-*[0-9]"))
+    steps = sorted(
+        int(p.name.removeprefix("step-"))
+        for p in (tmp_path / "out" / "checkpoint").glob("step-*[0-9]")
+    )
     assert steps and steps[-1] >= 4
     assert_resumes_one_step_bitwise(data, tmp_path / "out", steps[-1])
 
 
-def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resumes_bitwise(data, tmp_path):
+def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resumes_bitwise(
+    data, tmp_path
+):
     """Under a pseudo-terminal Ctrl-C sends SIGINT to the whole foreground process group (the launcher, torchrun,
     tee), as a terminal does."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session with the pty as its controlling terminal
         os.chdir(REPO)
-        os.execvpe("./run_train.sh", ["./run_train.sh", *args(data, tmp_path / "out", *LONG)], env(NGPU="2"))
+        os.execvpe(
+            "./run_train.sh",
+            ["./run_train.sh", *args(data, tmp_path / "out", *LONG)],
+            env(NGPU="2"),
+        )
     output, sent = b"", False
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -292,8 +363,11 @@ def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resume
     _, status = os.waitpid(pid, 0)
     lines = output.decode(errors="replace").replace("\r\n", "\n").strip().splitlines()
     assert sent and os.waitstatus_to_exitcode(status) == 0, "\n".join(lines[-30:])
-    saved = re.fullmatch(rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
-                         rf"{tmp_path / 'out' / 'checkpoint'}/step-(\d+)", last_line(lines).removeprefix("^C"))
+    saved = re.fullmatch(
+        rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
+        rf"{tmp_path / 'out' / 'checkpoint'}/step-(\d+)",
+        last_line(lines).removeprefix("^C"),
+    )
     assert saved and saved.group(1) == saved.group(2)
     assert_resumes_one_step_bitwise(data, tmp_path / "out", int(saved.group(1)))
 
@@ -305,8 +379,11 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3584k", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3584k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -316,52 +393,90 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_during_a_save_says_so_in_one_line_keeps_the_last_checkpoint_and_it_resumes_bitwise(
-        data, four_steps, tmp_path, small_disk):
+    data, four_steps, tmp_path, small_disk
+):
     code, lines = run(args(data, small_disk / "out"))
     folder = small_disk / "out" / "checkpoint"
     assert code == 1
-    assert any(re.search(rf"warning: [\d,]+ bytes free in {folder} but a checkpoint takes about [\d,]+ \(parameters "
-                         r"and AdamW moments\): fewer than two fit", line) for line in lines)
-    assert re.fullmatch(rf"error: no space left on device writing {folder}/step-4.tmp: [\d,]+ bytes needed, [\d,]+ "
-                        r"free; the last complete checkpoint step-2 is intact; free space or set checkpoint.folder to "
-                        r"a larger disk, then run again to resume", last_line(lines))
+    assert any(
+        re.search(
+            rf"warning: [\d,]+ bytes free in {folder} but a checkpoint takes about [\d,]+ \(parameters "
+            r"and AdamW moments\): fewer than two fit",
+            line,
+        )
+        for line in lines
+    )
+    assert re.fullmatch(
+        rf"error: no space left on device writing {folder}/step-4.tmp: [\d,]+ bytes needed, [\d,]+ "
+        r"free; the last complete checkpoint step-2 is intact; free space or set checkpoint.folder to "
+        r"a larger disk, then run again to resume",
+        last_line(lines),
+    )
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2"]
     shutil.copytree(small_disk / "out", tmp_path / "out")
     assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out")
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--optimizer.lr=inf"], "config error: optimizer.lr (command line): must be a finite number, got inf"),
-    (["--training.max_norm=nan"], "config error: training.max_norm (command line): must be a finite number, got nan"),
-    (["--training.steps=10000000000000"],
-     "config error: training.steps (command line): must be <= 1000000000000, got 10000000000000"),
-    (["--training.seq_len=128"], "config error: training.seq_len (command line): 128 exceeds the model's max_seq_len "
-                                 "64; lower it or set --model.overrides.max_seq_len=128"),
-    (["--model.overrides.dim=65536", "--model.overrides.hidden_dim=262144", "--model.overrides.head_dim=32768"],
-     r"config error: memory: the model has [\d,]+ parameters and the run needs about [\d,.]+ GiB \([\d,.]+ GiB "
-     r"parameters, gradients and AdamW moments over 1 rank\(s\) \+ [\d,.]+ GiB activations\) of [\d,.]+ GiB host "
-     r"memory; use a smaller model, .*"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--optimizer.lr=inf"],
+            "config error: optimizer.lr (command line): must be a finite number, got inf",
+        ),
+        (
+            ["--training.max_norm=nan"],
+            "config error: training.max_norm (command line): must be a finite number, got nan",
+        ),
+        (
+            ["--training.steps=10000000000000"],
+            "config error: training.steps (command line): must be <= 1000000000000, got 10000000000000",
+        ),
+        (
+            ["--training.seq_len=128"],
+            "config error: training.seq_len (command line): 128 exceeds the model's max_seq_len "
+            "64; lower it or set --model.overrides.max_seq_len=128",
+        ),
+        (
+            [
+                "--model.overrides.dim=65536",
+                "--model.overrides.hidden_dim=262144",
+                "--model.overrides.head_dim=32768",
+            ],
+            r"config error: memory: the model has [\d,]+ parameters and the run needs about [\d,.]+ GiB \([\d,.]+ GiB "
+            r"parameters, gradients and AdamW moments over 1 rank\(s\) \+ [\d,.]+ GiB activations\) of [\d,.]+ GiB host "
+            r"memory; use a smaller model, .*",
+        ),
+    ],
+)
 def test_values_that_cannot_train_exit_2_before_torchrun(data, tmp_path, extra, message):
     code, lines = run([*args(data, tmp_path / "out"), *extra])
-    assert code == 2 and re.fullmatch(message if "memory" in message else re.escape(message), last_line(lines))
+    assert code == 2 and re.fullmatch(
+        message if "memory" in message else re.escape(message), last_line(lines)
+    )
     assert len(lines) == 1 and not (tmp_path / "out").exists()
 
 
 def test_an_empty_dump_folder_and_an_empty_config_file_exit_2_before_torchrun(data, tmp_path):
     code, lines = run([*args(data, tmp_path / "out"), "--job.dump_folder="])
-    assert code == 2 and lines == ["config error: job.dump_folder (command line): is empty, which would write into "
-                                   "the current folder (or the folder above); name a folder, e.g. the default"]
+    assert code == 2 and lines == [
+        "config error: job.dump_folder (command line): is empty, which would write into "
+        "the current folder (or the folder above); name a folder, e.g. the default"
+    ]
     (tmp_path / "empty.toml").write_text("# nothing here\n")
     empty = tmp_path / "empty.toml"
-    code, lines = run([f"--job.dump_folder={tmp_path / 'out'}"], extra_env={"CONFIG_FILE": str(empty)})
-    assert code == 2 and lines == [f"config error: job.config_file: empty config file {empty}; remove CONFIG_FILE to "
-                                   "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
-                                   "[section] keys"]
+    code, lines = run(
+        [f"--job.dump_folder={tmp_path / 'out'}"], extra_env={"CONFIG_FILE": str(empty)}
+    )
+    assert code == 2 and lines == [
+        f"config error: job.config_file: empty config file {empty}; remove CONFIG_FILE to "
+        "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
+        "[section] keys"
+    ]
     assert not (tmp_path / "out").exists()
 
 
-RANK1_ERROR = '''
+RANK1_ERROR = """
 
 from torchtitan_lite.errors import InputError as _InputError
 
@@ -372,7 +487,7 @@ def build_dataloaders(*args, **kwargs):
     if os.environ["RANK"] == "1":
         raise _InputError("injected on rank 1 only")
     return _build_dataloaders_once(*args, **kwargs)
-'''
+"""
 
 
 def test_a_user_error_on_rank_1_only_ends_the_run_before_a_timeout_with_exit_2(data, tmp_path):
@@ -381,7 +496,9 @@ def test_a_user_error_on_rank_1_only_ends_the_run_before_a_timeout_with_exit_2(d
     main_block = '\nif __name__ == "__main__":'
     train_py.write_text(train_py.read_text().replace(main_block, RANK1_ERROR + main_block))
     launched = Run(args(data, tmp_path / "out"), nproc=2, cwd=work)
-    launched.wait_for(r"^\[rank0\]:data ")  # the workers are up: rank 1 fails now, rank 0 waits in a collective
+    launched.wait_for(
+        r"^\[rank0\]:data "
+    )  # the workers are up: rank 1 fails now, rank 0 waits in a collective
     begin = time.monotonic()
     code, lines = launched.finish(timeout=HANG_S)
     assert time.monotonic() - begin < HANG_S  # rank 1's exit stopped rank 0, not the timeout
@@ -390,7 +507,9 @@ def test_a_user_error_on_rank_1_only_ends_the_run_before_a_timeout_with_exit_2(d
     assert [line for line in lines if "error:" in line] == [lines[-1]]
 
 
-def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_worker(data, tmp_path):
+def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_worker(
+    data, tmp_path
+):
     launched = Run(args(data, tmp_path / "out", *LONG), nproc=2)
     launched.wait_for(r"^\[rank0\]:step +3 ")
     tree = descendants(launched.proc.pid)
@@ -399,6 +518,8 @@ def test_kill_9_of_one_worker_ends_the_run_with_exit_1_naming_it_and_leaves_no_w
     code, lines = launched.finish(timeout=HANG_S)
     assert time.monotonic() - begin < HANG_S  # the kill stopped rank 0, not the timeout
     assert code == 1
-    assert lines[-1] == ("error: training failed (torchrun exit status 1): rank 1 was killed by SIGKILL; the last "
-                         "complete checkpoint is kept")
+    assert lines[-1] == (
+        "error: training failed (torchrun exit status 1): rank 1 was killed by SIGKILL; the last "
+        "complete checkpoint is kept"
+    )
     assert not alive(tree)

@@ -29,7 +29,9 @@ def reference_fingerprint(groups: list[tuple[tuple[str, ...], torch.Tensor]]) ->
     for names, tensor in groups:
         text = f"{','.join(names)}|{tensor.dtype}|{tuple(tensor.shape)}".encode()
         key = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
-        ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+        ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+            tensor.element_size()
+        ]
         for index, bits in enumerate(tensor.detach().reshape(-1).view(ints).tolist()):
             total += _mix(_mix((key + index * 0x9E3779B97F4A7C15) & MASK) ^ (bits & MASK))
     return f"{total & MASK:016x}"
@@ -54,9 +56,13 @@ class Small(nn.Module):
 
 def test_fingerprint_is_the_sum_of_splitmix_element_hashes_mod_2_64():
     model = Small()
-    groups = [(("output.weight", "tok_embeddings.weight"), model.tok_embeddings.weight),
-              (("layers.0.weight",), model.layers["0"].weight), (("layers.0.bias",), model.layers["0"].bias),
-              (("scale",), model.scale), (("tokens_per_expert",), model.tokens_per_expert)]
+    groups = [
+        (("output.weight", "tok_embeddings.weight"), model.tok_embeddings.weight),
+        (("layers.0.weight",), model.layers["0"].weight),
+        (("layers.0.bias",), model.layers["0"].bias),
+        (("scale",), model.scale),
+        (("tokens_per_expert",), model.tokens_per_expert),
+    ]
     assert model_fingerprint(model) == reference_fingerprint(groups)
 
 
@@ -82,11 +88,14 @@ def test_checkpoint_and_compile_wrappers_leave_the_fingerprint_unchanged():
     assert model_fingerprint(model) == model_fingerprint(compiled) == before
 
 
-def test_a_sharded_model_is_fingerprinted_from_its_local_shards_without_a_collective_on_one_rank(monkeypatch,
-                                                                                                 one_rank_group):
+def test_a_sharded_model_is_fingerprinted_from_its_local_shards_without_a_collective_on_one_rank(
+    monkeypatch, one_rank_group
+):
     reference = model_fingerprint(Small())
     model = Small()
-    fully_shard(model, ignored_params={model.scale})  # FSDP2 takes no 0-dim parameter: it stays plain
+    fully_shard(
+        model, ignored_params={model.scale}
+    )  # FSDP2 takes no 0-dim parameter: it stays plain
     assert isinstance(model.layers["0"].weight, DTensor) and not isinstance(model.scale, DTensor)
 
     def no_gather(self, *args, **kwargs):
@@ -101,9 +110,15 @@ def test_a_sharded_model_is_fingerprinted_from_its_local_shards_without_a_collec
 
 def test_a_meta_tensor_or_a_partial_placement_is_refused_naming_it(one_rank_group):
     meta = Small().to("meta")
-    with pytest.raises(ValueError, match=r"^model_fingerprint: scale is on meta; materialize and initialize first$"):
+    with pytest.raises(
+        ValueError, match=r"^model_fingerprint: scale is on meta; materialize and initialize first$"
+    ):
         model_fingerprint(meta)
     partial = nn.Module()
-    partial.w = nn.Parameter(DTensor.from_local(torch.ones(3), init_device_mesh("cpu", (1,)), [Partial()]))
-    with pytest.raises(ValueError, match=r"^model_fingerprint: unsupported DTensor placement P\(sum\)"):
+    partial.w = nn.Parameter(
+        DTensor.from_local(torch.ones(3), init_device_mesh("cpu", (1,)), [Partial()])
+    )
+    with pytest.raises(
+        ValueError, match=r"^model_fingerprint: unsupported DTensor placement P\(sum\)"
+    ):
         model_fingerprint(partial)

@@ -35,8 +35,15 @@ from torchtitan_lite.init.fingerprint import model_fingerprint
 
 LOSS_GAP = 0.03
 """Largest per-step loss gap float8 vs fp32 the tests accept: the measured 0.020 (module docstring) plus margin."""
-BLOCK_LINEARS = ["attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
-                 "feed_forward.w2", "feed_forward.w3"]
+BLOCK_LINEARS = [
+    "attention.wq",
+    "attention.wk",
+    "attention.wv",
+    "attention.wo",
+    "feed_forward.w1",
+    "feed_forward.w2",
+    "feed_forward.w3",
+]
 
 
 def built(family: str, settings: Float8Settings | None, *cli: str) -> torch.nn.Module:
@@ -57,7 +64,9 @@ def built(family: str, settings: Float8Settings | None, *cli: str) -> torch.nn.M
 def test_every_block_linear_is_converted_and_the_output_head_is_not(family):
     model = built(family, Float8Settings())
     n_layers = len(model.layers)
-    assert float8_linear_names(model) == [f"layers.{i}.{name}" for i in range(n_layers) for name in BLOCK_LINEARS]
+    assert float8_linear_names(model) == [
+        f"layers.{i}.{name}" for i in range(n_layers) for name in BLOCK_LINEARS
+    ]
     assert type(model.output).__name__ == "Linear"
     assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay high precision
 
@@ -76,44 +85,66 @@ def test_a_converted_matmul_differs_from_fp32_by_more_than_rounding(recipe):
     with torch.no_grad():
         got, exact = layer(x), F.linear(x, layer.weight)
     rel = ((got - exact).norm() / exact.norm()).item()
-    assert 1e-3 < rel < 0.1  # e4m3 has 3 mantissa bits: ~2-4% relative error; fp32 rounding is ~1e-7
+    assert (
+        1e-3 < rel < 0.1
+    )  # e4m3 has 3 mantissa bits: ~2-4% relative error; fp32 rounding is ~1e-7
 
 
 def test_the_init_fingerprint_is_unchanged_by_the_conversion():
     plain = built("qwen3", None, "--model.overrides.n_layers=2")
-    converted = built("qwen3", Float8Settings(enable_fsdp_float8_all_gather=True), "--model.overrides.n_layers=2")
+    converted = built(
+        "qwen3", Float8Settings(enable_fsdp_float8_all_gather=True), "--model.overrides.n_layers=2"
+    )
     assert float8_linear_names(converted)
     assert model_fingerprint(converted) == model_fingerprint(plain)
 
 
 def test_the_float8_all_gather_wraps_the_weights_and_the_export_unwraps_them():
-    model = built("qwen3", Float8Settings(enable_fsdp_float8_all_gather=True), "--model.overrides.n_layers=1")
+    model = built(
+        "qwen3", Float8Settings(enable_fsdp_float8_all_gather=True), "--model.overrides.n_layers=1"
+    )
     wrapped = model.layers["0"].attention.wq.weight
     assert type(wrapped).__name__ == "WeightWithDynamicFloat8CastTensor"
     assert type(model.output.weight) is torch.nn.Parameter
     detached = wrapped.detach()  # what get_model_state_dict returns: still the wrapper
     assert type(detached).__name__ == "WeightWithDynamicFloat8CastTensor"
     plain = high_precision(detached)
-    assert type(plain) is torch.Tensor and plain.dtype == torch.float32 and plain.untyped_storage().data_ptr()
+    assert (
+        type(plain) is torch.Tensor
+        and plain.dtype == torch.float32
+        and plain.untyped_storage().data_ptr()
+    )
 
 
 def test_float8_flops_are_the_converted_linears_six_flops_per_weight():
     with torch.device("meta"):
         model = get_model_spec("qwen3").model_cls(build_model_args(parse_args([])))
-    per_block = sum(m.in_features * m.out_features for n, m in model.layers["0"].named_modules()
-                    if isinstance(m, torch.nn.Linear))
+    per_block = sum(
+        m.in_features * m.out_features
+        for n, m in model.layers["0"].named_modules()
+        if isinstance(m, torch.nn.Linear)
+    )
     assert float8_flops_per_token(model, Float8Settings()) == 6 * per_block * len(model.layers)
-    assert float8_flops_per_token(model, Float8Settings(recipe_name="rowwise_with_gw_hp")) == 4 * per_block * len(
-        model.layers)
+    assert float8_flops_per_token(
+        model, Float8Settings(recipe_name="rowwise_with_gw_hp")
+    ) == 4 * per_block * len(model.layers)
     assert float8_flops_per_token(model, None) == 0
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--float8.recipe_name=rowwise", "--float8.enable_fsdp_float8_all_gather=true"],
-     'float8.enable_fsdp_float8_all_gather.*needs recipe_name = "tensorwise"'),
-    (["--float8.precompute_float8_dynamic_scale_for_fsdp=true"], "also set float8.enable_fsdp_float8_all_gather"),
-    (["--parallelism.tensor_parallel_degree=2"], "set parallelism.tensor_parallel_degree = 1"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--float8.recipe_name=rowwise", "--float8.enable_fsdp_float8_all_gather=true"],
+            'float8.enable_fsdp_float8_all_gather.*needs recipe_name = "tensorwise"',
+        ),
+        (
+            ["--float8.precompute_float8_dynamic_scale_for_fsdp=true"],
+            "also set float8.enable_fsdp_float8_all_gather",
+        ),
+        (["--parallelism.tensor_parallel_degree=2"], "set parallelism.tensor_parallel_degree = 1"),
+    ],
+)
 def test_combinations_torchao_cannot_do_are_refused_before_launch(options, message):
     with pytest.raises(ConfigError, match=message):
         parse_args(["--float8.enable=true", *options])
@@ -121,9 +152,14 @@ def test_combinations_torchao_cannot_do_are_refused_before_launch(options, messa
 
 def test_without_torchao_float8_is_one_error_naming_the_install_command(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
-    with pytest.raises(ConfigError, match=r'float8.enable.*torchao, which is not installed; run pip install -e '
-                                          r'"\.\[float8\]"'):
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"float8.enable.*torchao, which is not installed; run pip install -e "
+        r'"\.\[float8\]"',
+    ):
         parse_args(["--float8.enable=true"])
     parse_args([])  # without float8 nothing needs torchao
 
@@ -141,7 +177,9 @@ def data(tmp_path_factory):
 
 def run(folder, name: str, *extra: str, nproc: int | None = None, steps: int = 10) -> dict:
     """Rank 0's result of a tiny run named ``name`` (``tests/ckpt_worker.py train``)."""
-    args = tiny_job(folder, f"--training.steps={steps}", "--lr_scheduler.warmup_steps=2", *extra, dump=name)
+    args = tiny_job(
+        folder, f"--training.steps={steps}", "--lr_scheduler.warmup_steps=2", *extra, dump=name
+    )
     return worker_result(nproc, ["train", str(folder / f"{name}.pt"), *args])
 
 
@@ -150,8 +188,16 @@ def run(folder, name: str, *extra: str, nproc: int | None = None, steps: int = 1
 def test_ten_float8_steps_track_fp32_within_the_measured_gap(data, family):
     ref = losses(run(data, f"{family}-fp32", f"--model.name={family}", "--checkpoint.enable=false"))
     for recipe in ("tensorwise", "rowwise"):
-        got = losses(run(data, f"{family}-{recipe}", f"--model.name={family}", "--checkpoint.enable=false",
-                         "--float8.enable=true", f"--float8.recipe_name={recipe}"))
+        got = losses(
+            run(
+                data,
+                f"{family}-{recipe}",
+                f"--model.name={family}",
+                "--checkpoint.enable=false",
+                "--float8.enable=true",
+                f"--float8.recipe_name={recipe}",
+            )
+        )
         gaps = [abs(a - b) for a, b in zip(got, ref)]
         assert len(gaps) == 10 and max(gaps) < LOSS_GAP, (recipe, gaps)
         assert max(gaps) > 1e-5, (recipe, gaps)  # float8 really ran: fp32 repeats itself bitwise
@@ -159,9 +205,13 @@ def test_ten_float8_steps_track_fp32_within_the_measured_gap(data, family):
 
 @pytest.mark.multiprocess
 def test_two_fsdp_ranks_with_the_float8_all_gather_match_one_process(data):
-    f8 = ["--float8.enable=true", "--float8.enable_fsdp_float8_all_gather=true",
-          "--float8.precompute_float8_dynamic_scale_for_fsdp=true", "--checkpoint.enable=false",
-          "--training.global_batch_size=4"]
+    f8 = [
+        "--float8.enable=true",
+        "--float8.enable_fsdp_float8_all_gather=true",
+        "--float8.precompute_float8_dynamic_scale_for_fsdp=true",
+        "--checkpoint.enable=false",
+        "--training.global_batch_size=4",
+    ]
     one = losses(run(data, "fsdp1", *f8, steps=4))
     two = losses(run(data, "fsdp2", *f8, nproc=2, steps=4))
     assert len(one) == 4 and max(abs(a - b) for a, b in zip(one, two)) < LOSS_GAP
@@ -175,17 +225,43 @@ def test_a_checkpoint_goes_float8_to_fp32_to_float8_and_resumes_exactly(data):
     # float8 resumes its own checkpoint exactly: steps 3-4 from step 2 are bitwise those of the 4-step run
     shutil.copytree(data / "f8a" / "checkpoint" / "step-2", data / "f8b" / "checkpoint" / "step-2")
     again = run(data, "f8b", *f8, steps=4)
-    assert {k: again["losses"][k] for k in ("3", "4")} == {k: first["losses"][k] for k in ("3", "4")}
+    assert {k: again["losses"][k] for k in ("3", "4")} == {
+        k: first["losses"][k] for k in ("3", "4")
+    }
     # fp32 compute loads the float8 run's weights bitwise (plain fp32 tensors) and trains on ("resume" compares
     # with the state in OUT, then overwrites OUT with its own final state)
     shutil.copy(data / "f8a.pt", data / "fp32b.pt")
-    fp32 = worker_result(None, ["resume", str(data / "fp32b.pt"), *tiny_job(
-        data, "--training.steps=6", "--lr_scheduler.warmup_steps=2", "--checkpoint.interval=2",
-        f"--checkpoint.load_path={data / 'f8a' / 'checkpoint' / 'step-4'}", dump="fp32b")])
+    fp32 = worker_result(
+        None,
+        [
+            "resume",
+            str(data / "fp32b.pt"),
+            *tiny_job(
+                data,
+                "--training.steps=6",
+                "--lr_scheduler.warmup_steps=2",
+                "--checkpoint.interval=2",
+                f"--checkpoint.load_path={data / 'f8a' / 'checkpoint' / 'step-4'}",
+                dump="fp32b",
+            ),
+        ],
+    )
     assert fp32["model_equal"] and fp32["optim_equal"] and fp32["loaded_step"] == 4
     # and float8 loads that bitwise again
-    back = worker_result(None, ["resume", str(data / "fp32b.pt"), *tiny_job(
-        data, "--training.steps=8", "--lr_scheduler.warmup_steps=2", "--float8.enable=true",
-        f"--checkpoint.load_path={data / 'fp32b' / 'checkpoint' / 'step-6'}", dump="f8c")])
+    back = worker_result(
+        None,
+        [
+            "resume",
+            str(data / "fp32b.pt"),
+            *tiny_job(
+                data,
+                "--training.steps=8",
+                "--lr_scheduler.warmup_steps=2",
+                "--float8.enable=true",
+                f"--checkpoint.load_path={data / 'fp32b' / 'checkpoint' / 'step-6'}",
+                dump="f8c",
+            ),
+        ],
+    )
     assert back["model_equal"] and back["optim_equal"] and back["loaded_step"] == 6
     assert sorted(back["losses"], key=int) == ["7", "8"]

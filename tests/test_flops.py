@@ -53,86 +53,234 @@ from torchtitan_lite.models.qwen3_moe.flops import num_flops_per_token as qwen3_
 BS, T = 2, 8
 TOKENS = BS * T
 
-QWEN3 = Qwen3ModelArgs(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=24, vocab_size=64,
-                       max_seq_len=16, tie_embeddings=True)
-QWEN3_MATMUL = 2 * (
-    16 * 32  # wq: dim -> n_heads * head_dim
-    + 16 * 16  # wk: dim -> n_kv_heads * head_dim
-    + 16 * 16  # wv
-    + 32 * 16  # wo: n_heads * head_dim -> dim
-    + 3 * 16 * 24  # w1, w3: dim -> hidden_dim; w2: hidden_dim -> dim
-) + 64 * 16  # output: dim -> vocab_size (tied or not: a matmul either way)
-QWEN3_ELEMENTWISE = 2 * (
-    16 + 16  # attention_norm, ffn_norm
-    + 8 + 8  # q_norm, k_norm over head_dim
-) + 16  # final norm
+QWEN3 = Qwen3ModelArgs(
+    dim=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    hidden_dim=24,
+    vocab_size=64,
+    max_seq_len=16,
+    tie_embeddings=True,
+)
+QWEN3_MATMUL = (
+    2
+    * (
+        16 * 32  # wq: dim -> n_heads * head_dim
+        + 16 * 16  # wk: dim -> n_kv_heads * head_dim
+        + 16 * 16  # wv
+        + 32 * 16  # wo: n_heads * head_dim -> dim
+        + 3 * 16 * 24  # w1, w3: dim -> hidden_dim; w2: hidden_dim -> dim
+    )
+    + 64 * 16
+)  # output: dim -> vocab_size (tied or not: a matmul either way)
+QWEN3_ELEMENTWISE = (
+    2
+    * (
+        16
+        + 16  # attention_norm, ffn_norm
+        + 8
+        + 8  # q_norm, k_norm over head_dim
+    )
+    + 16
+)  # final norm
 QWEN3_ATTENTION = 2 * 12 * 4 * 8 * T  # n_layers * 12 * n_heads * head_dim * seq_len
 
-QWEN3_MOE = replace(qwen3_moe_flavors["debug"], dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
-                    moe_inter_dim=12, num_experts=4, top_k=2, vocab_size=64, max_seq_len=16)
-QWEN3_MOE_MATMUL = 2 * (
-    16 * 32 + 16 * 16 + 16 * 16 + 32 * 16  # wq, wk, wv, wo as in QWEN3
-    + 16 * 4  # router gate: dim -> num_experts (every expert is scored)
-    + 2 * 3 * 16 * 12  # top-2 experts, each w1, w3: dim -> moe_inter_dim, w2 back
-) + 64 * 16  # output
+QWEN3_MOE = replace(
+    qwen3_moe_flavors["debug"],
+    dim=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    moe_inter_dim=12,
+    num_experts=4,
+    top_k=2,
+    vocab_size=64,
+    max_seq_len=16,
+)
+QWEN3_MOE_MATMUL = (
+    2
+    * (
+        16 * 32
+        + 16 * 16
+        + 16 * 16
+        + 32 * 16  # wq, wk, wv, wo as in QWEN3
+        + 16 * 4  # router gate: dim -> num_experts (every expert is scored)
+        + 2 * 3 * 16 * 12  # top-2 experts, each w1, w3: dim -> moe_inter_dim, w2 back
+    )
+    + 64 * 16
+)  # output
 QWEN3_MOE_ELEMENTWISE = 2 * (16 + 16 + 8 + 8) + 16  # as QWEN3
 QWEN3_MOE_ATTENTION = 2 * 12 * 4 * 8 * T
 
-GPT_OSS = replace(gpt_oss_flavors["debug"], dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, moe_inter_dim=12,
-                  num_experts=4, top_k=2, vocab_size=64, sliding_window=4, max_seq_len=16)
-GPT_OSS_MATMUL = 2 * (
-    16 * 32 + 16 * 16 + 16 * 16 + 32 * 16  # wq, wk, wv, wo
-    + 16 * 4  # router gate
-    + 2 * (16 * 2 * 12 + 12 * 16)  # top-2 experts: mlp1 dim -> 2 * moe_inter_dim (fused gate/up), mlp2 back
-) + 64 * 16  # output
-GPT_OSS_ELEMENTWISE = 2 * (
-    32 + 16 + 16 + 16  # biases of wq, wk, wv, wo
-    + 4  # sinks, one per head
-    + 16 + 16  # attention_norm, ffn_norm
-    + 4  # router bias
-    + 2 * (2 * 12 + 16)  # top-2 experts' mlp1 and mlp2 biases
-) + 16  # final norm
+GPT_OSS = replace(
+    gpt_oss_flavors["debug"],
+    dim=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    moe_inter_dim=12,
+    num_experts=4,
+    top_k=2,
+    vocab_size=64,
+    sliding_window=4,
+    max_seq_len=16,
+)
+GPT_OSS_MATMUL = (
+    2
+    * (
+        16 * 32
+        + 16 * 16
+        + 16 * 16
+        + 32 * 16  # wq, wk, wv, wo
+        + 16 * 4  # router gate
+        + 2
+        * (
+            16 * 2 * 12 + 12 * 16
+        )  # top-2 experts: mlp1 dim -> 2 * moe_inter_dim (fused gate/up), mlp2 back
+    )
+    + 64 * 16
+)  # output
+GPT_OSS_ELEMENTWISE = (
+    2
+    * (
+        32
+        + 16
+        + 16
+        + 16  # biases of wq, wk, wv, wo
+        + 4  # sinks, one per head
+        + 16
+        + 16  # attention_norm, ffn_norm
+        + 4  # router bias
+        + 2 * (2 * 12 + 16)  # top-2 experts' mlp1 and mlp2 biases
+    )
+    + 16
+)  # final norm
 GPT_OSS_ATTENTION = 12 * 4 * 8 * (4 + T)  # layer 0 sliding: min(window 4, T); layer 1 full: T
 
-DEEPSEEK_V3 = replace(deepseek_v3_flavors["debug"], dim=16, n_layers=2, n_dense_layers=1, n_heads=4, vocab_size=64,
-                      hidden_dim=24, moe_inter_dim=12, num_experts=4, num_shared_experts=1, top_k=2,
-                      num_expert_groups=2, num_limited_groups=1, q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=8,
-                      qk_rope_head_dim=4, v_head_dim=8, max_seq_len=16, rope_original_max_seq_len=16)
-DEEPSEEK_V3_MATMUL = 2 * (
-    16 * 8  # wq_a: dim -> q_lora_rank
-    + 8 * 4 * 12  # wq_b: q_lora_rank -> n_heads * qk_head_dim (8 nope + 4 rope)
-    + 16 * (8 + 4)  # wkv_a: dim -> kv_lora_rank + qk_rope_head_dim
-    + 8 * 4 * (8 + 8)  # wkv_b: kv_lora_rank -> n_heads * (qk_nope_head_dim + v_head_dim)
-    + 4 * 8 * 16  # wo: n_heads * v_head_dim -> dim
-) + (
-    3 * 16 * 24  # layer 0 (dense): w1, w3: dim -> hidden_dim, w2 back
-) + (
-    16 * 4  # layer 1 (MoE): router gate
-    + 2 * 3 * 16 * 12  # top-2 routed experts
-    + 1 * 3 * 16 * 12  # 1 shared expert, run on every token
-) + 64 * 16  # output
-DEEPSEEK_V3_ELEMENTWISE = 2 * (
-    16 + 16  # attention_norm, ffn_norm
-    + 8 + 8  # q_norm (q_lora_rank), kv_norm (kv_lora_rank)
-) + 16  # final norm
-DEEPSEEK_V3_ATTENTION = 2 * 6 * 4 * (12 + 8) * T  # n_layers * 6 * n_heads * (qk_head_dim + v_head_dim) * T
+DEEPSEEK_V3 = replace(
+    deepseek_v3_flavors["debug"],
+    dim=16,
+    n_layers=2,
+    n_dense_layers=1,
+    n_heads=4,
+    vocab_size=64,
+    hidden_dim=24,
+    moe_inter_dim=12,
+    num_experts=4,
+    num_shared_experts=1,
+    top_k=2,
+    num_expert_groups=2,
+    num_limited_groups=1,
+    q_lora_rank=8,
+    kv_lora_rank=8,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    v_head_dim=8,
+    max_seq_len=16,
+    rope_original_max_seq_len=16,
+)
+DEEPSEEK_V3_MATMUL = (
+    2
+    * (
+        16 * 8  # wq_a: dim -> q_lora_rank
+        + 8 * 4 * 12  # wq_b: q_lora_rank -> n_heads * qk_head_dim (8 nope + 4 rope)
+        + 16 * (8 + 4)  # wkv_a: dim -> kv_lora_rank + qk_rope_head_dim
+        + 8 * 4 * (8 + 8)  # wkv_b: kv_lora_rank -> n_heads * (qk_nope_head_dim + v_head_dim)
+        + 4 * 8 * 16  # wo: n_heads * v_head_dim -> dim
+    )
+    + (
+        3 * 16 * 24  # layer 0 (dense): w1, w3: dim -> hidden_dim, w2 back
+    )
+    + (
+        16 * 4  # layer 1 (MoE): router gate
+        + 2 * 3 * 16 * 12  # top-2 routed experts
+        + 1 * 3 * 16 * 12  # 1 shared expert, run on every token
+    )
+    + 64 * 16
+)  # output
+DEEPSEEK_V3_ELEMENTWISE = (
+    2
+    * (
+        16
+        + 16  # attention_norm, ffn_norm
+        + 8
+        + 8  # q_norm (q_lora_rank), kv_norm (kv_lora_rank)
+    )
+    + 16
+)  # final norm
+DEEPSEEK_V3_ATTENTION = (
+    2 * 6 * 4 * (12 + 8) * T
+)  # n_layers * 6 * n_heads * (qk_head_dim + v_head_dim) * T
 
-LLAMA3 = Llama3ModelArgs(dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=24, vocab_size=64,
-                         max_seq_len=16)
+LLAMA3 = Llama3ModelArgs(
+    dim=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    hidden_dim=24,
+    vocab_size=64,
+    max_seq_len=16,
+)
 LLAMA3_MATMUL = QWEN3_MATMUL  # the same projections; untied, the output matmul as in QWEN3
-LLAMA3_ELEMENTWISE = 2 * (16 + 16) + 16  # attention_norm, ffn_norm per layer, final norm (no QK-norm)
+LLAMA3_ELEMENTWISE = (
+    2 * (16 + 16) + 16
+)  # attention_norm, ffn_norm per layer, final norm (no QK-norm)
 LLAMA3_ATTENTION = QWEN3_ATTENTION
 
 CASES = {  # name: (model class, args, flops function, MATMUL, ELEMENTWISE, formula attention per token)
-    "qwen3 tied": (Qwen3Model, QWEN3, qwen3_flops, QWEN3_MATMUL, QWEN3_ELEMENTWISE, QWEN3_ATTENTION),
-    "qwen3 untied": (Qwen3Model, replace(QWEN3, tie_embeddings=False), qwen3_flops, QWEN3_MATMUL,
-                     QWEN3_ELEMENTWISE, QWEN3_ATTENTION),
-    "qwen3_moe": (Qwen3MoeModel, QWEN3_MOE, qwen3_moe_flops, QWEN3_MOE_MATMUL, QWEN3_MOE_ELEMENTWISE,
-                  QWEN3_MOE_ATTENTION),
-    "gpt_oss": (GptOssModel, GPT_OSS, gpt_oss_flops, GPT_OSS_MATMUL, GPT_OSS_ELEMENTWISE, GPT_OSS_ATTENTION),
-    "deepseek_v3": (DeepSeekV3Model, DEEPSEEK_V3, deepseek_v3_flops, DEEPSEEK_V3_MATMUL, DEEPSEEK_V3_ELEMENTWISE,
-                    DEEPSEEK_V3_ATTENTION),
-    "llama3": (Llama3Model, LLAMA3, llama3_flops, LLAMA3_MATMUL, LLAMA3_ELEMENTWISE, LLAMA3_ATTENTION),
+    "qwen3 tied": (
+        Qwen3Model,
+        QWEN3,
+        qwen3_flops,
+        QWEN3_MATMUL,
+        QWEN3_ELEMENTWISE,
+        QWEN3_ATTENTION,
+    ),
+    "qwen3 untied": (
+        Qwen3Model,
+        replace(QWEN3, tie_embeddings=False),
+        qwen3_flops,
+        QWEN3_MATMUL,
+        QWEN3_ELEMENTWISE,
+        QWEN3_ATTENTION,
+    ),
+    "qwen3_moe": (
+        Qwen3MoeModel,
+        QWEN3_MOE,
+        qwen3_moe_flops,
+        QWEN3_MOE_MATMUL,
+        QWEN3_MOE_ELEMENTWISE,
+        QWEN3_MOE_ATTENTION,
+    ),
+    "gpt_oss": (
+        GptOssModel,
+        GPT_OSS,
+        gpt_oss_flops,
+        GPT_OSS_MATMUL,
+        GPT_OSS_ELEMENTWISE,
+        GPT_OSS_ATTENTION,
+    ),
+    "deepseek_v3": (
+        DeepSeekV3Model,
+        DEEPSEEK_V3,
+        deepseek_v3_flops,
+        DEEPSEEK_V3_MATMUL,
+        DEEPSEEK_V3_ELEMENTWISE,
+        DEEPSEEK_V3_ATTENTION,
+    ),
+    "llama3": (
+        Llama3Model,
+        LLAMA3,
+        llama3_flops,
+        LLAMA3_MATMUL,
+        LLAMA3_ELEMENTWISE,
+        LLAMA3_ATTENTION,
+    ),
 }
 
 # What FlopCounterMode counts for the attention of BS x T tokens (forward QK^T and PV, backward twice that):
@@ -165,15 +313,23 @@ def test_flops_per_token_equal_the_hand_count(name):
 def test_hand_counts_have_the_sizes_written_out():
     assert (QWEN3_MATMUL, QWEN3_ELEMENTWISE, QWEN3_ATTENTION) == (6400, 112, 6144)
     assert (QWEN3_MOE_MATMUL, GPT_OSS_MATMUL, DEEPSEEK_V3_MATMUL) == (6528, 6528, 7424)
-    assert (GPT_OSS_ELEMENTWISE, DEEPSEEK_V3_ELEMENTWISE, GPT_OSS_ATTENTION, DEEPSEEK_V3_ATTENTION) == (
-        416, 112, 4608, 7680)
+    assert (
+        GPT_OSS_ELEMENTWISE,
+        DEEPSEEK_V3_ELEMENTWISE,
+        GPT_OSS_ATTENTION,
+        DEEPSEEK_V3_ATTENTION,
+    ) == (416, 112, 4608, 7680)
 
 
 def test_active_params_are_the_hand_count():
     # The output counts once (a matmul), the embedding lookup not at all, tied or untied.
-    assert qwen3_num_params(QWEN3, include_embedding=False) + 64 * 16 == QWEN3_MATMUL + QWEN3_ELEMENTWISE
+    assert (
+        qwen3_num_params(QWEN3, include_embedding=False) + 64 * 16
+        == QWEN3_MATMUL + QWEN3_ELEMENTWISE
+    )
     assert qwen3_num_params(replace(QWEN3, tie_embeddings=False), include_embedding=False) == (
-        QWEN3_MATMUL + QWEN3_ELEMENTWISE)
+        QWEN3_MATMUL + QWEN3_ELEMENTWISE
+    )
     assert qwen3_moe_active(QWEN3_MOE) == QWEN3_MOE_MATMUL + QWEN3_MOE_ELEMENTWISE
     assert gpt_oss_active(GPT_OSS) == GPT_OSS_MATMUL + GPT_OSS_ELEMENTWISE
     assert deepseek_v3_active(DEEPSEEK_V3) == DEEPSEEK_V3_MATMUL + DEEPSEEK_V3_ELEMENTWISE
@@ -193,7 +349,9 @@ def measured_flops(name: str) -> dict[str, int]:
     model = build_random(model_cls, args)
     model.train()
     tokens = torch.randint(0, args.vocab_size, (BS, T), generator=torch.Generator().manual_seed(0))
-    counter = FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops})
+    counter = FlopCounterMode(
+        display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops}
+    )
     with sdpa_kernel(SDPBackend.MATH), counter:
         model(tokens).pow(2).mean().backward()
     return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
@@ -205,7 +363,12 @@ PADDING_ROWS = 4 * ALIGN  # num_experts * ALIGN
 EXPERT_PADDING = {
     "qwen3_moe": 6 * PADDING_ROWS * 3 * 16 * 12 * 2,  # 2 MoE layers; w1, w3, w2
     "gpt_oss": 6 * PADDING_ROWS * (16 * 2 * 12 + 12 * 16) * 2,  # 2 MoE layers; mlp1, mlp2
-    "deepseek_v3": 6 * PADDING_ROWS * 3 * 16 * 12 * 1,  # 1 MoE layer (layer 0 is dense); shared expert: no padding
+    "deepseek_v3": 6
+    * PADDING_ROWS
+    * 3
+    * 16
+    * 12
+    * 1,  # 1 MoE layer (layer 0 is dense); shared expert: no padding
 }
 
 

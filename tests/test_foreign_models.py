@@ -10,8 +10,13 @@ import pytest
 from dist_helpers import REPO
 
 CONFIG = str(REPO / "train_configs" / "qwen3_debug.toml")
-HELP = ["torchtitan_lite.generate", "torchtitan_lite.evaluate", "torchtitan_lite.tools.inspect_init",
-        "torchtitan_lite.tools.compare_runs", "torchtitan_lite.data.prepare"]
+HELP = [
+    "torchtitan_lite.generate",
+    "torchtitan_lite.evaluate",
+    "torchtitan_lite.tools.inspect_init",
+    "torchtitan_lite.tools.compare_runs",
+    "torchtitan_lite.data.prepare",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +29,29 @@ def project(tmp_path_factory):
 
 
 def run(args: list[str], cwd, **extra: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user's shell: no path to the repo
-    return subprocess.run(args, cwd=cwd, env={**environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, **extra},
-                          capture_output=True, text=True, timeout=300)
+    environ = {
+        k: v for k, v in os.environ.items() if k != "PYTHONPATH"
+    }  # as a user's shell: no path to the repo
+    return subprocess.run(
+        args,
+        cwd=cwd,
+        env={**environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, **extra},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_user_s_models_package_is_the_one_python_finds_there(project):
-    probe = run([sys.executable, "-c", "import models, torchtitan_lite.models as ours; print(models.NAME, "
-                 "ours.model_names()[0])"], project)
+    probe = run(
+        [
+            sys.executable,
+            "-c",
+            "import models, torchtitan_lite.models as ours; print(models.NAME, "
+            "ours.model_names()[0])",
+        ],
+        project,
+    )
     assert (probe.returncode, probe.stdout.strip()) == (0, "theirs qwen3"), probe.stderr
 
 
@@ -42,16 +62,40 @@ def test_every_python_m_tool_starts_beside_a_foreign_models_package(project, mod
 
 
 def test_the_preflight_and_inspect_init_resolve_the_model_beside_a_foreign_models_package(project):
-    check = run([sys.executable, "-m", "torchtitan_lite.preflight", "--job.config_file", CONFIG], project)
+    check = run(
+        [sys.executable, "-m", "torchtitan_lite.preflight", "--job.config_file", CONFIG], project
+    )
     assert (check.returncode, check.stderr) == (0, ""), check.stderr[-2000:]
-    inspect = run([sys.executable, "-m", "torchtitan_lite.tools.inspect_init", "--job.config_file", CONFIG,
-                   "--meta", "--out", str(project / "inspect")], project)
-    assert inspect.returncode == 0 and "expected step-1 loss" in inspect.stdout, inspect.stderr[-2000:]
+    inspect = run(
+        [
+            sys.executable,
+            "-m",
+            "torchtitan_lite.tools.inspect_init",
+            "--job.config_file",
+            CONFIG,
+            "--meta",
+            "--out",
+            str(project / "inspect"),
+        ],
+        project,
+    )
+    assert inspect.returncode == 0 and "expected step-1 loss" in inspect.stdout, inspect.stderr[
+        -2000:
+    ]
 
 
 @pytest.mark.multiprocess
 def test_run_train_sh_trains_beside_a_foreign_models_package(project):
-    proc = run([str(REPO / "run_train.sh"), "--training.steps=1", "--lr_scheduler.warmup_steps=0",
-                "--validation.enable=false", "--metrics.enable_tensorboard=false",
-                f"--job.dump_folder={project / 'outputs'}"], project, CONFIG_FILE=CONFIG)
+    proc = run(
+        [
+            str(REPO / "run_train.sh"),
+            "--training.steps=1",
+            "--lr_scheduler.warmup_steps=0",
+            "--validation.enable=false",
+            "--metrics.enable_tensorboard=false",
+            f"--job.dump_folder={project / 'outputs'}",
+        ],
+        project,
+        CONFIG_FILE=CONFIG,
+    )
     assert proc.returncode == 0 and "step-1 check" in proc.stdout + proc.stderr, proc.stderr[-3000:]

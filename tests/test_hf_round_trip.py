@@ -18,18 +18,58 @@ from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 
 SIZES = {
-    "qwen3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16),
-    "qwen3_moe": dict(hidden_size=64, moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, num_experts=8, num_experts_per_tok=2),
-    "gpt_oss": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2),
-    "deepseek_v3": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=2,
-                        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
-                        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
-                        n_group=2, topk_group=1, num_experts_per_tok=2),
-    "llama3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2),
+    "qwen3": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),
+    "qwen3_moe": dict(
+        hidden_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=8,
+        num_experts_per_tok=2,
+    ),
+    "gpt_oss": dict(
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+    ),
+    "deepseek_v3": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        first_k_dense_replace=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=24,
+        kv_lora_rank=16,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        n_routed_experts=8,
+        n_group=2,
+        topk_group=1,
+        num_experts_per_tok=2,
+    ),
+    "llama3": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
 }
 """Per family the ``config.json`` sizes of a tiny model (vocabulary: :data:`VOCAB`); every other key is left to
 transformers."""
@@ -64,7 +104,9 @@ def test_our_export_loads_back_bitwise_and_into_transformers(family, tmp_path):
     assert torch.equal(again_logits, logits)
     assert_same_choices(again_choices, choices)
 
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "export", dtype=torch.float32
+    ).eval()
     their_logits, their_choices = logits_and_choices(theirs, batch)
     assert (their_logits - logits).abs().max() <= 1e-4
     assert_same_choices(their_choices, choices)
@@ -73,13 +115,21 @@ def test_our_export_loads_back_bitwise_and_into_transformers(family, tmp_path):
 @pytest.mark.parametrize("family", model_names())
 def test_a_folder_transformers_saves_from_sizes_alone_loads_here_with_its_logits(family, tmp_path):
     adapter = get_model_spec(family).state_dict_adapter
-    reference = hf_model({"model_type": adapter.model_type, "architectures": [adapter.architecture],
-                          **SIZES[family], "vocab_size": VOCAB})
+    reference = hf_model(
+        {
+            "model_type": adapter.model_type,
+            "architectures": [adapter.architecture],
+            **SIZES[family],
+            "vocab_size": VOCAB,
+        }
+    )
     reference.save_pretrained(tmp_path / "hf")
     ours, imported, our_family = ours_from_folder(tmp_path / "hf")
     assert our_family == family and imported.missing == [] and imported.unexpected == []
     batch = tokens(VOCAB)
-    (logits, choices), (their_logits, their_choices) = logits_and_choices(ours, batch), logits_and_choices(reference,
-                                                                                                            batch)
+    (logits, choices), (their_logits, their_choices) = (
+        logits_and_choices(ours, batch),
+        logits_and_choices(reference, batch),
+    )
     assert (logits - their_logits).abs().max() <= 1e-4
     assert_same_choices(choices, their_choices)

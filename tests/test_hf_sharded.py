@@ -45,20 +45,30 @@ def file_bytes(folder) -> tuple[int, int]:
     with safe_open(os.path.join(folder, "model.safetensors"), framework="pt") as handle:
         for name in handle.keys():
             tensor = handle.get_slice(name)
-            sizes.append(torch.Size(tensor.get_shape()).numel() * 4)  # the reference is saved in fp32
+            sizes.append(
+                torch.Size(tensor.get_shape()).numel() * 4
+            )  # the reference is saved in fp32
     return sum(sizes), max(sizes)
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name, layout", [("Qwen3-0.6B", "fsdp"), ("DeepSeek-V3", "fsdp"), ("DeepSeek-V3", "shard_last")])
-def test_two_rank_import_is_bitwise_the_one_process_import_and_reads_only_each_share(folders, tmp_path, name, layout):
+@pytest.mark.parametrize(
+    "name, layout", [("Qwen3-0.6B", "fsdp"), ("DeepSeek-V3", "fsdp"), ("DeepSeek-V3", "shard_last")]
+)
+def test_two_rank_import_is_bitwise_the_one_process_import_and_reads_only_each_share(
+    folders, tmp_path, name, layout
+):
     folder, data = folders[name]
     plain, _, _ = ours_from_folder(folder)
     from dist_hf_worker import digests
 
     expected = digests(plain)
-    results = launch(WORKER, [layout, str(folder), str(tmp_path / "out"), f"--training.dataset_path={data}"], nproc=2,
-                     timeout=600).results()
+    results = launch(
+        WORKER,
+        [layout, str(folder), str(tmp_path / "out"), f"--training.dataset_path={data}"],
+        nproc=2,
+        timeout=600,
+    ).results()
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["digests"] == expected
     assert all(r["draws"] == 0 and r["missing"] == [] for r in results)
@@ -68,4 +78,6 @@ def test_two_rank_import_is_bitwise_the_one_process_import_and_reads_only_each_s
     print(f"{name} {layout}: bytes read per rank {shares} of {total} (largest tensor {largest})")
     assert sum(shares) >= total and all(s <= 0.56 * total for s in shares)
     if name == "Qwen3-0.6B":
-        assert largest > 1.5 * max(shares)  # the embedding is well above a share: no rank read it whole
+        assert largest > 1.5 * max(
+            shares
+        )  # the embedding is well above a share: no rank read it whole

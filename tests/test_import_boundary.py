@@ -34,7 +34,7 @@ def short(module: str) -> str | None:
     """``models[.rest]`` for ``torchtitan_lite.models[.rest]``; ``None`` for any other module (a bare ``models`` is
     a user's package, never ours)."""
     if module == PACKAGE or module.startswith(PACKAGE + "."):
-        return module[len("torchtitan_lite."):]
+        return module[len("torchtitan_lite.") :]
     return None
 
 
@@ -47,8 +47,12 @@ def model_imports(source: str) -> list[str]:
             found += [short(alias.name) for alias in node.names if short(alias.name)]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and short(node.module):
             found += [f"{short(node.module)}:{alias.name}" for alias in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-              and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+        ):
             text = short(ast.unparse(node.args[0]).strip("'\"f"))
             if text:
                 found.append(text)
@@ -67,15 +71,26 @@ def foreign(imports: list[str], family: str) -> list[str]:
 
 
 def test_the_scan_sees_every_kind_of_import():
-    source = ("import torchtitan_lite.models.qwen3\nfrom torchtitan_lite.models.common.moe import MoE\n"
-              "from torchtitan_lite.models import get_model_spec, MoE\nimport models.qwen3\n"
-              "import importlib\nimportlib.import_module(f'torchtitan_lite.models.{name}.state_dict_adapter')\n")
-    assert forbidden(model_imports(source)) == ["models.qwen3", "models.common.moe:MoE", "models:MoE",
-                                                "models.{name}.state_dict_adapter"]
-    family = ("from torchtitan_lite.models.qwen3.model import Attention\n"
-              "from torchtitan_lite.models.common.ffn import FeedForward\n"
-              "from torchtitan_lite.models import ModelSpec\nfrom torchtitan_lite.models.gpt_oss.args import A\n")
-    assert foreign(model_imports(family), "gpt_oss") == ["models.qwen3.model:Attention", "models:ModelSpec"]
+    source = (
+        "import torchtitan_lite.models.qwen3\nfrom torchtitan_lite.models.common.moe import MoE\n"
+        "from torchtitan_lite.models import get_model_spec, MoE\nimport models.qwen3\n"
+        "import importlib\nimportlib.import_module(f'torchtitan_lite.models.{name}.state_dict_adapter')\n"
+    )
+    assert forbidden(model_imports(source)) == [
+        "models.qwen3",
+        "models.common.moe:MoE",
+        "models:MoE",
+        "models.{name}.state_dict_adapter",
+    ]
+    family = (
+        "from torchtitan_lite.models.qwen3.model import Attention\n"
+        "from torchtitan_lite.models.common.ffn import FeedForward\n"
+        "from torchtitan_lite.models import ModelSpec\nfrom torchtitan_lite.models.gpt_oss.args import A\n"
+    )
+    assert foreign(model_imports(family), "gpt_oss") == [
+        "models.qwen3.model:Attention",
+        "models:ModelSpec",
+    ]
 
 
 def test_models_exports_only_the_registry_lookup_and_the_contract_is_the_engines():
@@ -84,7 +99,9 @@ def test_models_exports_only_the_registry_lookup_and_the_contract_is_the_engines
         assert getattr(protocols, name).__module__.startswith("torchtitan_lite.protocols."), name
     for name in model_names():
         adapter = get_model_spec(name).state_dict_adapter
-        assert isinstance(get_model_spec(name), ModelSpec) and issubclass(adapter, StateDictAdapter), name
+        assert isinstance(get_model_spec(name), ModelSpec) and issubclass(
+            adapter, StateDictAdapter
+        ), name
 
 
 def test_the_engine_imports_models_only_through_the_registry():
@@ -116,16 +133,28 @@ def test_every_family_has_a_complete_spec():
     for name in model_names():
         spec = get_model_spec(name)
         assert isinstance(spec, ModelSpec) and spec.name == name
-        assert all(callable(f) for f in (spec.model_cls, spec.init_plan, spec.num_flops_per_token, spec.parallelize,
-                                         spec.training_hooks)), name
+        assert all(
+            callable(f)
+            for f in (
+                spec.model_cls,
+                spec.init_plan,
+                spec.num_flops_per_token,
+                spec.parallelize,
+                spec.training_hooks,
+            )
+        ), name
         assert spec.flavors and "debug" in spec.flavors, name
         adapter = spec.state_dict_adapter  # every family imports and exports HF (issue 15)
         assert adapter is not None and callable(adapter.args_from_hf_config), name
-        assert hf_family(adapter.model_type, None) == hf_family(None, [adapter.architecture]) == name
+        assert (
+            hf_family(adapter.model_type, None) == hf_family(None, [adapter.architecture]) == name
+        )
         with torch.device("meta"):
             model = spec.model_cls(spec.flavors["debug"])
         plan = spec.init_plan(spec.flavors["debug"])
-        assert_plan_covers_exactly(model, plan)  # every parameter and persistent buffer, every entry used
+        assert_plan_covers_exactly(
+            model, plan
+        )  # every parameter and persistent buffer, every entry used
         assert plan.entries[-1][0] == "output.weight", name  # it wins for a tied pair
 
 
@@ -147,7 +176,10 @@ def engine_imports(path: Path) -> tuple[list[str], list[str]]:
 
 
 def test_the_engine_has_no_function_local_imports_and_config_loading_is_the_base_layer():
-    local = {str(p.relative_to(ENGINE.parent)): engine_imports(p)[1] for p in sorted(ENGINE.rglob("*.py"))}
+    local = {
+        str(p.relative_to(ENGINE.parent)): engine_imports(p)[1]
+        for p in sorted(ENGINE.rglob("*.py"))
+    }
     assert {path: names for path, names in local.items() if names} == {}
     base = ("torchtitan_lite.config.schema", "torchtitan_lite.config.cli", "torchtitan_lite.errors")
     for name in ("schema", "cli", "load"):
@@ -162,9 +194,17 @@ ENTRY_POINTS = {"train.py", "generate.py", "evaluate.py", "inference.py", "tools
 def test_config_is_the_ground_floor_and_only_the_entry_points_import_the_preflight():
     for path in sorted((ENGINE / "config").glob("*.py")):
         imported = engine_imports(path)[0]
-        assert [m for m in imported if not m.startswith(("torchtitan_lite.config.", "torchtitan_lite.errors"))] == []
-    users = {str(path.relative_to(ENGINE)) for path in ENGINE.rglob("*.py") if path.parent.name != "preflight"
-             and any(m.startswith("torchtitan_lite.preflight") for m in engine_imports(path)[0])}
+        assert [
+            m
+            for m in imported
+            if not m.startswith(("torchtitan_lite.config.", "torchtitan_lite.errors"))
+        ] == []
+    users = {
+        str(path.relative_to(ENGINE))
+        for path in ENGINE.rglob("*.py")
+        if path.parent.name != "preflight"
+        and any(m.startswith("torchtitan_lite.preflight") for m in engine_imports(path)[0])
+    }
     assert users == {"train.py", "inference.py", "tools/inspect_init.py"} and users <= ENTRY_POINTS
 
 
@@ -172,17 +212,25 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
     """``datasets`` (about 2 s of a process's start-up: pandas, pyarrow, httpx) is imported where raw files, a hub
     dataset or a stream are read, not by the trainer, the preflight or evaluate: every rank of a run on prepared or
     cached data starts without it."""
-    code = ("import sys, torchtitan_lite.train, torchtitan_lite.preflight.checks, torchtitan_lite.evaluate; "
-            "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, torchtitan_lite.train, torchtitan_lite.preflight.checks, torchtitan_lite.evaluate; "
+        "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300
+    )
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr
 
 
 def test_the_preflight_runs_without_importing_dynamo():
     """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported by pipelined runs
     only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
-    code = ("import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; "
-            "load_run_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
-            "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; "
+        "load_run_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
+        "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300
+    )
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr

@@ -41,15 +41,18 @@ class Tiny(nn.Module):
 
 
 def plan(tie: bool = True) -> InitPlan:
-    return InitPlan("tiny", (
-        ("tok_embeddings.weight", normal(1.0)),
-        ("layers.*.wq.weight", trunc_normal(0.02)),
-        ("layers.*.w1.weight", trunc_normal(0.03, cutoff=2.0)),
-        ("layers.*.w1.bias", zeros()),
-        ("layers.*.norm", ones()),
-        ("tokens_seen", zeros()),
-        ("output.weight", trunc_normal(0.02)),
-    ))
+    return InitPlan(
+        "tiny",
+        (
+            ("tok_embeddings.weight", normal(1.0)),
+            ("layers.*.wq.weight", trunc_normal(0.02)),
+            ("layers.*.w1.weight", trunc_normal(0.03, cutoff=2.0)),
+            ("layers.*.w1.bias", zeros()),
+            ("layers.*.norm", ones()),
+            ("tokens_seen", zeros()),
+            ("output.weight", trunc_normal(0.02)),
+        ),
+    )
 
 
 def build(tie: bool = True, wrap: bool = False) -> Tiny:
@@ -65,7 +68,9 @@ def test_tied_output_spec_wins_and_tie_survives_meta_to_empty():
     result = init_weights(model, plan(), seed=0)
     assert model.output.weight is model.tok_embeddings.weight
     entry = result.table["output.weight"]
-    assert entry.names == ("output.weight", "tok_embeddings.weight") and entry.spec == trunc_normal(0.02)
+    assert entry.names == ("output.weight", "tok_embeddings.weight") and entry.spec == trunc_normal(
+        0.02
+    )
     assert "tok_embeddings.weight" not in result.table
     assert abs(model.output.weight.std().item() / (0.02 * 0.98658) - 1) < 0.02
     assert result.initialized_tensors == 10 and result.skipped_tensors == 0
@@ -93,18 +98,24 @@ def test_nan_poisoned_model_has_no_nan_after_init():
     init_weights(model, plan(), seed=1)
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         assert not torch.isnan(t).any(), name
-    assert torch.equal(model.tokens_seen, torch.zeros(4)) and torch.equal(model.layers["1"].norm, torch.ones(64))
+    assert torch.equal(model.tokens_seen, torch.zeros(4)) and torch.equal(
+        model.layers["1"].norm, torch.ones(64)
+    )
 
 
 def test_tensor_without_entry_raises_naming_it():
     bad = InitPlan("tiny", tuple(e for e in plan().entries if e[0] != "layers.*.w1.bias"))
-    with pytest.raises(ValueError, match=r"tensor layers\.0\.w1\.bias \(shape \(96,\)\) matches no entry"):
+    with pytest.raises(
+        ValueError, match=r"tensor layers\.0\.w1\.bias \(shape \(96,\)\) matches no entry"
+    ):
         init_weights(build(), bad, seed=0)
 
 
 def test_entry_matching_nothing_raises_naming_it():
     bad = InitPlan("tiny", plan().entries + (("layers.*.w9.weight", zeros()),))
-    with pytest.raises(ValueError, match=r"entries \['layers\.\*\.w9\.weight'\] match no parameter"):
+    with pytest.raises(
+        ValueError, match=r"entries \['layers\.\*\.w9\.weight'\] match no parameter"
+    ):
         init_weights(build(), bad, seed=0)
 
 
@@ -114,7 +125,9 @@ def test_bad_seed_raises():
 
 
 def test_unknown_skip_name_raises():
-    with pytest.raises(ValueError, match=r"skip names \['layers\.7\.wq\.weight'\] are not parameters"):
+    with pytest.raises(
+        ValueError, match=r"skip names \['layers\.7\.wq\.weight'\] are not parameters"
+    ):
         init_weights(build(), plan(), seed=0, skip={"layers.7.wq.weight"})
 
 
@@ -139,8 +152,15 @@ def _spy(monkeypatch):
 def test_fresh_init_draws_each_random_tensor_exactly_once(monkeypatch):
     calls = _spy(monkeypatch)
     init_weights(build(), plan(), seed=0)
-    assert sorted(calls) == sorted(["output.weight", "layers.0.wq.weight", "layers.1.wq.weight",
-                                    "layers.0.w1.weight", "layers.1.w1.weight"])
+    assert sorted(calls) == sorted(
+        [
+            "output.weight",
+            "layers.0.wq.weight",
+            "layers.1.wq.weight",
+            "layers.0.w1.weight",
+            "layers.1.w1.weight",
+        ]
+    )
 
 
 def test_fully_loaded_model_draws_nothing_and_keeps_values(monkeypatch):
@@ -169,7 +189,9 @@ def test_wrappers_change_neither_names_nor_values():
     r2 = init_weights(wrapped, plan(), seed=5)
     assert list(r1.table) == list(r2.table)
     assert model_fingerprint(plain) == model_fingerprint(wrapped)
-    assert torch.equal(plain.layers["0"].wq.weight, wrapped.layers["0"]._checkpoint_wrapped_module.wq.weight)
+    assert torch.equal(
+        plain.layers["0"].wq.weight, wrapped.layers["0"]._checkpoint_wrapped_module.wq.weight
+    )
 
 
 def test_canonical_name_strips_compile_and_checkpoint_prefixes():
@@ -204,7 +226,9 @@ def test_report_rows_match_theory_and_flag_anomalies():
     assert abs(rows["tok_embeddings.weight"].std - 1.0) < 0.02
     with torch.no_grad():
         model.layers["0"].wq.weight[0, 0] = math.nan
-        model.layers["1"].wq.weight[:4] = 0.06  # the +3 sigma bound: what fp32 inverse-CDF samplers do
+        model.layers["1"].wq.weight[:4] = (
+            0.06  # the +3 sigma bound: what fp32 inverse-CDF samplers do
+        )
         model.output.weight.mul_(2.0)
     rows = {r.name: r for r in init_report(model, untied, result).rows}
     assert rows["layers.0.wq.weight"].flags == ["nan/inf"]
@@ -222,22 +246,34 @@ def test_report_json_round_trip(tmp_path):
     init_report(model, plan(), result).write_json(tmp_path / "r.json")
     rows = json.loads((tmp_path / "r.json").read_text())
     assert [r["name"] for r in rows][:2] == ["output.weight", "layers.0.norm"]
-    assert rows[0]["status"] == "tied" and rows[0]["excess_kurtosis"] == pytest.approx(-0.171, abs=0.1)
+    assert rows[0]["status"] == "tied" and rows[0]["excess_kurtosis"] == pytest.approx(
+        -0.171, abs=0.1
+    )
 
 
 def qwen3_8b_shapes() -> dict[str, tuple[int, ...]]:
     """Parameter names and shapes of the Qwen3-8B flavor (36 layers, dim 4096, 32/8 heads of 128,
     ffn 12288, vocab 151936, untied), as in the Qwen3-8B config.json."""
     dim, head_dim, n_heads, n_kv_heads, ffn, vocab = 4096, 128, 32, 8, 12288, 151936
-    shapes = {"tok_embeddings.weight": (vocab, dim), "norm.weight": (dim,), "output.weight": (vocab, dim)}
+    shapes = {
+        "tok_embeddings.weight": (vocab, dim),
+        "norm.weight": (dim,),
+        "output.weight": (vocab, dim),
+    }
     for i in range(36):
         p = f"layers.{i}."
         shapes |= {
-            p + "attention.wq.weight": (n_heads * head_dim, dim), p + "attention.wk.weight": (n_kv_heads * head_dim, dim),
-            p + "attention.wv.weight": (n_kv_heads * head_dim, dim), p + "attention.wo.weight": (dim, n_heads * head_dim),
-            p + "attention.q_norm.weight": (head_dim,), p + "attention.k_norm.weight": (head_dim,),
-            p + "feed_forward.w1.weight": (ffn, dim), p + "feed_forward.w2.weight": (dim, ffn),
-            p + "feed_forward.w3.weight": (ffn, dim), p + "attention_norm.weight": (dim,), p + "ffn_norm.weight": (dim,),
+            p + "attention.wq.weight": (n_heads * head_dim, dim),
+            p + "attention.wk.weight": (n_kv_heads * head_dim, dim),
+            p + "attention.wv.weight": (n_kv_heads * head_dim, dim),
+            p + "attention.wo.weight": (dim, n_heads * head_dim),
+            p + "attention.q_norm.weight": (head_dim,),
+            p + "attention.k_norm.weight": (head_dim,),
+            p + "feed_forward.w1.weight": (ffn, dim),
+            p + "feed_forward.w2.weight": (dim, ffn),
+            p + "feed_forward.w3.weight": (ffn, dim),
+            p + "attention_norm.weight": (dim,),
+            p + "ffn_norm.weight": (dim,),
         }
     return shapes
 
@@ -247,6 +283,10 @@ def test_qwen3_8b_tensors_have_distinct_streams_and_seeds_share_none():
     no two tensors, and no two seeds, share a value sequence."""
     shapes = qwen3_8b_shapes()
     assert abs(sum(math.prod(s) for s in shapes.values()) / 1e9 - 8.19) < 0.01
-    streams = [counter.stream_words(seed, keyed.name_digest(name)) for seed in (1234, 1235) for name in shapes]
+    streams = [
+        counter.stream_words(seed, keyed.name_digest(name))
+        for seed in (1234, 1235)
+        for name in shapes
+    ]
     assert len(streams) == 2 * len(shapes) == 2 * 399
     assert len(set(streams)) == len(streams)

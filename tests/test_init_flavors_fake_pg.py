@@ -38,18 +38,32 @@ RANKS = {"gpt_oss": (3, 1), "deepseek_v3": (5, 4)}
 """The fake rank each family plays, ``(world_size, rank)``; the others play rank 2 of 3 (uneven shards)."""
 
 
-@pytest.mark.parametrize("family, world_size, rank", [(name, *RANKS.get(name, (3, 2))) for name in model_names()])
+@pytest.mark.parametrize(
+    "family, world_size, rank", [(name, *RANKS.get(name, (3, 2))) for name in model_names()]
+)
 def test_fake_pg_rank_holds_the_rows_of_a_one_process_init(family, world_size, rank, tmp_path):
     spec = get_model_spec(family)
-    whole = dict(build_planned(spec.model_cls, spec.init_plan, spec.flavors["debug"], seed=7).named_parameters())
+    whole = dict(
+        build_planned(
+            spec.model_cls, spec.init_plan, spec.flavors["debug"], seed=7
+        ).named_parameters()
+    )
     out = tmp_path / "shards.pt"
-    subprocess.run([sys.executable, "-c", CHILD, family, str(world_size), str(rank), str(out)], cwd=REPO, env=env(),
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", CHILD, family, str(world_size), str(rank), str(out)],
+        cwd=REPO,
+        env=env(),
+        check=True,
+    )
     shards, timing = torch.load(out)
     assert sorted(shards) == sorted(whole)
     for name, local in shards.items():
         expected = torch.chunk(whole[name].detach(), world_size, dim=0)
-        expected = expected[rank] if rank < len(expected) else whole[name].new_empty(0, *whole[name].shape[1:])
+        expected = (
+            expected[rank]
+            if rank < len(expected)
+            else whole[name].new_empty(0, *whole[name].shape[1:])
+        )
         assert torch.equal(local, expected), name
     assert timing["shard_params"] == sum(t.numel() for t in shards.values())
     assert timing["shard_params"] == shard_numels(build_meta(family, "debug")[0], world_size)[rank]
@@ -61,14 +75,22 @@ def test_world_size_is_the_smallest_power_of_two_whose_rank_0_fits():
     total = sum(p.numel() for p in model.parameters())
     assert choose_rank(model, total) == (1, 0, total)
     n, rank, rank0 = choose_rank(model, total // 3)
-    assert (n, rank) == (4, 0) and rank0 == shard_numels(model, 4)[0] <= total // 3 < shard_numels(model, 2)[0]
+    assert (n, rank) == (4, 0) and rank0 == shard_numels(model, 4)[0] <= total // 3 < shard_numels(
+        model, 2
+    )[0]
 
 
 def test_when_one_expert_is_over_budget_a_rank_without_experts_is_chosen():
-    model, args = build_meta("gpt_oss", "debug")  # 8 experts: rank 0 keeps >= 1 expert of each MoE tensor
-    one_expert_per_layer = args.n_layers * (args.dim * 2 * args.moe_inter_dim + args.moe_inter_dim * args.dim)
+    model, args = build_meta(
+        "gpt_oss", "debug"
+    )  # 8 experts: rank 0 keeps >= 1 expert of each MoE tensor
+    one_expert_per_layer = args.n_layers * (
+        args.dim * 2 * args.moe_inter_dim + args.moe_inter_dim * args.dim
+    )
     n, rank, rank0 = choose_rank(model, one_expert_per_layer)
     counts = shard_numels(model, n)
     assert rank0 > one_expert_per_layer >= counts[rank] and rank >= args.num_experts
-    with pytest.raises(ValueError, match="budget must be > 0 parameters, got 0; raise --max-shard-gib"):
+    with pytest.raises(
+        ValueError, match="budget must be > 0 parameters, got 0; raise --max-shard-gib"
+    ):
         choose_rank(model, 0)

@@ -41,10 +41,20 @@ def test_the_fingerprints_are_the_same_with_other_cpu_kernels(capability, tmp_pa
     the counter-based init does not depend on them. A fresh kernel cache: each build is a new one."""
     if capability == "avx2" and "avx2" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AVX2 on this CPU")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=f"{REPO}:{REPO / 'tests'}",
-               TORCHTITAN_LITE_KERNEL_CACHE=str(tmp_path))
-    out = subprocess.run([sys.executable, str(REPO / "tests" / "init_fingerprints.py")], env=env, capture_output=True,
-                         text=True, check=True, timeout=300).stdout.split("\n")
+    env = dict(
+        os.environ,
+        ATEN_CPU_CAPABILITY=capability,
+        PYTHONPATH=f"{REPO}:{REPO / 'tests'}",
+        TORCHTITAN_LITE_KERNEL_CACHE=str(tmp_path),
+    )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "init_fingerprints.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout.split("\n")
     assert {line.split()[0]: line.split()[1] for line in out if line.strip()} == GOLDEN
 
 
@@ -54,10 +64,29 @@ def test_first_values_of_a_keyed_tensor_are_pinned():
     native kernels and by eager torch ops."""
     bits = lambda t: [f"{v & 0xFFFFFFFF:08x}" for v in t.view(torch.int32).tolist()]  # noqa: E731
     for compiled in (None, False):
-        assert bits(trunc_normal_(torch.empty(9), 0.0, 1.0, -2.0, 2.0, key=InitKey(0, "w"), compiled=compiled)) == [
-            "bff69e71", "be9e1cb9", "3eb7eeeb", "3fb79029", "3e94503e", "3f30c564", "3ebf35ab", "be2495c9", "bef81557"]
-        assert bits(trunc_normal_(torch.empty(8), 0.0, 1.0, -2.0, 2.0, key=InitKey(0, "w"),
-                                  compiled=compiled))[0] == "bff69e71"
+        assert bits(
+            trunc_normal_(
+                torch.empty(9), 0.0, 1.0, -2.0, 2.0, key=InitKey(0, "w"), compiled=compiled
+            )
+        ) == [
+            "bff69e71",
+            "be9e1cb9",
+            "3eb7eeeb",
+            "3fb79029",
+            "3e94503e",
+            "3f30c564",
+            "3ebf35ab",
+            "be2495c9",
+            "bef81557",
+        ]
+        assert (
+            bits(
+                trunc_normal_(
+                    torch.empty(8), 0.0, 1.0, -2.0, 2.0, key=InitKey(0, "w"), compiled=compiled
+                )
+            )[0]
+            == "bff69e71"
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -69,9 +98,22 @@ def test_native_kernels_give_the_eager_values_bitwise(dtype):
     torch.set_num_threads(2)
     try:
         for shape in ((300, 1024), (333, 1001)):
-            for a, b in ((-2.0, 2.0), (-100.0, 100.0), (2.0, 4.0), (-0.5, 0.7), (-math.inf, math.inf)):
-                draw_ = lambda c: trunc_normal_(torch.empty(shape, dtype=dtype), 0.1, 0.9, a, b,  # noqa: E731
-                                                key=InitKey(3, "w"), compiled=c)
+            for a, b in (
+                (-2.0, 2.0),
+                (-100.0, 100.0),
+                (2.0, 4.0),
+                (-0.5, 0.7),
+                (-math.inf, math.inf),
+            ):
+                draw_ = lambda c: trunc_normal_(
+                    torch.empty(shape, dtype=dtype),
+                    0.1,
+                    0.9,
+                    a,
+                    b,  # noqa: E731
+                    key=InitKey(3, "w"),
+                    compiled=c,
+                )
                 assert torch.equal(draw_(False), draw_(True)), (shape, a, b)
     finally:
         torch.set_num_threads(threads)
@@ -83,5 +125,7 @@ def test_compiled_kernels_give_the_eager_values_bitwise():
     index = torch.arange(2**16, dtype=torch.int64) * 7919
     scal = [torch.tensor(v, dtype=torch.int32) for v in (5, 1, 2, 3)]
     eager = counter.element_normals(index, *scal)
-    compiled = torch.compile(counter.element_normals, dynamic=False, options=counter.EXACT_COMPILE_OPTIONS)(index, *scal)
+    compiled = torch.compile(
+        counter.element_normals, dynamic=False, options=counter.EXACT_COMPILE_OPTIONS
+    )(index, *scal)
     assert torch.equal(eager, compiled)

@@ -28,8 +28,15 @@ def _fill_box(shape, offset, size, computed=None):
 
     draw._call = spy
     try:
-        draw.fill_local(box.view(-1), starts, length, counter.stream_words(KEY.seed, KEY.digest), LAW,
-                        lambda v: v, compiled=False)
+        draw.fill_local(
+            box.view(-1),
+            starts,
+            length,
+            counter.stream_words(KEY.seed, KEY.digest),
+            LAW,
+            lambda v: v,
+            compiled=False,
+        )
     finally:
         draw._call = real
     return box
@@ -41,7 +48,9 @@ def _random_box(rng, shape):
     return tuple(offset), tuple(size)
 
 
-@pytest.mark.parametrize("shape", [(300, 700), (8, 40, 130), (2, 3, 37, 70), (5000,), (17, 1), (1, 3000), ()])
+@pytest.mark.parametrize(
+    "shape", [(300, 700), (8, 40, 130), (2, 3, 37, 70), (5000,), (17, 1), (1, 3000), ()]
+)
 def test_every_box_holds_the_values_of_the_whole_tensor_and_computes_only_its_elements(shape):
     full = _fill_box(shape, (0,) * len(shape), shape)
     rng = np.random.default_rng(len(shape))
@@ -49,7 +58,10 @@ def test_every_box_holds_the_values_of_the_whole_tensor_and_computes_only_its_el
         offset, size = _random_box(rng, shape) if shape else ((), ())
         computed = []
         box = _fill_box(shape, offset, size, computed)
-        assert torch.equal(box, full[tuple(slice(o, o + s) for o, s in zip(offset, size))]), (offset, size)
+        assert torch.equal(box, full[tuple(slice(o, o + s) for o, s in zip(offset, size))]), (
+            offset,
+            size,
+        )
         assert sum(computed) == box.numel(), (offset, size)
 
 
@@ -70,7 +82,9 @@ def test_runs_of_a_column_shard_are_its_rows():
 def test_dtensor_placements_on_a_2d_mesh_equal_the_single_process_init_and_draw_exactly_their_share():
     """Shard on either dim, Replicate, two shardings of one dim, a 3-D tensor, and TP + FSDP (_StridedShard): every
     rank's local values equal the 1-process ones, and it draws exactly its local elements."""
-    results = launch(REPO / "tests" / "dist_placement_init_worker.py", nproc=4, timeout=180).results()
+    results = launch(
+        REPO / "tests" / "dist_placement_init_worker.py", nproc=4, timeout=180
+    ).results()
     assert len(results) == 4
     cases = results[0]["cases"]
     assert "_StridedShard" in cases["fsdp_tp.0.weight"]["placements"]

@@ -40,7 +40,9 @@ def cached_and_full_logits(model, ids: list[int]) -> tuple[torch.Tensor, torch.T
     with torch.no_grad():
         full = model(tokens)[0]
         steps = [model(tokens[:, : len(PROMPT)], cache=cache)[0]]
-        steps += [model(tokens[:, i : i + 1], cache=cache)[0] for i in range(len(PROMPT), tokens.shape[1])]
+        steps += [
+            model(tokens[:, i : i + 1], cache=cache)[0] for i in range(len(PROMPT), tokens.shape[1])
+        ]
     return torch.cat(steps), full, cache
 
 
@@ -70,7 +72,9 @@ def test_cached_greedy_ids_equal_the_full_recompute_on_large_random_weights(fami
     kept = {layer_id: state.tensors for layer_id, state in cache.layers.items()}
     if family == "gpt_oss":  # layer 0 slides (keeps WINDOW positions), layer 1 is full
         assert kept["0"][0].shape[1] == WINDOW and kept["1"][0].shape[1] == length
-    if family == "deepseek_v3":  # the latent: c_kv (kv_lora_rank) and the shared k_pe (qk_rope_head_dim)
+    if (
+        family == "deepseek_v3"
+    ):  # the latent: c_kv (kv_lora_rank) and the shared k_pe (qk_rope_head_dim)
         c_kv, k_pe = kept["1"]
         assert c_kv.shape == (1, length, args.kv_lora_rank)
         assert k_pe.shape == (1, length, 1, args.qk_rope_head_dim)
@@ -79,5 +83,7 @@ def test_cached_greedy_ids_equal_the_full_recompute_on_large_random_weights(fami
 def test_a_cached_forward_past_max_seq_len_is_refused():
     model, args = tiny_model("qwen3")
     cache = KVCache(length=args.max_seq_len)
-    with pytest.raises(ValueError, match=f"sequence length {args.max_seq_len + 1} exceeds max_seq_len"):
+    with pytest.raises(
+        ValueError, match=f"sequence length {args.max_seq_len + 1} exceeds max_seq_len"
+    ):
         model(torch.tensor([[1]]), cache=cache)

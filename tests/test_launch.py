@@ -22,21 +22,37 @@ KEPT = "the last complete checkpoint is kept"
 
 
 def test_the_launcher_sets_the_variables_the_preflight_and_the_workers_read():
-    assert (launcher.WORLD_SIZE_ENV, launcher.RESOLVED_CONFIG_ENV, launcher.CONFIG_FILE_FROM_ENV) == (
-        WORLD_SIZE_ENV, RESOLVED_CONFIG_ENV, CONFIG_FILE_FROM_ENV)
+    assert (
+        launcher.WORLD_SIZE_ENV,
+        launcher.RESOLVED_CONFIG_ENV,
+        launcher.CONFIG_FILE_FROM_ENV,
+    ) == (WORLD_SIZE_ENV, RESOLVED_CONFIG_ENV, CONFIG_FILE_FROM_ENV)
 
 
 def test_one_node_adds_nothing_and_two_nodes_get_a_static_or_c10d_rendezvous():
     assert nodes_from_env({}).torchrun_args == [] and nodes_from_env({}).nnodes == "1"
-    static = nodes_from_env({"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "h0",
-                             "RDZV_TIMEOUT": "3"})
-    assert static.torchrun_args == ["--nnodes=2", "--node-rank=1", "--master-addr=h0",
-                                    "--master-port=29500", "--rdzv-conf=timeout=3"]
+    static = nodes_from_env(
+        {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "h0", "RDZV_TIMEOUT": "3"}
+    )
+    assert static.torchrun_args == [
+        "--nnodes=2",
+        "--node-rank=1",
+        "--master-addr=h0",
+        "--master-port=29500",
+        "--rdzv-conf=timeout=3",
+    ]
     assert static.where == "h0:29500 within RDZV_TIMEOUT=3 s"
-    c10d = nodes_from_env({"NNODES": "2", "RDZV_ENDPOINT": "h0:1234", "SLURM_JOB_ID": "77",
-                           "TORCHRUN_ARGS": "--x"})
-    assert c10d.torchrun_args == ["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h0:1234",
-                                  "--rdzv-id=77", "--rdzv-conf=join_timeout=600", "--x"]
+    c10d = nodes_from_env(
+        {"NNODES": "2", "RDZV_ENDPOINT": "h0:1234", "SLURM_JOB_ID": "77", "TORCHRUN_ARGS": "--x"}
+    )
+    assert c10d.torchrun_args == [
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=h0:1234",
+        "--rdzv-id=77",
+        "--rdzv-conf=join_timeout=600",
+        "--x",
+    ]
 
 
 def test_srun_variables_give_the_defaults_and_torchrun_args_with_nnodes_replace_them():
@@ -46,15 +62,22 @@ def test_srun_variables_give_the_defaults_and_torchrun_args_with_nnodes_replace_
     assert own.torchrun_args == ["--nnodes", "1:3", "--rdzv-backend=c10d"] and own.nnodes == "1:3"
 
 
-@pytest.mark.parametrize("variables, message", [
-    ({"NNODES": "two"}, "NNODES=two is not a whole number; set it to one"),
-    ({"NNODES": "2", "NODE_RANK": "2"},
-     "NODE_RANK=2 with NNODES=2: give each of the NNODES nodes (NNODES >= 1) its own "
-     "NODE_RANK, 0..1"),
-    ({"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "16"},
-     "srun started 16 tasks on 2 nodes, but run_train.sh runs once per node (it starts NGPU "
-     "workers): use srun --ntasks-per-node=1"),
-])
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        ({"NNODES": "two"}, "NNODES=two is not a whole number; set it to one"),
+        (
+            {"NNODES": "2", "NODE_RANK": "2"},
+            "NODE_RANK=2 with NNODES=2: give each of the NNODES nodes (NNODES >= 1) its own "
+            "NODE_RANK, 0..1",
+        ),
+        (
+            {"SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "16"},
+            "srun started 16 tasks on 2 nodes, but run_train.sh runs once per node (it starts NGPU "
+            "workers): use srun --ntasks-per-node=1",
+        ),
+    ],
+)
 def test_node_variables_that_cannot_start_a_run_are_refused_naming_the_value(variables, message):
     with pytest.raises(NodesError) as err:
         nodes_from_env(variables)
@@ -85,19 +108,26 @@ def test_a_killed_worker_is_named_even_when_a_peer_that_lost_it_failed_first(tmp
     killed = {"failures": [_failed(0, 1), _failed(1, -9)]}
     assert _line(tmp_path, killed) == (1, f"{failed} rank 1 was killed by SIGKILL; {KEPT}")
     lost = {"failures": [_failed(2, 1, lost_peer=True)]}
-    assert _line(tmp_path, lost) == (1, f"{failed} a worker on another node failed or was killed "
-                                        "(rank 2 here lost its connection to it; that node's last "
-                                        f"line names it); {KEPT}")
+    assert _line(tmp_path, lost) == (
+        1,
+        f"{failed} a worker on another node failed or was killed "
+        "(rank 2 here lost its connection to it; that node's last "
+        f"line names it); {KEPT}",
+    )
     bug = {"failures": [_failed(0, 1)]}
-    assert _line(tmp_path, bug) == (1, f"{failed} rank 0 exited with status 1; see the output "
-                                       "above")
+    assert _line(tmp_path, bug) == (
+        1,
+        f"{failed} rank 0 exited with status 1; see the output above",
+    )
 
 
 def test_a_rendezvous_that_timed_out_is_an_input_error_naming_where_and_who_joined(tmp_path):
     code, line = _line(tmp_path, {"rendezvous": "1/2 nodes joined"})
-    assert code == 2 and line.startswith("input error: not all 2 nodes joined the rendezvous at "
-                                         "h0:29500 within RDZV_TIMEOUT=3 s (1/2 nodes joined): "
-                                         "start ./run_train.sh on every node")
+    assert code == 2 and line.startswith(
+        "input error: not all 2 nodes joined the rendezvous at "
+        "h0:29500 within RDZV_TIMEOUT=3 s (1/2 nodes joined): "
+        "start ./run_train.sh on every node"
+    )
 
 
 def test_the_agent_reads_a_lost_peer_from_the_error_file_a_worker_recorded(tmp_path, monkeypatch):

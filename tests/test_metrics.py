@@ -18,8 +18,17 @@ from torchtitan_lite.components.metrics import (
 
 def test_step_line_exact_format():
     line = format_step_line(
-        12, loss=6.12341, grad_norm=1.2341, lr=3e-3, tps=2345.4, tflops=0.1234, mfu=None,
-        memory_bytes=int(1.23 * 2**30), data_wait_s=4.6e-5, elapsed_s=42.2, eta_s=190.4,
+        12,
+        loss=6.12341,
+        grad_norm=1.2341,
+        lr=3e-3,
+        tps=2345.4,
+        tflops=0.1234,
+        mfu=None,
+        memory_bytes=int(1.23 * 2**30),
+        data_wait_s=4.6e-5,
+        elapsed_s=42.2,
+        eta_s=190.4,
     )
     assert line == (
         "step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  "
@@ -29,8 +38,17 @@ def test_step_line_exact_format():
 
 def test_step_line_with_mfu_and_unknown_memory():
     line = format_step_line(
-        1234, loss=10.5, grad_norm=12.0, lr=1.5e-4, tps=1234567.0, tflops=312.5, mfu=0.3125,
-        memory_bytes=None, data_wait_s=0.0125, elapsed_s=3 * 3600 + 61, eta_s=26 * 3600,
+        1234,
+        loss=10.5,
+        grad_norm=12.0,
+        lr=1.5e-4,
+        tps=1234567.0,
+        tflops=312.5,
+        mfu=0.3125,
+        memory_bytes=None,
+        data_wait_s=0.0125,
+        elapsed_s=3 * 3600 + 61,
+        eta_s=26 * 3600,
     )
     assert line == (
         "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu 31.25%  "
@@ -48,11 +66,29 @@ def test_cpu_share_hint_appears_only_below_half_the_threads_with_the_load():
 
 def test_step_line_carries_the_cpu_hint_of_its_own_window(tmp_path):
     logger = _logger(tmp_path, enable_tensorboard=False, log_freq=1, cpu_threads=2)
-    starved = logger.log_step(1, loss=5.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1000, elapsed_s=10.0,
-                              memory_bytes=None, data_wait_s=0.0, cpu_s=3.0)  # 0.3 CPU s per s of 2 threads
+    starved = logger.log_step(
+        1,
+        loss=5.0,
+        grad_norm=1.0,
+        lr=1e-3,
+        tokens_per_step=1000,
+        elapsed_s=10.0,
+        memory_bytes=None,
+        data_wait_s=0.0,
+        cpu_s=3.0,
+    )  # 0.3 CPU s per s of 2 threads
     assert re.fullmatch(r".*eta 0:\d\d:\d\d  cpu 0\.3/2 load \d+\.\d", starved)
-    busy = logger.log_step(2, loss=5.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1000, elapsed_s=20.0,
-                           memory_bytes=None, data_wait_s=0.0, cpu_s=3.0 + 19.0)  # this window: 1.9 of 2
+    busy = logger.log_step(
+        2,
+        loss=5.0,
+        grad_norm=1.0,
+        lr=1e-3,
+        tokens_per_step=1000,
+        elapsed_s=20.0,
+        memory_bytes=None,
+        data_wait_s=0.0,
+        cpu_s=3.0 + 19.0,
+    )  # this window: 1.9 of 2
     assert "cpu" not in busy
 
 
@@ -64,8 +100,16 @@ def test_duration_rejects_negative():
 
 
 def _logger(tmp_path, **kw):
-    args = dict(enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=10, total_steps=100,
-                world_size=2, num_flops_per_token=6e6, peak_flops=1e12)
+    args = dict(
+        enable_tensorboard=True,
+        tb_subfolder="tb",
+        rank=0,
+        log_freq=10,
+        total_steps=100,
+        world_size=2,
+        num_flops_per_token=6e6,
+        peak_flops=1e12,
+    )
     args.update(kw)
     return MetricsLogger(tmp_path, **args)
 
@@ -74,8 +118,16 @@ def _step(logger, step, elapsed_s, loss=5.0, tokens=1000, data_wait_s=0.0):
     """What the trainer does after each step: a line only when it is due (None otherwise)."""
     if not logger.due(step):
         return None
-    return logger.log_step(step, loss=loss, grad_norm=1.0, lr=1e-3, tokens_per_step=tokens, elapsed_s=elapsed_s,
-                           memory_bytes=2**30, data_wait_s=data_wait_s)
+    return logger.log_step(
+        step,
+        loss=loss,
+        grad_norm=1.0,
+        lr=1e-3,
+        tokens_per_step=tokens,
+        elapsed_s=elapsed_s,
+        memory_bytes=2**30,
+        data_wait_s=data_wait_s,
+    )
 
 
 def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys):
@@ -84,7 +136,9 @@ def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys)
     assert "tps 250  tflops 0.00  mfu 0.15%" in first  # 6e6 * 250 = 1.5e9 FLOP/s of 1e12
     assert first.endswith("elapsed 0:00:04  eta 0:06:36")  # 4 s/step * 99 steps
     assert [_step(logger, s, elapsed_s=4.0 + (s - 1) * 0.5) for s in range(2, 10)] == [None] * 8
-    line = _step(logger, 10, elapsed_s=8.5, data_wait_s=0.0045)  # 9 steps, 9000 tokens in 4.5 s -> 2000 tok/s
+    line = _step(
+        logger, 10, elapsed_s=8.5, data_wait_s=0.0045
+    )  # 9 steps, 9000 tokens in 4.5 s -> 2000 tok/s
     assert "tps 2,000  tflops 0.01  mfu 1.20%" in line  # 6e6 * 2000 = 1.2e10 of 1e12
     assert "data_wait 0.50ms" in line  # 4.5 ms over the window's 9 steps
     assert line.endswith("elapsed 0:00:09  eta 0:00:45")  # 0.5 s * 90 steps
@@ -105,8 +159,16 @@ def test_a_step_that_is_not_due_is_refused(tmp_path):
     _step(logger, 1, elapsed_s=1.0)
     assert not logger.due(2) and logger.due(10)
     with pytest.raises(ValueError, match="step 2 is not due"):
-        logger.log_step(2, loss=1.0, grad_norm=1.0, lr=1e-3, tokens_per_step=1, elapsed_s=2.0, memory_bytes=None,
-                        data_wait_s=0.0)
+        logger.log_step(
+            2,
+            loss=1.0,
+            grad_norm=1.0,
+            lr=1e-3,
+            tokens_per_step=1,
+            elapsed_s=2.0,
+            memory_bytes=None,
+            data_wait_s=0.0,
+        )
 
 
 def test_unknown_peak_prints_na(tmp_path):
@@ -124,14 +186,26 @@ def test_tensorboard_scalars_read_back(tmp_path):
     logger.log_text(["model qwen3 debug", "world size 2"])
     logger.close()
     acc = EventAccumulator(str(tmp_path / "tb")).Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [(1, 7.5), (2, 6.25), (3, 5.125)]
+    assert [(e.step, e.value) for e in acc.Scalars("loss/train")] == [
+        (1, 7.5),
+        (2, 6.25),
+        (3, 5.125),
+    ]
     assert [(e.step, e.value) for e in acc.Scalars("loss/validation")] == [(3, 5.5)]
     assert [e.value for e in acc.Scalars("tokens_seen")] == [2000, 4000, 6000]
     assert [e.value for e in acc.Scalars("memory_gib")] == [1.0, 1.0, 1.0]
     assert acc.Scalars("mfu")[1].value == pytest.approx(0.6)  # 1000 tok/s * 6e6 / 1e12, in percent
     assert set(acc.Tags()["scalars"]) == {
-        "loss/train", "loss/validation", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib", "data_wait_ms",
-        "tokens_seen"
+        "loss/train",
+        "loss/validation",
+        "grad_norm",
+        "lr",
+        "tps",
+        "tflops",
+        "mfu",
+        "memory_gib",
+        "data_wait_ms",
+        "tokens_seen",
     }
 
 
@@ -149,7 +223,6 @@ def test_run_folder_name_is_readable_and_unique(tmp_path):
     assert second.is_dir()
     # same second -> suffix "-2"; the clock ticked in between -> a later timestamp
     assert second.name == first.name + "-2" or second.name > first.name
-
 
 
 def test_scalars_and_lines_given_by_a_model_are_written_and_printed(tmp_path, capsys):
@@ -175,7 +248,9 @@ def test_eta_is_the_moving_average_of_the_last_steps_without_the_first_step_and_
             elapsed += 100.0
     assert lines[1].endswith("eta 0:49:30")  # only step 1 is known: 30 s * 99 steps
     assert lines[2].endswith("eta 0:01:38")  # step 1 left out: 1 s * 98
-    assert "tps 1,000 " in lines[21] and lines[21].endswith("eta 0:01:19")  # the pause is not a step: 1 s * 79
+    assert "tps 1,000 " in lines[21] and lines[21].endswith(
+        "eta 0:01:19"
+    )  # the pause is not a step: 1 s * 79
     assert lines[30].endswith("eta 0:02:20")  # steps 21-30: five of 1 s, five of 3 s -> 2 s * 70
     assert lines[40].endswith("eta 0:03:00")  # steps 31-40: 3 s * 60
 

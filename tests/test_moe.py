@@ -184,9 +184,13 @@ def test_tokens_per_expert_counts_each_assignment_once_even_with_checkpoint_reco
     x = torch.randn(3, 4, DIM, generator=torch.Generator().manual_seed(7), requires_grad=True)
     plain, ckpt = make_moe(coeff=0.1), make_moe(coeff=0.1)
     plain(x).sum().backward()
-    checkpoint(ckpt, x, use_reentrant=False, context_fn=checkpoint_contexts).sum().backward()  # the engine's AC
+    checkpoint(
+        ckpt, x, use_reentrant=False, context_fn=checkpoint_contexts
+    ).sum().backward()  # the engine's AC
 
-    expected = torch.bincount(plain.router(x.reshape(-1, DIM)).indices.flatten(), minlength=EXPERTS).float()
+    expected = torch.bincount(
+        plain.router(x.reshape(-1, DIM)).indices.flatten(), minlength=EXPERTS
+    ).float()
     assert expected.sum() == 12 * TOP_K
     assert torch.equal(plain.tokens_per_expert, expected)
     assert torch.equal(ckpt.tokens_per_expert, expected)
@@ -207,7 +211,9 @@ def test_collect_expert_load_returns_per_layer_counts_and_resets():
     loads = collect_expert_load(layers)
     assert list(loads) == ["0", "1"]
     assert loads["0"].sum() == 2 * 10 * TOP_K and loads["1"].sum() == 10 * TOP_K
-    expected0 = 2 * torch.bincount(layers["0"].router(x.reshape(-1, DIM)).indices.flatten(), minlength=EXPERTS)
+    expected0 = 2 * torch.bincount(
+        layers["0"].router(x.reshape(-1, DIM)).indices.flatten(), minlength=EXPERTS
+    )
     assert torch.equal(loads["0"], expected0.float())
     assert all(m.tokens_per_expert.sum() == 0 for m in layers.modules() if isinstance(m, MoE))
     assert collect_expert_load(torch.nn.Linear(2, 2)) == {}

@@ -13,14 +13,28 @@ from test_expert_bias import STEP, TINY, biases, build
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta
 from torchtitan_lite.models.common.moe import moe_layers
-from torchtitan_lite.models.common.moe_hooks import DEAD_EXPERT_STEPS, MoETrainingHooks, dead_expert_notes, expert_load_report
+from torchtitan_lite.models.common.moe_hooks import (
+    DEAD_EXPERT_STEPS,
+    MoETrainingHooks,
+    dead_expert_notes,
+    expert_load_report,
+)
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
 def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
-    logger = MetricsLogger(tmp_path, enable_tensorboard=True, tb_subfolder="tb", rank=0, log_freq=10,
-                           total_steps=100, world_size=2, num_flops_per_token=6e6, peak_flops=1e12)
+    logger = MetricsLogger(
+        tmp_path,
+        enable_tensorboard=True,
+        tb_subfolder="tb",
+        rank=0,
+        log_freq=10,
+        total_steps=100,
+        world_size=2,
+        num_flops_per_token=6e6,
+        peak_flops=1e12,
+    )
     report = expert_load_report(3, {"layers.1.moe": torch.tensor([6.0, 2.0, 0.0, 0.0])})
     logger.log_scalars(3, report.scalars)
     logger.log_line(report.summary)
@@ -36,25 +50,37 @@ def test_expert_load_is_relative_to_the_balanced_share(tmp_path, capsys):
 def test_hooks_scale_the_aux_loss_then_sum_the_step_and_move_the_biases():
     model = build()
     model.train()
-    hooks = MoETrainingHooks(model, SimpleNamespace(loss_group=None, loss_degree=2, pp=1), micro_batches=4)
+    hooks = MoETrainingHooks(
+        model, SimpleNamespace(loss_group=None, loss_degree=2, pp=1), micro_batches=4
+    )
     assert [m.aux_loss_scale for m in moe_layers(model).values()] == [1 / 8, 1 / 8]
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
     model(tokens).sum().backward()
     expected = {name: m.tokens_per_expert.clone() for name, m in moe_layers(model).items()}
     hooks.after_optimizer_step(1)
-    assert {k: v.tolist() for k, v in hooks.loads.items()} == {k: v.tolist() for k, v in expected.items()}
-    assert all(m.tokens_per_expert.sum() == 0 for m in moe_layers(model).values())  # reset for the next step
+    assert {k: v.tolist() for k, v in hooks.loads.items()} == {
+        k: v.tolist() for k, v in expected.items()
+    }
+    assert all(
+        m.tokens_per_expert.sum() == 0 for m in moe_layers(model).values()
+    )  # reset for the next step
     for name, bias in biases(model).items():
-        assert torch.equal(bias, expert_bias_delta(expected[name.removesuffix(".router.expert_bias")], STEP)), name
+        assert torch.equal(
+            bias, expert_bias_delta(expected[name.removesuffix(".router.expert_bias")], STEP)
+        ), name
     report = hooks.report(1)
-    assert set(report.scalars) == {f"moe/layers.{i}.moe/{k}_load" for i in (1, 2) for k in ("min", "max")}
+    assert set(report.scalars) == {
+        f"moe/layers.{i}.moe/{k}_load" for i in (1, 2) for k in ("min", "max")
+    }
     assert report.summary.startswith("step   1  expert load min/max  layers.1.moe ")
 
 
 def test_dense_families_have_the_no_op_hooks_and_moe_families_the_moe_hooks():
     for name in model_names():
         spec = get_model_spec(name)
-        hooks = spec.training_hooks(torch.nn.Linear(1, 1), SimpleNamespace(loss_group=None, loss_degree=1, pp=1), 1)
+        hooks = spec.training_hooks(
+            torch.nn.Linear(1, 1), SimpleNamespace(loss_group=None, loss_degree=1, pp=1), 1
+        )
         assert isinstance(hooks, MoETrainingHooks) == is_moe(name), name
         if not is_moe(name):
             assert type(hooks) is TrainingHooks
@@ -67,17 +93,26 @@ def test_an_expert_without_tokens_for_dead_expert_steps_is_named_once_with_its_l
     idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 4, 0])}
     assert dead_expert_notes(10, idle, named) == (
         f"warning: step  10  layers.1.moe: 2 of 4 experts (1, 2) received no tokens for {DEAD_EXPERT_STEPS} "
-        "steps; raise the load balancing (model.overrides.aux_loss_coeff)",)
+        "steps; raise the load balancing (model.overrides.aux_loss_coeff)",
+    )
     assert dead_expert_notes(11, idle, named) == ()  # named already
-    idle = {"layers.1.moe": torch.tensor([0, 0, DEAD_EXPERT_STEPS + 5, 0])}  # expert 1 got tokens again
+    idle = {
+        "layers.1.moe": torch.tensor([0, 0, DEAD_EXPERT_STEPS + 5, 0])
+    }  # expert 1 got tokens again
     assert dead_expert_notes(12, idle, named) == ()
-    idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 6, 0])}  # and lost them
-    assert dead_expert_notes(22, idle, named)[0].startswith("warning: step  22  layers.1.moe: 1 of 4 experts (1) ")
+    idle = {
+        "layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 6, 0])
+    }  # and lost them
+    assert dead_expert_notes(22, idle, named)[0].startswith(
+        "warning: step  22  layers.1.moe: 1 of 4 experts (1) "
+    )
 
 
 def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
     model = build()
-    hooks = MoETrainingHooks(model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1)
+    hooks = MoETrainingHooks(
+        model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1
+    )
     layers = moe_layers(model)
     n = next(iter(layers.values())).tokens_per_expert.numel()
     for step in range(1, DEAD_EXPERT_STEPS + 1):
@@ -87,9 +122,11 @@ def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
         notes = hooks.report(step).notes
         assert notes == () or step == DEAD_EXPERT_STEPS
     assert {k: v.tolist() for k, v in hooks.idle.items()} == {
-        name: [DEAD_EXPERT_STEPS if e % 2 == 0 else 0 for e in range(n)] for name in layers}
+        name: [DEAD_EXPERT_STEPS if e % 2 == 0 else 0 for e in range(n)] for name in layers
+    }
     evens = ", ".join(str(e) for e in range(0, n, 2))
     assert notes == tuple(
         f"warning: step {DEAD_EXPERT_STEPS:>3}  {name}: {len(range(0, n, 2))} of {n} experts ({evens}) received no "
         f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)"
-        for name in layers)
+        for name in layers
+    )

@@ -12,11 +12,21 @@ from dist_helpers import run_train
 
 pytestmark = pytest.mark.multiprocess
 
-COMMON = ["--job.config_file=train_configs/deepseek_v3_debug.toml", "--model.overrides.mtp_num_layers=1",
-          "--model.overrides.n_layers=2", "--training.seq_len=64", "--training.steps=3",
-          "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=1", "--validation.enable=false"]
-RUNS = {"1": (1, ["--training.deterministic=layout"]), "dp2": (2, ["--training.deterministic=layout"]),
-        "ep2": (2, ["--parallelism.expert_parallel_degree=2"])}
+COMMON = [
+    "--job.config_file=train_configs/deepseek_v3_debug.toml",
+    "--model.overrides.mtp_num_layers=1",
+    "--model.overrides.n_layers=2",
+    "--training.seq_len=64",
+    "--training.steps=3",
+    "--lr_scheduler.warmup_steps=1",
+    "--metrics.log_freq=1",
+    "--validation.enable=false",
+]
+RUNS = {
+    "1": (1, ["--training.deterministic=layout"]),
+    "dp2": (2, ["--training.deterministic=layout"]),
+    "ep2": (2, ["--parallelism.expert_parallel_degree=2"]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +59,9 @@ def test_the_init_fingerprint_equals_one_process(outputs, name):
 
 
 def test_two_processes_in_layout_mode_give_bitwise_the_losses_and_mtp_losses_of_one(outputs):
-    assert len(losses(outputs["1"])) == 3 and len(mtp_losses(outputs["1"])) == 1  # the last step's summary
+    assert (
+        len(losses(outputs["1"])) == 3 and len(mtp_losses(outputs["1"])) == 1
+    )  # the last step's summary
     assert losses(outputs["dp2"]) == losses(outputs["1"])
     assert mtp_losses(outputs["dp2"]) == mtp_losses(outputs["1"])
 

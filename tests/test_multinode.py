@@ -26,16 +26,33 @@ import pytest
 import torch
 from ckpt_helpers import text_file
 from dist_helpers import REPO, launcher_copy
-from fault_helpers import (CONSTANT_LR, FAST, HANG_S, Run, alive, descendants, last_line, run,
-                           shard_digests, worker_pid)
+from fault_helpers import (
+    CONSTANT_LR,
+    FAST,
+    HANG_S,
+    Run,
+    alive,
+    descendants,
+    last_line,
+    run,
+    shard_digests,
+    worker_pid,
+)
 from layout_helpers import assert_equal_curves, final_state
 
 pytestmark = pytest.mark.multiprocess
 
 STEPS = 6
-RUN = [*FAST, *CONSTANT_LR, "--training.local_batch_size=1", "--training.global_batch_size=4",
-       f"--training.steps={STEPS}", "--checkpoint.interval=2", "--metrics.enable_tensorboard=true",
-       "--training.compute_dtype=float32"]
+RUN = [
+    *FAST,
+    *CONSTANT_LR,
+    "--training.local_batch_size=1",
+    "--training.global_batch_size=4",
+    f"--training.steps={STEPS}",
+    "--checkpoint.interval=2",
+    "--metrics.enable_tensorboard=true",
+    "--training.compute_dtype=float32",
+]
 """Four micro-batches of one window per step (one per rank on 4 ranks, two on 2), the loss curve in TensorBoard."""
 LAYOUT = ["--training.deterministic=layout"]
 
@@ -47,8 +64,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def nodes(args: list[str], *, nproc: int = 2, nnodes: int = 2, how: str = "master", node1: list[str] = (),
-          cwd1: Path = REPO) -> list[Run]:
+def nodes(
+    args: list[str],
+    *,
+    nproc: int = 2,
+    nnodes: int = 2,
+    how: str = "master",
+    node1: list[str] = (),
+    cwd1: Path = REPO,
+) -> list[Run]:
     """``nnodes`` launchers of ``./run_train.sh args`` with ``nproc`` workers each, on one rendezvous on 127.0.0.1
     given as ``how``: ``master`` (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT), ``slurm`` (srun's SLURM_STEP_*
     and SLURM_NODEID, MASTER_ADDR) or ``c10d`` (NNODES, RDZV_ENDPOINT); node 1 gets ``node1`` appended and runs in
@@ -56,13 +80,30 @@ def nodes(args: list[str], *, nproc: int = 2, nnodes: int = 2, how: str = "maste
     port = str(free_port())
     launched = []
     for node in range(nnodes):
-        extra = {"master": {"NNODES": str(nnodes), "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
-                            "MASTER_PORT": port},
-                 "slurm": {"SLURM_STEP_NUM_NODES": str(nnodes), "SLURM_STEP_NUM_TASKS": str(nnodes),
-                           "SLURM_NODEID": str(node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
-                 "c10d": {"NNODES": str(nnodes), "RDZV_ENDPOINT": f"127.0.0.1:{port}"}}[how]
-        launched.append(Run([*args, *(node1 if node == 1 else [])], nproc=nproc, extra_env=extra,
-                            cwd=cwd1 if node == 1 else REPO))
+        extra = {
+            "master": {
+                "NNODES": str(nnodes),
+                "NODE_RANK": str(node),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+            "slurm": {
+                "SLURM_STEP_NUM_NODES": str(nnodes),
+                "SLURM_STEP_NUM_TASKS": str(nnodes),
+                "SLURM_NODEID": str(node),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+            "c10d": {"NNODES": str(nnodes), "RDZV_ENDPOINT": f"127.0.0.1:{port}"},
+        }[how]
+        launched.append(
+            Run(
+                [*args, *(node1 if node == 1 else [])],
+                nproc=nproc,
+                extra_env=extra,
+                cwd=cwd1 if node == 1 else REPO,
+            )
+        )
     return launched
 
 
@@ -77,11 +118,20 @@ def assert_ok(results: list[tuple[int, list[str]]]) -> None:
 
 
 def fingerprint(lines: list[str]) -> str:
-    return next(m.group(1) for line in lines if (m := re.search(r"^\[rank0\]:init .*fingerprint (\w+)$", line)))
+    return next(
+        m.group(1)
+        for line in lines
+        if (m := re.search(r"^\[rank0\]:init .*fingerprint (\w+)$", line))
+    )
 
 
 def args(data: Path, dump: Path, *extra: str) -> list[str]:
-    return [*RUN, f"--training.dataset_path={data / 'data.txt'}", f"--job.dump_folder={dump}", *extra]
+    return [
+        *RUN,
+        f"--training.dataset_path={data / 'data.txt'}",
+        f"--job.dump_folder={dump}",
+        *extra,
+    ]
 
 
 def copy_step(source: Path, dump: Path, step: int) -> None:
@@ -92,7 +142,9 @@ def copy_step(source: Path, dump: Path, step: int) -> None:
 
 def assert_equal_states(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
-    assert all(torch.equal(a[key], b[key]) for key in a), [key for key in a if not torch.equal(a[key], b[key])]
+    assert all(torch.equal(a[key], b[key]) for key in a), [
+        key for key in a if not torch.equal(a[key], b[key])
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +179,9 @@ def test_hsdp_over_2_slurm_nodes_trains_bitwise_as_hsdp_on_1x4(data, two_by_two)
     code, single = run(args(data, data / "hsdp1x4", *hsdp), nproc=4)
     assert code == 0, "\n".join(single[-30:])
     assert fingerprint(results[0][1]) == fingerprint(single) == fingerprint(two_by_two[1])
-    assert any("layout dp_replicate 2 x dp_shard 2" in line for line in results[0][1]), results[0][1][:5]
+    assert any("layout dp_replicate 2 x dp_shard 2" in line for line in results[0][1]), results[0][
+        1
+    ][:5]
     assert_equal_curves(data / "hsdp1x4", data / "hsdp2x2", STEPS)
 
 
@@ -137,12 +191,16 @@ def test_the_2x2_checkpoint_is_committed_once_and_resumes_bitwise_on_1x4_and_2x1
     assert sorted(path.name for path in folder.iterdir()) == [".lock", "step-2", "step-4", "step-6"]
     meta = json.loads((folder / "step-2" / "meta.json").read_text())
     assert meta["world_size"] == 4
-    assert sorted(name for name in meta["files"] if name.endswith(".distcp")) == [f"__{r}_0.distcp" for r in range(4)]
+    assert sorted(name for name in meta["files"] if name.endswith(".distcp")) == [
+        f"__{r}_0.distcp" for r in range(4)
+    ]
     copy_step(dump, data / "1x4", 2)
     code, lines = run(args(data, data / "1x4", *LAYOUT), nproc=4)
     assert code == 0, "\n".join(lines[-30:])
     assert any("resumed at step 2 from " in line for line in lines), "\n".join(lines)
-    assert shard_digests(data / "1x4" / "checkpoint" / f"step-{STEPS}") == shard_digests(folder / f"step-{STEPS}")
+    assert shard_digests(data / "1x4" / "checkpoint" / f"step-{STEPS}") == shard_digests(
+        folder / f"step-{STEPS}"
+    )
     assert_equal_curves(dump, data / "1x4", STEPS, first=3)
     copy_step(dump, data / "2x1", 2)
     assert_ok(finished(nodes(args(data, data / "2x1", *LAYOUT), nproc=1)))
@@ -150,19 +208,34 @@ def test_the_2x2_checkpoint_is_committed_once_and_resumes_bitwise_on_1x4_and_2x1
     assert_equal_states(final_state(dump, STEPS), final_state(data / "2x1", STEPS))
 
 
-def test_sigterm_to_node_1_saves_on_both_nodes_both_exit_0_and_1x2_resumes_to_the_uninterrupted_run(data, two_by_two):
+def test_sigterm_to_node_1_saves_on_both_nodes_both_exit_0_and_1x2_resumes_to_the_uninterrupted_run(
+    data, two_by_two
+):
     dump = data / "stopped"
     launched = nodes(args(data, dump, *LAYOUT, "--training.steps=100000"))
     launched[0].wait_for(r"^\[rank0\]:step +1 ")
     launched[1].signal(signal.SIGTERM)
     results = finished(launched)
-    saved = [re.fullmatch(rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
-                          rf"{dump / 'checkpoint'}/step-(\d+)", last_line(lines)) for _, lines in results]
-    assert [code for code, _ in results] == [0, 0] and all(saved), [lines[-5:] for _, lines in results]
+    saved = [
+        re.fullmatch(
+            rf"\[rank0\]:stopped by a signal after step (\d+); checkpoint saved: "
+            rf"{dump / 'checkpoint'}/step-(\d+)",
+            last_line(lines),
+        )
+        for _, lines in results
+    ]
+    assert [code for code, _ in results] == [0, 0] and all(saved), [
+        lines[-5:] for _, lines in results
+    ]
     step = int(saved[0].group(1))
     assert saved[1].group(1) == saved[0].group(2) == saved[1].group(2) == str(step)
-    assert step < STEPS, f"the stop came after step {step}: a slower run is needed to resume before step {STEPS}"
-    assert json.loads((dump / "checkpoint" / f"step-{step}" / "meta.json").read_text())["world_size"] == 4
+    assert step < STEPS, (
+        f"the stop came after step {step}: a slower run is needed to resume before step {STEPS}"
+    )
+    assert (
+        json.loads((dump / "checkpoint" / f"step-{step}" / "meta.json").read_text())["world_size"]
+        == 4
+    )
     copy_step(dump, data / "1x2", step)
     code, lines = run(args(data, data / "1x2", *LAYOUT), nproc=2)
     assert code == 0, "\n".join(lines[-30:])
@@ -179,14 +252,22 @@ def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_leavin
     os.kill(worker_pid(launched[1].proc.pid, 1), signal.SIGKILL)
     results = finished(launched)
     took = time.monotonic() - begin
-    print(f"both nodes ended {took:.1f} s after the SIGKILL: {[(code, lines[-1]) for code, lines in results]}")
+    print(
+        f"both nodes ended {took:.1f} s after the SIGKILL: {[(code, lines[-1]) for code, lines in results]}"
+    )
     assert took < HANG_S  # the kill stopped the other node, not the collective's timeout
     assert all(code == 1 for code, _ in results), [lines[-5:] for _, lines in results]
-    assert re.fullmatch(r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the last "
-                        r"complete checkpoint is kept", results[1][1][-1]), results[1][1][-5:]
-    assert re.fullmatch(r"error: training failed \(torchrun exit status 1\): a worker on another node failed or was "
-                        r"killed \(rank \d here lost its connection to it; that node's last line names it\); the last "
-                        r"complete checkpoint is kept", results[0][1][-1]), results[0][1][-5:]
+    assert re.fullmatch(
+        r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the last "
+        r"complete checkpoint is kept",
+        results[1][1][-1],
+    ), results[1][1][-5:]
+    assert re.fullmatch(
+        r"error: training failed \(torchrun exit status 1\): a worker on another node failed or was "
+        r"killed \(rank \d here lost its connection to it; that node's last line names it\); the last "
+        r"complete checkpoint is kept",
+        results[0][1][-1],
+    ), results[0][1][-5:]
     assert not alive(tree)
 
 
@@ -195,26 +276,44 @@ def test_a_node_with_another_config_and_code_is_refused_before_training_naming_b
     changed = work / "torchtitan_lite" / "components" / "loss.py"
     changed.write_text(changed.read_text() + "\n# another version\n")
     results = finished(nodes(args(data, tmp_path / "out"), node1=["--training.seed=7"], cwd1=work))
-    expected = ("config error: the nodes do not run the same config and code: ranks 2-3 (host "
-                f"{socket.gethostname()}) differ from rank 0 (host {socket.gethostname()}) in training.seed 7 "
-                "(rank 0: 42); code files torchtitan_lite/components/loss.py; start every node with the same "
-                "CONFIG_FILE, overrides and code version")
+    expected = (
+        "config error: the nodes do not run the same config and code: ranks 2-3 (host "
+        f"{socket.gethostname()}) differ from rank 0 (host {socket.gethostname()}) in training.seed 7 "
+        "(rank 0: 42); code files torchtitan_lite/components/loss.py; start every node with the same "
+        "CONFIG_FILE, overrides and code version"
+    )
     assert [(code, last_line(lines)) for code, lines in results] == [(2, expected), (2, expected)]
     assert not (tmp_path / "out" / "checkpoint").exists()
 
 
 def test_a_node_alone_ends_after_rdzv_timeout_with_one_line_and_bad_node_variables_before_anything():
     begin = time.monotonic()
-    launched = Run(["--training.steps=1"], nproc=1, extra_env={"NNODES": "2", "NODE_RANK": "0",
-                                                               "MASTER_PORT": str(free_port()), "RDZV_TIMEOUT": "3"})
+    launched = Run(
+        ["--training.steps=1"],
+        nproc=1,
+        extra_env={
+            "NNODES": "2",
+            "NODE_RANK": "0",
+            "MASTER_PORT": str(free_port()),
+            "RDZV_TIMEOUT": "3",
+        },
+    )
     code, lines = launched.finish()
     took = time.monotonic() - begin
     assert 3 <= took < 240  # waited RDZV_TIMEOUT=3 s, not torchrun's own 600 s
     assert code == 2 and len(lines) == 1, lines
-    assert re.fullmatch(r"input error: not all 2 nodes joined the rendezvous at 127\.0\.0\.1:\d+ within "
-                        r"RDZV_TIMEOUT=3 s \(1/2 nodes joined\): start \./run_train\.sh on every node with the same "
-                        r"NNODES and MASTER_ADDR/MASTER_PORT \(or RDZV_ENDPOINT\) and a NODE_RANK each, or raise "
-                        r"RDZV_TIMEOUT", lines[0])
+    assert re.fullmatch(
+        r"input error: not all 2 nodes joined the rendezvous at 127\.0\.0\.1:\d+ within "
+        r"RDZV_TIMEOUT=3 s \(1/2 nodes joined\): start \./run_train\.sh on every node with the same "
+        r"NNODES and MASTER_ADDR/MASTER_PORT \(or RDZV_ENDPOINT\) and a NODE_RANK each, or raise "
+        r"RDZV_TIMEOUT",
+        lines[0],
+    )
     code, lines = run([], extra_env={"NNODES": "2", "NODE_RANK": "2"})
-    assert (code, lines) == (2, ["config error: NODE_RANK=2 with NNODES=2: give each of the NNODES nodes (NNODES >= "
-                                 "1) its own NODE_RANK, 0..1"])
+    assert (code, lines) == (
+        2,
+        [
+            "config error: NODE_RANK=2 with NNODES=2: give each of the NNODES nodes (NNODES >= "
+            "1) its own NODE_RANK, 0..1"
+        ],
+    )

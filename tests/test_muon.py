@@ -16,10 +16,23 @@ from torchtitan_lite.components.muon import MuonWithAdamW, newton_schulz
 from torchtitan_lite.components.optimizer import build_optimizer
 from torchtitan_lite.preflight.checks import parse_args
 
-MUON = {"momentum": 0.95, "nesterov": True, "ns_coefficients": [3.4445, -4.7750, 2.0315], "ns_steps": 5,
-        "muon_eps": 1e-7, "adjust_lr_fn": "match_rms_adamw"}
-HYPER = {"lr": 2e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "decay_embeddings": False,
-         "decay_norms_and_biases": False, "implementation": "foreach"}
+MUON = {
+    "momentum": 0.95,
+    "nesterov": True,
+    "ns_coefficients": [3.4445, -4.7750, 2.0315],
+    "ns_steps": 5,
+    "muon_eps": 1e-7,
+    "adjust_lr_fn": "match_rms_adamw",
+}
+HYPER = {
+    "lr": 2e-3,
+    "betas": (0.9, 0.95),
+    "eps": 1e-8,
+    "weight_decay": 0.1,
+    "decay_embeddings": False,
+    "decay_norms_and_biases": False,
+    "implementation": "foreach",
+}
 
 
 def _deepseek() -> nn.Module:
@@ -38,12 +51,24 @@ def test_split_puts_matrices_and_expert_stacks_on_muon_and_embedding_head_norms_
     opt = build_optimizer(model, **HYPER, muon=MUON)
     names = {id(p): n for n, p in model.named_parameters()}
     muon = [names[id(p)] for g in opt.param_groups if g["use_muon"] for p in g["params"]]
-    adamw = {names[id(p)]: g["weight_decay"] for g in opt.param_groups if not g["use_muon"] for p in g["params"]}
+    adamw = {
+        names[id(p)]: g["weight_decay"]
+        for g in opt.param_groups
+        if not g["use_muon"]
+        for p in g["params"]
+    }
     assert "layers.1.moe.experts.w1" in muon and "layers.1.moe.router.gate.weight" in muon
     assert "layers.0.attention.wq.weight" in muon
-    assert adamw["output.weight"] == 0.1 and adamw["tok_embeddings.weight"] == 0.0 and adamw["norm.weight"] == 0.0
-    assert all(p.ndim == 1 for n, p in model.named_parameters() if n in adamw and "output" not in n
-               and "tok_embeddings" not in n)
+    assert (
+        adamw["output.weight"] == 0.1
+        and adamw["tok_embeddings.weight"] == 0.0
+        and adamw["norm.weight"] == 0.0
+    )
+    assert all(
+        p.ndim == 1
+        for n, p in model.named_parameters()
+        if n in adamw and "output" not in n and "tok_embeddings" not in n
+    )
     assert len(muon) + len(adamw) == len(list(model.parameters()))
 
 
@@ -57,14 +82,37 @@ def test_muon_step_equals_torch_muon_plus_adamw_bitwise_per_expert_matrix():
     ids = {id(p): n for n, p in model.named_parameters()}
     ref_params = dict(ref.named_parameters())
     muon_names = [ids[id(p)] for g in opt.param_groups if g["use_muon"] for p in g["params"]]
-    slices = {n: [nn.Parameter(m.detach().clone()) for m in ref_params[n].unbind(0)] if ref_params[n].ndim == 3
-              else [ref_params[n]] for n in muon_names}
-    ref_muon = torch.optim.Muon([p for ps in slices.values() for p in ps], lr=HYPER["lr"], weight_decay=0.1,
-                                momentum=0.95, nesterov=True, ns_coefficients=(3.4445, -4.7750, 2.0315), eps=1e-7,
-                                ns_steps=5, adjust_lr_fn="match_rms_adamw")
+    slices = {
+        n: [nn.Parameter(m.detach().clone()) for m in ref_params[n].unbind(0)]
+        if ref_params[n].ndim == 3
+        else [ref_params[n]]
+        for n in muon_names
+    }
+    ref_muon = torch.optim.Muon(
+        [p for ps in slices.values() for p in ps],
+        lr=HYPER["lr"],
+        weight_decay=0.1,
+        momentum=0.95,
+        nesterov=True,
+        ns_coefficients=(3.4445, -4.7750, 2.0315),
+        eps=1e-7,
+        ns_steps=5,
+        adjust_lr_fn="match_rms_adamw",
+    )
     ref_adamw = torch.optim.AdamW(
-        [{"params": [ref_params[ids[id(p)]] for p in g["params"]], "weight_decay": g["weight_decay"]}
-         for g in opt.param_groups if not g["use_muon"]], lr=HYPER["lr"], betas=(0.9, 0.95), eps=1e-8, foreach=True)
+        [
+            {
+                "params": [ref_params[ids[id(p)]] for p in g["params"]],
+                "weight_decay": g["weight_decay"],
+            }
+            for g in opt.param_groups
+            if not g["use_muon"]
+        ],
+        lr=HYPER["lr"],
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        foreach=True,
+    )
     for step, lr in enumerate((2e-3, 1e-3, 5e-4)):
         for o in (opt, ref_muon, ref_adamw):
             for g in o.param_groups:
@@ -79,7 +127,11 @@ def test_muon_step_equals_torch_muon_plus_adamw_bitwise_per_expert_matrix():
         ref_muon.step()
         ref_adamw.step()
     for name, p in model.named_parameters():
-        expected = torch.stack(slices[name]) if name in slices and len(slices[name]) > 1 else ref_params[name]
+        expected = (
+            torch.stack(slices[name])
+            if name in slices and len(slices[name]) > 1
+            else ref_params[name]
+        )
         assert torch.equal(p, expected.detach()), name
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), _deepseek().parameters()))
 
@@ -120,15 +172,30 @@ def test_bad_muon_setting_is_refused():
 
 
 def test_moonlight_config_is_the_16b_job_with_moonlight_optimizer_settings():
-    muon, adamw = (parse_args(["--job.config_file", f"train_configs/{name}.toml"])
-                   for name in ("deepseek_v3_16b_muon", "deepseek_v3_16b"))
+    muon, adamw = (
+        parse_args(["--job.config_file", f"train_configs/{name}.toml"])
+        for name in ("deepseek_v3_16b_muon", "deepseek_v3_16b")
+    )
     opt = muon.optimizer
     assert (opt.name, opt.momentum, opt.nesterov, opt.ns_steps, opt.adjust_lr_fn) == (
-        "Muon", 0.95, True, 5, "match_rms_adamw")
+        "Muon",
+        0.95,
+        True,
+        5,
+        "match_rms_adamw",
+    )
     assert opt.ns_coefficients == [3.4445, -4.7750, 2.0315] and opt.weight_decay == 0.1
     assert (opt.beta1, opt.beta2, opt.eps, opt.decay_embeddings, opt.decay_norms_and_biases) == (
-        0.9, 0.95, 1e-8, True, True)
-    differ = {f.name for f in dataclasses.fields(muon) if getattr(muon, f.name) != getattr(adamw, f.name)}
+        0.9,
+        0.95,
+        1e-8,
+        True,
+        True,
+    )
+    differ = {
+        f.name for f in dataclasses.fields(muon) if getattr(muon, f.name) != getattr(adamw, f.name)
+    }
     assert differ == {"job", "optimizer"}
     assert dataclasses.replace(muon.job, description="", config_file=None) == dataclasses.replace(
-        adamw.job, description="", config_file=None)
+        adamw.job, description="", config_file=None
+    )

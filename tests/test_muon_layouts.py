@@ -23,10 +23,20 @@ from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.tools.compare_runs import load_scalars
 
 STEPS = 6
-RUN = ["--optimizer.name=Muon", "--training.seq_len=32", "--training.local_batch_size=1",
-       "--training.global_batch_size=4", f"--training.steps={STEPS}", "--lr_scheduler.warmup_steps=2",
-       "--validation.enable=false", "--training.num_threads=1", "--metrics.log_freq=1",
-       "--training.compute_dtype=float32", "--checkpoint.enable=true", "--checkpoint.interval=3"]
+RUN = [
+    "--optimizer.name=Muon",
+    "--training.seq_len=32",
+    "--training.local_batch_size=1",
+    "--training.global_batch_size=4",
+    f"--training.steps={STEPS}",
+    "--lr_scheduler.warmup_steps=2",
+    "--validation.enable=false",
+    "--training.num_threads=1",
+    "--metrics.log_freq=1",
+    "--training.compute_dtype=float32",
+    "--checkpoint.enable=true",
+    "--checkpoint.interval=3",
+]
 BLOCKS = {"qwen3": 1, "deepseek_v3": 2}
 OFF_STEPS = 2
 """``off`` mode's losses are compared over the first steps only: after that, Newton-Schulz amplifies
@@ -42,17 +52,26 @@ step-2 loss by 9.4e-4."""
 
 
 def _train(tmp_path, name, family, nproc, options):
-    return train(tmp_path, name, f"train_configs/{family}_debug.toml", nproc,
-                 [*RUN, f"--model.overrides.n_layers={BLOCKS[family]}", *options])
+    return train(
+        tmp_path,
+        name,
+        f"train_configs/{family}_debug.toml",
+        nproc,
+        [*RUN, f"--model.overrides.n_layers={BLOCKS[family]}", *options],
+    )
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("family", list(BLOCKS))
-def test_muon_trains_bitwise_the_same_on_every_data_parallel_layout_and_resumes_exactly(tmp_path, family):
+def test_muon_trains_bitwise_the_same_on_every_data_parallel_layout_and_resumes_exactly(
+    tmp_path, family
+):
     text_file(tmp_path)
     layout = ["--training.deterministic=layout"]
-    dumps = {name: _train(tmp_path, name, family, nproc, [*options, *layout])
-             for name, (nproc, options) in LAYOUTS.items()}
+    dumps = {
+        name: _train(tmp_path, name, family, nproc, [*options, *layout])
+        for name, (nproc, options) in LAYOUTS.items()
+    }
     reference = final_state(dumps["1"], STEPS)
     buffers = [key for key in reference if key.endswith(".momentum_buffer")]
     assert any(".moe.experts." in key for key in buffers) == (family == "deepseek_v3")
@@ -82,8 +101,10 @@ def test_muon_trains_bitwise_the_same_on_every_data_parallel_layout_and_resumes_
 
 
 def test_muon_refuses_tensor_and_expert_parallelism_before_launch():
-    for option, key in (("--parallelism.tensor_parallel_degree=2", "tensor_parallel_degree"),
-                        ("--parallelism.expert_parallel_degree=2", "expert_parallel_degree")):
+    for option, key in (
+        ("--parallelism.tensor_parallel_degree=2", "tensor_parallel_degree"),
+        ("--parallelism.expert_parallel_degree=2", "expert_parallel_degree"),
+    ):
         with pytest.raises(ConfigError, match=re.escape(f"parallelism.{key} = 2; set it to 1")):
             parse_args(["--job.config_file=train_configs/deepseek_v3_debug.toml", *RUN, option])
 

@@ -36,7 +36,12 @@ LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "dp2_tp2": (4, ["--parallelism.tensor_parallel_degree=2"], MODELS),
     "hsdp": (4, ["--parallelism.data_parallel_replicate_degree=2"], MODELS),
 }
-CASES = [(layout, model) for layout, (_, _, models) in LAYOUTS.items() if layout != "1" for model in models]
+CASES = [
+    (layout, model)
+    for layout, (_, _, models) in LAYOUTS.items()
+    if layout != "1"
+    for model in models
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +60,18 @@ def test_every_family_runs_under_tensor_parallelism_here_or_with_expert_parallel
 def test_every_parameter_and_the_fingerprint_equal_the_single_process_init(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert other["init"].keys() == one["init"].keys()
-    unequal = [name for name in one["init"] if not torch.equal(other["init"][name], one["init"][name])]
+    unequal = [
+        name for name in one["init"] if not torch.equal(other["init"][name], one["init"][name])
+    ]
     assert unequal == []
     assert other["fingerprint"] == one["fingerprint"]
 
 
 def test_a_tied_model_keeps_one_tensor_under_every_layout(runs):
     for layout in LAYOUTS:
-        assert "output.weight" not in runs[layout]["qwen3"]["init"]  # one tensor, listed under its first name
+        assert (
+            "output.weight" not in runs[layout]["qwen3"]["init"]
+        )  # one tensor, listed under its first name
         assert "output.weight" in runs[layout]["qwen3_untied"]["init"]
 
 
@@ -105,13 +114,19 @@ def test_gradients_under_tp_live_on_several_meshes_that_clipping_combines(runs):
     """The MoE layers and replicated norms are FSDP DTensors on the dp mesh, the rest on dp x tp: the global norm
     above (equal to one process) was combined over both meshes."""
     assert {layout: runs[layout]["gpt_oss"]["grad_meshes"] for layout in LAYOUTS} == {
-        "1": 1, "tp2": 2, "dp2_tp2": 2, "hsdp": 1}
+        "1": 1,
+        "tp2": 2,
+        "dp2_tp2": 2,
+        "hsdp": 1,
+    }
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_steps_between_log_steps_read_nothing_from_the_device_on_every_layout(runs, layout):
     models = LAYOUTS[layout][2]
-    assert {model: runs[layout][model]["host_reads"] for model in models} == dict.fromkeys(models, 0)
+    assert {model: runs[layout][model]["host_reads"] for model in models} == dict.fromkeys(
+        models, 0
+    )
 
 
 def tp2_run(tmp_path, model: str, options: list[str]) -> dict:
@@ -122,25 +137,39 @@ def tp2_run(tmp_path, model: str, options: list[str]) -> dict:
 def test_activation_checkpointing_under_tp_gives_the_same_gradients_bitwise(runs, tmp_path):
     """Full AC recomputes each block (TP hooks and MLA's DTensor region included) in backward: losses and
     gradients bitwise those of none."""
-    checkpointed, plain = tp2_run(tmp_path, "deepseek_v3", ["--activation_checkpoint.mode=full"]), runs["tp2"]["deepseek_v3"]
+    checkpointed, plain = (
+        tp2_run(tmp_path, "deepseek_v3", ["--activation_checkpoint.mode=full"]),
+        runs["tp2"]["deepseek_v3"],
+    )
     assert checkpointed["losses"] == plain["losses"]
-    assert all(torch.equal(checkpointed["grads"][name], plain["grads"][name]) for name in plain["grads"])
+    assert all(
+        torch.equal(checkpointed["grads"][name], plain["grads"][name]) for name in plain["grads"]
+    )
 
 
 def test_compiled_blocks_under_tp_give_the_gradients_of_eager(runs, tmp_path):
     """torch.compile (AOTAutograd) of each block under TP: the tied embedding's gradient too (see the note on the
     embedding's output under compile in tensor_parallel.py)."""
-    compiled = tp2_run(tmp_path, "qwen3", ["--compile.enable", "--compile.backend=aot_eager",
-                                           "--compile.components=model"])
+    compiled = tp2_run(
+        tmp_path,
+        "qwen3",
+        ["--compile.enable", "--compile.backend=aot_eager", "--compile.components=model"],
+    )
     eager = runs["tp2"]["qwen3"]
-    worst = max((compiled["grads"][name] - eager["grads"][name]).abs().max().item() for name in eager["grads"])
+    worst = max(
+        (compiled["grads"][name] - eager["grads"][name]).abs().max().item()
+        for name in eager["grads"]
+    )
     assert worst < 1e-6
     assert all(abs(a / b - 1) < 1e-5 for a, b in zip(compiled["losses"], eager["losses"]))
 
 
 def test_bf16_mixed_precision_under_fsdp_x_tp_trains_near_fp32(runs, tmp_path):
     options = [*LAYOUTS["dp2_tp2"][1], "--training.compute_dtype=bfloat16"]
-    bf16, fp32 = run_worker(tmp_path, 4, ("qwen3",), options)["qwen3"]["losses"], runs["1"]["qwen3"]["losses"]
+    bf16, fp32 = (
+        run_worker(tmp_path, 4, ("qwen3",), options)["qwen3"]["losses"],
+        runs["1"]["qwen3"]["losses"],
+    )
     assert all(abs(a / b - 1) < 1e-2 for a, b in zip(bf16, fp32)), (bf16, fp32)
     assert bf16 != fp32  # bf16 matmuls did run
 
@@ -149,11 +178,20 @@ def test_run_train_sh_prints_the_layout_and_the_single_process_fingerprint(runs,
     data = text_file(tmp_path, n_plays=1)
     from dist_layout_worker import CASES, RUN
 
-    args = [*CASES["qwen3"][2:], *RUN, "--training.steps=1", "--lr_scheduler.warmup_steps=0",
-            f"--training.dataset_path={data}", f"--job.dump_folder={tmp_path / 'out'}",
-            "--parallelism.tensor_parallel_degree=2"]
+    args = [
+        *CASES["qwen3"][2:],
+        *RUN,
+        "--training.steps=1",
+        "--lr_scheduler.warmup_steps=0",
+        f"--training.dataset_path={data}",
+        f"--job.dump_folder={tmp_path / 'out'}",
+        "--parallelism.tensor_parallel_degree=2",
+    ]
     proc = run_train(args, nproc=4, timeout=600, CONFIG_FILE=CASES["qwen3"][1])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "world size 4, layout dp_shard 2 x tp 2 (sequence parallel, loss parallel); device" in proc.stdout
+    assert (
+        "world size 4, layout dp_shard 2 x tp 2 (sequence parallel, loss parallel); device"
+        in proc.stdout
+    )
     (fingerprint,) = re.findall(r"fingerprint ([0-9a-f]{16})", proc.stdout)
     assert fingerprint == runs["1"]["qwen3"]["fingerprint"]

@@ -24,12 +24,16 @@ def _seeded_toy() -> ToyLM:
 
 @pytest.mark.multiprocess
 def test_fsdp_two_ranks_gloo_matches_single_process_gradients_and_adamw_steps():
-    results = launch(REPO / "tests" / "dist_fsdp_worker.py", nproc=2, timeout=120).result()  # one entry per mode
+    results = launch(
+        REPO / "tests" / "dist_fsdp_worker.py", nproc=2, timeout=120
+    ).result()  # one entry per mode
     assert [r["ac_mode"] for r in results] == ["none", "full"]
     for r in results:
         assert r["params_are_dtensor"]
         assert r["tied_group_is_one"]
-        assert r["grad_diff"] < 1e-6  # sum over ranks of (local sum / global count) == single process
+        assert (
+            r["grad_diff"] < 1e-6
+        )  # sum over ranks of (local sum / global count) == single process
         assert r["grad_norms"][0] > 0.5  # clipping at 0.5 was active in both steps
         assert r["norm_diff"] < 1e-6 * r["grad_norms"][0]
         assert r["weight_diff"] < 1e-6  # after two clipped AdamW steps

@@ -25,8 +25,15 @@ from torchtitan_lite.models.qwen3.flops import num_flops_per_token, qwen3_num_pa
 from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = Qwen3ModelArgs(
-    dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, hidden_dim=48, vocab_size=64,
-    rope_theta=1e4, max_seq_len=16,
+    dim=32,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=16,
+    hidden_dim=48,
+    vocab_size=64,
+    rope_theta=1e4,
+    max_seq_len=16,
 )
 
 # Totals of the released checkpoints (keras-hub qwen3_presets.py "params"; Qwen3-0.6B also on its model card).
@@ -40,10 +47,14 @@ PUBLISHED_PARAMS = {
 }
 
 
-build = functools.partial(build_random, Qwen3Model, std=0.1)  # (args, seed=0): N(0, 0.1) weights, fp32 CPU
+build = functools.partial(
+    build_random, Qwen3Model, std=0.1
+)  # (args, seed=0): N(0, 0.1) weights, fp32 CPU
 
 
-def reference_forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, args: Qwen3ModelArgs) -> torch.Tensor:
+def reference_forward(
+    params: dict[str, torch.Tensor], tokens: torch.Tensor, args: Qwen3ModelArgs
+) -> torch.Tensor:
     """Qwen3 written out: explicit masked softmax attention, RoPE as complex rotation of (i, i + d/2)."""
     bs, T = tokens.shape
     half = args.head_dim // 2
@@ -54,16 +65,24 @@ def reference_forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, arg
     h = params["tok_embeddings.weight"][tokens]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(args.n_layers):
-        p = {k.removeprefix(f"layers.{i}."): v for k, v in params.items() if k.startswith(f"layers.{i}.")}
+        p = {
+            k.removeprefix(f"layers.{i}."): v
+            for k, v in params.items()
+            if k.startswith(f"layers.{i}.")
+        }
         x = rms_norm(h, p["attention_norm.weight"], eps)
         q = (x @ p["attention.wq.weight"].T).view(bs, T, args.n_heads, args.head_dim)
         k = (x @ p["attention.wk.weight"].T).view(bs, T, args.n_kv_heads, args.head_dim)
         v = (x @ p["attention.wv.weight"].T).view(bs, T, args.n_kv_heads, args.head_dim)
         q = rotate_half(rms_norm(q, p["attention.q_norm.weight"], eps), c, s)
         k = rotate_half(rms_norm(k, p["attention.k_norm.weight"], eps), c, s)
-        h = h + softmax_attention(q, k, v, mask) @ p["attention.wo.weight"].T  # GQA: repeated kv heads
+        h = (
+            h + softmax_attention(q, k, v, mask) @ p["attention.wo.weight"].T
+        )  # GQA: repeated kv heads
         x = rms_norm(h, p["ffn_norm.weight"], eps)
-        h = h + swiglu(x, p["feed_forward.w1.weight"], p["feed_forward.w2.weight"], p["feed_forward.w3.weight"])
+        h = h + swiglu(
+            x, p["feed_forward.w1.weight"], p["feed_forward.w2.weight"], p["feed_forward.w3.weight"]
+        )
     out_w = params["tok_embeddings.weight"] if args.tie_embeddings else params["output.weight"]
     return rms_norm(h, params["norm.weight"], eps) @ out_w.T
 
@@ -83,7 +102,9 @@ def test_published_flavors_share_the_qwen3_config_values():
         assert (args.head_dim, args.n_kv_heads, args.vocab_size) == (128, 8, 151936)
         assert (args.rope_theta, args.norm_eps, args.max_seq_len) == (1e6, 1e-6, 40960)
         assert args.tie_embeddings == (flavor in ("0.6b", "1.7b", "4b"))
-    assert qwen3_flavors["0.6b"].dim != qwen3_flavors["0.6b"].n_heads * qwen3_flavors["0.6b"].head_dim
+    assert (
+        qwen3_flavors["0.6b"].dim != qwen3_flavors["0.6b"].n_heads * qwen3_flavors["0.6b"].head_dim
+    )
 
 
 @pytest.mark.parametrize("tie", [False, True])
@@ -146,7 +167,11 @@ def test_gqa_shapes_of_debug_flavor():
     with torch.device("meta"):
         attention = Qwen3Model(args).layers["0"].attention
     assert attention.wq.weight.shape == (args.n_heads * args.head_dim, args.dim)
-    assert attention.wk.weight.shape == attention.wv.weight.shape == (args.n_kv_heads * args.head_dim, args.dim)
+    assert (
+        attention.wk.weight.shape
+        == attention.wv.weight.shape
+        == (args.n_kv_heads * args.head_dim, args.dim)
+    )
     assert attention.q_norm.weight.shape == (args.head_dim,)
 
 
@@ -201,7 +226,9 @@ def test_num_flops_per_token_for_qwen3_0_6b_at_4096():
     # tied: the 151936 x 1024 table counts once, as the output matmul; 12 * 28 * 16 * 128 * 4096 attention
     assert num_flops_per_token(args, 4096) == 6 * 596_049_920 + 12 * 28 * 16 * 128 * 4096
     untied = qwen3_flavors["8b"]
-    assert num_flops_per_token(untied, 1) == 6 * (8_190_735_360 - 151936 * 4096) + 12 * 36 * 32 * 128
+    assert (
+        num_flops_per_token(untied, 1) == 6 * (8_190_735_360 - 151936 * 4096) + 12 * 36 * 32 * 128
+    )
 
 
 def test_registry_returns_the_qwen3_spec():

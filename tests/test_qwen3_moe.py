@@ -21,26 +21,55 @@ from model_helpers import (
 )
 
 from torchtitan_lite.models.common.moe import collect_expert_load
-from torchtitan_lite.models.qwen3_moe import Qwen3MoeModel, Qwen3MoeModelArgs, qwen3_moe_flavors, qwen3_moe_init_plan
+from torchtitan_lite.models.qwen3_moe import (
+    Qwen3MoeModel,
+    Qwen3MoeModelArgs,
+    qwen3_moe_flavors,
+    qwen3_moe_init_plan,
+)
 from torchtitan_lite.models.qwen3_moe.flops import num_active_params, num_flops_per_token
 
 TINY = Qwen3MoeModelArgs(
-    dim=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=6, moe_inter_dim=8, num_experts=5, top_k=2,
-    vocab_size=32, max_seq_len=8, aux_loss_coeff=0.0,
+    dim=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=6,
+    moe_inter_dim=8,
+    num_experts=5,
+    top_k=2,
+    vocab_size=32,
+    max_seq_len=8,
+    aux_loss_coeff=0.0,
 )
 
 # Qwen/Qwen3-30B-A3B config.json (HF key names).
 CONFIG = dict(
-    hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-    moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, vocab_size=151936,
-    rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=40960, tie_word_embeddings=False,
+    hidden_size=2048,
+    num_hidden_layers=48,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    moe_intermediate_size=768,
+    num_experts=128,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+    vocab_size=151936,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    max_position_embeddings=40960,
+    tie_word_embeddings=False,
     router_aux_loss_coef=0.001,
 )
 
-build = functools.partial(build_random, Qwen3MoeModel)  # (args, seed=0, std=0.3): random weights, fp32 CPU
+build = functools.partial(
+    build_random, Qwen3MoeModel
+)  # (args, seed=0, std=0.3): random weights, fp32 CPU
 
 
-def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3MoeModelArgs) -> torch.Tensor:
+def reference_forward(
+    p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3MoeModelArgs
+) -> torch.Tensor:
     """HF Qwen3MoE written out: QK-norm before RoPE, GQA by repeating heads, softmax top-k renormalized."""
     bs, T = tokens.shape
     inv = a.rope_theta ** (-torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim)
@@ -65,7 +94,9 @@ def reference_forward(p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3
         for t in range(x.shape[0]):
             for j in range(a.top_k):
                 e = idx[t, j]
-                out[t] = out[t] + w[t, j] * swiglu(x[t], *(p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3")))
+                out[t] = out[t] + w[t, j] * swiglu(
+                    x[t], *(p[f"{pre}moe.experts.{n}"][e] for n in ("w1", "w2", "w3"))
+                )
         h = h + out.view(bs, T, a.dim)
     return rms_norm(h, p["norm.weight"], a.norm_eps) @ p["output.weight"].T
 
@@ -74,29 +105,50 @@ def test_30b_a3b_carries_the_config_json_values_and_its_published_parameter_coun
     a = qwen3_moe_flavors["30b-a3b"]
     c = CONFIG
     assert (a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.moe_inter_dim) == (
-        c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
-        c["moe_intermediate_size"])
+        c["hidden_size"],
+        c["num_hidden_layers"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["head_dim"],
+        c["moe_intermediate_size"],
+    )
     assert (a.num_experts, a.top_k, a.route_norm, a.vocab_size, a.norm_eps, a.rope_theta) == (
-        c["num_experts"], c["num_experts_per_tok"], c["norm_topk_prob"], c["vocab_size"], c["rms_norm_eps"],
-        c["rope_theta"])
+        c["num_experts"],
+        c["num_experts_per_tok"],
+        c["norm_topk_prob"],
+        c["vocab_size"],
+        c["rms_norm_eps"],
+        c["rope_theta"],
+    )
     assert (a.max_seq_len, a.tie_embeddings, a.aux_loss_coeff) == (
-        c["max_position_embeddings"], c["tie_word_embeddings"], c["router_aux_loss_coef"])
+        c["max_position_embeddings"],
+        c["tie_word_embeddings"],
+        c["router_aux_loss_coef"],
+    )
     d, hd, L, E = c["hidden_size"], c["head_dim"], c["num_hidden_layers"], c["num_experts"]
     # q_proj + o_proj, k_proj + v_proj, q_norm + k_norm
-    attention = d * hd * c["num_attention_heads"] * 2 + d * hd * c["num_key_value_heads"] * 2 + 2 * hd
+    attention = (
+        d * hd * c["num_attention_heads"] * 2 + d * hd * c["num_key_value_heads"] * 2 + 2 * hd
+    )
     experts = E * 3 * d * c["moe_intermediate_size"]
     total = L * (attention + 2 * d + E * d + experts) + 2 * c["vocab_size"] * d + d
     with torch.device("meta"):
         model = Qwen3MoeModel(a)
-    assert sum(p.numel() for p in model.parameters()) == total == 30_532_122_624  # model card: 30.5B
+    assert (
+        sum(p.numel() for p in model.parameters()) == total == 30_532_122_624
+    )  # model card: 30.5B
     unchosen = L * (E - c["num_experts_per_tok"]) * 3 * d * c["moe_intermediate_size"]
-    assert num_active_params(a) == total - c["vocab_size"] * d - unchosen == 3_041_867_776  # card: 3.3B with embedding
+    assert (
+        num_active_params(a) == total - c["vocab_size"] * d - unchosen == 3_041_867_776
+    )  # card: 3.3B with embedding
 
 
 def test_forward_and_backward_match_the_float64_reference():
     model = build(TINY)
     tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
-    assert_matches_float64_reference(model, model(tokens), lambda p: reference_forward(p, tokens, TINY), out_tol=2e-5)
+    assert_matches_float64_reference(
+        model, model(tokens), lambda p: reference_forward(p, tokens, TINY), out_tol=2e-5
+    )
     assert sum(v.sum().item() for v in collect_expert_load(model).values()) == 2 * 16 * 2
 
 

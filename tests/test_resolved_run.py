@@ -33,8 +33,10 @@ def builds(monkeypatch) -> list[str]:
         return real(config)
 
     for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("torchtitan_lite") and \
-                getattr(module, "build_model_args", None) is real:
+        if (
+            getattr(module, "__name__", "").startswith("torchtitan_lite")
+            and getattr(module, "build_model_args", None) is real
+        ):
             monkeypatch.setattr(module, "build_model_args", counted)
     return calls
 
@@ -49,8 +51,9 @@ def test_a_worker_started_alone_builds_the_model_args_once(tmp_path, builds):
     assert builds == ["qwen3"]
 
 
-def test_the_launchers_check_and_its_worker_each_build_the_model_args_once(tmp_path, builds,
-                                                                            monkeypatch):
+def test_the_launchers_check_and_its_worker_each_build_the_model_args_once(
+    tmp_path, builds, monkeypatch
+):
     argv = one_step(tmp_path)
     run = load_run(argv)  # what python -m torchtitan_lite.preflight does, then writes
     write_resolved(run.config, str(tmp_path / "resolved.json"))
@@ -82,17 +85,25 @@ def test_generate_builds_the_model_args_once(tmp_path, builds, capsys):
 def names_imported_from(tree: ast.Module, prefixes: tuple[str, ...]) -> set[str]:
     """The names ``tree`` imports with ``from <module> import name`` from a module under
     ``prefixes``."""
-    return {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
-            and node.module.startswith(prefixes) for alias in node.names}
+    return {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module.startswith(prefixes)
+        for alias in node.names
+    }
 
 
 def test_the_trainer_calls_nothing_of_the_config_floor_but_the_memory_check_of_its_node():
     tree = ast.parse(TRAIN.read_text(encoding="utf-8"))
     floor = names_imported_from(tree, ("torchtitan_lite.config", "torchtitan_lite.preflight"))
-    trainer = next(node for node in tree.body
-                   if isinstance(node, ast.ClassDef) and node.name == "Trainer")
-    called = {node.func.id for node in ast.walk(trainer) if isinstance(node, ast.Call)
-              and isinstance(node.func, ast.Name)}
+    trainer = next(
+        node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Trainer"
+    )
+    called = {
+        node.func.id
+        for node in ast.walk(trainer)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
     assert "load_run" in floor and "init_distributed" in called  # the scan sees both sides
     assert called & floor == {"check_memory"}  # this node's share of memory: known after the group
 

@@ -20,8 +20,17 @@ pytestmark = pytest.mark.multiprocess
 
 
 def run_args(tmp, dump: str, out: str, *extra: str) -> list[str]:
-    return [out, *TINY_MODEL, *TINY_RUN, "--model.overrides.vocab_size=2051", f"--training.dataset_path={tmp / 'data.txt'}",
-            f"--job.dump_folder={tmp / dump}", "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0", *extra]
+    return [
+        out,
+        *TINY_MODEL,
+        *TINY_RUN,
+        "--model.overrides.vocab_size=2051",
+        f"--training.dataset_path={tmp / 'data.txt'}",
+        f"--job.dump_folder={tmp / dump}",
+        "--checkpoint.interval=2",
+        "--checkpoint.keep_latest_k=0",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +60,27 @@ def test_two_plus_two_steps_equal_four_steps_bitwise(reference):
 def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
     tmp, _ = reference
     step4 = tmp / "a" / "checkpoint" / "step-4"
-    res = worker_result(nproc, ["gather", *run_args(tmp, f"r{nproc}", str(tmp / "a.pt"),
-                                                    f"--checkpoint.load_path={step4}",
-                                                    "--checkpoint.exclude_from_loading=dataloader")])
+    res = worker_result(
+        nproc,
+        [
+            "gather",
+            *run_args(
+                tmp,
+                f"r{nproc}",
+                str(tmp / "a.pt"),
+                f"--checkpoint.load_path={step4}",
+                "--checkpoint.exclude_from_loading=dataloader",
+            ),
+        ],
+    )
     # 14 model entries (13 tensors, the tied output listed twice); AdamW step, exp_avg, exp_avg_sq of each tensor
-    assert res == {"model_equal": True, "optim_equal": True, "n_model": 14, "n_optim": 39, "loaded_step": 4}
+    assert res == {
+        "model_equal": True,
+        "optim_equal": True,
+        "n_model": 14,
+        "n_optim": 39,
+        "loaded_step": 4,
+    }
 
 
 def test_other_world_size_resumes_at_the_same_data_position(reference):
@@ -64,24 +89,40 @@ def test_other_world_size_resumes_at_the_same_data_position(reference):
     tmp, ref = reference
     (tmp / "c" / "checkpoint").mkdir(parents=True)
     shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "c" / "checkpoint" / "step-2")
-    resumed = worker_result(1, ["train", *run_args(tmp, "c", str(tmp / "c.pt"), "--training.global_batch_size=4")])
+    resumed = worker_result(
+        1, ["train", *run_args(tmp, "c", str(tmp / "c.pt"), "--training.global_batch_size=4")]
+    )
     assert sorted(resumed["losses"]) == ["3", "4"]
     for step in ("3", "4"):
-        assert float.fromhex(resumed["losses"][step]) == pytest.approx(float.fromhex(ref["losses"][step]), abs=1e-4)
+        assert float.fromhex(resumed["losses"][step]) == pytest.approx(
+            float.fromhex(ref["losses"][step]), abs=1e-4
+        )
 
 
 def test_other_world_size_with_streaming_dataloader_state_is_refused_before_launch(reference):
     tmp, _ = reference
     data = tmp / "data.jsonl"
-    paragraphs = (tmp / "data.txt").read_text(encoding="utf-8").split("\n\n")  # documents: each rank reads every 2nd
+    paragraphs = (
+        (tmp / "data.txt").read_text(encoding="utf-8").split("\n\n")
+    )  # documents: each rank reads every 2nd
     data.write_text("".join(json.dumps({"text": p}) + "\n" for p in paragraphs), encoding="utf-8")
-    streaming = [f"--training.dataset_path={data}", "--training.streaming=true", "--training.steps=2"]
+    streaming = [
+        f"--training.dataset_path={data}",
+        "--training.streaming=true",
+        "--training.steps=2",
+    ]
     worker_result(2, ["train", *run_args(tmp, "s", str(tmp / "s.pt"), *streaming)])
     step2 = tmp / "s" / "checkpoint" / "step-2"
     args = run_args(tmp, "w", "unused", f"--checkpoint.load_path={step2}", *streaming)[1:]
     proc = run_train(args)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("config error: checkpoint ") and "saved by 2 data-parallel ranks and this run has 1" in last
-    assert "streaming dataset is per data-parallel rank" in last and "--checkpoint.exclude_from_loading=dataloader" in last
+    assert (
+        last.startswith("config error: checkpoint ")
+        and "saved by 2 data-parallel ranks and this run has 1" in last
+    )
+    assert (
+        "streaming dataset is per data-parallel rank" in last
+        and "--checkpoint.exclude_from_loading=dataloader" in last
+    )
     assert not (tmp / "w").exists()

@@ -27,7 +27,10 @@ def test_rotation_is_complex_multiplication_of_pairs_i_and_i_plus_half():
     out = apply_rope(x, cos, sin)
     inv_freq = 10_000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
     angle = torch.arange(6, dtype=torch.float64)[:, None] * inv_freq  # (seqlen, 4)
-    z = torch.complex(x[..., :4].double(), x[..., 4:].double()) * torch.polar(torch.ones_like(angle), angle)[None, :, None]
+    z = (
+        torch.complex(x[..., :4].double(), x[..., 4:].double())
+        * torch.polar(torch.ones_like(angle), angle)[None, :, None]
+    )
     expected = torch.cat([z.real, z.imag], dim=-1).float()
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
 
@@ -61,8 +64,12 @@ def test_position_zero_is_identity_and_norm_is_preserved():
 def test_custom_inv_freq_replaces_theta():
     inv_freq = torch.tensor([1.0, 0.5])
     cos, sin = rope_cos_sin(4, 3, theta=1e6, inv_freq=inv_freq)
-    assert cos[2].tolist() == pytest.approx([math.cos(2.0), math.cos(1.0), math.cos(2.0), math.cos(1.0)])
-    assert sin[1].tolist() == pytest.approx([math.sin(1.0), math.sin(0.5), math.sin(1.0), math.sin(0.5)])
+    assert cos[2].tolist() == pytest.approx(
+        [math.cos(2.0), math.cos(1.0), math.cos(2.0), math.cos(1.0)]
+    )
+    assert sin[1].tolist() == pytest.approx(
+        [math.sin(1.0), math.sin(0.5), math.sin(1.0), math.sin(0.5)]
+    )
 
 
 def test_output_keeps_input_dtype():
@@ -74,10 +81,16 @@ def test_output_keeps_input_dtype():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(head_dim=7, max_seq_len=4, theta=1e6), "head_dim must be a positive even number, got 7"),
+        (
+            dict(head_dim=7, max_seq_len=4, theta=1e6),
+            "head_dim must be a positive even number, got 7",
+        ),
         (dict(head_dim=8, max_seq_len=0, theta=1e6), "max_seq_len must be > 0, got 0"),
         (dict(head_dim=8, max_seq_len=4, theta=0.0), "theta"),
-        (dict(head_dim=8, max_seq_len=4, theta=1e6, inv_freq=torch.ones(3)), r"inv_freq must have shape \(4,\)"),
+        (
+            dict(head_dim=8, max_seq_len=4, theta=1e6, inv_freq=torch.ones(3)),
+            r"inv_freq must have shape \(4,\)",
+        ),
     ],
 )
 def test_bad_table_arguments_raise(kwargs, match):

@@ -26,7 +26,9 @@ def reference_sink_attention(q, k, v, sinks, sliding_window, scale):
 
 @pytest.mark.parametrize("sliding_window", [None, 3])
 @pytest.mark.parametrize("n_heads,n_kv_heads,head_dim", [(4, 2, 8), (3, 3, 6)])
-def test_outputs_and_gradients_match_explicit_float64_softmax(sliding_window, n_heads, n_kv_heads, head_dim):
+def test_outputs_and_gradients_match_explicit_float64_softmax(
+    sliding_window, n_heads, n_kv_heads, head_dim
+):
     gen = torch.Generator().manual_seed(0)
     bs, seqlen = 2, 7
     q = torch.randn(bs, seqlen, n_heads, head_dim, generator=gen, dtype=torch.float64)
@@ -47,7 +49,9 @@ def test_outputs_and_gradients_match_explicit_float64_softmax(sliding_window, n_
     assert out.dtype == torch.float32 and out.shape == ref.shape
     torch.testing.assert_close(out.double(), ref.detach(), atol=1e-5, rtol=1e-5)
     for name, got, want in zip("q k v sinks".split(), inputs, ref_inputs):
-        torch.testing.assert_close(got.grad.double(), want.grad, atol=1e-5, rtol=1e-5, msg=f"grad of {name}")
+        torch.testing.assert_close(
+            got.grad.double(), want.grad, atol=1e-5, rtol=1e-5, msg=f"grad of {name}"
+        )
 
 
 def test_sink_takes_the_weight_it_is_given():
@@ -89,7 +93,9 @@ def test_sliding_window_mask_sees_the_window_most_recent_keys_including_itself()
 
 
 def test_full_causal_mask_is_lower_triangular():
-    assert torch.equal(sliding_window_causal_mask(5, None), torch.ones(5, 5, dtype=torch.bool).tril())
+    assert torch.equal(
+        sliding_window_causal_mask(5, None), torch.ones(5, 5, dtype=torch.bool).tril()
+    )
     # A window at least as long as the sequence is the full causal mask.
     assert torch.equal(sliding_window_causal_mask(5, 5), sliding_window_causal_mask(5, None))
 

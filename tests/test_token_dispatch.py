@@ -8,13 +8,19 @@ import torch
 from sync_helpers import HostReads
 from test_moe import reference_experts
 
-from torchtitan_lite.models.common.experts import GroupedExperts, GroupedSwiGLUExperts, clamped_swiglu
+from torchtitan_lite.models.common.experts import (
+    GroupedExperts,
+    GroupedSwiGLUExperts,
+    clamped_swiglu,
+)
 from torchtitan_lite.models.common.token_dispatch import ALIGN, dispatch, grouped_mm_fits
 
 
 def _routing(num_tokens=13, num_experts=4, top_k=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    indices = torch.stack([torch.randperm(num_experts - 1, generator=g)[:top_k] for _ in range(num_tokens)])
+    indices = torch.stack(
+        [torch.randperm(num_experts - 1, generator=g)[:top_k] for _ in range(num_tokens)]
+    )
     return indices, torch.rand(num_tokens, top_k, generator=g)  # expert num_experts-1 gets no token
 
 
@@ -30,8 +36,10 @@ def test_each_pair_gets_its_own_row_inside_its_experts_aligned_group():
     assert torch.equal(plan.group_expert[plan.rows], expert_of_pair)
     assert torch.equal(plan.token_idx, plan.order // 2)
     counts = torch.bincount(indices.reshape(-1), minlength=4)
-    assert torch.equal(torch.diff(starts.long(), append=torch.tensor([plan.num_rows])),
-                       torch.tensor([16, 16, 16, plan.num_rows - 48]))  # 26 pairs on experts 0-2: < 16 each
+    assert torch.equal(
+        torch.diff(starts.long(), append=torch.tensor([plan.num_rows])),
+        torch.tensor([16, 16, 16, plan.num_rows - 48]),
+    )  # 26 pairs on experts 0-2: < 16 each
     assert counts[3] == 0
 
 
@@ -47,7 +55,9 @@ def _experts_and_grads(experts, x, indices, weights):
 
 def test_grouped_mm_experts_match_a_per_token_loop_without_a_host_sync():
     torch.manual_seed(1)
-    experts = GroupedExperts(4, 8, 8, functools.partial(clamped_swiglu, limit=7.0))  # widths fit grouped_mm
+    experts = GroupedExperts(
+        4, 8, 8, functools.partial(clamped_swiglu, limit=7.0)
+    )  # widths fit grouped_mm
     with torch.no_grad():
         for p in experts.parameters():
             p.normal_(0, 0.3)
@@ -64,7 +74,9 @@ def test_grouped_mm_experts_match_a_per_token_loop_without_a_host_sync():
     torch.testing.assert_close(gw, w2.grad, atol=1e-5, rtol=1e-5)
     for n, p in experts.named_parameters():
         torch.testing.assert_close(grads[n], p.grad, atol=1e-5, rtol=1e-5, msg=n)
-    assert grads["mlp1_weight"][3].abs().max() == 0 and grads["mlp2_bias"][3].abs().max() == 0  # idle expert
+    assert (
+        grads["mlp1_weight"][3].abs().max() == 0 and grads["mlp2_bias"][3].abs().max() == 0
+    )  # idle expert
 
 
 def test_swiglu_experts_take_the_same_path_and_unaligned_widths_fall_back_with_one_read_per_matmul():
@@ -87,4 +99,6 @@ def test_swiglu_experts_take_the_same_path_and_unaligned_widths_fall_back_with_o
         torch.testing.assert_close(out, ref.detach(), atol=1e-5, rtol=1e-5)
         results[hidden] = reads
     assert results[8] == 0
-    assert results[6] >= 3  # w1, w3 (in 8, out 6) and w2 (in 6) cannot use grouped_mm: the counter sees it
+    assert (
+        results[6] >= 3
+    )  # w1, w3 (in 8, out 6) and w2 (in 6) cannot use grouped_mm: the counter sees it

@@ -34,7 +34,7 @@ def test_bundled_tokenizer_has_2048_ids_and_eos_zero():
 
 def test_round_trip_on_shakespeare_lines():
     tok = build_tokenizer()
-    (_, tempest), = shakespeare_plays("validation")
+    ((_, tempest),) = shakespeare_plays("validation")
     odd = ["Now stops thy spring; my sea sha$l suck them dry — & c.", "  two  spaces\n\n"]
     lines = tempest.splitlines()[:400] + odd
     ids = tok.encode_batch(lines)
@@ -44,7 +44,7 @@ def test_round_trip_on_shakespeare_lines():
 
 def test_validation_play_token_count_is_pinned():
     # Pins the bundled file: 95,944 characters of The Tempest -> 36,777 tokens (2.61 chars/token).
-    (_, tempest), = shakespeare_plays("validation")
+    ((_, tempest),) = shakespeare_plays("validation")
     assert len(tempest) == 95_944
     assert len(build_tokenizer().encode(tempest)) == 36_777
 
@@ -60,8 +60,13 @@ def test_training_script_is_deterministic_and_reproduces_the_bundled_file(tmp_pa
     outputs = []
     for run in range(2):
         out = tmp_path / f"tokenizer_{run}.json"
-        subprocess.run([sys.executable, "-m", "scripts.train_tokenizer", "--output", str(out)],
-                       cwd=REPO, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "scripts.train_tokenizer", "--output", str(out)],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert outputs[0] == BUNDLED_TOKENIZER.read_bytes()
@@ -69,7 +74,9 @@ def test_training_script_is_deterministic_and_reproduces_the_bundled_file(tmp_pa
 
 def test_vocab_size_is_largest_id_plus_one(tmp_path):
     # Like Qwen3's file: added tokens sit above the BPE ids; an embedding needs max id + 1 rows.
-    path = _word_level(tmp_path / "t.json", {"<unk>": 0, "a": 1, "<|im_end|>": 151_644, "<|endoftext|>": 151_643})
+    path = _word_level(
+        tmp_path / "t.json", {"<unk>": 0, "a": 1, "<|im_end|>": 151_644, "<|endoftext|>": 151_643}
+    )
     tok = Tokenizer(path)
     assert (tok.vocab_size, tok.eos_id) == (151_645, 151_643)
 

@@ -54,7 +54,9 @@ def test_theory_std_factor_and_kurtosis_match_published_values():
     assert (round(s2, 5), round(k2, 4)) == (0.87963, -0.6345)
 
 
-@pytest.mark.parametrize("cutoff,std_factor,kurtosis", [(3.0, 0.98658, -0.1711), (2.0, 0.87963, -0.6345)])
+@pytest.mark.parametrize(
+    "cutoff,std_factor,kurtosis", [(3.0, 0.98658, -0.1711), (2.0, 0.87963, -0.6345)]
+)
 def test_measured_std_factor_and_kurtosis(cutoff, std_factor, kurtosis):
     x = _draw(N, 0.0, 1.0, -cutoff, cutoff, "generator").double().numpy()
     assert abs(x.std() - std_factor) < 0.002
@@ -78,7 +80,9 @@ def _rounded_law_cells(law, a, b, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("mean,std,a,b", [(0.0, 0.02, -0.06, 0.06), (0.0, 1.0, -2.0, 2.0), (0.0, 1.0, 2.0, 4.0)])
+@pytest.mark.parametrize(
+    "mean,std,a,b", [(0.0, 0.02, -0.06, 0.06), (0.0, 1.0, -2.0, 2.0), (0.0, 1.0, 2.0, 4.0)]
+)
 def test_low_precision_follows_rounded_law_chi_square(mean, std, a, b, dtype):
     x = _draw(N, mean, std, a, b, "key", dtype=dtype).double().numpy()
     law = _law(mean, std, a, b)
@@ -119,9 +123,15 @@ def test_mean_far_outside_bounds_is_exact_in_the_tail():
 
 def test_without_a_key_it_is_the_keyed_draw_seeded_by_the_generator():
     """One sampler: the generator's next int64 (as a 64-bit seed) keys the stream ``"trunc_normal_"``."""
-    seed = torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=torch.Generator().manual_seed(5))
-    keyed = trunc_normal_(torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, key=InitKey(int(seed) % 2**64, "trunc_normal_"))
-    plain = trunc_normal_(torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(5))
+    seed = torch.randint(
+        -(2**63), 2**63 - 1, (), dtype=torch.int64, generator=torch.Generator().manual_seed(5)
+    )
+    keyed = trunc_normal_(
+        torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, key=InitKey(int(seed) % 2**64, "trunc_normal_")
+    )
+    plain = trunc_normal_(
+        torch.empty(300, 7), 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(5)
+    )
     assert torch.equal(plain, keyed)
     gen = torch.Generator().manual_seed(5)
     first, second = (trunc_normal_(torch.empty(300, 7), generator=gen) for _ in range(2))
@@ -153,17 +163,20 @@ def test_non_contiguous_tensor_is_filled_in_logical_order():
     assert torch.equal(t, reference)
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(std=0.0), "std must be > 0, got 0.0"),
-    (dict(std=-1.0), "std must be > 0, got -1.0"),
-    (dict(std=math.inf), "std must be finite, got inf"),
-    (dict(std=math.nan), "std must be finite, got nan"),
-    (dict(mean=math.nan), "mean must be finite, got nan"),
-    (dict(a=1.0, b=1.0), "need a < b, got a=1.0, b=1.0"),
-    (dict(a=2.0, b=-2.0), "need a < b, got a=2.0, b=-2.0"),
-    (dict(a=math.nan), "bound a is NaN"),
-    (dict(b=math.nan), "bound b is NaN"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(std=0.0), "std must be > 0, got 0.0"),
+        (dict(std=-1.0), "std must be > 0, got -1.0"),
+        (dict(std=math.inf), "std must be finite, got inf"),
+        (dict(std=math.nan), "std must be finite, got nan"),
+        (dict(mean=math.nan), "mean must be finite, got nan"),
+        (dict(a=1.0, b=1.0), "need a < b, got a=1.0, b=1.0"),
+        (dict(a=2.0, b=-2.0), "need a < b, got a=2.0, b=-2.0"),
+        (dict(a=math.nan), "bound a is NaN"),
+        (dict(b=math.nan), "bound b is NaN"),
+    ],
+)
 def test_bad_arguments_raise_naming_the_argument(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         trunc_normal_(torch.empty(4), **kwargs)
@@ -192,20 +205,29 @@ def test_keyed_values_depend_only_on_key_and_index():
     assert torch.equal(a, b)
     assert not torch.equal(a[:100], c[:100]) and not torch.equal(a[:100], d[:100])
     bf16 = trunc_normal_(torch.empty(KEYED_N, dtype=torch.bfloat16), key=InitKey(7, "w"))
-    assert torch.equal(bf16, a.to(torch.bfloat16).clamp(*sampling.inner_bounds(-2.0, 2.0, torch.bfloat16)))
+    assert torch.equal(
+        bf16, a.to(torch.bfloat16).clamp(*sampling.inner_bounds(-2.0, 2.0, torch.bfloat16))
+    )
 
 
 def test_the_public_import_is_the_exact_sampler_and_fills_in_place():
     from torchtitan_lite import init
 
-    assert init.trunc_normal_ is trunc_normal_ and init.InitKey is InitKey and sorted(init.__all__) == [
-        "InitKey", "trunc_normal_"]
+    assert (
+        init.trunc_normal_ is trunc_normal_
+        and init.InitKey is InitKey
+        and sorted(init.__all__) == ["InitKey", "trunc_normal_"]
+    )
     weight = nn.Parameter(torch.empty(512, 512))
-    out = init.trunc_normal_(weight, 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(0))
+    out = init.trunc_normal_(
+        weight, 0.0, 1.0, -2.0, 2.0, generator=torch.Generator().manual_seed(0)
+    )
     assert out is weight and weight.requires_grad
     law = _law(0.0, 1.0, -2.0, 2.0)
     x = weight.detach().double()
     assert -2.0 <= x.min() and x.max() <= 2.0
-    assert abs(x.std().item() - law.std()) < 4 * law.std() / math.sqrt(2 * x.numel())  # 0.8796, 4 standard errors
+    assert abs(x.std().item() - law.std()) < 4 * law.std() / math.sqrt(
+        2 * x.numel()
+    )  # 0.8796, 4 standard errors
     with pytest.raises(AttributeError, match="no attribute 'normal_'"):
         init.normal_  # noqa: B018

@@ -30,33 +30,59 @@ from torchtitan_lite.inference import LoadedModel, load_model, parse_tool_args, 
 
 def tool_parser() -> argparse.ArgumentParser:
     """The options of this tool (the job's config options follow them)."""
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.evaluate", description=__doc__.split("\n\n")[0],
-                                     epilog="Other options are the job's config options, e.g. --job.config_file, "
-                                            "--checkpoint.load_path, --checkpoint.initial_load_hf, "
-                                            "--training.dataset_path, --training.seq_len.")
-    parser.add_argument("--max_batches", type=int, default=None, help="score at most this many batches (default all)")
+    parser = argparse.ArgumentParser(
+        prog="python -m torchtitan_lite.evaluate",
+        description=__doc__.split("\n\n")[0],
+        epilog="Other options are the job's config options, e.g. --job.config_file, "
+        "--checkpoint.load_path, --checkpoint.initial_load_hf, "
+        "--training.dataset_path, --training.seq_len.",
+    )
+    parser.add_argument(
+        "--max_batches",
+        type=int,
+        default=None,
+        help="score at most this many batches (default all)",
+    )
     return parser
 
 
-def batches(config: JobConfig, loaded: LoadedModel) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], int, str]:
+def batches(
+    config: JobConfig, loaded: LoadedModel
+) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], int, str]:
     """``(batches of (input_ids, labels), number of batches, name of the text)`` (module
     docstring)."""
     t = config.training
     if t.dataset_path is not None:
-        documents, name = load_documents(dataset="shakespeare", dataset_path=t.dataset_path, hf_dataset_name=None,
-                                         hf_dataset_config=None, text_column=t.text_column, split="train")
+        documents, name = load_documents(
+            dataset="shakespeare",
+            dataset_path=t.dataset_path,
+            hf_dataset_name=None,
+            hf_dataset_config=None,
+            text_column=t.text_column,
+            split="train",
+        )
         windows = PackedWindows(tokenize_documents(loaded.tokenizer, documents), t.seq_len, name)
         starts = range(0, len(windows), t.local_batch_size)
 
         def stream():
             for start in starts:
-                pairs = [windows[i] for i in range(start, min(start + t.local_batch_size, len(windows)))]
+                pairs = [
+                    windows[i] for i in range(start, min(start + t.local_batch_size, len(windows)))
+                ]
                 yield torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
         return stream(), len(starts), name
-    loader = build_dataloader(dataset=t.dataset, hf_dataset_name=t.hf_dataset_name, hf_dataset_config=t.hf_dataset_config,
-                              streaming=t.streaming, text_column=t.text_column, tokenizer=loaded.tokenizer,
-                              seq_len=t.seq_len, local_batch_size=t.local_batch_size, split="validation")
+    loader = build_dataloader(
+        dataset=t.dataset,
+        hf_dataset_name=t.hf_dataset_name,
+        hf_dataset_config=t.hf_dataset_config,
+        streaming=t.streaming,
+        text_column=t.text_column,
+        tokenizer=loaded.tokenizer,
+        seq_len=t.seq_len,
+        local_batch_size=t.local_batch_size,
+        split="validation",
+    )
     count = config.validation.steps if t.streaming else len(loader)
     return iter(loader), count, f"{t.hf_dataset_name or t.dataset} (validation)"
 
@@ -73,8 +99,10 @@ def _evaluate(argv: list[str]) -> int:
         raise InputError(f"--max_batches must be >= 1, got {options.max_batches}")
     config, loaded = run.config, load_model(run)
     if config.training.seq_len > loaded.args.max_seq_len:
-        raise InputError(f"training.seq_len {config.training.seq_len} exceeds the model's max_seq_len "
-                         f"{loaded.args.max_seq_len}; lower it")
+        raise InputError(
+            f"training.seq_len {config.training.seq_len} exceeds the model's max_seq_len "
+            f"{loaded.args.max_seq_len}; lower it"
+        )
     stream, count, name = batches(config, loaded)
     count = count if options.max_batches is None else min(count, options.max_batches)
     loss_sum, tokens = 0.0, 0
@@ -86,8 +114,11 @@ def _evaluate(argv: list[str]) -> int:
             tokens += labels.numel()
             bar.update(1)
     loss = loss_sum / tokens
-    print(f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, perplexity "
-          f"{math.exp(loss):.2f}", flush=True)
+    print(
+        f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, perplexity "
+        f"{math.exp(loss):.2f}",
+        flush=True,
+    )
     return 0
 
 

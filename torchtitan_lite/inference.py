@@ -62,8 +62,9 @@ class LoadedModel:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
 
-def parse_tool_args(parser: argparse.ArgumentParser,
-                    argv: list[str]) -> tuple[argparse.Namespace, ResolvedRun]:
+def parse_tool_args(
+    parser: argparse.ArgumentParser, argv: list[str]
+) -> tuple[argparse.Namespace, ResolvedRun]:
     """The tool's own options (``parser``) and the checked run of the job from the other tokens of
     ``argv``.
 
@@ -79,9 +80,11 @@ def parse_tool_args(parser: argparse.ArgumentParser,
             run = dataclasses.replace(run, config=dataclasses.replace(config, checkpoint=cp))
         check_paths(run)
         if weights_source(run.config) is None:
-            raise ConfigError("nothing to load: give --checkpoint.load_path=STEP_FOLDER (with "
-                              "the job's config), --checkpoint.initial_load_hf=HF_FOLDER, or a job "
-                              "whose checkpoint folder has a complete checkpoint")
+            raise ConfigError(
+                "nothing to load: give --checkpoint.load_path=STEP_FOLDER (with "
+                "the job's config), --checkpoint.initial_load_hf=HF_FOLDER, or a job "
+                "whose checkpoint folder has a complete checkpoint"
+            )
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -139,16 +142,25 @@ def load_model(run: ResolvedRun) -> LoadedModel:
         imported = load_hf_folder(model, path, config.model.name, args, allow_unexpected=allow)
         if imported.missing:
             missing = imported.missing
-            raise HFError(f"{path} lacks {len(missing)} tensors of the model "
-                          f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
-                          "a model to run needs all of them")
+            raise HFError(
+                f"{path} lacks {len(missing)} tensors of the model "
+                f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
+                "a model to run needs all of them"
+            )
         loaded, source = imported.loaded, f"HF folder {path}"
-    init_weights(model, spec.init_plan(args), config.training.seed, skip=loaded,
-                 buffer_device=device)
+    init_weights(
+        model, spec.init_plan(args), config.training.seed, skip=loaded, buffer_device=device
+    )
     name = config.training.compute_dtype
     dtype = torch.float32 if device.type == "cpu" or name == "float32" else torch.bfloat16
-    return LoadedModel(model.eval(), args, build_tokenizer(run.tokenizer_path), device,
-                       f"{config.model.name} ({config.model.flavor}) from {source}", dtype)
+    return LoadedModel(
+        model.eval(),
+        args,
+        build_tokenizer(run.tokenizer_path),
+        device,
+        f"{config.model.name} ({config.model.flavor}) from {source}",
+        dtype,
+    )
 
 
 def run_tool(main, argv: list[str] | None) -> int:

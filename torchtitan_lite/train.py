@@ -199,12 +199,17 @@ def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions
     dtype, fp32 reduction), ``parallelism.fsdp_reshard_after_forward`` and ``[float8]``."""
     ac, par, cc = config.activation_checkpoint, config.parallelism, config.compile
     return ParallelOptions(
-        sequence_parallel=par.enable_sequence_parallel, loss_parallel=par.enable_loss_parallel,
-        ac_mode=ac.mode, selective_ac_option=ac.selective_ac_option,
+        sequence_parallel=par.enable_sequence_parallel,
+        loss_parallel=par.enable_loss_parallel,
+        ac_mode=ac.mode,
+        selective_ac_option=ac.selective_ac_option,
         compile=compiles(cc.enable, cc.components, cc.backend, device.type, "model"),
-        compile_backend=config.compile.backend, param_dtype=compute_dtype(config, device),
-        reduce_dtype=torch.float32, reshard_after_forward=par.fsdp_reshard_after_forward,
-        float8=float8_settings(config))
+        compile_backend=config.compile.backend,
+        param_dtype=compute_dtype(config, device),
+        reduce_dtype=torch.float32,
+        reshard_after_forward=par.fsdp_reshard_after_forward,
+        float8=float8_settings(config),
+    )
 
 
 def build_meta_model(run: ResolvedRun) -> nn.Module:
@@ -237,12 +242,19 @@ def build_pipelined_model(run: ResolvedRun, info: DistInfo) -> Pipeline:
     config = run.config
     par, training = config.parallelism, config.training
     return build_pipeline(
-        build_meta_model(run), info.dims, run.spec.parallelize,
-        parallel_options(config, info.device), device=info.device,
-        schedule=par.pipeline_parallel_schedule, local_batch_size=training.local_batch_size,
-        microbatch_size=par.pipeline_parallel_microbatch_size, seq_len=training.seq_len,
+        build_meta_model(run),
+        info.dims,
+        run.spec.parallelize,
+        parallel_options(config, info.device),
+        device=info.device,
+        schedule=par.pipeline_parallel_schedule,
+        local_batch_size=training.local_batch_size,
+        microbatch_size=par.pipeline_parallel_microbatch_size,
+        seq_len=training.seq_len,
         layers_per_stage=par.pipeline_parallel_layers_per_stage,
-        split_points=par.pipeline_parallel_split_points, loss_fn=build_loss_fn(config, info.device))
+        split_points=par.pipeline_parallel_split_points,
+        loss_fn=build_loss_fn(config, info.device),
+    )
 
 
 class Trainer:
@@ -253,8 +265,13 @@ class Trainer:
     :class:`~torchtitan_lite.components.faults.Stopped` (nothing was trained, nothing is saved).
     """
 
-    def __init__(self, run: ResolvedRun, stop: StopRequest | None = None,
-                 startup: StartupLog | None = None, console: ConsoleLog | None = None):
+    def __init__(
+        self,
+        run: ResolvedRun,
+        stop: StopRequest | None = None,
+        startup: StartupLog | None = None,
+        console: ConsoleLog | None = None,
+    ):
         """Build ``run``, printing a line per start-up phase (:class:`StartupLog`; ``startup``
         already holds the config line when given). ``console``: the worker's :class:`ConsoleLog`,
         opened as ``<run folder>/logs/rank<N>.log`` once the run folder exists."""
@@ -274,8 +291,12 @@ class Trainer:
         self.checkpointer = self._build_checkpointer()
         self.train_state = self._load_and_init(memory_warning)
         training = self.config.training
-        self.guard = NonFiniteGuard(training.nonfinite_policy, training.max_skipped_steps,
-                                    self.train_state.skipped_steps, device=self.info.device)
+        self.guard = NonFiniteGuard(
+            training.nonfinite_policy,
+            training.max_skipped_steps,
+            self.train_state.skipped_steps,
+            device=self.info.device,
+        )
         self._open_run_folder(console, deterministic_line)
 
     def _start_process_group(self) -> None:
@@ -299,15 +320,20 @@ class Trainer:
         self.loss_parallel = info.dims.tp > 1 and config.parallelism.enable_loss_parallel
         self.float8 = float8_settings(config)
         self.dtype = compute_dtype(config, info.device)
-        say.phase("process group", f"{info.backend}, world size {info.world_size}, "
-                                   f"{layout_text(info.dims, config, self.loss_parallel)}; device "
-                                   f"{info.device}, compute dtype "
-                                   f"{str(self.dtype).removeprefix('torch.')}, threads per rank "
-                                   f"{torch.get_num_threads()}")
+        say.phase(
+            "process group",
+            f"{info.backend}, world size {info.world_size}, "
+            f"{layout_text(info.dims, config, self.loss_parallel)}; device "
+            f"{info.device}, compute dtype "
+            f"{str(self.dtype).removeprefix('torch.')}, threads per rank "
+            f"{torch.get_num_threads()}",
+        )
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
-        say.note(f"global batch {self.global_batch} x {config.training.seq_len} tokens = "
-                 f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} "
-                 "micro-batch(es) per data-parallel rank")
+        say.note(
+            f"global batch {self.global_batch} x {config.training.seq_len} tokens = "
+            f"{self.global_batch * config.training.seq_len:,} tokens/step, {self.accum} "
+            "micro-batch(es) per data-parallel rank"
+        )
         return deterministic_line
 
     def _build_meta_model(self) -> nn.Module:
@@ -315,10 +341,13 @@ class Trainer:
         whole = build_meta_model(self.run)
         self.n_params = sum(p.numel() for p in whole.parameters())
         model, tied = self.config.model, getattr(self.args, "tie_embeddings", False)
-        self.startup.phase("model", f"{model.name} flavor {model.flavor} on meta: "
-                                    f"{self.n_params:,} parameters (tied embeddings: {tied}), "
-                                    f"vocab_size {self.args.vocab_size}, tokenizer vocab "
-                                    f"{self.tokenizer.vocab_size}")
+        self.startup.phase(
+            "model",
+            f"{model.name} flavor {model.flavor} on meta: "
+            f"{self.n_params:,} parameters (tied embeddings: {tied}), "
+            f"vocab_size {self.args.vocab_size}, tokenizer vocab "
+            f"{self.tokenizer.vocab_size}",
+        )
         return whole
 
     def _parallelize(self) -> nn.Module:
@@ -334,8 +363,12 @@ class Trainer:
             model = parallelize_model(build_meta_model(self.run), self.run, info)
         self.cp = None  # context parallelism: this rank's share of every window
         if info.dims.cp > 1:
-            self.cp = ContextParallel(info.dims.cp_mesh.get_group(), info.dims.cp,
-                                      info.dims.cp_rank, self.config.training.seq_len)
+            self.cp = ContextParallel(
+                info.dims.cp_mesh.get_group(),
+                info.dims.cp,
+                info.dims.cp_rank,
+                self.config.training.seq_len,
+            )
             set_context_parallel(model, self.cp)
         if self.float8 is not None:
             self.startup.note(float8_line(model, self.float8))
@@ -351,22 +384,37 @@ class Trainer:
         config, say = self.config, self.startup
         opt, sched = config.optimizer, config.lr_scheduler
         optimizer = build_optimizer(
-            self.model, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-            weight_decay=opt.weight_decay, decay_embeddings=opt.decay_embeddings,
+            self.model,
+            lr=opt.lr,
+            betas=(opt.beta1, opt.beta2),
+            eps=opt.eps,
+            weight_decay=opt.weight_decay,
+            decay_embeddings=opt.decay_embeddings,
             decay_norms_and_biases=opt.decay_norms_and_biases,
-            implementation=optimizer_implementation(config), muon=muon_settings(opt))
+            implementation=optimizer_implementation(config),
+            muon=muon_settings(opt),
+        )
         scheduler = build_lr_scheduler(
-            optimizer, warmup_steps=sched.warmup_steps, steps=config.training.steps,
-            decay_ratio=sched.decay_ratio, decay_type=sched.decay_type,
-            min_lr_factor=sched.min_lr_factor)
-        clipped = warmup_clipped_line(warmup_steps=sched.warmup_steps, steps=config.training.steps,
-                                      decay_ratio=sched.decay_ratio)
+            optimizer,
+            warmup_steps=sched.warmup_steps,
+            steps=config.training.steps,
+            decay_ratio=sched.decay_ratio,
+            decay_type=sched.decay_type,
+            min_lr_factor=sched.min_lr_factor,
+        )
+        clipped = warmup_clipped_line(
+            warmup_steps=sched.warmup_steps,
+            steps=config.training.steps,
+            decay_ratio=sched.decay_ratio,
+        )
         if clipped:
             say.note(clipped)
         fused = optimizer.defaults["fused"]
         device = self.info.device
-        say.phase("parallelize", f"{memory_and_compile_line(config, device.type, fused)}; "
-                                 f"materialized on {device}")
+        say.phase(
+            "parallelize",
+            f"{memory_and_compile_line(config, device.type, fused)}; materialized on {device}",
+        )
         if self.pipeline is not None:
             say.note(self.pipeline.describe())
         return optimizer, scheduler
@@ -377,48 +425,76 @@ class Trainer:
         config, info, cp = self.config, self.info, self.config.checkpoint
         values = config_values(config)
         return Checkpointer(
-            checkpoint_folder(config.job.dump_folder, cp.folder), model=self.model,
-            optimizer=self.optimizer, lr_scheduler=self.scheduler, dataloader=self.train_loader,
-            dims=info.dims, device=info.device, keep_latest_k=cp.keep_latest_k,
+            checkpoint_folder(config.job.dump_folder, cp.folder),
+            model=self.model,
+            optimizer=self.optimizer,
+            lr_scheduler=self.scheduler,
+            dataloader=self.train_loader,
+            dims=info.dims,
+            device=info.device,
+            keep_latest_k=cp.keep_latest_k,
             async_mode=cp.async_mode if cp.enable else "disabled",
-            meta={"model": config.model.name, "flavor": config.model.flavor,
-                  "model_args": model_args_json(self.args), "config": values,
-                  "lr_schedule": schedule_settings(values)})
+            meta={
+                "model": config.model.name,
+                "flavor": config.model.flavor,
+                "model_args": model_args_json(self.args),
+                "config": values,
+                "lr_schedule": schedule_settings(values),
+            },
+        )
 
     def _open_run_folder(self, console: ConsoleLog | None, deterministic_line: str | None) -> None:
         """The run folder, the rank's console log in it, the metrics logger, the profiler; the last
         start-up lines (determinism, run folder), the init report, the first weight histograms."""
         config, info, say = self.config, self.info, self.startup
-        self.run_folder = create_run_folder(config, info.rank, info.world_size,
-                                            info.local_world_size)
+        self.run_folder = create_run_folder(
+            config, info.rank, info.world_size, info.local_world_size
+        )
         log_path = None
         if console:
             log_path = console.open(Path(self.run_folder) / "logs" / f"rank{info.rank}.log")
         flops_per_token = self.spec.num_flops_per_token(self.args, config.training.seq_len)
         self.metrics = MetricsLogger(
-            self.run_folder, enable_tensorboard=config.metrics.enable_tensorboard,
-            tb_subfolder=config.metrics.save_tb_folder, rank=info.rank,
+            self.run_folder,
+            enable_tensorboard=config.metrics.enable_tensorboard,
+            tb_subfolder=config.metrics.save_tb_folder,
+            rank=info.rank,
             log_freq=config.metrics.log_freq,
-            total_steps=config.training.steps, world_size=info.world_size,
-            num_flops_per_token=flops_per_token, peak_flops=mixed_peak_flops(
-                flops_per_token, float8_flops_per_token(self.whole, self.float8),
-                peak_flops(info.device, self.dtype), peak_flops(info.device, torch.float8_e4m3fn)),
-            cpu_threads=torch.get_num_threads() if info.device.type == "cpu" else None)
-        kept = ["config.toml", "run.json"] + ([f"logs/{log_path.name}"] if log_path else []) + (
-            [f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
+            total_steps=config.training.steps,
+            world_size=info.world_size,
+            num_flops_per_token=flops_per_token,
+            peak_flops=mixed_peak_flops(
+                flops_per_token,
+                float8_flops_per_token(self.whole, self.float8),
+                peak_flops(info.device, self.dtype),
+                peak_flops(info.device, torch.float8_e4m3fn),
+            ),
+            cpu_threads=torch.get_num_threads() if info.device.type == "cpu" else None,
+        )
+        kept = (
+            ["config.toml", "run.json"]
+            + ([f"logs/{log_path.name}"] if log_path else [])
+            + ([f"{config.metrics.save_tb_folder}/"] if config.metrics.enable_tensorboard else [])
+        )
         if deterministic_line:
             say.note(deterministic_line)
-        say.note(f"run folder {self.run_folder}: {', '.join(kept)}; "
-                 f"start-up took {say.total_s():.1f} s")
+        say.note(
+            f"run folder {self.run_folder}: {', '.join(kept)}; start-up took {say.total_s():.1f} s"
+        )
         self.metrics.log_text(say.lines, echo=False)
         self._log_init_report()
         debug = config.debug
         self.tensorboard = config.metrics.enable_tensorboard
         if self.tensorboard and debug.histogram_freq >= 0:
             log_weight_histograms(self.metrics.writer, self.model, self.train_state.step)
-        self.profiler = StepProfiler(self.run_folder, enable=debug.profile,
-                                     start_step=debug.profile_start_step, steps=debug.profile_steps,
-                                     rank=info.rank, device=info.device)
+        self.profiler = StepProfiler(
+            self.run_folder,
+            enable=debug.profile,
+            start_step=debug.profile_start_step,
+            steps=debug.profile_steps,
+            rank=info.rank,
+            device=info.device,
+        )
         if self.profiler.memory_note:
             self.metrics.log_text([self.profiler.memory_note])
 
@@ -439,13 +515,16 @@ class Trainer:
         begin = time.perf_counter()
         self.lock, folder_lines = None, []
         if self.config.checkpoint.enable:
-            self.lock, folder_lines = hold_checkpoint_folder(self.checkpointer.folder, self.model,
-                                                             self.info.rank)
+            self.lock, folder_lines = hold_checkpoint_folder(
+                self.checkpointer.folder, self.model, self.info.rank
+            )
         try:
             train_state, loaded, describe_load = load_at_start(
-                self.config, self.checkpointer, self.scheduler, self.model, self.args)
-            self._phase_done("loading the checkpoint" if train_state.step
-                             else "the checkpoint check")
+                self.config, self.checkpointer, self.scheduler, self.model, self.args
+            )
+            self._phase_done(
+                "loading the checkpoint" if train_state.step else "the checkpoint check"
+            )
         except BaseException:
             if self.lock is not None:
                 self.lock.release()
@@ -453,8 +532,13 @@ class Trainer:
         load_s, begin = time.perf_counter() - begin, time.perf_counter()
         self.plan = self.spec.init_plan(self.args)
         self.init_result = res = init_weights(
-            self.model, self.plan, self.config.training.seed, skip=loaded,
-            buffer_device=self.info.device, partial=self.pipeline is not None)
+            self.model,
+            self.plan,
+            self.config.training.seed,
+            skip=loaded,
+            buffer_device=self.info.device,
+            partial=self.pipeline is not None,
+        )
         self.fingerprint = model_fingerprint(self.model)
         self.check_step1 = not loaded
         batch_data = self.train_loader.dataset if self.check_step1 else None
@@ -465,7 +549,8 @@ class Trainer:
             self.report = init_report(self.model, self.plan, res)
         counts = torch.tensor(
             [res.initialized_tensors, res.initialized_elements, res.skipped_tensors],
-            device=self.info.device)
+            device=self.info.device,
+        )
         if self.pipeline is not None:  # each stage initialized its own tensors
             dist.all_reduce(counts, group=self.pipeline.group)
             if self.report is not None:
@@ -480,14 +565,23 @@ class Trainer:
         for line in self.load_lines[1:] + folder_lines + warnings:
             self.startup.note(line)
         kernels = f"{draw.compile_note()}; " if draw.compile_note() else ""
-        self.startup.phase("init", f"{initialized} tensors ({elements:,} elements) initialized, "
-                                   f"{skipped} loaded; {kernels}fingerprint {self.fingerprint}",
-                           seconds=init_s)
+        self.startup.phase(
+            "init",
+            f"{initialized} tensors ({elements:,} elements) initialized, "
+            f"{skipped} loaded; {kernels}fingerprint {self.fingerprint}",
+            seconds=init_s,
+        )
         if self.check_step1:
             detail = self.config.debug.init_report
             terms = "every term: the next line" if detail else STEP1_TERMS
-            self.startup.note(step1_line(self.expected, self.expected.repeat_rate > 0, terms,
-                                         mtp_depths=getattr(self.args, "mtp_num_layers", 0)))
+            self.startup.note(
+                step1_line(
+                    self.expected,
+                    self.expected.repeat_rate > 0,
+                    terms,
+                    mtp_depths=getattr(self.args, "mtp_num_layers", 0),
+                )
+            )
             if detail:
                 self.startup.note(self.expected.describe())
         return train_state
@@ -499,14 +593,26 @@ class Trainer:
         cfg, info = self.config, self.info
         t = cfg.training
         data = build_dataloaders(
-            validation=cfg.validation.enable, min_val_windows=self.global_batch, dataset=t.dataset,
-            dataset_path=t.dataset_path, dataset_paths=t.dataset_paths,
-            dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
-            hf_dataset_config=t.hf_dataset_config, streaming=t.streaming, text_column=t.text_column,
-            tokenizer=tokenizer, seq_len=t.seq_len, local_batch_size=t.local_batch_size,
-            dp_rank=info.dims.dp_rank, dp_world_size=info.dims.dp_degree, seed=t.seed,
+            validation=cfg.validation.enable,
+            min_val_windows=self.global_batch,
+            dataset=t.dataset,
+            dataset_path=t.dataset_path,
+            dataset_paths=t.dataset_paths,
+            dataset_weights=t.dataset_weights,
+            hf_dataset_name=t.hf_dataset_name,
+            hf_dataset_config=t.hf_dataset_config,
+            streaming=t.streaming,
+            text_column=t.text_column,
+            tokenizer=tokenizer,
+            seq_len=t.seq_len,
+            local_batch_size=t.local_batch_size,
+            dp_rank=info.dims.dp_rank,
+            dp_world_size=info.dims.dp_degree,
+            seed=t.seed,
             pin_memory=info.device.type != "cpu",
-            rank_block=self.accum if self.layout_invariant else 1, documents=t.document_masking)
+            rank_block=self.accum if self.layout_invariant else 1,
+            documents=t.document_masking,
+        )
         self.startup.phase("data", data.describe(t.steps, self.global_batch))
         if data.validation_off:
             self.startup.note(f"warning: validation off: {data.validation_off}")
@@ -520,23 +626,34 @@ class Trainer:
         if self.info.rank == 0:
             print(f"{self.report.by_pattern()}\n\n{self.report}", flush=True)
             paths = write_init_report(self.report, self.run_folder)
-        self.metrics.log_text([init_report_summary(self.report)] + (
-            [f"init report written to {paths[0]} and {paths[1]}"] if self.info.rank == 0 else []))
+        self.metrics.log_text(
+            [init_report_summary(self.report)]
+            + ([f"init report written to {paths[0]} and {paths[1]}"] if self.info.rank == 0 else [])
+        )
 
     def _check_step1(self, loss: float) -> None:
         """Compare step 1's loss with the init plan's expectation: a warning line, or
         (``debug.strict_init``) :class:`~torchtitan_lite.init.step1.InitCheckError` naming the
         parameter."""
         debug, margin = self.config.debug, self.config.debug.init_loss_margin
-        heads = {"loss": loss, **{f"{name} loss": value for name, value in
-                                  self.hooks.step1_heads(self.config.training.seq_len).items()}}
-        problems = [p if name == "loss" else f"{name}: {p}" for name, value in heads.items()
-                    for p in check_step1_loss(self.expected, value, margin=margin,
-                                              report=self.report)]
+        heads = {
+            "loss": loss,
+            **{
+                f"{name} loss": value
+                for name, value in self.hooks.step1_heads(self.config.training.seq_len).items()
+            },
+        }
+        problems = [
+            p if name == "loss" else f"{name}: {p}"
+            for name, value in heads.items()
+            for p in check_step1_loss(self.expected, value, margin=margin, report=self.report)
+        ]
         if problems and debug.strict_init:
             raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
-        parts = [step1_check_line(self.expected, value, margin, what=name)
-                 for name, value in heads.items()]
+        parts = [
+            step1_check_line(self.expected, value, margin, what=name)
+            for name, value in heads.items()
+        ]
         line = "; ".join([parts[0], *(part.removeprefix("step-1 check: ") for part in parts[1:])])
         self.metrics.log_text([f"warning: {p}" for p in problems] or [line])
 
@@ -565,8 +682,9 @@ class Trainer:
                 if self.pipeline is not None:
                     loss_sum += self.pipeline.step(inputs, labels, scale=1.0 / tokens_global)
                     continue
-                documents = document_inputs(ids[0] if ids else None,
-                                            self.config.training.document_positions)
+                documents = document_inputs(
+                    ids[0] if ids else None, self.config.training.document_positions
+                )
                 if self.cp is not None:  # this rank's positions of the windows, labels with them
                     inputs, labels, documents = self.cp.split(inputs, labels, documents)
                 logits = self.model(inputs, **documents, labels=labels)  # labels: MTP
@@ -598,8 +716,11 @@ class Trainer:
         if self.layout_invariant:
             grad_norm = clip_grad_norm_layout_invariant_(self.model, self.config.training.max_norm)
         else:
-            grad_norm = clip_grad_norm_(self.model.parameters(), self.config.training.max_norm,
-                                        pp_mesh=dims.pp_mesh if dims.pp > 1 else None)
+            grad_norm = clip_grad_norm_(
+                self.model.parameters(),
+                self.config.training.max_norm,
+                pp_mesh=dims.pp_mesh if dims.pp > 1 else None,
+            )
         lr = self.scheduler.get_last_lr()[0]
         self.guard.record(step, loss_sum * dims.loss_degree / tokens_global, grad_norm)
         if self.guard.apply_update(step, sync=sync):
@@ -629,8 +750,9 @@ class Trainer:
             inputs, labels, *ids = (t.to(self.info.device) for t in batch)
             with loss_parallel_context(self.loss_parallel):
                 if self.pipeline is None:
-                    documents = document_inputs(ids[0] if ids else None,
-                                                self.config.training.document_positions)
+                    documents = document_inputs(
+                        ids[0] if ids else None, self.config.training.document_positions
+                    )
                     if self.cp is not None:
                         inputs, labels, documents = self.cp.split(inputs, labels, documents)
                     loss = cross_entropy_sum(self.model(inputs, **documents), labels)
@@ -656,9 +778,14 @@ class Trainer:
         compiled = compiles(cc.enable, cc.components, cc.backend, self.info.device.type, "model")
         self.model.eval()
         set_context_parallel(self.model, None)  # every rank decodes the whole prompt
-        ids = generate(self.model, self.tokenizer.encode(cfg.sample_prompt), cfg.sample_tokens,
-                       device=self.info.device, eos_id=self.tokenizer.eos_id,
-                       use_cache=self.info.dims.tp == 1 and not compiled)  # no TP split, recompile
+        ids = generate(
+            self.model,
+            self.tokenizer.encode(cfg.sample_prompt),
+            cfg.sample_tokens,
+            device=self.info.device,
+            eos_id=self.tokenizer.eos_id,
+            use_cache=self.info.dims.tp == 1 and not compiled,
+        )  # no TP split, recompile
         set_context_parallel(self.model, self.cp)
         self.model.train()
         return self.tokenizer.decode(ids)
@@ -685,8 +812,12 @@ class Trainer:
         idle = state.step >= cfg.training.steps and cfg.checkpoint.export_hf is None
         if state.step >= cfg.training.steps:
             removed = "; the run folder is removed" if idle else ""
-            self.metrics.log_text([f"step {state.step} reached training.steps = "
-                                   f"{cfg.training.steps}: nothing to train{removed}"])
+            self.metrics.log_text(
+                [
+                    f"step {state.step} reached training.steps = "
+                    f"{cfg.training.steps}: nothing to train{removed}"
+                ]
+            )
         data_wait_s, step_s, save_s, stopped = 0.0, 0.0, None, False
         checkpoint_bytes = expected_bytes(self.model)
         for step in range(state.step + 1, cfg.training.steps + 1):
@@ -702,16 +833,22 @@ class Trainer:
             if log_due:
                 dist.all_reduce(stats.loss_sum, group=self.info.dims.loss_group)
                 loss = stats.loss_sum.item() / tokens_global  # waits for the device
-                self.metrics.log_step(step, loss=loss, grad_norm=stats.grad_norm.item(),
-                                      lr=stats.lr, tokens_per_step=tokens_per_device,
-                                      elapsed_s=time.perf_counter() - start,
-                                      memory_bytes=peak_memory_bytes(self.info.device),
-                                      data_wait_s=data_wait_s,
-                                      cpu_s=process_cpu_s() - start_cpu_s)
+                self.metrics.log_step(
+                    step,
+                    loss=loss,
+                    grad_norm=stats.grad_norm.item(),
+                    lr=stats.lr,
+                    tokens_per_step=tokens_per_device,
+                    elapsed_s=time.perf_counter() - start,
+                    memory_bytes=peak_memory_bytes(self.info.device),
+                    data_wait_s=data_wait_s,
+                    cpu_s=process_cpu_s() - start_cpu_s,
+                )
                 data_wait_s = 0.0
                 summary = step % cfg.validation.freq == 0 or step == cfg.training.steps
-                self.metrics.log_source_tokens(step, self.data.tokens_per_source(state.tokens_seen),
-                                               echo=summary)  # printed with the summary lines
+                self.metrics.log_source_tokens(
+                    step, self.data.tokens_per_source(state.tokens_seen), echo=summary
+                )  # printed with the summary lines
                 if step == 1 and self.check_step1:
                     self._check_step1(loss)
             freq = cfg.debug.histogram_freq
@@ -745,8 +882,11 @@ class Trainer:
                     saved = self.checkpointer.finish() or saved
                 else:
                     saved = self._save(force=True)
-                what = f"checkpoint saved: {saved}" if saved else \
-                    "checkpoint.enable = false: nothing saved"
+                what = (
+                    f"checkpoint saved: {saved}"
+                    if saved
+                    else "checkpoint.enable = false: nothing saved"
+                )
                 self.metrics.log_text([f"stopped by a signal after step {step}; {what}"])
                 stopped = True
                 break
@@ -756,16 +896,26 @@ class Trainer:
             self.metrics.log_text([f"profile written: {written}"])
         self._log_saved(self.checkpointer.finish(), None)
         if cfg.checkpoint.export_hf is not None and not stopped:
-            export_hf(self.model, cfg.checkpoint.export_hf,
-                      state_dict_adapter(cfg.model.name, self.args), self.tokenizer,
-                      dtype=cfg.checkpoint.export_hf_dtype, rank=self.info.rank,
-                      source_folder=cfg.checkpoint.initial_load_hf)
-            self.metrics.log_text([f"exported the model in HF format to "
-                                   f"{cfg.checkpoint.export_hf}"])
+            export_hf(
+                self.model,
+                cfg.checkpoint.export_hf,
+                state_dict_adapter(cfg.model.name, self.args),
+                self.tokenizer,
+                dtype=cfg.checkpoint.export_hf_dtype,
+                rank=self.info.rank,
+                source_folder=cfg.checkpoint.initial_load_hf,
+            )
+            self.metrics.log_text(
+                [f"exported the model in HF format to {cfg.checkpoint.export_hf}"]
+            )
         if not stopped and not idle:
-            self.metrics.log_text([f"done: step {state.step} of {cfg.training.steps} in "
-                                   f"{format_duration(time.perf_counter() - start)}; "
-                                   f"run folder {self.run_folder}"])
+            self.metrics.log_text(
+                [
+                    f"done: step {state.step} of {cfg.training.steps} in "
+                    f"{format_duration(time.perf_counter() - start)}; "
+                    f"run folder {self.run_folder}"
+                ]
+            )
         self.metrics.close()
         if idle and self.info.rank == 0:  # a finished job run again leaves no folder of its own
             shutil.rmtree(self.run_folder, ignore_errors=True)
@@ -786,9 +936,11 @@ class Trainer:
         path = self.checkpointer.save(self.train_state)
         path = (self.checkpointer.finish() or path) if force else path
         if path is None:
-            self.metrics.log_line(f"checkpoint step {self.train_state.step}: writing in the "
-                                  f"background ({time.perf_counter() - begin:.1f} s of training "
-                                  "time)")
+            self.metrics.log_line(
+                f"checkpoint step {self.train_state.step}: writing in the "
+                f"background ({time.perf_counter() - begin:.1f} s of training "
+                "time)"
+            )
         self._log_saved(path, time.perf_counter() - begin)
         return path
 
@@ -850,8 +1002,13 @@ def _run(args: list[str], console: ConsoleLog) -> int:
             if startup.import_s is not None:
                 imports = f"; {startup.import_s:.1f} s of imports before it"
             job = f'; job "{config.job.description}"' if config.job.description else ""
-            startup.phase("config", f"{config.job.config_file or 'the defaults'}"
-                                    + (f" with {' '.join(given)}" if given else "") + imports + job)
+            startup.phase(
+                "config",
+                f"{config.job.config_file or 'the defaults'}"
+                + (f" with {' '.join(given)}" if given else "")
+                + imports
+                + job,
+            )
             trainer = Trainer(run, stop, startup, console)
         except Stopped as done:
             finished = True

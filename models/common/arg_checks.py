@@ -18,7 +18,11 @@ def ints(args: Any, may_be_zero: tuple[str, ...] = ()) -> None:
         value = getattr(args, f.name)
         if f.type != "int":
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if f.name in may_be_zero else 1):
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < (0 if f.name in may_be_zero else 1)
+        ):
             wanted = "an integer >= 0" if f.name in may_be_zero else "a positive integer"
             raise ValueError(f"{name}.{f.name} must be {wanted}, got {value!r}")
 
@@ -27,34 +31,44 @@ def bools(args: Any, *names: str) -> None:
     """Each field of ``names`` is ``True`` or ``False``."""
     for field in names:
         if not isinstance(getattr(args, field), bool):
-            raise ValueError(f"{type(args).__name__}.{field} must be true or false, got {getattr(args, field)!r}")
+            raise ValueError(
+                f"{type(args).__name__}.{field} must be true or false, got {getattr(args, field)!r}"
+            )
 
 
 def positive(args: Any, *names: str) -> None:
     """Each field of ``names`` is > 0."""
     for field in names:
         if not getattr(args, field) > 0:
-            raise ValueError(f"{type(args).__name__}.{field} must be > 0, got {getattr(args, field)!r}")
+            raise ValueError(
+                f"{type(args).__name__}.{field} must be > 0, got {getattr(args, field)!r}"
+            )
 
 
 def non_negative(args: Any, *names: str) -> None:
     """Each field of ``names`` (a coefficient or step size, 0 = off) is >= 0."""
     for field in names:
         if not getattr(args, field) >= 0:
-            raise ValueError(f"{type(args).__name__}.{field} must be >= 0 (0 = off), got {getattr(args, field)!r}")
+            raise ValueError(
+                f"{type(args).__name__}.{field} must be >= 0 (0 = off), got {getattr(args, field)!r}"
+            )
 
 
 def even(args: Any, field: str) -> None:
     """``field`` (a RoPE-rotated size) is even: RoPE rotates feature pairs."""
     if getattr(args, field) % 2:
-        raise ValueError(f"{type(args).__name__}.{field} must be even (RoPE rotates pairs), got {getattr(args, field)}")
+        raise ValueError(
+            f"{type(args).__name__}.{field} must be even (RoPE rotates pairs), got {getattr(args, field)}"
+        )
 
 
 def multiple(args: Any, field: str, of: str) -> None:
     """``field`` is a multiple of ``of`` (e.g. ``n_heads`` of ``n_kv_heads``: GQA groups)."""
     value, divisor = getattr(args, field), getattr(args, of)
     if value % divisor:
-        raise ValueError(f"{type(args).__name__}: {field} ({value}) must be a multiple of {of} ({divisor})")
+        raise ValueError(
+            f"{type(args).__name__}: {field} ({value}) must be a multiple of {of} ({divisor})"
+        )
 
 
 def at_most(args: Any, field: str, bound: str) -> None:
@@ -73,7 +87,11 @@ def rope(args: Any, yarn: bool) -> None:
     if not yarn:
         return
     if not args.rope_factor >= 1:
-        raise ValueError(f"{name}.rope_factor must be >= 1 (1 = no extension), got {args.rope_factor!r}")
+        raise ValueError(
+            f"{name}.rope_factor must be >= 1 (1 = no extension), got {args.rope_factor!r}"
+        )
     if not 0 < args.rope_beta_slow < args.rope_beta_fast:
-        raise ValueError(f"{name}: need 0 < rope_beta_slow < rope_beta_fast, got {args.rope_beta_slow!r} and "
-                         f"{args.rope_beta_fast!r}")
+        raise ValueError(
+            f"{name}: need 0 < rope_beta_slow < rope_beta_fast, got {args.rope_beta_slow!r} and "
+            f"{args.rope_beta_fast!r}"
+        )

@@ -49,7 +49,9 @@ class Attention(nn.Module):
         self.inner_attention = InnerAttention()
         self.kv_cache: LayerKV | None = None  # set by the decoder for a forward with a KV cache
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         """Queries ``(bs, seqlen, n_heads, head_dim)`` and keys after (QK-norm and) RoPE, values
         ``(bs, seqlen, n_kv_heads, head_dim)``."""
         bs, seqlen, _ = x.shape
@@ -60,23 +62,46 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``; ``document_ids`` int ``(bs, seqlen)`` or ``None``
         (:func:`torchtitan_lite.models.common.attention_backends.attention`)."""
-        out = self.attend(*self.qkv(x, cos, sin), document_ids=document_ids)  # (bs, seqlen, n_heads, head_dim)
+        out = self.attend(
+            *self.qkv(x, cos, sin), document_ids=document_ids
+        )  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None,
-               document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sinks: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``inner_attention`` of ``q`` ``(bs, seqlen, n_heads, head_dim)`` over ``k``/``v``; with ``kv_cache`` set, the
         new positions' keys and values are kept and the queries attend to all kept ones
         (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:
             k, v = self.inner_attention.gather(k, v)  # the whole window's under context parallelism
-            args = (q, k, v) if sinks is None else (q, k, v, sinks)  # positional: what a TP plan prepares
+            args = (
+                (q, k, v) if sinks is None else (q, k, v, sinks)
+            )  # positional: what a TP plan prepares
             return self.inner_attention(*args, document_ids=document_ids)
         window = self.inner_attention.sliding_window
         (k, v), k_start = self.kv_cache.extend((k, v), keep=window)
-        return cached_attention(q, k, v, self.kv_cache.end - q.shape[1], k_start, sinks=sinks,
-                                sliding_window=window, scale=self.inner_attention.scale)
+        return cached_attention(
+            q,
+            k,
+            v,
+            self.kv_cache.end - q.shape[1],
+            k_start,
+            sinks=sinks,
+            sliding_window=window,
+            scale=self.inner_attention.scale,
+        )

@@ -30,7 +30,9 @@ from torchtitan_lite.models.common.sink_attention import sink_attention, sink_ca
 from torchtitan_lite.protocols.attention import ATTN_BACKENDS, AttentionKernel
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
     """Causal softmax attention, position ``t`` attending to positions ``0 .. t``.
 
     Runs :func:`torch.nn.functional.scaled_dot_product_attention` with ``is_causal=True`` and
@@ -70,7 +72,9 @@ def resolve_backend(backend: str, device_type: str, plain: bool, sinks: bool = F
         ValueError: ``backend`` not one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
     """
     if backend not in ATTN_BACKENDS:
-        raise ValueError(f"attention backend must be one of {', '.join(ATTN_BACKENDS)}, got {backend!r}")
+        raise ValueError(
+            f"attention backend must be one of {', '.join(ATTN_BACKENDS)}, got {backend!r}"
+        )
     if backend != "auto":
         return backend
     if plain and (not sinks or device_type == "cpu"):
@@ -116,18 +120,41 @@ def attention(
     if kernel == "sdpa":
         return causal_attention(q, k, v, scale=scale)
     if kernel == "flex":
-        return flex_attention_op(q, k, v, sinks=sinks, sliding_window=sliding_window, document_ids=document_ids,
-                                 scale=scale)
+        return flex_attention_op(
+            q,
+            k,
+            v,
+            sinks=sinks,
+            sliding_window=sliding_window,
+            document_ids=document_ids,
+            scale=scale,
+        )
     if kernel == "blockwise":
-        return block_attention(q, k, v, sinks=sinks, sliding_window=sliding_window, document_ids=document_ids,
-                               scale=scale)
-    return sink_attention(q, k, v, sinks, sliding_window=sliding_window, document_ids=document_ids, scale=scale)
+        return block_attention(
+            q,
+            k,
+            v,
+            sinks=sinks,
+            sliding_window=sliding_window,
+            document_ids=document_ids,
+            scale=scale,
+        )
+    return sink_attention(
+        q, k, v, sinks, sliding_window=sliding_window, document_ids=document_ids, scale=scale
+    )
 
 
-def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, *,
-                    sinks: torch.Tensor | None = None, sliding_window: int | None = None,
-                    document_ids: torch.Tensor | None = None,
-                    scale: float | None = None) -> torch.Tensor:
+def chunk_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    *,
+    sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    document_ids: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
     """:func:`attention` of the queries at positions ``q_start ..`` of the keys' span (a
     context-parallel chunk): ``q`` ``(bs, seqlen - q_start, n_heads, head_dim)``,
     ``k``/``v``/``document_ids`` over positions ``0 .. seqlen - 1``. The kernel, whatever
@@ -138,8 +165,16 @@ def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
         ValueError: inconsistent shapes.
     """
     kernel = block_attention if q.device.type == "cpu" else flex_attention_op
-    return kernel(q, k, v, sinks=sinks, sliding_window=sliding_window, document_ids=document_ids,
-                  scale=scale, q_start=q_start)
+    return kernel(
+        q,
+        k,
+        v,
+        sinks=sinks,
+        sliding_window=sliding_window,
+        document_ids=document_ids,
+        scale=scale,
+        q_start=q_start,
+    )
 
 
 class InnerAttention(AttentionKernel):
@@ -166,22 +201,44 @@ class InnerAttention(AttentionKernel):
         autograd); as they are without context parallelism."""
         return tensors if self.cp is None else tuple(self.cp.gather(t) for t in tensors)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sinks: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
         ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``. Under
         context parallelism ``k``/``v`` span the whole window (:meth:`gather`), ``q`` and
         ``document_ids`` the rank's chunks, and each chunk attends to the keys up to its end
         (:func:`chunk_attention`)."""
         if self.cp is None:
-            return attention(q, k, v, sinks=sinks, sliding_window=self.sliding_window,
-                             document_ids=document_ids, scale=self.scale, backend=self.attn_backend)
+            return attention(
+                q,
+                k,
+                v,
+                sinks=sinks,
+                sliding_window=self.sliding_window,
+                document_ids=document_ids,
+                scale=self.scale,
+                backend=self.attn_backend,
+            )
         docs = None if document_ids is None else self.cp.gather(document_ids)
         outs = []
         for start, end, position in self.cp.chunks:
             span = position + end - start  # keys 0 .. the chunk's last position
-            outs.append(chunk_attention(
-                q[:, start:end], k[:, :span], v[:, :span], position, sinks=sinks,
-                sliding_window=self.sliding_window, scale=self.scale,
-                document_ids=None if docs is None else docs[:, :span]))
+            outs.append(
+                chunk_attention(
+                    q[:, start:end],
+                    k[:, :span],
+                    v[:, :span],
+                    position,
+                    sinks=sinks,
+                    sliding_window=self.sliding_window,
+                    scale=self.scale,
+                    document_ids=None if docs is None else docs[:, :span],
+                )
+            )
         return torch.cat(outs, dim=1)

@@ -24,8 +24,9 @@ def _whole(stats: torch.Tensor, window_sum: WindowSum | None) -> torch.Tensor:
     return stats if window_sum is None else window_sum(stats)
 
 
-def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor,
-                      window_sum: WindowSum | None = None) -> torch.Tensor:
+def load_balance_loss(
+    probs: torch.Tensor, tokens_per_expert: torch.Tensor, window_sum: WindowSum | None = None
+) -> torch.Tensor:
     """Switch-Transformer load-balancing loss (Fedus et al. 2021, arXiv 2101.03961, eq. 4-6), HF form.
 
     ``E * sum_e f_e * P_e`` with ``f_e`` = (tokens routed to ``e``) / ``T`` (no gradient; summing to
@@ -48,8 +49,9 @@ def load_balance_loss(probs: torch.Tensor, tokens_per_expert: torch.Tensor,
     return num_experts * (counts / total * (prob_sum / total)).sum()
 
 
-def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: int,
-                          window_sum: WindowSum | None = None) -> torch.Tensor:
+def sequence_balance_loss(
+    scores: torch.Tensor, indices: torch.Tensor, seqlen: int, window_sum: WindowSum | None = None
+) -> torch.Tensor:
     """Complementary sequence-wise balance loss ``sum_i f_i P_i`` (DeepSeek-V3 report, arXiv 2412.19437,
     eq. 17-20), averaged over sequences.
 
@@ -82,13 +84,15 @@ def sequence_balance_loss(scores: torch.Tensor, indices: torch.Tensor, seqlen: i
     return (fraction * (prob_sum / length)).sum(dim=-1).mean()
 
 
-def switch_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int,
-                    window_sum: WindowSum | None = None) -> torch.Tensor:
+def switch_aux_loss(
+    routing: RouterOutput, counts: torch.Tensor, seqlen: int, window_sum: WindowSum | None = None
+) -> torch.Tensor:
     """:func:`load_balance_loss` over all tokens of the batch, as an :data:`AuxLoss`."""
     return load_balance_loss(routing.probs, counts, window_sum)
 
 
-def sequence_aux_loss(routing: RouterOutput, counts: torch.Tensor, seqlen: int,
-                      window_sum: WindowSum | None = None) -> torch.Tensor:
+def sequence_aux_loss(
+    routing: RouterOutput, counts: torch.Tensor, seqlen: int, window_sum: WindowSum | None = None
+) -> torch.Tensor:
     """:func:`sequence_balance_loss` per sequence of ``seqlen`` tokens, as an :data:`AuxLoss`."""
     return sequence_balance_loss(routing.probs, routing.indices, seqlen, window_sum)

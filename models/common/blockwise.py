@@ -36,13 +36,21 @@ class _Tiles:
     ``(bs, seqlen)`` of the keys (non-decreasing along the sequence) or ``None``.
     """
 
-    def __init__(self, seqlen: int, window: int | None, document_ids: torch.Tensor | None,
-                 block_size: int, q_start: int = 0):
+    def __init__(
+        self,
+        seqlen: int,
+        window: int | None,
+        document_ids: torch.Tensor | None,
+        block_size: int,
+        q_start: int = 0,
+    ):
         self.seqlen, self.window, self.block, self.q_start = seqlen, window, block_size, q_start
         self.document_ids = document_ids
         if document_ids is not None:
             pos = torch.arange(seqlen, device=document_ids.device)
-            self.doc_start = pos - document_positions(document_ids)  # first position of each one's document
+            self.doc_start = pos - document_positions(
+                document_ids
+            )  # first position of each one's document
 
     def __iter__(self):
         """Yield ``(qs, qe, key_ranges)`` in positions; ``key_ranges`` lists ``(ks, ke)`` key
@@ -75,7 +83,7 @@ class _Tiles:
 def _scores(q, k, scale, tiles, qs, qe, ks, ke):
     """Masked scores of one tile, fp32 ``(bs, n_kv_heads, group, nq, nk)``; hidden keys are ``-inf``."""
     q0 = tiles.q_start
-    s = q[..., qs - q0:qe - q0, :] @ k[..., ks:ke, :].transpose(-1, -2) * scale
+    s = q[..., qs - q0 : qe - q0, :] @ k[..., ks:ke, :].transpose(-1, -2) * scale
     mask = tiles.mask(qs, qe, ks, ke)
     return s if mask is None else s.masked_fill(~mask, float("-inf"))
 
@@ -134,10 +142,18 @@ class _BlockAttention(torch.autograd.Function):
         return dq, dk, dv, d_sinks, None, None
 
 
-def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
-                    sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
-                    scale: float | None = None, block_size: int = BLOCK_SIZE,
-                    q_start: int = 0) -> torch.Tensor:
+def block_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    document_ids: torch.Tensor | None = None,
+    scale: float | None = None,
+    block_size: int = BLOCK_SIZE,
+    q_start: int = 0,
+) -> torch.Tensor:
     """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with autograd.
 
     Query ``i`` (at position ``q_start + i``) sees key ``j`` iff ``j <= q_start + i``,
@@ -164,8 +180,9 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks:
         ValueError: shapes that disagree (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
     """
     ids = None if document_ids is None else document_ids[:, q_start:]  # the queries' positions
-    bs, seqlen, n_heads, head_dim = check_qkv("block_attention", q, k[:, q_start:], v[:, q_start:],
-                                              sinks, ids)
+    bs, seqlen, n_heads, head_dim = check_qkv(
+        "block_attention", q, k[:, q_start:], v[:, q_start:], sinks, ids
+    )
     n_kv_heads = k.shape[2]
     group = n_heads // n_kv_heads
     scale = head_dim**-0.5 if scale is None else scale
@@ -174,6 +191,8 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks:
     v5 = v.float().transpose(1, 2).unsqueeze(2)
     sinks5 = None if sinks is None else sinks.float().view(1, n_kv_heads, group, 1, 1)
     tiles = _Tiles(q_start + seqlen, sliding_window, document_ids, block_size, q_start)
-    out = _BlockAttention.apply(q5.contiguous(), k5.contiguous(), v5.contiguous(), sinks5, tiles, scale)
+    out = _BlockAttention.apply(
+        q5.contiguous(), k5.contiguous(), v5.contiguous(), sinks5, tiles, scale
+    )
     # (bs, n_kv_heads, group, seqlen, v_head_dim) -> (bs, seqlen, n_heads, v_head_dim)
     return out.reshape(bs, n_heads, seqlen, -1).transpose(1, 2).to(q.dtype)

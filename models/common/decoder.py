@@ -57,7 +57,9 @@ class Decoder(nn.Module):
         self.rope_dim = rope_dim
         # An empty weight skips nn.Embedding's N(0, 1) fill: init_weights draws every parameter, and normal_ on a meta
         # tensor imports torch._dynamo, a second of CPU for the config check (which builds the model on meta).
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim, _weight=torch.empty(args.vocab_size, args.dim))
+        self.tok_embeddings = nn.Embedding(
+            args.vocab_size, args.dim, _weight=torch.empty(args.vocab_size, args.dim)
+        )
         self.layers = nn.ModuleDict({str(i): block(args, i) for i in range(args.n_layers)})
         self.norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
@@ -73,7 +75,9 @@ class Decoder(nn.Module):
         Default: plain RoPE with base ``args.rope_theta`` (:func:`torchtitan_lite.models.common.rope.rope_cos_sin`).
         Families with YaRN override this.
         """
-        return rope_cos_sin(self.rope_dim, self.args.max_seq_len, self.args.rope_theta, device=device)
+        return rope_cos_sin(
+            self.rope_dim, self.args.max_seq_len, self.args.rope_theta, device=device
+        )
 
     def init_buffers(self, buffer_device: torch.device | str | None = None) -> None:
         """Recompute the RoPE tables (:meth:`rope_tables`) in fp32 on ``buffer_device`` (default: where
@@ -81,9 +85,15 @@ class Decoder(nn.Module):
         device = self.rope_cos.device if buffer_device is None else buffer_device
         self.rope_cos, self.rope_sin = self.rope_tables(device)
 
-    def forward(self, tokens: torch.Tensor, seqlen: int | None = None, document_ids: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None, cache: KVCache | None = None,
-                labels: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        seqlen: int | None = None,
+        document_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits of the next token at every position; on a pipeline stage, what the stage owns of that.
 
         Args:
@@ -120,17 +130,26 @@ class Decoder(nn.Module):
         seqlen = tokens.shape[1] if seqlen is None else seqlen
         start = 0 if cache is None else cache.length
         if start + seqlen > self.args.max_seq_len:
-            raise ValueError(f"{name}: sequence length {start + seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
-                             "raise model max_seq_len or lower training.seq_len")
+            raise ValueError(
+                f"{name}: sequence length {start + seqlen} exceeds max_seq_len {self.args.max_seq_len}; "
+                "raise model max_seq_len or lower training.seq_len"
+            )
         if positions is None:
-            cos, sin = self.rope_cos[start:start + seqlen], self.rope_sin[start:start + seqlen]  # (seqlen, rope_dim)
+            cos, sin = (
+                self.rope_cos[start : start + seqlen],
+                self.rope_sin[start : start + seqlen],
+            )  # (seqlen, rope_dim)
         else:
             cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # (bs, seqlen, rope_dim)
         h = self.tok_embeddings(tokens) if first else tokens  # (bs, seqlen, dim)
         for layer_id, layer in self.layers.items():
             if cache is not None:
                 layer.attention.kv_cache = cache.layers.setdefault(layer_id, LayerKV())
-            h = layer(h, cos, sin) if document_ids is None else layer(h, cos, sin, document_ids=document_ids)
+            h = (
+                layer(h, cos, sin)
+                if document_ids is None
+                else layer(h, cos, sin, document_ids=document_ids)
+            )
         if cache is not None:
             cache.length += seqlen
             for layer in self.layers.values():
@@ -139,5 +158,7 @@ class Decoder(nn.Module):
             return h
         h = self.norm(h)
         if self.mtp is not None and labels is not None and self.training and cache is None:
-            h = self.mtp.attach_loss(h, tokens, labels, self.tok_embeddings, self.output, cos, sin, document_ids)
+            h = self.mtp.attach_loss(
+                h, tokens, labels, self.tok_embeddings, self.output, cos, sin, document_ids
+            )
         return self.output(h)  # (bs, seqlen, vocab_size)

@@ -30,7 +30,12 @@ class DenseBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.hidden_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.feed_forward(self.ffn_norm(h))

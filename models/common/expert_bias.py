@@ -59,8 +59,10 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
     layers = moe_layers(model)
     unknown = sorted(set(counts_by_layer) - set(layers))
     if unknown:
-        raise ValueError(f"update_expert_bias: {unknown} are not MoE layers of the model (known: {sorted(layers)}); "
-                         "pass the dict collect_expert_load(model) returns")
+        raise ValueError(
+            f"update_expert_bias: {unknown} are not MoE layers of the model (known: {sorted(layers)}); "
+            "pass the dict collect_expert_load(model) returns"
+        )
     updated = 0
     for name, counts in counts_by_layer.items():
         router = layers[name].router
@@ -68,8 +70,10 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
         if bias is None:
             continue
         if counts.shape != bias.shape:
-            raise ValueError(f"update_expert_bias: counts of {name} have shape {tuple(counts.shape)}, expected "
-                             f"{tuple(bias.shape)} (one per expert)")
+            raise ValueError(
+                f"update_expert_bias: counts of {name} have shape {tuple(counts.shape)}, expected "
+                f"{tuple(bias.shape)} (one per expert)"
+            )
         bias += expert_bias_delta(counts.to(bias.device), router.bias_update_speed)
         updated += 1
     return updated

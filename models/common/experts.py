@@ -16,7 +16,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from torchtitan_lite.models.common.token_dispatch import combine, dispatch, grouped_linear, scatter_rows
+from torchtitan_lite.models.common.token_dispatch import (
+    combine,
+    dispatch,
+    grouped_linear,
+    scatter_rows,
+)
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 """Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` -> ``(..., hidden_dim)``."""
@@ -49,7 +54,9 @@ def clamped_swiglu(x: torch.Tensor, limit: float = 7.0, alpha: float = 1.702) ->
         ValueError: odd last dimension or a non-positive ``limit``.
     """
     if x.shape[-1] % 2:
-        raise ValueError(f"clamped_swiglu: last dim must be even (interleaved gate/up), got {x.shape[-1]}")
+        raise ValueError(
+            f"clamped_swiglu: last dim must be even (interleaved gate/up), got {x.shape[-1]}"
+        )
     if not limit > 0:
         raise ValueError(f"clamped_swiglu: limit must be > 0, got {limit}")
     gate = x[..., ::2].clamp(max=limit)
@@ -82,14 +89,20 @@ class GroupedExperts(nn.Module):
         self.mlp2_weight = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
         self.mlp2_bias = nn.Parameter(torch.empty(num_experts, dim))
 
-    def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         """See the module docstring: ``x`` ``(T, dim)``, int64 ``indices`` in ``[0, num_experts)`` and
         ``weights`` ``(T, k)`` -> ``(T, dim)``."""
-        mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias = (local_experts(p) for p in (
-            self.mlp1_weight, self.mlp1_bias, self.mlp2_weight, self.mlp2_bias))
+        mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias = (
+            local_experts(p)
+            for p in (self.mlp1_weight, self.mlp1_bias, self.mlp2_weight, self.mlp2_bias)
+        )
         plan = dispatch(indices, mlp1_weight.shape[0])
         h = grouped_linear(scatter_rows(x, plan), mlp1_weight, plan)  # (num_rows, 2 * hidden_dim)
-        h = self.activation(h + mlp1_bias.index_select(0, plan.group_expert))  # (num_rows, hidden_dim)
+        h = self.activation(
+            h + mlp1_bias.index_select(0, plan.group_expert)
+        )  # (num_rows, hidden_dim)
         out = grouped_linear(h, mlp2_weight, plan)  # (num_rows, dim)
         out = out + mlp2_bias.index_select(0, plan.group_expert)
         return combine(out, weights, plan, indices.shape[0])
@@ -114,7 +127,9 @@ class GroupedSwiGLUExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
         self.w3 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
 
-    def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         """See the module docstring: ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` -> ``(T, dim)``."""
         w1, w2, w3 = (local_experts(p) for p in (self.w1, self.w2, self.w3))
         plan = dispatch(indices, w1.shape[0])

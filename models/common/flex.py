@@ -25,8 +25,13 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
-def block_mask(seqlen: int, sliding_window: int | None, document_ids: torch.Tensor | None,
-               device: torch.device, q_start: int = 0) -> object:
+def block_mask(
+    seqlen: int,
+    sliding_window: int | None,
+    document_ids: torch.Tensor | None,
+    device: torch.device,
+    q_start: int = 0,
+) -> object:
     """The ``BlockMask`` of causal attention limited to ``sliding_window`` keys and to each query's
     document (``document_ids`` int ``(bs, seqlen)`` or ``None``), for ``seqlen`` keys and the
     queries at positions ``q_start .. seqlen - 1`` on ``device``."""
@@ -44,9 +49,17 @@ def block_mask(seqlen: int, sliding_window: int | None, document_ids: torch.Tens
     return create_block_mask(mask_mod, batch, None, seqlen - q_start, seqlen, device=device)
 
 
-def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sinks: torch.Tensor | None = None,
-                      sliding_window: int | None = None, document_ids: torch.Tensor | None = None,
-                      scale: float | None = None, q_start: int = 0) -> torch.Tensor:
+def flex_attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    document_ids: torch.Tensor | None = None,
+    scale: float | None = None,
+    q_start: int = 0,
+) -> torch.Tensor:
     """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
     :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the
     queries are the positions ``q_start ..`` of the keys' span (as
@@ -55,15 +68,30 @@ def flex_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sink
     Raises:
         ValueError: inconsistent shapes.
     """
-    n_heads = check_qkv("flex_attention", q, k[:, q_start:], v[:, q_start:], sinks,
-                        None if document_ids is None else document_ids[:, q_start:])[2]
+    n_heads = check_qkv(
+        "flex_attention",
+        q,
+        k[:, q_start:],
+        v[:, q_start:],
+        sinks,
+        None if document_ids is None else document_ids[:, q_start:],
+    )[2]
     mask = block_mask(k.shape[1], sliding_window, document_ids, q.device, q_start)
     kernel = flex_attention if q.device.type == "cpu" else _compiled_flex()
     with warnings.catch_warnings():  # on CPU the unfused forward is the intent (module docstring)
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        out, aux = kernel(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask, scale=scale,
-                          enable_gqa=n_heads != k.shape[2], return_aux=AuxRequest(lse=True))
+        out, aux = kernel(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            block_mask=mask,
+            scale=scale,
+            enable_gqa=n_heads != k.shape[2],
+            return_aux=AuxRequest(lse=True),
+        )
     # out (bs, n_heads, seqlen, v_head_dim), aux.lse (bs, n_heads, seqlen) in natural-log units
     if sinks is not None:
-        out = out * torch.sigmoid(aux.lse - sinks.float().view(1, n_heads, 1)).unsqueeze(-1).to(out.dtype)
+        out = out * torch.sigmoid(aux.lse - sinks.float().view(1, n_heads, 1)).unsqueeze(-1).to(
+            out.dtype
+        )
     return out.transpose(1, 2)

@@ -39,6 +39,8 @@ def dense_flops_per_token(args: Any, seq_len: int, qk_norm: bool) -> float:
     """
     if seq_len <= 0:
         raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
-    output = args.vocab_size * args.dim if args.tie_embeddings else 0  # untied: already in the count
+    output = (
+        args.vocab_size * args.dim if args.tie_embeddings else 0
+    )  # untied: already in the count
     n_matmul = dense_num_params(args, qk_norm, include_embedding=False) + output
     return 6.0 * n_matmul + 12.0 * args.n_layers * args.n_heads * args.head_dim * seq_len

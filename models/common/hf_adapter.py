@@ -16,7 +16,11 @@ from torchtitan_lite.models.common.hf_config import ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Same, Stacked
 from torchtitan_lite.protocols.state_dict_adapter import StateDictAdapter
 
-SWIGLU_NAMES = {"w1.weight": "gate_proj.weight", "w3.weight": "up_proj.weight", "w2.weight": "down_proj.weight"}
+SWIGLU_NAMES = {
+    "w1.weight": "gate_proj.weight",
+    "w3.weight": "up_proj.weight",
+    "w2.weight": "down_proj.weight",
+}
 """Our name -> HF name of a SwiGLU's weights (``models/common/ffn.py``), relative to the module (HF ``mlp.``)."""
 
 
@@ -31,18 +35,29 @@ def per_expert(prefix: str, num_experts: int) -> dict[str, HFTensor]:
     expert, ``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight`` (transformers 5 fuses them on load, with
     ``conversion_mapping.py``'s ``qwen2_moe`` rules, and splits them again on save)."""
     table = {"w1": "gate_proj.weight", "w3": "up_proj.weight", "w2": "down_proj.weight"}
-    return {f"moe.experts.{ours}": Stacked(tuple(f"{prefix}mlp.experts.{e}.{hf}" for e in range(num_experts)))
-            for ours, hf in table.items()}
+    return {
+        f"moe.experts.{ours}": Stacked(
+            tuple(f"{prefix}mlp.experts.{e}.{hf}" for e in range(num_experts))
+        )
+        for ours, hf in table.items()
+    }
 
 
-def decoder_tensors(args: Any, layer: Callable[[int, str], dict[str, HFTensor]]) -> dict[str, HFTensor]:
+def decoder_tensors(
+    args: Any, layer: Callable[[int, str], dict[str, HFTensor]]
+) -> dict[str, HFTensor]:
     """Every tensor of a decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`): the outer ones, the two block norms, and
     ``layer(i, "model.layers.{i}.")``'s (our names relative to ``layers.{i}.``), in model order."""
     tensors: dict[str, HFTensor] = {"tok_embeddings.weight": Same("model.embed_tokens.weight")}
     for i in range(args.n_layers):
         prefix = f"model.layers.{i}."
-        block = same(prefix, {"attention_norm.weight": "input_layernorm.weight",
-                              "ffn_norm.weight": "post_attention_layernorm.weight"})
+        block = same(
+            prefix,
+            {
+                "attention_norm.weight": "input_layernorm.weight",
+                "ffn_norm.weight": "post_attention_layernorm.weight",
+            },
+        )
         block.update(layer(i, prefix))
         tensors.update({f"layers.{i}.{name}": t for name, t in block.items()})
     tensors["norm.weight"] = Same("model.norm.weight")
@@ -60,9 +75,15 @@ def tied_head(args: Any, hf_name: str) -> str | None:
 
 def decoder_config(args: Any) -> dict[str, Any]:
     """The ``config.json`` keys every family writes from the shared decoder fields."""
-    return {"hidden_size": args.dim, "num_hidden_layers": args.n_layers, "vocab_size": args.vocab_size,
-            "rms_norm_eps": args.norm_eps, "max_position_embeddings": args.max_seq_len,
-            "tie_word_embeddings": args.tie_embeddings, "initializer_range": args.init_std}
+    return {
+        "hidden_size": args.dim,
+        "num_hidden_layers": args.n_layers,
+        "vocab_size": args.vocab_size,
+        "rms_norm_eps": args.norm_eps,
+        "max_position_embeddings": args.max_seq_len,
+        "tie_word_embeddings": args.tie_embeddings,
+        "initializer_range": args.init_std,
+    }
 
 
 class DecoderStateDictAdapter(StateDictAdapter):
@@ -100,18 +121,32 @@ class DecoderStateDictAdapter(StateDictAdapter):
 
     def to_hf_config(self) -> dict[str, Any]:
         """The ``config.json`` that describes our model to transformers."""
-        return {"architectures": [self.architecture], "model_type": self.model_type, **decoder_config(self.args),
-                **self.family_config()}
+        return {
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            **decoder_config(self.args),
+            **self.family_config(),
+        }
 
 
-def moe_counters(args: Any, first_moe_layer: int = 0, names: tuple[str, ...] = ("tokens_per_expert",)) -> tuple[str, ...]:
+def moe_counters(
+    args: Any, first_moe_layer: int = 0, names: tuple[str, ...] = ("tokens_per_expert",)
+) -> tuple[str, ...]:
     """``layers.{i}.moe.<name>`` for the MoE layers from ``first_moe_layer`` on: state no HF file holds."""
-    return tuple(f"layers.{i}.moe.{name}" for i in range(first_moe_layer, args.n_layers) for name in names)
+    return tuple(
+        f"layers.{i}.moe.{name}" for i in range(first_moe_layer, args.n_layers) for name in names
+    )
 
 
-DECODER_KEYS = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "vocab_size": "vocab_size",
-                "rms_norm_eps": "norm_eps", "max_position_embeddings": "max_seq_len",
-                "tie_word_embeddings": "tie_embeddings", "initializer_range": "init_std"}
+DECODER_KEYS = {
+    "hidden_size": "dim",
+    "num_hidden_layers": "n_layers",
+    "vocab_size": "vocab_size",
+    "rms_norm_eps": "norm_eps",
+    "max_position_embeddings": "max_seq_len",
+    "tie_word_embeddings": "tie_embeddings",
+    "initializer_range": "init_std",
+}
 """The ``config.json`` key of each shared decoder field (:func:`decoder_config` writes them)."""
 
 

@@ -41,8 +41,11 @@ def read_heads(fields: ConfigFields, head_dim_default: int | None) -> dict[str, 
     fields.expect("attention_bias", False)
     fields.expect("attention_dropout", 0.0)
     fields.expect("hidden_act", "silu")
-    return {"n_heads": n_heads, "n_kv_heads": n_heads if n_kv_heads is None else n_kv_heads,
-            "head_dim": fields.get("hidden_size") // n_heads if head_dim is None else head_dim}
+    return {
+        "n_heads": n_heads,
+        "n_kv_heads": n_heads if n_kv_heads is None else n_kv_heads,
+        "head_dim": fields.get("hidden_size") // n_heads if head_dim is None else head_dim,
+    }
 
 
 def read_attention(fields: ConfigFields, head_dim_default: int | None) -> dict[str, Any]:
@@ -55,9 +58,13 @@ def read_attention(fields: ConfigFields, head_dim_default: int | None) -> dict[s
     """
     values = read_heads(fields, head_dim_default)
     fields.expect("use_sliding_window", False)
-    fields.ignore("sliding_window", "max_window_layers")  # transformers reads them only with use_sliding_window
+    fields.ignore(
+        "sliding_window", "max_window_layers"
+    )  # transformers reads them only with use_sliding_window
     if fields.has("layer_types") and set(fields.get("layer_types")) != {"full_attention"}:
-        raise fields.fail("layer_types", "is not all 'full_attention' (the model has no sliding-window layers)")
+        raise fields.fail(
+            "layer_types", "is not all 'full_attention' (the model has no sliding-window layers)"
+        )
     rope = rope_parameters(fields, DEFAULT_THETA)
     rope.expect("rope_type", "default")
     values["rope_theta"] = float_or_none(rope.get("rope_theta"))
@@ -67,10 +74,21 @@ def read_attention(fields: ConfigFields, head_dim_default: int | None) -> dict[s
 
 def heads_config(args: Any) -> dict[str, Any]:
     """The ``config.json`` keys :func:`read_heads` reads, from ``args``."""
-    return {"num_attention_heads": args.n_heads, "num_key_value_heads": args.n_kv_heads, "head_dim": args.head_dim,
-            "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0}
+    return {
+        "num_attention_heads": args.n_heads,
+        "num_key_value_heads": args.n_kv_heads,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+    }
 
 
 def attention_config(args: Any) -> dict[str, Any]:
     """The attention keys of ``config.json`` for Qwen3 and Qwen3-MoE args (:func:`read_attention` reads them)."""
-    return {**heads_config(args), "use_sliding_window": False, "rope_theta": args.rope_theta, "rope_scaling": None}
+    return {
+        **heads_config(args),
+        "use_sliding_window": False,
+        "rope_theta": args.rope_theta,
+        "rope_scaling": None,
+    }

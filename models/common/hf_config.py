@@ -32,7 +32,9 @@ class ConfigFields:
         family: our model family, for messages.
     """
 
-    def __init__(self, config: dict[str, Any], defaults: dict[str, Any], *, family: str, where: str = ""):
+    def __init__(
+        self, config: dict[str, Any], defaults: dict[str, Any], *, family: str, where: str = ""
+    ):
         self.config, self.defaults, self.family, self.where = config, defaults, family, where
         self.used: set[str] = set()
 
@@ -53,8 +55,9 @@ class ConfigFields:
             return default
         if key in self.defaults:
             return self.defaults[key]
-        raise HFConfigError(f"config.json has no {self.where}{key} and transformers has no default for it; "
-                            f"add it")
+        raise HFConfigError(
+            f"config.json has no {self.where}{key} and transformers has no default for it; add it"
+        )
 
     def expect(self, key: str, *allowed: Any) -> Any:
         """The value of ``key`` (see :meth:`get`), which must be one of ``allowed``.
@@ -65,8 +68,10 @@ class ConfigFields:
         value = self.get(key)
         if value not in allowed:
             shown = " or ".join(repr(a) for a in allowed)
-            raise HFConfigError(f"config.json {self.where}{key} = {value!r} is not supported by the {self.family} "
-                                f"model (it implements {shown})")
+            raise HFConfigError(
+                f"config.json {self.where}{key} = {value!r} is not supported by the {self.family} "
+                f"model (it implements {shown})"
+            )
         return value
 
     def ignore(self, *keys: str) -> None:
@@ -75,8 +80,10 @@ class ConfigFields:
 
     def fail(self, key: str, why: str) -> HFConfigError:
         """The error for ``key``'s value: ``config.json <key> = <value> <why>``."""
-        return HFConfigError(f"config.json {self.where}{key} = {self.config.get(key, self.defaults.get(key))!r} "
-                             f"{why}")
+        return HFConfigError(
+            f"config.json {self.where}{key} = {self.config.get(key, self.defaults.get(key))!r} "
+            f"{why}"
+        )
 
     def aliased(self, key: str, alias: str) -> Any:
         """The value of ``key``, or of ``alias`` (transformers writes one name, published files the other); when
@@ -104,17 +111,20 @@ class ConfigFields:
         if left:
             key = left[0]
             more = f" (and {len(left) - 1} more: {', '.join(left[1:])})" if len(left) > 1 else ""
-            raise HFConfigError(f"config.json {self.where}{key} = {self.config[key]!r}{more} is not implemented by "
-                                f"the {self.family} model and is not known to change nothing; use a checkpoint "
-                                "without it, or add it to the family's state_dict_adapter.py")
+            raise HFConfigError(
+                f"config.json {self.where}{key} = {self.config[key]!r}{more} is not implemented by "
+                f"the {self.family} model and is not known to change nothing; use a checkpoint "
+                "without it, or add it to the family's state_dict_adapter.py"
+            )
 
 
 YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
 """transformers' YaRN defaults (``_compute_yarn_parameters`` in ``modeling_rope_utils.py``)."""
 
 
-def rope_parameters(fields: ConfigFields, default_theta: float, default_rope: dict[str, Any] | None = None
-                    ) -> ConfigFields:
+def rope_parameters(
+    fields: ConfigFields, default_theta: float, default_rope: dict[str, Any] | None = None
+) -> ConfigFields:
     """The RoPE parameters of a config as one nested :class:`ConfigFields` (``where`` names the key they came
     from), with ``rope_type`` set (``"default"`` = no scaling) and ``rope_theta`` filled from the top level or
     ``default_theta``; ``default_rope`` is transformers' default when the config has neither key (GPT-OSS: YaRN).
@@ -126,24 +136,47 @@ def rope_parameters(fields: ConfigFields, default_theta: float, default_rope: di
     scaling, params = fields.get("rope_scaling", None), fields.get("rope_parameters", None)
     top_theta = fields.get("rope_theta", None)
     if scaling and params and {k: v for k, v in params.items() if k != "rope_theta"} != scaling:
-        raise fields.fail("rope_scaling", f"differs from rope_parameters = {params!r}; keep one of them")
-    where, rope = ("rope_scaling.", dict(scaling)) if scaling else ("rope_parameters.", dict(params or {}))
+        raise fields.fail(
+            "rope_scaling", f"differs from rope_parameters = {params!r}; keep one of them"
+        )
+    where, rope = (
+        ("rope_scaling.", dict(scaling)) if scaling else ("rope_parameters.", dict(params or {}))
+    )
     if not scaling and not params and default_rope is not None:
         where, rope = "rope_parameters (transformers' default).", dict(default_rope)
     if "type" in rope and rope.setdefault("rope_type", rope["type"]) != rope["type"]:
-        raise HFConfigError(f"config.json {where}type = {rope['type']!r} but rope_type = {rope['rope_type']!r}")
+        raise HFConfigError(
+            f"config.json {where}type = {rope['type']!r} but rope_type = {rope['rope_type']!r}"
+        )
     rope.setdefault("rope_type", "default")
     if top_theta is not None and rope.setdefault("rope_theta", top_theta) != top_theta:
-        raise HFConfigError(f"config.json rope_theta = {top_theta!r} but {where}rope_theta = {rope['rope_theta']!r}")
+        raise HFConfigError(
+            f"config.json rope_theta = {top_theta!r} but {where}rope_theta = {rope['rope_theta']!r}"
+        )
     rope.setdefault("rope_theta", default_theta)
     nested = ConfigFields(rope, YARN_DEFAULTS, family=fields.family, where=where)
     nested.ignore("type")
     return nested
 
 
-FILE_FIELDS = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
-               "auto_map", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "output_attentions",
-               "output_hidden_states", "return_dict", "output_router_logits", "quantization_config")
+FILE_FIELDS = (
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "_name_or_path",
+    "auto_map",
+    "use_cache",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "output_router_logits",
+    "quantization_config",
+)
 """Keys that describe the file or the forward's outputs, not the architecture: which class and code loads it
 (``architectures``, ``model_type``, ``auto_map``: checked when the family is picked), the stored dtype, the
 version that wrote it, the KV cache, the tokenizer's special ids (exported from the tokenizer), what the forward

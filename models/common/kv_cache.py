@@ -19,19 +19,33 @@ class LayerKV:
         self.tensors: tuple[torch.Tensor, ...] | None = None
         self.end = 0
 
-    def extend(self, new: tuple[torch.Tensor, ...], keep: int | None) -> tuple[tuple[torch.Tensor, ...], int]:
+    def extend(
+        self, new: tuple[torch.Tensor, ...], keep: int | None
+    ) -> tuple[tuple[torch.Tensor, ...], int]:
         """Append ``new`` (each ``(bs, n_new, ...)``) along positions; returns all tensors for this step and the
         position of their first row, then keeps only the last ``keep`` positions (``None``: all)."""
-        every = new if self.tensors is None else tuple(torch.cat([t, n], dim=1) for t, n in zip(self.tensors, new))
+        every = (
+            new
+            if self.tensors is None
+            else tuple(torch.cat([t, n], dim=1) for t, n in zip(self.tensors, new))
+        )
         start = self.end - (0 if self.tensors is None else self.tensors[0].shape[1])
         self.end += new[0].shape[1]
         self.tensors = every if keep is None else tuple(t[:, -keep:] for t in every)
         return every, start
 
 
-def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, k_start: int, *,
-                     sinks: torch.Tensor | None = None, sliding_window: int | None = None,
-                     scale: float | None = None) -> torch.Tensor:
+def cached_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    k_start: int,
+    *,
+    sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Causal attention of new queries over kept keys at absolute positions, in fp32.
 
     Query ``i`` (position ``q_start + i``) sees key ``j`` (position ``k_start + j``) iff its position is not later and,
@@ -47,7 +61,9 @@ def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start:
     n_heads, head_dim = q.shape[2], q.shape[3]
     scale = head_dim**-0.5 if scale is None else scale
     group = n_heads // k.shape[2]
-    kf = k.float().repeat_interleave(group, dim=2)  # (bs, n_kept, n_heads, head_dim), HF repeat_kv order
+    kf = k.float().repeat_interleave(
+        group, dim=2
+    )  # (bs, n_kept, n_heads, head_dim), HF repeat_kv order
     vf = v.float().repeat_interleave(group, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kf) * scale
     q_pos = torch.arange(q_start, q_start + q.shape[1], device=q.device)[:, None]

@@ -80,8 +80,15 @@ class MoE(WindowAware):
         ValueError: a negative ``aux_loss_coeff``, or a positive one without ``aux_loss``.
     """
 
-    def __init__(self, router: nn.Module, experts: nn.Module, *, shared_experts: nn.Module | None = None,
-                 aux_loss: AuxLoss | None = None, aux_loss_coeff: float = 0.0):
+    def __init__(
+        self,
+        router: nn.Module,
+        experts: nn.Module,
+        *,
+        shared_experts: nn.Module | None = None,
+        aux_loss: AuxLoss | None = None,
+        aux_loss_coeff: float = 0.0,
+    ):
         super().__init__()
         if not aux_loss_coeff >= 0:
             raise ValueError(f"MoE: aux_loss_coeff must be >= 0 (0 = off), got {aux_loss_coeff}")
@@ -94,7 +101,9 @@ class MoE(WindowAware):
         self.aux_loss_coeff = aux_loss_coeff
         self.aux_loss_scale = 1.0
         self.aux_loss: torch.Tensor | None = None
-        self.register_buffer("tokens_per_expert", torch.zeros(experts.num_experts, dtype=torch.float32))
+        self.register_buffer(
+            "tokens_per_expert", torch.zeros(experts.num_experts, dtype=torch.float32)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
@@ -104,7 +113,9 @@ class MoE(WindowAware):
         if self.training:
             recompute = recomputing()
             with torch.no_grad():
-                counts = torch.bincount(routing.indices.reshape(-1), minlength=self.experts.num_experts).float()
+                counts = torch.bincount(
+                    routing.indices.reshape(-1), minlength=self.experts.num_experts
+                ).float()
                 if not recompute:
                     self.tokens_per_expert += counts
             if self.aux_loss_coeff > 0:
@@ -125,7 +136,9 @@ def moe_layers(model: nn.Module) -> dict[str, MoE]:
     return {canonical_name(name): m for name, m in model.named_modules() if isinstance(m, MoE)}
 
 
-def collect_expert_load(model: nn.Module, group: dist.ProcessGroup | None = None) -> dict[str, torch.Tensor]:
+def collect_expert_load(
+    model: nn.Module, group: dist.ProcessGroup | None = None
+) -> dict[str, torch.Tensor]:
     """Per-layer expert load since the last call, summed over the data-parallel ranks; then reset.
 
     Call once per optimizer step. All layers' counters go through ONE all-reduce (SUM over

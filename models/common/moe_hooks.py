@@ -41,8 +41,12 @@ debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignment
 that is no passing fluctuation, and a router rarely revives such an expert unaided."""
 
 
-def dead_expert_notes(step: int, idle: dict[str, torch.Tensor], named: dict[str, set[int]],
-                      steps: int = DEAD_EXPERT_STEPS) -> tuple[str, ...]:
+def dead_expert_notes(
+    step: int,
+    idle: dict[str, torch.Tensor],
+    named: dict[str, set[int]],
+    steps: int = DEAD_EXPERT_STEPS,
+) -> tuple[str, ...]:
     """A warning line per layer in which experts have just reached ``steps`` optimizer steps without a token, e.g.
     ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps; raise the load
     balancing (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
@@ -58,9 +62,11 @@ def dead_expert_notes(step: int, idle: dict[str, torch.Tensor], named: dict[str,
         new = sorted(dead - named.get(layer, set()))
         named[layer] = dead
         if new:
-            notes.append(f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
-                         f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the load "
-                         "balancing (model.overrides.aux_loss_coeff)")
+            notes.append(
+                f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
+                f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the load "
+                "balancing (model.overrides.aux_loss_coeff)"
+            )
     return tuple(notes)
 
 
@@ -112,7 +118,12 @@ class MoETrainingHooks(TrainingHooks):
         loads, idle = self.loads, self.idle
         if self.pp_group is not None:
             local = {name: (counts.cpu(), idle[name].cpu()) for name, counts in loads.items()}
-            stages = [item for stage in gather_stages(local, self.pp_group) for item in stage.items()]
-            loads, idle = {name: pair[0] for name, pair in stages}, {name: pair[1] for name, pair in stages}
+            stages = [
+                item for stage in gather_stages(local, self.pp_group) for item in stage.items()
+            ]
+            loads, idle = (
+                {name: pair[0] for name, pair in stages},
+                {name: pair[1] for name, pair in stages},
+            )
         report = expert_load_report(step, loads)
         return report._replace(notes=dead_expert_notes(step, idle, self._named_dead))

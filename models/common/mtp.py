@@ -47,11 +47,21 @@ class MTPLayer(nn.Module):
         self.block = block
         self.norm = RMSNorm(dim, eps=eps)
 
-    def forward(self, h: torch.Tensor, emb: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        h: torch.Tensor,
+        emb: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``h^{k-1}`` and ``Emb(t_{i+k})``, each ``(bs, s, dim)`` -> ``h^k`` ``(bs, s, dim)`` (module docstring)."""
         x = self.eh_proj(torch.cat([self.enorm(emb), self.hnorm(h)], dim=-1))
-        return self.block(x, cos, sin) if document_ids is None else self.block(x, cos, sin, document_ids=document_ids)
+        return (
+            self.block(x, cos, sin)
+            if document_ids is None
+            else self.block(x, cos, sin, document_ids=document_ids)
+        )
 
 
 class MTP(nn.Module):
@@ -72,14 +82,26 @@ class MTP(nn.Module):
     def __init__(self, args, block: Callable[[object, int], nn.Module]):
         super().__init__()
         self.depth, self.weight = args.mtp_num_layers, args.mtp_loss_scaling_factor
-        self.layers = nn.ModuleDict({str(k): MTPLayer(args.dim, args.norm_eps, block(args, args.n_layers + k))
-                                     for k in range(self.depth)})
+        self.layers = nn.ModuleDict(
+            {
+                str(k): MTPLayer(args.dim, args.norm_eps, block(args, args.n_layers + k))
+                for k in range(self.depth)
+            }
+        )
         self.loss_scale = 1.0
         self.stats: torch.Tensor | None = None
 
-    def attach_loss(self, h: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
-                    embed: nn.Module, head: Callable[[torch.Tensor], torch.Tensor], cos: torch.Tensor,
-                    sin: torch.Tensor, document_ids: torch.Tensor | None) -> torch.Tensor:
+    def attach_loss(
+        self,
+        h: torch.Tensor,
+        tokens: torch.Tensor,
+        labels: torch.Tensor,
+        embed: nn.Module,
+        head: Callable[[torch.Tensor], torch.Tensor],
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``h`` with ``L_MTP`` attached (module note), for the main output head.
 
         Args:
@@ -93,8 +115,10 @@ class MTP(nn.Module):
         """
         bs, seqlen = tokens.shape
         if seqlen <= self.depth:
-            raise ValueError(f"MTP: mtp_num_layers {self.depth} needs sequences longer than {self.depth} tokens, "
-                             f"got {seqlen}; raise training.seq_len")
+            raise ValueError(
+                f"MTP: mtp_num_layers {self.depth} needs sequences longer than {self.depth} tokens, "
+                f"got {seqlen}; raise training.seq_len"
+            )
         sums = []
         h_k = h
         for k, layer in enumerate(self.layers.values(), start=1):
@@ -102,7 +126,11 @@ class MTP(nn.Module):
             docs = None if document_ids is None else document_ids[:, :n]
             h_k = layer(h_k[:, :n], embed(tokens[:, k:]), cos[..., :n, :], sin[..., :n, :], docs)
             logits_k = head(layer.norm(h_k))
-            sums.append(F.cross_entropy(logits_k.flatten(0, 1).float(), labels[:, k:].flatten(), reduction="sum"))
+            sums.append(
+                F.cross_entropy(
+                    logits_k.flatten(0, 1).float(), labels[:, k:].flatten(), reduction="sum"
+                )
+            )
         total = torch.stack(sums)  # (D,)
         loss = self.weight / self.depth * total.sum() / (bs * seqlen)
         count = torch.full((1,), float(bs * seqlen), device=total.device)
@@ -131,7 +159,13 @@ class MTPTrainingHooks(TrainingHooks):
     Args: as every ``training_hooks`` (``model``, ``parallel_dims``, ``micro_batches``) and ``inner``.
     """
 
-    def __init__(self, inner: TrainingHooks, model: nn.Module, parallel_dims: ParallelDims, micro_batches: int):
+    def __init__(
+        self,
+        inner: TrainingHooks,
+        model: nn.Module,
+        parallel_dims: ParallelDims,
+        micro_batches: int,
+    ):
         self.inner, self.mtp, self.group = inner, mtp_module(model), parallel_dims.dp_group
         self.last: torch.Tensor | None = None
         if self.mtp is not None:
@@ -158,8 +192,10 @@ class MTPTrainingHooks(TrainingHooks):
             return heads
         stats = self._sums()
         tokens = stats[-1].clamp_min(1).item()
-        per_token = {f"mtp depth {k}": stats[k - 1].item() / (tokens * (seq_len - k) / seq_len)
-                     for k in range(1, self.mtp.depth + 1)}
+        per_token = {
+            f"mtp depth {k}": stats[k - 1].item() / (tokens * (seq_len - k) / seq_len)
+            for k in range(1, self.mtp.depth + 1)
+        }
         return {**heads, **per_token}
 
     def report(self, step: int) -> HookReport:
@@ -172,7 +208,12 @@ class MTPTrainingHooks(TrainingHooks):
         per_depth = (stats[:-1] / stats[-1].clamp_min(1)).tolist()
         scalars = {**report.scalars, "loss/mtp": sum(per_depth) / len(per_depth)}
         scalars.update({f"loss/mtp_{k}": v for k, v in enumerate(per_depth, start=1)})
-        text = f"mtp loss {scalars['loss/mtp']:.4f} (" + ", ".join(
-            f"depth {k} {v:.4f}" for k, v in enumerate(per_depth, start=1)) + ")"
-        summary = f"step {step:>3}  {text}" if report.summary is None else f"{report.summary}  {text}"
+        text = (
+            f"mtp loss {scalars['loss/mtp']:.4f} ("
+            + ", ".join(f"depth {k} {v:.4f}" for k, v in enumerate(per_depth, start=1))
+            + ")"
+        )
+        summary = (
+            f"step {step:>3}  {text}" if report.summary is None else f"{report.summary}  {text}"
+        )
         return HookReport(scalars, summary)

@@ -27,5 +27,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.weight.dtype:
-            return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(x.dtype)
+            return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(
+                x.dtype
+            )
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)

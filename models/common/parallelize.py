@@ -8,7 +8,12 @@ from typing import Callable
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 from torchtitan_lite.models.common.moe import moe_layers
 from torchtitan_lite.distributed.float8 import convert_to_float8
@@ -50,8 +55,9 @@ def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, Parallel
     }
 
 
-def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions,
-                        block_plan: BlockPlan) -> nn.Module:
+def parallelize_decoder(
+    model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions, block_plan: BlockPlan
+) -> nn.Module:
     """Float8 linear layers when ``options.float8`` (:func:`~torchtitan_lite.distributed.float8.convert_to_float8`,
     before any parallelism, as torchtitan converts), tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
     block over ``parallel_dims.tp_mesh``), expert parallelism when ``parallel_dims.ep > 1`` (every MoE layer's
@@ -66,18 +72,27 @@ def parallelize_decoder(model: nn.Module, parallel_dims: ParallelDims, options: 
         convert_to_float8(model, options.float8)
     if parallel_dims.tp > 1:
         mesh = parallel_dims.tp_mesh
-        apply_embedding_and_output_tp(model, mesh, sequence_parallel=options.sequence_parallel,
-                                      loss_parallel=options.loss_parallel)
+        apply_embedding_and_output_tp(
+            model,
+            mesh,
+            sequence_parallel=options.sequence_parallel,
+            loss_parallel=options.loss_parallel,
+        )
         for block in model.layers.values():
             parallelize_module(block, mesh, block_plan(block, mesh, options.sequence_parallel))
     if parallel_dims.ep > 1:
         for moe in moe_layers(model).values():
-            parallelize_module(moe.experts, parallel_dims.ep_mesh,
-                               ExpertParallel(parallel_dims.tp_mesh if parallel_dims.tp > 1 else None))
+            parallelize_module(
+                moe.experts,
+                parallel_dims.ep_mesh,
+                ExpertParallel(parallel_dims.tp_mesh if parallel_dims.tp > 1 else None),
+            )
     return apply_ac_compile_fsdp(model, parallel_dims, options)
 
 
-def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
+def apply_ac_compile_fsdp(
+    model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions
+) -> nn.Module:
     """Per block of ``model.layers``: activation checkpointing (``options.ac_mode``), ``torch.compile`` when
     ``options.compile``, then ``fully_shard`` over ``parallel_dims.fsdp_mesh`` (blocks, the output group, the root;
     under expert parallelism each MoE layer's ``experts`` first, over ``parallel_dims.efsdp_mesh``), in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
@@ -94,10 +109,18 @@ def apply_ac_compile_fsdp(model: nn.Module, parallel_dims: ParallelDims, options
     Raises:
         ValueError, TypeError: from the helpers (a bad AC mode or option, ``layers`` not a ``ModuleDict``).
     """
-    apply_activation_checkpointing(model, options.ac_mode, options.selective_ac_option, compiled=options.compile)
+    apply_activation_checkpointing(
+        model, options.ac_mode, options.selective_ac_option, compiled=options.compile
+    )
     if options.compile:
         apply_compile(model, backend=options.compile_backend)
     experts = [moe.experts for moe in moe_layers(model).values()] if parallel_dims.ep > 1 else []
-    return apply_fsdp(model, parallel_dims.fsdp_mesh, param_dtype=options.param_dtype,
-                      reduce_dtype=options.reduce_dtype, reshard_after_forward=options.reshard_after_forward,
-                      expert_modules=experts, expert_mesh=parallel_dims.efsdp_mesh if experts else None)
+    return apply_fsdp(
+        model,
+        parallel_dims.fsdp_mesh,
+        param_dtype=options.param_dtype,
+        reduce_dtype=options.reduce_dtype,
+        reshard_after_forward=options.reshard_after_forward,
+        expert_modules=experts,
+        expert_mesh=parallel_dims.efsdp_mesh if experts else None,
+    )

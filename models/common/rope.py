@@ -49,14 +49,18 @@ def rope_cos_sin(
     if inv_freq is None:
         if not theta > 0:
             raise ValueError(f"rope_cos_sin: theta (rope_theta) must be > 0, got {theta}")
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+        exponents = (
+            torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+        )
         inv_freq = 1.0 / (theta**exponents)
     elif tuple(inv_freq.shape) != (head_dim // 2,):
         raise ValueError(
             f"rope_cos_sin: inv_freq must have shape ({head_dim // 2},) = (head_dim // 2,), "
             f"got {tuple(inv_freq.shape)}"
         )
-    inv_freq = inv_freq.to(device=device if device is not None else inv_freq.device, dtype=torch.float32)
+    inv_freq = inv_freq.to(
+        device=device if device is not None else inv_freq.device, dtype=torch.float32
+    )
     positions = torch.arange(max_seq_len, dtype=torch.float32, device=inv_freq.device)
     freqs = torch.outer(positions, inv_freq)  # (max_seq_len, head_dim // 2)
     angles = torch.cat([freqs, freqs], dim=-1)  # (max_seq_len, head_dim)
@@ -82,7 +86,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
         ValueError: ``x`` is not 4-D or ``cos``/``sin`` are not ``([bs,] seqlen, head_dim)``.
     """
     if x.dim() != 4:
-        raise ValueError(f"apply_rope: x must be (bs, seqlen, n_heads, head_dim), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"apply_rope: x must be (bs, seqlen, n_heads, head_dim), got shape {tuple(x.shape)}"
+        )
     expected = (x.shape[1], x.shape[3]) if cos.dim() == 2 else (x.shape[0], x.shape[1], x.shape[3])
     if tuple(cos.shape) != expected or tuple(sin.shape) != expected:
         raise ValueError(

@@ -45,7 +45,9 @@ class TopKRouter(nn.Module):
     def __init__(self, dim: int, num_experts: int, top_k: int):
         super().__init__()
         if not 1 <= top_k <= num_experts:
-            raise ValueError(f"TopKRouter: top_k must be in 1..num_experts ({num_experts}), got {top_k}")
+            raise ValueError(
+                f"TopKRouter: top_k must be in 1..num_experts ({num_experts}), got {top_k}"
+            )
         self.top_k = top_k
         self.gate = nn.Linear(dim, num_experts, bias=True)
 
@@ -92,8 +94,18 @@ class TokenChoiceTopKRouter(nn.Module):
             :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
     """
 
-    def __init__(self, dim: int, num_experts: int, top_k: int, num_expert_groups: int, num_limited_groups: int,
-                 score_func: str, route_norm: bool, route_scale: float, bias_update_speed: float):
+    def __init__(
+        self,
+        dim: int,
+        num_experts: int,
+        top_k: int,
+        num_expert_groups: int,
+        num_limited_groups: int,
+        score_func: str,
+        route_norm: bool,
+        route_scale: float,
+        bias_update_speed: float,
+    ):
         super().__init__()
         self.num_experts, self.top_k = num_experts, top_k
         self.num_expert_groups, self.num_limited_groups = num_expert_groups, num_limited_groups
@@ -106,12 +118,16 @@ class TokenChoiceTopKRouter(nn.Module):
         """``x`` ``(T, dim)`` -> :class:`RouterOutput`: weights ``(T, top_k)`` in ``x.dtype``, int64
         indices ``(T, top_k)``, and the unbiased fp32 scores ``(T, E)`` as ``probs``."""
         logits = self.gate(x).float()  # (T, E)
-        scores = torch.sigmoid(logits) if self.score_func == "sigmoid" else torch.softmax(logits, dim=-1)
+        scores = (
+            torch.sigmoid(logits) if self.score_func == "sigmoid" else torch.softmax(logits, dim=-1)
+        )
         choice = scores.detach() + self.expert_bias  # (T, E), no gradient through the choice
         if self.num_expert_groups > 1:
             grouped = choice.view(x.shape[0], self.num_expert_groups, -1)  # (T, G, E / G)
             group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (T, G)
-            best = group_scores.topk(self.num_limited_groups, dim=-1).indices  # (T, num_limited_groups)
+            best = group_scores.topk(
+                self.num_limited_groups, dim=-1
+            ).indices  # (T, num_limited_groups)
             excluded = torch.ones_like(group_scores, dtype=torch.bool).scatter_(1, best, False)
             choice = grouped.masked_fill(excluded[..., None], float("-inf")).flatten(1)  # (T, E)
         indices = choice.topk(self.top_k, dim=-1).indices  # (T, top_k)

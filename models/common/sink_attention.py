@@ -65,7 +65,10 @@ def sliding_window_causal_mask(
 
 
 def document_causal_mask(
-    seqlen: int, sliding_window: int | None, document_ids: torch.Tensor | None, device: torch.device | str | None = None
+    seqlen: int,
+    sliding_window: int | None,
+    document_ids: torch.Tensor | None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """:func:`sliding_window_causal_mask`, and with ``document_ids`` int ``(bs, seqlen)`` only keys of the query's
     document: bool ``(seqlen, seqlen)``, or ``(bs, 1, seqlen, seqlen)`` with documents."""
@@ -112,8 +115,14 @@ def sink_attention(
     n_kv_heads = k.shape[2]
     mask = document_causal_mask(seqlen, sliding_window, document_ids, device=q.device)
     if sinks is None:
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                             scale=scale, enable_gqa=n_heads != n_kv_heads)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            scale=scale,
+            enable_gqa=n_heads != n_kv_heads,
+        )
         return out.transpose(1, 2)
     scale = head_dim**-0.5 if scale is None else scale
     q_aug, k_aug, v_aug = _fold_sinks("sink_attention", q, k, v, sinks, scale, first=False)
@@ -124,8 +133,13 @@ def sink_attention(
     return out[..., :head_dim].transpose(1, 2)  # (bs, seqlen, n_heads, head_dim)
 
 
-def sink_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor,
-                          scale: float | None = None) -> torch.Tensor:
+def sink_causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Full causal attention with per-head sinks through SDPA ``is_causal``: no mask, memory ``O(S)`` with a fused
     kernel (the flash kernel on CPU).
 
@@ -138,20 +152,31 @@ def sink_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sin
     bs, seqlen, n_heads, head_dim = check_qkv("sink_causal_attention", q, k, v, sinks)
     scale = head_dim**-0.5 if scale is None else scale
     q_aug, k_aug, v_aug = _fold_sinks("sink_causal_attention", q, k, v, sinks, scale, first=True)
-    q_aug = F.pad(q_aug, (0, 0, 1, 0))  # (bs, n_heads, 1 + seqlen, padded): the row that sees only the sink
+    q_aug = F.pad(
+        q_aug, (0, 0, 1, 0)
+    )  # (bs, n_heads, 1 + seqlen, padded): the row that sees only the sink
     out = F.scaled_dot_product_attention(
         q_aug, k_aug, v_aug, is_causal=True, scale=scale, enable_gqa=n_heads != k.shape[2]
     )  # (bs, n_heads, 1 + seqlen, padded)
     return out[:, :, 1:, :head_dim].transpose(1, 2)  # (bs, seqlen, n_heads, head_dim)
 
 
-def _fold_sinks(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float,
-                first: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fold_sinks(
+    name: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    scale: float,
+    first: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(q_aug, k_aug, v_aug)`` of the module note, heads before positions: ``(bs, n_heads, seqlen, padded)``,
     ``(bs, n_kv_heads, seqlen + 1, padded)`` twice, with the sink key and its zero value row ``first`` or last."""
     bs, seqlen, n_heads, head_dim = q.shape
     if v.shape[3] != head_dim:
-        raise ValueError(f"{name}: with sinks v_head_dim must equal head_dim {head_dim}, got {v.shape[3]}")
+        raise ValueError(
+            f"{name}: with sinks v_head_dim must equal head_dim {head_dim}, got {v.shape[3]}"
+        )
     padded = head_dim + 8 - head_dim % 8  # room for the sink column, a multiple of 8
     pad = padded - head_dim
     q = q.transpose(1, 2)  # (bs, n_heads, seqlen, head_dim)
@@ -160,6 +185,10 @@ def _fold_sinks(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, si
     sink_key = k.new_zeros(bs, k.shape[2], 1, padded)
     sink_key[..., head_dim] = 1.0
     keys = F.pad(k.transpose(1, 2), (0, pad))
-    k_aug = torch.cat([sink_key, keys] if first else [keys, sink_key], dim=2)  # (bs, n_kv, seqlen + 1, padded)
-    v_aug = F.pad(v.transpose(1, 2), (0, pad, 1, 0) if first else (0, pad, 0, 1))  # the sink's value row is 0
+    k_aug = torch.cat(
+        [sink_key, keys] if first else [keys, sink_key], dim=2
+    )  # (bs, n_kv, seqlen + 1, padded)
+    v_aug = F.pad(
+        v.transpose(1, 2), (0, pad, 1, 0) if first else (0, pad, 0, 1)
+    )  # the sink's value row is 0
     return q_aug, k_aug, v_aug

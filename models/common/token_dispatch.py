@@ -62,15 +62,25 @@ def dispatch(indices: torch.Tensor, num_experts: int) -> Dispatch:
     num_rows = flat.numel() + num_experts * ALIGN
     ends = torch.cumsum(padded, 0)
     offsets = torch.cat([ends[:-1], ends.new_full((1,), num_rows)]).to(torch.int32)
-    group_expert = torch.bucketize(torch.arange(num_rows, device=flat.device), ends[:-1], right=True)
-    return Dispatch(token_idx=order // top_k, order=order, rows=rows, group_expert=group_expert,
-                    offsets=offsets, num_rows=num_rows)
+    group_expert = torch.bucketize(
+        torch.arange(num_rows, device=flat.device), ends[:-1], right=True
+    )
+    return Dispatch(
+        token_idx=order // top_k,
+        order=order,
+        rows=rows,
+        group_expert=group_expert,
+        offsets=offsets,
+        num_rows=num_rows,
+    )
 
 
 def scatter_rows(x: torch.Tensor, plan: Dispatch) -> torch.Tensor:
     """The buffer ``(num_rows, dim)``: token ``token_idx[i]`` of ``x`` ``(T, dim)`` at row ``rows[i]``, zeros
     elsewhere."""
-    return x.new_zeros(plan.num_rows, x.shape[-1]).index_copy(0, plan.rows, x.index_select(0, plan.token_idx))
+    return x.new_zeros(plan.num_rows, x.shape[-1]).index_copy(
+        0, plan.rows, x.index_select(0, plan.token_idx)
+    )
 
 
 def grouped_mm_fits(weight: torch.Tensor) -> bool:
@@ -90,11 +100,17 @@ def grouped_linear(buffer: torch.Tensor, weight: torch.Tensor, plan: Dispatch) -
     if grouped_mm_fits(weight):
         return F.grouped_mm(buffer, weight.transpose(-2, -1), offs=plan.offsets)
     sizes = torch.diff(plan.offsets, prepend=plan.offsets.new_zeros(1)).tolist()
-    return torch.cat([F.linear(rows, weight[e]) for e, rows in enumerate(torch.split(buffer, sizes))])
+    return torch.cat(
+        [F.linear(rows, weight[e]) for e, rows in enumerate(torch.split(buffer, sizes))]
+    )
 
 
-def combine(buffer: torch.Tensor, weights: torch.Tensor, plan: Dispatch, num_tokens: int) -> torch.Tensor:
+def combine(
+    buffer: torch.Tensor, weights: torch.Tensor, plan: Dispatch, num_tokens: int
+) -> torch.Tensor:
     """``out[t] = sum_j weights[t, j] * buffer[row of (t, j)]``: ``buffer`` ``(num_rows, dim)``, ``weights``
     ``(T, k)`` -> ``(T, dim)`` in ``buffer.dtype``."""
     y = buffer.index_select(0, plan.rows) * weights.reshape(-1)[plan.order, None]  # (T * k, dim)
-    return buffer.new_zeros(num_tokens, buffer.shape[-1]).index_add(0, plan.token_idx, y.to(buffer.dtype))
+    return buffer.new_zeros(num_tokens, buffer.shape[-1]).index_add(
+        0, plan.token_idx, y.to(buffer.dtype)
+    )

@@ -62,7 +62,9 @@ def yarn_inv_freq(
     if not factor >= 1:
         raise ValueError(f"yarn_inv_freq: factor must be >= 1 (1 = no extension), got {factor}")
     if original_max_seq_len <= 0:
-        raise ValueError(f"yarn_inv_freq: original_max_seq_len must be > 0, got {original_max_seq_len}")
+        raise ValueError(
+            f"yarn_inv_freq: original_max_seq_len must be > 0, got {original_max_seq_len}"
+        )
     if not 0 < beta_slow < beta_fast:
         raise ValueError(
             f"yarn_inv_freq: need 0 < beta_slow < beta_fast, got beta_slow={beta_slow}, beta_fast={beta_fast}"
@@ -112,7 +114,9 @@ def yarn_cos_sin(
     Raises:
         ValueError: as :func:`yarn_inv_freq` and :func:`torchtitan_lite.models.common.rope.rope_cos_sin`.
     """
-    inv_freq = yarn_inv_freq(head_dim, theta, factor, original_max_seq_len, beta_fast, beta_slow, device)
+    inv_freq = yarn_inv_freq(
+        head_dim, theta, factor, original_max_seq_len, beta_fast, beta_slow, device
+    )
     cos, sin = rope_cos_sin(head_dim, max_seq_len, theta, inv_freq=inv_freq, device=device)
     scaling = yarn_attention_scaling(factor)
     return cos * scaling, sin * scaling

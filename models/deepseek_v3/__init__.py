@@ -20,7 +20,9 @@ from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
 
 
-def deepseek_v3_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> TrainingHooks:
+def deepseek_v3_training_hooks(
+    model: nn.Module, parallel_dims: ParallelDims, micro_batches: int
+) -> TrainingHooks:
     """The MoE hooks (expert loads, expert biases, aux-loss scale); with MTP modules inside the MTP hooks (MTP loss
     scale and log)."""
     hooks = MoETrainingHooks(model, parallel_dims, micro_batches)
@@ -40,4 +42,10 @@ model_spec = ModelSpec(
     state_dict_adapter=DeepSeekV3StateDictAdapter,
 )
 
-__all__ = ["DeepSeekV3Model", "DeepSeekV3ModelArgs", "deepseek_v3_flavors", "deepseek_v3_init_plan", "model_spec"]
+__all__ = [
+    "DeepSeekV3Model",
+    "DeepSeekV3ModelArgs",
+    "deepseek_v3_flavors",
+    "deepseek_v3_init_plan",
+    "model_spec",
+]

@@ -112,21 +112,30 @@ class DeepSeekV3ModelArgs:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        check.ints(self, may_be_zero=("q_lora_rank", "n_dense_layers", "num_shared_experts", "mtp_num_layers"))
+        check.ints(
+            self,
+            may_be_zero=("q_lora_rank", "n_dense_layers", "num_shared_experts", "mtp_num_layers"),
+        )
         check.even(self, "qk_rope_head_dim")
         check.at_most(self, "n_dense_layers", "n_layers")
         check.at_most(self, "top_k", "num_experts")
         if self.num_expert_groups > 1:
             per_group = self.num_experts // self.num_expert_groups
             if self.num_experts % self.num_expert_groups or per_group < 2:
-                raise ValueError(f"{name}: num_experts ({self.num_experts}) must split into num_expert_groups "
-                                 f"({self.num_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)")
+                raise ValueError(
+                    f"{name}: num_experts ({self.num_experts}) must split into num_expert_groups "
+                    f"({self.num_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)"
+                )
             check.at_most(self, "num_limited_groups", "num_expert_groups")
             if self.num_limited_groups * per_group < self.top_k:
-                raise ValueError(f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} experts "
-                                 f"hold fewer than top_k ({self.top_k}); raise num_limited_groups")
+                raise ValueError(
+                    f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} experts "
+                    f"hold fewer than top_k ({self.top_k}); raise num_limited_groups"
+                )
         if self.score_func not in ("sigmoid", "softmax"):
-            raise ValueError(f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}")
+            raise ValueError(
+                f"{name}.score_func must be 'sigmoid' or 'softmax', got {self.score_func!r}"
+            )
         check.bools(self, "route_norm", "tie_embeddings")
         check.positive(self, "route_scale", "norm_eps", "init_std", "rope_mscale")
         check.non_negative(self, "bias_update_speed", "aux_loss_coeff", "mtp_loss_scaling_factor")
@@ -155,19 +164,52 @@ _671B = DeepSeekV3ModelArgs()
 # set to keep it off: original context = max_seq_len). 15,960,108,544 parameters (model card: 16B),
 # 2,579,230,208 activated without the input embedding, 2,914,774,528 with it (model card: 3B).
 _16B = replace(
-    _671B, dim=2048, n_layers=27, n_dense_layers=1, n_heads=16, vocab_size=163840, hidden_dim=11264,
-    moe_inter_dim=1408, num_experts=64, num_shared_experts=2, top_k=6, num_expert_groups=1,
-    num_limited_groups=1, route_scale=2.446, q_lora_rank=0, norm_eps=1e-5, rope_theta=50000.0, max_seq_len=8192,
-    rope_original_max_seq_len=8192, rope_factor=1.0,
+    _671B,
+    dim=2048,
+    n_layers=27,
+    n_dense_layers=1,
+    n_heads=16,
+    vocab_size=163840,
+    hidden_dim=11264,
+    moe_inter_dim=1408,
+    num_experts=64,
+    num_shared_experts=2,
+    top_k=6,
+    num_expert_groups=1,
+    num_limited_groups=1,
+    route_scale=2.446,
+    q_lora_rank=0,
+    norm_eps=1e-5,
+    rope_theta=50000.0,
+    max_seq_len=8192,
+    rope_original_max_seq_len=8192,
+    rope_factor=1.0,
 )
 
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts in 2 groups of 4, each token
 # limited to 1 group and 2 experts, 1 shared expert; the V3 router (sigmoid, bias update 1e-3).
 _DEBUG = replace(
-    _671B, dim=256, n_layers=4, n_dense_layers=1, n_heads=4, vocab_size=2048, hidden_dim=768, moe_inter_dim=256,
-    num_experts=8, num_shared_experts=1, top_k=2, num_expert_groups=2, num_limited_groups=1,
-    q_lora_rank=0, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, max_seq_len=4096,
-    rope_original_max_seq_len=4096, rope_factor=1.0,
+    _671B,
+    dim=256,
+    n_layers=4,
+    n_dense_layers=1,
+    n_heads=4,
+    vocab_size=2048,
+    hidden_dim=768,
+    moe_inter_dim=256,
+    num_experts=8,
+    num_shared_experts=1,
+    top_k=2,
+    num_expert_groups=2,
+    num_limited_groups=1,
+    q_lora_rank=0,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=16,
+    v_head_dim=32,
+    max_seq_len=4096,
+    rope_original_max_seq_len=4096,
+    rope_factor=1.0,
 )
 
 deepseek_v3_flavors: dict[str, DeepSeekV3ModelArgs] = {

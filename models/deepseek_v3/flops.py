@@ -24,7 +24,13 @@ def num_active_params(args: DeepSeekV3ModelArgs) -> int:
     expert = 3 * a.dim * a.moe_inter_dim
     moe = a.dim * a.num_experts + (a.top_k + a.num_shared_experts) * expert
     n_moe = a.n_layers - a.n_dense_layers
-    return a.n_layers * block + a.n_dense_layers * 3 * a.dim * a.hidden_dim + n_moe * moe + a.dim + a.dim * a.vocab_size
+    return (
+        a.n_layers * block
+        + a.n_dense_layers * 3 * a.dim * a.hidden_dim
+        + n_moe * moe
+        + a.dim
+        + a.dim * a.vocab_size
+    )
 
 
 def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
@@ -52,10 +58,16 @@ def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
         return main
     # MTP depth k (models/common/mtp.py) runs one MoE block, eh_proj, three norms and the output on seq_len - k
     # positions of each window: per token of the window, (seq_len - k) / seq_len of that work.
-    moe_block = (num_active_params(replace(a, n_layers=1, n_dense_layers=0)) - a.dim - a.dim * a.vocab_size)
+    moe_block = (
+        num_active_params(replace(a, n_layers=1, n_dense_layers=0)) - a.dim - a.dim * a.vocab_size
+    )
     per_position = moe_block + 2 * a.dim * a.dim + 3 * a.dim + a.dim * a.vocab_size
     mtp = 0.0
     for k in range(1, a.mtp_num_layers + 1):
         n = max(seq_len - k, 0)
-        mtp += n / seq_len * (6.0 * per_position + 6.0 * a.n_heads * (a.qk_head_dim + a.v_head_dim) * n)
+        mtp += (
+            n
+            / seq_len
+            * (6.0 * per_position + 6.0 * a.n_heads * (a.qk_head_dim + a.v_head_dim) * n)
+        )
     return main + mtp

@@ -65,7 +65,11 @@ class MLA(nn.Module):
 
     def __init__(self, args: DeepSeekV3ModelArgs):
         super().__init__()
-        self.n_heads, self.q_lora_rank, self.kv_lora_rank = args.n_heads, args.q_lora_rank, args.kv_lora_rank
+        self.n_heads, self.q_lora_rank, self.kv_lora_rank = (
+            args.n_heads,
+            args.q_lora_rank,
+            args.kv_lora_rank,
+        )
         self.qk_nope_head_dim, self.qk_rope_head_dim = args.qk_nope_head_dim, args.qk_rope_head_dim
         self.v_head_dim = args.v_head_dim
         q_out = args.n_heads * args.qk_head_dim
@@ -77,7 +81,9 @@ class MLA(nn.Module):
             self.wq_b = nn.Linear(args.q_lora_rank, q_out, bias=False)
         self.wkv_a = nn.Linear(args.dim, args.kv_lora_rank + args.qk_rope_head_dim, bias=False)
         self.kv_norm = RMSNorm(args.kv_lora_rank, eps=LATENT_NORM_EPS)
-        self.wkv_b = nn.Linear(args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False)
+        self.wkv_b = nn.Linear(
+            args.kv_lora_rank, args.n_heads * (args.qk_nope_head_dim + args.v_head_dim), bias=False
+        )
         self.wo = nn.Linear(args.n_heads * args.v_head_dim, args.dim, bias=False)
         self.inner_attention = InnerAttention(scale=softmax_scale(args))
         self.kv_cache: LayerKV | None = None  # set by the decoder for a forward with a KV cache
@@ -91,39 +97,57 @@ class MLA(nn.Module):
         q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
         return torch.cat([q_nope, apply_rope(q_pe, cos, sin)], dim=-1)
 
-    def latent(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def latent(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The compressed key/value latent of ``x``: ``c_kv`` ``(bs, seqlen, kv_lora_rank)`` after ``kv_norm`` and the
         rotated shared key ``k_pe`` ``(bs, seqlen, 1, qk_rope_head_dim)`` (what a KV cache keeps)."""
         c_kv, k_pe = self.wkv_a(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
         return self.kv_norm(c_kv), apply_rope(k_pe.unsqueeze(2), cos, sin)
 
-    def keys_values(self, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def keys_values(
+        self, c_kv: torch.Tensor, k_pe: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` and ``v`` ``(bs, seqlen, n_heads, v_head_dim)`` up-projected
         from the latent (:meth:`latent`)."""
         bs, seqlen, _ = c_kv.shape
-        kv = self.wkv_b(c_kv).view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim)
+        kv = self.wkv_b(c_kv).view(
+            bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim
+        )
         k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
         return torch.cat([k_nope, k_pe.expand(-1, -1, self.n_heads, -1)], dim=-1), v
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`queries`, then keys and values (:meth:`keys_values` of :meth:`latent`) of ``x``."""
         return self.queries(x, cos, sin), *self.keys_values(*self.latent(x, cos, sin))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``, ``document_ids`` int
         ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With ``kv_cache`` set (decoding) the latent is kept
         (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:  # context parallelism gathers the latent, not the expanded heads
             latent = self.inner_attention.gather(*self.latent(x, cos, sin))
-            out = self.inner_attention(self.queries(x, cos, sin), *self.keys_values(*latent),
-                                       document_ids=document_ids)
+            out = self.inner_attention(
+                self.queries(x, cos, sin), *self.keys_values(*latent), document_ids=document_ids
+            )
         else:
             q = self.queries(x, cos, sin)
             latent, k_start = self.kv_cache.extend(self.latent(x, cos, sin), keep=None)
-            out = cached_attention(q, *self.keys_values(*latent), self.kv_cache.end - q.shape[1], k_start,
-                                   scale=self.inner_attention.scale)
+            out = cached_attention(
+                q,
+                *self.keys_values(*latent),
+                self.kv_cache.end - q.shape[1],
+                k_start,
+                scale=self.inner_attention.scale,
+            )
         return self.wo(out.flatten(2))  # out: (bs, seqlen, n_heads, v_head_dim)
 
 
@@ -132,12 +156,29 @@ def build_moe(args: DeepSeekV3ModelArgs) -> MoE:
     (one SwiGLU of width ``num_shared_experts * moe_inter_dim``, reference ``MoE.shared_experts``) and the
     sequence-wise balance loss (report eq. 17-20)."""
     router = TokenChoiceTopKRouter(
-        args.dim, args.num_experts, args.top_k, args.num_expert_groups, args.num_limited_groups,
-        args.score_func, args.route_norm, args.route_scale, args.bias_update_speed,
+        args.dim,
+        args.num_experts,
+        args.top_k,
+        args.num_expert_groups,
+        args.num_limited_groups,
+        args.score_func,
+        args.route_norm,
+        args.route_scale,
+        args.bias_update_speed,
     )
     experts = GroupedSwiGLUExperts(args.num_experts, args.dim, args.moe_inter_dim)
-    shared = FeedForward(args.dim, args.num_shared_experts * args.moe_inter_dim) if args.num_shared_experts else None
-    return MoE(router, experts, shared_experts=shared, aux_loss=sequence_aux_loss, aux_loss_coeff=args.aux_loss_coeff)
+    shared = (
+        FeedForward(args.dim, args.num_shared_experts * args.moe_inter_dim)
+        if args.num_shared_experts
+        else None
+    )
+    return MoE(
+        router,
+        experts,
+        shared_experts=shared,
+        aux_loss=sequence_aux_loss,
+        aux_loss_coeff=args.aux_loss_coeff,
+    )
 
 
 class TransformerBlock(nn.Module):
@@ -154,8 +195,13 @@ class TransformerBlock(nn.Module):
         else:
             self.moe = build_moe(args)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
         h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         ffn = self.moe if self.is_moe else self.feed_forward
@@ -182,6 +228,16 @@ class DeepSeekV3Model(Decoder):
         a = self.args
         inv_freq = None
         if a.uses_yarn:
-            inv_freq = yarn_inv_freq(a.qk_rope_head_dim, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
-                                     a.rope_beta_fast, a.rope_beta_slow, device=device, truncate=True)
-        return rope_cos_sin(a.qk_rope_head_dim, a.max_seq_len, a.rope_theta, inv_freq=inv_freq, device=device)
+            inv_freq = yarn_inv_freq(
+                a.qk_rope_head_dim,
+                a.rope_theta,
+                a.rope_factor,
+                a.rope_original_max_seq_len,
+                a.rope_beta_fast,
+                a.rope_beta_slow,
+                device=device,
+                truncate=True,
+            )
+        return rope_cos_sin(
+            a.qk_rope_head_dim, a.max_seq_len, a.rope_theta, inv_freq=inv_freq, device=device
+        )

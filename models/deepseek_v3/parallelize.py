@@ -15,7 +15,12 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, PrepareModuleInput, RowwiseParallel
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    RowwiseParallel,
+)
 
 from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
@@ -32,10 +37,18 @@ from torchtitan_lite.distributed.tensor_parallel import (
 
 def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, ParallelStyle]:
     """The plan of a block's ``attention`` (:class:`torchtitan_lite.models.deepseek_v3.model.MLA`), keyed from the block."""
-    heads = ColwiseParallel(use_local_output=False)  # (bs, seqlen, n_heads * x) DTensors, Shard(-1) on the heads
-    query = ({"attention.wq": heads} if attention.q_lora_rank == 0 else
-             {"attention.wq_a": ReplicateParallel(), "attention.q_norm": ReplicateParallel(),
-              "attention.wq_b": heads})
+    heads = ColwiseParallel(
+        use_local_output=False
+    )  # (bs, seqlen, n_heads * x) DTensors, Shard(-1) on the heads
+    query = (
+        {"attention.wq": heads}
+        if attention.q_lora_rank == 0
+        else {
+            "attention.wq_a": ReplicateParallel(),
+            "attention.q_norm": ReplicateParallel(),
+            "attention.wq_b": heads,
+        }
+    )
     return {
         "attention": input_gathered(sequence_parallel, n_extra=2, extra=Replicate()),
         **query,
@@ -43,20 +56,34 @@ def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, Paralle
         "attention.kv_norm": ReplicateParallel(),
         "attention.wkv_b": heads,
         "attention.inner_attention": PrepareModuleInput(  # q, k, v (bs, seqlen, n_heads, x): the rank's heads
-            input_layouts=(Shard(2),) * 3, desired_input_layouts=(Shard(2),) * 3, use_local_output=True),
+            input_layouts=(Shard(2),) * 3,
+            desired_input_layouts=(Shard(2),) * 3,
+            use_local_output=True,
+        ),
         "attention.wo": RowwiseParallel(output_layouts=residual_layout(sequence_parallel)),
     }
 
 
-def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> dict[str, ParallelStyle]:
+def block_plan(
+    block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
+) -> dict[str, ParallelStyle]:
     """The tensor-parallel plan of one DeepSeek-V3 block: MLA, then the dense SwiGLU or the MoE replicated."""
-    ffn = (replicated_module_plan("moe", sequence_parallel) if block.is_moe else
-           swiglu_plan("feed_forward", sequence_parallel))
-    return {**norm_plan("attention_norm", sequence_parallel), **mla_plan(block.attention, sequence_parallel),
-            **norm_plan("ffn_norm", sequence_parallel), **ffn}
+    ffn = (
+        replicated_module_plan("moe", sequence_parallel)
+        if block.is_moe
+        else swiglu_plan("feed_forward", sequence_parallel)
+    )
+    return {
+        **norm_plan("attention_norm", sequence_parallel),
+        **mla_plan(block.attention, sequence_parallel),
+        **norm_plan("ffn_norm", sequence_parallel),
+        **ffn,
+    }
 
 
-def parallelize_deepseek_v3(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
+def parallelize_deepseek_v3(
+    model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions
+) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
     (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

@@ -35,18 +35,47 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
+from torchtitan_lite.models.common.hf_adapter import (
+    SWIGLU_NAMES,
+    DecoderStateDictAdapter,
+    moe_counters,
+    per_expert,
+    read_decoder,
+    same,
+)
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from torchtitan_lite.protocols.hf_tensors import HFTensor, RowPermuted, Same, WithCopies
 
 HF_DEFAULTS = {
-    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
-    "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4,
-    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True, "hidden_act": "silu",
-    "max_position_embeddings": 4096, "initializer_range": 0.02, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-    "rope_interleave": True, "attention_bias": False, "attention_dropout": 0.0, "num_nextn_predict_layers": 1,
+    "vocab_size": 129280,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "n_shared_experts": 1,
+    "n_routed_experts": 256,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 128,
+    "n_group": 8,
+    "topk_group": 4,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "norm_topk_prob": True,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "rope_interleave": True,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "num_nextn_predict_layers": 1,
 }
 """transformers' ``DeepseekV3Config`` defaults for the keys read here (``configuration_deepseek_v3.py``)."""
 MODELING_DEFAULTS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
@@ -59,7 +88,9 @@ DEFAULT_THETA = 10000.0
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 
-def interleaved_to_half(n_rows: int, block: int, rope_dim: int, rope_offset: int) -> tuple[int, ...]:
+def interleaved_to_half(
+    n_rows: int, block: int, rope_dim: int, rope_offset: int
+) -> tuple[int, ...]:
     """The row permutation from DeepSeek's interleaved RoPE pairs to our rotate-half pairs.
 
     Rows come in ``n_rows // block`` blocks (one per head, or one for ``wkv_a``); in each, the ``rope_dim`` rows
@@ -90,16 +121,26 @@ def _read_rope(fields: ConfigFields, max_seq_len: int) -> dict[str, Any]:
     else:
         mscale = rope.get("mscale_all_dim", 0)
         if not mscale or rope.get("mscale", None) != mscale:
-            raise rope.fail("mscale", f"with mscale_all_dim = {mscale!r}: the model implements YaRN with mscale = "
-                                      "mscale_all_dim > 0 (the published value 1.0 for both)")
+            raise rope.fail(
+                "mscale",
+                f"with mscale_all_dim = {mscale!r}: the model implements YaRN with mscale = "
+                "mscale_all_dim > 0 (the published value 1.0 for both)",
+            )
         rope.expect("truncate", True)
         original = rope.get("original_max_position_embeddings")
         if not max_seq_len > original:
-            raise rope.fail("original_max_position_embeddings", f"is not below max_position_embeddings = "
-                                                                f"{max_seq_len}: the model turns YaRN on only then")
-        values.update(rope_factor=float(rope.get("factor")), rope_original_max_seq_len=original,
-                      rope_beta_fast=float(rope.get("beta_fast")), rope_beta_slow=float(rope.get("beta_slow")),
-                      rope_mscale=float(mscale))
+            raise rope.fail(
+                "original_max_position_embeddings",
+                f"is not below max_position_embeddings = "
+                f"{max_seq_len}: the model turns YaRN on only then",
+            )
+        values.update(
+            rope_factor=float(rope.get("factor")),
+            rope_original_max_seq_len=original,
+            rope_beta_fast=float(rope.get("beta_fast")),
+            rope_beta_slow=float(rope.get("beta_slow")),
+            rope_mscale=float(mscale),
+        )
     rope.finish()
     return values
 
@@ -113,13 +154,22 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
             module docstring does not allow, or a key the model does not implement.
     """
     fields = ConfigFields(config, {**HF_DEFAULTS, **MODELING_DEFAULTS}, family="deepseek_v3")
-    fields.ignore(*FILE_FIELDS, "rope_interleave", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
-                  "pretraining_tp")
+    fields.ignore(
+        *FILE_FIELDS,
+        "rope_interleave",
+        "num_nextn_predict_layers",
+        "aux_loss_alpha",
+        "seq_aux",
+        "ep_size",
+        "pretraining_tp",
+    )
     values = read_decoder(fields)
     n_heads = fields.get("num_attention_heads")
     if fields.get("num_key_value_heads") not in (None, n_heads):
-        raise fields.fail("num_key_value_heads", f"differs from num_attention_heads = {n_heads} (MLA has one key "
-                                                 "and value per head)")
+        raise fields.fail(
+            "num_key_value_heads",
+            f"differs from num_attention_heads = {n_heads} (MLA has one key and value per head)",
+        )
     fields.expect("attention_bias", False)
     fields.expect("attention_dropout", 0.0)
     fields.expect("hidden_act", "silu")
@@ -127,18 +177,33 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     fields.expect("topk_method", "noaux_tc")
     fields.expect("moe_layer_freq", 1)
     values.update(
-        n_heads=n_heads, n_dense_layers=fields.get("first_k_dense_replace"), hidden_dim=fields.get("intermediate_size"),
-        moe_inter_dim=fields.get("moe_intermediate_size"), num_experts=fields.get("n_routed_experts"),
-        num_shared_experts=fields.get("n_shared_experts") or 0, top_k=fields.get("num_experts_per_tok"),
-        num_expert_groups=fields.get("n_group") or 1, num_limited_groups=fields.get("topk_group") or 1,
-        route_norm=fields.get("norm_topk_prob"), route_scale=float(fields.get("routed_scaling_factor")),
-        q_lora_rank=fields.get("q_lora_rank") or 0, kv_lora_rank=fields.get("kv_lora_rank"),
-        qk_nope_head_dim=fields.get("qk_nope_head_dim"), qk_rope_head_dim=fields.get("qk_rope_head_dim"),
-        v_head_dim=fields.get("v_head_dim"), score_func="sigmoid")
-    derived = {"head_dim": values["qk_rope_head_dim"], "qk_head_dim": values["qk_nope_head_dim"] + values["qk_rope_head_dim"]}
+        n_heads=n_heads,
+        n_dense_layers=fields.get("first_k_dense_replace"),
+        hidden_dim=fields.get("intermediate_size"),
+        moe_inter_dim=fields.get("moe_intermediate_size"),
+        num_experts=fields.get("n_routed_experts"),
+        num_shared_experts=fields.get("n_shared_experts") or 0,
+        top_k=fields.get("num_experts_per_tok"),
+        num_expert_groups=fields.get("n_group") or 1,
+        num_limited_groups=fields.get("topk_group") or 1,
+        route_norm=fields.get("norm_topk_prob"),
+        route_scale=float(fields.get("routed_scaling_factor")),
+        q_lora_rank=fields.get("q_lora_rank") or 0,
+        kv_lora_rank=fields.get("kv_lora_rank"),
+        qk_nope_head_dim=fields.get("qk_nope_head_dim"),
+        qk_rope_head_dim=fields.get("qk_rope_head_dim"),
+        v_head_dim=fields.get("v_head_dim"),
+        score_func="sigmoid",
+    )
+    derived = {
+        "head_dim": values["qk_rope_head_dim"],
+        "qk_head_dim": values["qk_nope_head_dim"] + values["qk_rope_head_dim"],
+    }
     for key, value in derived.items():  # transformers 5 writes these derived sizes
         if fields.get(key, value) != value:
-            raise fields.fail(key, f"differs from the {value} that qk_nope_head_dim and qk_rope_head_dim give")
+            raise fields.fail(
+                key, f"differs from the {value} that qk_nope_head_dim and qk_rope_head_dim give"
+            )
     values.update(_read_rope(fields, values["max_seq_len"]))
     fields.finish()
     return values
@@ -164,28 +229,56 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
         """``hf_name`` with its RoPE rows permuted when the folder interleaves them (the note)."""
         if not self.hf_config.get("rope_interleave", HF_DEFAULTS["rope_interleave"]):
             return Same(hf_name)
-        return RowPermuted(hf_name, interleaved_to_half(n_rows, block, self.args.qk_rope_head_dim, offset))
+        return RowPermuted(
+            hf_name, interleaved_to_half(n_rows, block, self.args.qk_rope_head_dim, offset)
+        )
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
         """MLA, then the dense FFN or the MoE (module docstring)."""
         a, attn = self.args, f"{prefix}self_attn."
         q_rows, kv_rows = a.n_heads * a.qk_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
-        tensors = same(attn, {"attention.kv_norm.weight": "kv_a_layernorm.weight",
-                              "attention.wkv_b.weight": "kv_b_proj.weight", "attention.wo.weight": "o_proj.weight"})
-        tensors["attention.wkv_a.weight"] = self._rope_rows(f"{attn}kv_a_proj_with_mqa.weight", kv_rows, kv_rows,
-                                                            a.kv_lora_rank)
+        tensors = same(
+            attn,
+            {
+                "attention.kv_norm.weight": "kv_a_layernorm.weight",
+                "attention.wkv_b.weight": "kv_b_proj.weight",
+                "attention.wo.weight": "o_proj.weight",
+            },
+        )
+        tensors["attention.wkv_a.weight"] = self._rope_rows(
+            f"{attn}kv_a_proj_with_mqa.weight", kv_rows, kv_rows, a.kv_lora_rank
+        )
         if a.q_lora_rank:
-            tensors.update(same(attn, {"attention.wq_a.weight": "q_a_proj.weight",
-                                       "attention.q_norm.weight": "q_a_layernorm.weight"}))
-            tensors["attention.wq_b.weight"] = self._rope_rows(f"{attn}q_b_proj.weight", q_rows, a.qk_head_dim,
-                                                               a.qk_nope_head_dim)
+            tensors.update(
+                same(
+                    attn,
+                    {
+                        "attention.wq_a.weight": "q_a_proj.weight",
+                        "attention.q_norm.weight": "q_a_layernorm.weight",
+                    },
+                )
+            )
+            tensors["attention.wq_b.weight"] = self._rope_rows(
+                f"{attn}q_b_proj.weight", q_rows, a.qk_head_dim, a.qk_nope_head_dim
+            )
         else:
-            tensors["attention.wq.weight"] = self._rope_rows(f"{attn}q_proj.weight", q_rows, a.qk_head_dim,
-                                                             a.qk_nope_head_dim)
+            tensors["attention.wq.weight"] = self._rope_rows(
+                f"{attn}q_proj.weight", q_rows, a.qk_head_dim, a.qk_nope_head_dim
+            )
         if i < a.n_dense_layers:
-            return {**tensors, **same(f"{prefix}mlp.", {f"feed_forward.{k}": v for k, v in SWIGLU_NAMES.items()})}
-        tensors.update(same(prefix, {"moe.router.gate.weight": "mlp.gate.weight",
-                                     "moe.router.expert_bias": "mlp.gate.e_score_correction_bias"}))
+            return {
+                **tensors,
+                **same(f"{prefix}mlp.", {f"feed_forward.{k}": v for k, v in SWIGLU_NAMES.items()}),
+            }
+        tensors.update(
+            same(
+                prefix,
+                {
+                    "moe.router.gate.weight": "mlp.gate.weight",
+                    "moe.router.expert_bias": "mlp.gate.e_score_correction_bias",
+                },
+            )
+        )
         tensors.update(per_expert(prefix, a.num_experts))
         if a.num_shared_experts:
             shared = {f"moe.shared_experts.{k}": v for k, v in SWIGLU_NAMES.items()}
@@ -197,35 +290,57 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
         n, depth = args.n_layers, args.mtp_num_layers
         if not depth:
             return
-        self.tensors["tok_embeddings.weight"] = WithCopies("model.embed_tokens.weight", tuple(
-            f"model.layers.{n + k}.embed_tokens.weight" for k in range(depth)))
-        self.tensors["output.weight"] = WithCopies("lm_head.weight", tuple(
-            f"model.layers.{n + k}.shared_head.head.weight" for k in range(depth)))
+        self.tensors["tok_embeddings.weight"] = WithCopies(
+            "model.embed_tokens.weight",
+            tuple(f"model.layers.{n + k}.embed_tokens.weight" for k in range(depth)),
+        )
+        self.tensors["output.weight"] = WithCopies(
+            "lm_head.weight",
+            tuple(f"model.layers.{n + k}.shared_head.head.weight" for k in range(depth)),
+        )
         for k in range(depth):
             prefix = f"model.layers.{n + k}."
-            layer = same(prefix, {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight",
-                                  "eh_proj.weight": "eh_proj.weight", "norm.weight": "shared_head.norm.weight",
-                                  "block.attention_norm.weight": "input_layernorm.weight",
-                                  "block.ffn_norm.weight": "post_attention_layernorm.weight"})
-            layer.update({f"block.{name}": t for name, t in self.layer_tensors(n + k, prefix).items()})
+            layer = same(
+                prefix,
+                {
+                    "enorm.weight": "enorm.weight",
+                    "hnorm.weight": "hnorm.weight",
+                    "eh_proj.weight": "eh_proj.weight",
+                    "norm.weight": "shared_head.norm.weight",
+                    "block.attention_norm.weight": "input_layernorm.weight",
+                    "block.ffn_norm.weight": "post_attention_layernorm.weight",
+                },
+            )
+            layer.update(
+                {f"block.{name}": t for name, t in self.layer_tensors(n + k, prefix).items()}
+            )
             self.tensors.update({f"mtp.layers.{k}.{name}": t for name, t in layer.items()})
 
     def state_tensors(self) -> tuple[str, ...]:
         """The token counters of the MoE layers (the MTP blocks' too)."""
-        mtp = tuple(f"mtp.layers.{k}.block.moe.tokens_per_expert" for k in range(self.args.mtp_num_layers))
+        mtp = tuple(
+            f"mtp.layers.{k}.block.moe.tokens_per_expert" for k in range(self.args.mtp_num_layers)
+        )
         return moe_counters(self.args, self.args.n_dense_layers) + mtp
 
     def skipped(self, hf_name: str) -> str | None:
         """Why the HF tensor ``hf_name`` is not loaded (a copy of the shared embedding or head in an MTP layer, an
         MTP layer beyond ``mtp_num_layers``, a tied ``lm_head.weight``), or ``None``."""
         match = _LAYER_RE.match(hf_name)
-        mtp = self.hf_config.get("num_nextn_predict_layers", HF_DEFAULTS["num_nextn_predict_layers"]) or 0
+        mtp = (
+            self.hf_config.get("num_nextn_predict_layers", HF_DEFAULTS["num_nextn_predict_layers"])
+            or 0
+        )
         n, depth = self.args.n_layers, self.args.mtp_num_layers
         if match and n <= int(match.group(1)) < n + max(mtp, depth):
-            if int(match.group(1)) < n + depth and hf_name.endswith((".embed_tokens.weight", ".shared_head.head.weight")):
+            if int(match.group(1)) < n + depth and hf_name.endswith(
+                (".embed_tokens.weight", ".shared_head.head.weight")
+            ):
                 return "copy of model.embed_tokens / lm_head in a multi-token-prediction layer (shared)"
-            return (f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's mtp_num_layers "
-                    f"{depth}: set --model.overrides.mtp_num_layers={mtp} to train it")
+            return (
+                f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's mtp_num_layers "
+                f"{depth}: set --model.overrides.mtp_num_layers={mtp} to train it"
+            )
         return super().skipped(hf_name)
 
     def family_config(self) -> dict[str, Any]:
@@ -233,17 +348,41 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
         a = self.args
         rope = None
         if a.uses_yarn:
-            rope = {"type": "yarn", "factor": a.rope_factor, "original_max_position_embeddings": a.rope_original_max_seq_len,
-                    "beta_fast": a.rope_beta_fast, "beta_slow": a.rope_beta_slow, "mscale": a.rope_mscale,
-                    "mscale_all_dim": a.rope_mscale}
-        return {"num_attention_heads": a.n_heads, "num_key_value_heads": a.n_heads, "first_k_dense_replace": a.n_dense_layers,
-                "intermediate_size": a.hidden_dim, "moe_intermediate_size": a.moe_inter_dim,
-                "n_routed_experts": a.num_experts, "n_shared_experts": a.num_shared_experts,
-                "num_experts_per_tok": a.top_k, "n_group": a.num_expert_groups, "topk_group": a.num_limited_groups,
-                "norm_topk_prob": a.route_norm, "routed_scaling_factor": a.route_scale, "scoring_func": "sigmoid",
-                "topk_method": "noaux_tc", "moe_layer_freq": 1, "q_lora_rank": a.q_lora_rank or None,
-                "kv_lora_rank": a.kv_lora_rank,
-                "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
-                "v_head_dim": a.v_head_dim, "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
-                "rope_interleave": True, "num_nextn_predict_layers": a.mtp_num_layers, "rope_theta": a.rope_theta,
-                "rope_scaling": rope}
+            rope = {
+                "type": "yarn",
+                "factor": a.rope_factor,
+                "original_max_position_embeddings": a.rope_original_max_seq_len,
+                "beta_fast": a.rope_beta_fast,
+                "beta_slow": a.rope_beta_slow,
+                "mscale": a.rope_mscale,
+                "mscale_all_dim": a.rope_mscale,
+            }
+        return {
+            "num_attention_heads": a.n_heads,
+            "num_key_value_heads": a.n_heads,
+            "first_k_dense_replace": a.n_dense_layers,
+            "intermediate_size": a.hidden_dim,
+            "moe_intermediate_size": a.moe_inter_dim,
+            "n_routed_experts": a.num_experts,
+            "n_shared_experts": a.num_shared_experts,
+            "num_experts_per_tok": a.top_k,
+            "n_group": a.num_expert_groups,
+            "topk_group": a.num_limited_groups,
+            "norm_topk_prob": a.route_norm,
+            "routed_scaling_factor": a.route_scale,
+            "scoring_func": "sigmoid",
+            "topk_method": "noaux_tc",
+            "moe_layer_freq": 1,
+            "q_lora_rank": a.q_lora_rank or None,
+            "kv_lora_rank": a.kv_lora_rank,
+            "qk_nope_head_dim": a.qk_nope_head_dim,
+            "qk_rope_head_dim": a.qk_rope_head_dim,
+            "v_head_dim": a.v_head_dim,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "rope_interleave": True,
+            "num_nextn_predict_layers": a.mtp_num_layers,
+            "rope_theta": a.rope_theta,
+            "rope_scaling": rope,
+        }

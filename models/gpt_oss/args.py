@@ -86,8 +86,17 @@ _20B = GptOssModelArgs()
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; max_seq_len 256 > window 128, so both the
 # sliding and the full-causal path run; the published YaRN, SwiGLU and window constants.
 _DEBUG = replace(
-    _20B, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, moe_inter_dim=256, num_experts=8,
-    top_k=2, vocab_size=2048, max_seq_len=256,
+    _20B,
+    dim=256,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=64,
+    moe_inter_dim=256,
+    num_experts=8,
+    top_k=2,
+    vocab_size=2048,
+    max_seq_len=256,
 )
 
 gpt_oss_flavors: dict[str, GptOssModelArgs] = {

@@ -37,5 +37,7 @@ def num_flops_per_token(args: GptOssModelArgs, seq_len: int) -> float:
     if seq_len <= 0:
         raise ValueError(f"num_flops_per_token: seq_len must be > 0, got {seq_len}")
     a = args
-    contexts = [min(a.sliding_window, seq_len) if i % 2 == 0 else seq_len for i in range(a.n_layers)]
+    contexts = [
+        min(a.sliding_window, seq_len) if i % 2 == 0 else seq_len for i in range(a.n_layers)
+    ]
     return 6.0 * num_active_params(a) + 12.0 * a.n_heads * a.head_dim * sum(contexts)

@@ -24,7 +24,10 @@ def gpt_oss_init_plan(args: GptOssModelArgs) -> InitPlan:
     bias = zeros(source="HF _init_weights: nn.Linear and expert biases zeroed")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")
     entries = [
-        ("tok_embeddings.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)")),
+        (
+            "tok_embeddings.weight",
+            normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)"),
+        ),
         ("layers.*.attention_norm.weight", norm),
         ("layers.*.attention.wq.weight", weight),
         ("layers.*.attention.wk.weight", weight),
@@ -34,15 +37,24 @@ def gpt_oss_init_plan(args: GptOssModelArgs) -> InitPlan:
         ("layers.*.attention.wk.bias", bias),
         ("layers.*.attention.wv.bias", bias),
         ("layers.*.attention.wo.bias", bias),
-        ("layers.*.attention.sinks", normal(args.init_std, source=f"{_HF} {args.init_std} (GptOssAttention.sinks)")),
+        (
+            "layers.*.attention.sinks",
+            normal(args.init_std, source=f"{_HF} {args.init_std} (GptOssAttention.sinks)"),
+        ),
         ("layers.*.ffn_norm.weight", norm),
         ("layers.*.moe.router.gate.weight", weight),
-        ("layers.*.moe.router.gate.bias", normal(args.init_std, source=f"{_HF} {args.init_std} (router bias)")),
+        (
+            "layers.*.moe.router.gate.bias",
+            normal(args.init_std, source=f"{_HF} {args.init_std} (router bias)"),
+        ),
         ("layers.*.moe.experts.mlp1_weight", weight),
         ("layers.*.moe.experts.mlp2_weight", weight),
         ("layers.*.moe.experts.mlp1_bias", bias),
         ("layers.*.moe.experts.mlp2_bias", bias),
-        ("layers.*.moe.tokens_per_expert", zeros(source="state buffer: no tokens counted at a fresh start")),
+        (
+            "layers.*.moe.tokens_per_expert",
+            zeros(source="state buffer: no tokens counted at a fresh start"),
+        ),
         ("norm.weight", norm),
         ("output.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (lm_head)")),
     ]

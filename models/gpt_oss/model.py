@@ -51,11 +51,18 @@ class Attention(common_attention.Attention):
         self.sinks = nn.Parameter(torch.empty(args.n_heads))
         self.inner_attention = InnerAttention(sliding_window=sliding_window)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)``, ``document_ids`` int ``(bs, seqlen)`` or
         ``None`` -> ``(bs, seqlen, dim)``."""
-        out = self.attend(*self.qkv(x, cos, sin), self.sinks, document_ids)  # (bs, seqlen, n_heads, head_dim)
+        out = self.attend(
+            *self.qkv(x, cos, sin), self.sinks, document_ids
+        )  # (bs, seqlen, n_heads, head_dim)
         return self.wo(out.flatten(2))
 
 
@@ -67,7 +74,9 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.attention = Attention(args, args.sliding_window if layer_id % 2 == 0 else None)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
-        activation = functools.partial(clamped_swiglu, limit=args.swiglu_limit, alpha=args.swiglu_alpha)
+        activation = functools.partial(
+            clamped_swiglu, limit=args.swiglu_limit, alpha=args.swiglu_alpha
+        )
         self.moe = MoE(
             TopKRouter(args.dim, args.num_experts, args.top_k),
             GroupedExperts(args.num_experts, args.dim, args.moe_inter_dim, activation),
@@ -75,8 +84,13 @@ class TransformerBlock(nn.Module):
             aux_loss_coeff=args.aux_loss_coeff,
         )
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``."""
         h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.moe(self.ffn_norm(h))
@@ -95,5 +109,13 @@ class GptOssModel(Decoder):
         """The YaRN tables (:func:`torchtitan_lite.models.common.yarn.yarn_cos_sin`, scaled by the YaRN attention factor),
         each fp32 ``(max_seq_len, head_dim)`` on ``device``."""
         a = self.args
-        return yarn_cos_sin(a.head_dim, a.max_seq_len, a.rope_theta, a.rope_factor, a.rope_original_max_seq_len,
-                            a.rope_beta_fast, a.rope_beta_slow, device=device)
+        return yarn_cos_sin(
+            a.head_dim,
+            a.max_seq_len,
+            a.rope_theta,
+            a.rope_factor,
+            a.rope_original_max_seq_len,
+            a.rope_beta_fast,
+            a.rope_beta_slow,
+            device=device,
+        )

@@ -13,7 +13,12 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, PrepareModuleInput, RowwiseParallel
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    RowwiseParallel,
+)
 
 from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
@@ -27,7 +32,9 @@ from torchtitan_lite.distributed.tensor_parallel import (
 )
 
 
-def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> dict[str, ParallelStyle]:
+def block_plan(
+    block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
+) -> dict[str, ParallelStyle]:
     """The tensor-parallel plan of one GPT-OSS block (and its ``attention.sinks`` sharded on ``mesh``)."""
     shard_parameter(block.attention, "sinks", mesh, Shard(0))
     return {
@@ -37,15 +44,19 @@ def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> d
         "attention.wk": ColwiseParallel(),
         "attention.wv": ColwiseParallel(),
         "attention.inner_attention": PrepareModuleInput(  # (q, k, v, sinks): the rank's sinks as a plain tensor
-            input_layouts=(None, None, None, Shard(0)), desired_input_layouts=(None, None, None, Shard(0)),
-            use_local_output=True),
+            input_layouts=(None, None, None, Shard(0)),
+            desired_input_layouts=(None, None, None, Shard(0)),
+            use_local_output=True,
+        ),
         "attention.wo": RowwiseParallel(output_layouts=residual_layout(sequence_parallel)),
         **norm_plan("ffn_norm", sequence_parallel),
         **replicated_module_plan("moe", sequence_parallel),
     }
 
 
-def parallelize_gpt_oss(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
+def parallelize_gpt_oss(
+    model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions
+) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
     (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

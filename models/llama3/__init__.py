@@ -11,6 +11,12 @@ from torchtitan_lite.protocols.model_spec import ModelSpec
 
 __all__ = ["Llama3Model", "Llama3ModelArgs", "llama3_flavors", "llama3_init_plan", "model_spec"]
 
-model_spec = ModelSpec(name="llama3", model_cls=Llama3Model, flavors=llama3_flavors, init_plan=llama3_init_plan,
-                       num_flops_per_token=num_flops_per_token, parallelize=parallelize_llama3,
-                       state_dict_adapter=Llama3StateDictAdapter)
+model_spec = ModelSpec(
+    name="llama3",
+    model_cls=Llama3Model,
+    flavors=llama3_flavors,
+    init_plan=llama3_init_plan,
+    num_flops_per_token=num_flops_per_token,
+    parallelize=parallelize_llama3,
+    state_dict_adapter=Llama3StateDictAdapter,
+)

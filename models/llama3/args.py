@@ -65,11 +65,14 @@ class Llama3ModelArgs:
         check.even(self, "head_dim")
         check.bools(self, "rope_scaling", "tie_embeddings")
         check.rope(self, yarn=False)
-        if self.rope_scaling and not (self.rope_factor >= 1 and
-                                      0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
-            raise ValueError(f"Llama3ModelArgs: RoPE scaling needs rope_factor >= 1 and 0 < rope_low_freq_factor < "
-                             f"rope_high_freq_factor, got {self.rope_factor!r}, {self.rope_low_freq_factor!r} and "
-                             f"{self.rope_high_freq_factor!r}")
+        if self.rope_scaling and not (
+            self.rope_factor >= 1 and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor
+        ):
+            raise ValueError(
+                f"Llama3ModelArgs: RoPE scaling needs rope_factor >= 1 and 0 < rope_low_freq_factor < "
+                f"rope_high_freq_factor, got {self.rope_factor!r}, {self.rope_low_freq_factor!r} and "
+                f"{self.rope_high_freq_factor!r}"
+            )
         check.positive(self, "norm_eps", "init_std")
 
 
@@ -80,13 +83,38 @@ class Llama3ModelArgs:
 _8B = Llama3ModelArgs()
 
 # Debug: the 8B architecture at CPU size; vocab 2048 = the bundled byte-level BPE tokenizer.
-_DEBUG = replace(_8B, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, hidden_dim=768, vocab_size=2048,
-                 max_seq_len=4096)
+_DEBUG = replace(
+    _8B,
+    dim=256,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=64,
+    hidden_dim=768,
+    vocab_size=2048,
+    max_seq_len=4096,
+)
 
 llama3_flavors: dict[str, Llama3ModelArgs] = {
     "debug": _DEBUG,
-    "1b": replace(_8B, dim=2048, n_layers=16, head_dim=64, hidden_dim=8192, rope_factor=32.0, tie_embeddings=True),
-    "3b": replace(_8B, dim=3072, n_layers=28, n_heads=24, hidden_dim=8192, rope_factor=32.0, tie_embeddings=True),
+    "1b": replace(
+        _8B,
+        dim=2048,
+        n_layers=16,
+        head_dim=64,
+        hidden_dim=8192,
+        rope_factor=32.0,
+        tie_embeddings=True,
+    ),
+    "3b": replace(
+        _8B,
+        dim=3072,
+        n_layers=28,
+        n_heads=24,
+        hidden_dim=8192,
+        rope_factor=32.0,
+        tie_embeddings=True,
+    ),
     "8b": _8B,
     "70b": replace(_8B, dim=8192, n_layers=80, n_heads=64, hidden_dim=28672),
 }

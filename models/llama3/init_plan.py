@@ -31,18 +31,29 @@ def llama3_init_plan(args: Llama3ModelArgs) -> InitPlan:
         An :class:`InitPlan` covering each parameter of ``Llama3Model(args)`` (RoPE tables are non-persistent
         buffers rebuilt by ``init_buffers``, not in the plan).
     """
-    projection = normal(args.init_std, source="torchtitan llama3 trunc_normal_(std=0.02), bounds +-2 = 100 sigma")
-    residual = normal(args.init_std / math.sqrt(2 * args.n_layers),
-                      source="0.02/sqrt(2*n_layers): torchtitan llama3 depth_init=False; GPT-2 sec. 2.3")
+    projection = normal(
+        args.init_std, source="torchtitan llama3 trunc_normal_(std=0.02), bounds +-2 = 100 sigma"
+    )
+    residual = normal(
+        args.init_std / math.sqrt(2 * args.n_layers),
+        source="0.02/sqrt(2*n_layers): torchtitan llama3 depth_init=False; GPT-2 sec. 2.3",
+    )
     if args.tie_embeddings:
-        output = trunc_normal(args.init_std, source="tied: output spec wins; std initializer_range (HF Llama)")
+        output = trunc_normal(
+            args.init_std, source="tied: output spec wins; std initializer_range (HF Llama)"
+        )
     else:
-        output = trunc_normal(args.dim**-0.5, source="dim^-0.5, 3 sigma: torchtitan llama3 final_out_std")
+        output = trunc_normal(
+            args.dim**-0.5, source="dim^-0.5, 3 sigma: torchtitan llama3 final_out_std"
+        )
     norm = ones(source="RMSNorm weight = 1 (torchtitan, HF LlamaRMSNorm)")
     return InitPlan(
         model="llama3",
         entries=(  # grouped by distribution, as the module docstring lists them
-            ("tok_embeddings.weight", normal(1.0, source="N(0, 1): torchtitan llama3 nn.init.normal_")),
+            (
+                "tok_embeddings.weight",
+                normal(1.0, source="N(0, 1): torchtitan llama3 nn.init.normal_"),
+            ),
             ("layers.*.attention.wq.weight", projection),
             ("layers.*.attention.wk.weight", projection),
             ("layers.*.attention.wv.weight", projection),

@@ -18,13 +18,20 @@ from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import norm_plan, swiglu_plan
 
 
-def block_plan(block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> dict[str, ParallelStyle]:
+def block_plan(
+    block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
+) -> dict[str, ParallelStyle]:
     """The tensor-parallel plan of one Llama 3 block: the attention, ``ffn_norm``, the SwiGLU."""
-    return {**attention_plan(sequence_parallel, qk_norm=False), **norm_plan("ffn_norm", sequence_parallel),
-            **swiglu_plan("feed_forward", sequence_parallel)}
+    return {
+        **attention_plan(sequence_parallel, qk_norm=False),
+        **norm_plan("ffn_norm", sequence_parallel),
+        **swiglu_plan("feed_forward", sequence_parallel),
+    }
 
 
-def parallelize_llama3(model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions) -> nn.Module:
+def parallelize_llama3(
+    model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions
+) -> nn.Module:
     """Tensor parallelism (:func:`block_plan`), activation checkpointing, compile and FSDP2
     (:func:`torchtitan_lite.models.common.parallelize.parallelize_decoder`)."""
     return parallelize_decoder(model, parallel_dims, options, block_plan)

@@ -15,16 +15,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
-from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, DEFAULT_THETA, heads_config, read_heads
+from torchtitan_lite.models.common.hf_adapter import (
+    SWIGLU_NAMES,
+    DecoderStateDictAdapter,
+    read_decoder,
+    same,
+)
+from torchtitan_lite.models.common.hf_attention import (
+    ATTENTION_NAMES,
+    DEFAULT_THETA,
+    heads_config,
+    read_heads,
+)
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
-    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
-    "initializer_range": 0.02, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
-    "attention_dropout": 0.0, "mlp_bias": False, "head_dim": None,
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+    "head_dim": None,
 }
 """transformers' ``LlamaConfig`` defaults for the keys read here (``configuration_llama.py``; ``None``: the key
 count of heads, ``hidden_size // num_attention_heads`` for ``head_dim``)."""
@@ -56,25 +77,45 @@ class Llama3StateDictAdapter(DecoderStateDictAdapter):
         values["rope_scaling"] = rope.expect("rope_type", "default", "llama3") == "llama3"
         values["rope_theta"] = float(rope.get("rope_theta"))
         if values["rope_scaling"]:
-            original = rope.get("original_max_position_embeddings", values["max_seq_len"])  # transformers' default
-            values.update(rope_factor=float(rope.get("factor")), rope_original_max_seq_len=original,
-                          rope_low_freq_factor=float(rope.get("low_freq_factor")),
-                          rope_high_freq_factor=float(rope.get("high_freq_factor")))
+            original = rope.get(
+                "original_max_position_embeddings", values["max_seq_len"]
+            )  # transformers' default
+            values.update(
+                rope_factor=float(rope.get("factor")),
+                rope_original_max_seq_len=original,
+                rope_low_freq_factor=float(rope.get("low_freq_factor")),
+                rope_high_freq_factor=float(rope.get("high_freq_factor")),
+            )
         rope.finish()
         fields.finish()
         return values
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
         """Attention and SwiGLU, one to one (module docstring)."""
-        return same(prefix, {**ATTENTION_NAMES, **{f"feed_forward.{k}": f"mlp.{v}" for k, v in SWIGLU_NAMES.items()}})
+        return same(
+            prefix,
+            {
+                **ATTENTION_NAMES,
+                **{f"feed_forward.{k}": f"mlp.{v}" for k, v in SWIGLU_NAMES.items()},
+            },
+        )
 
     def family_config(self) -> dict[str, Any]:
         """Attention, MLP and RoPE keys."""
         a = self.args
         rope = None
         if a.rope_scaling:
-            rope = {"rope_type": "llama3", "factor": a.rope_factor, "low_freq_factor": a.rope_low_freq_factor,
-                    "high_freq_factor": a.rope_high_freq_factor,
-                    "original_max_position_embeddings": a.rope_original_max_seq_len}
-        return {**heads_config(a), "intermediate_size": a.hidden_dim, "mlp_bias": False, "rope_theta": a.rope_theta,
-                "rope_scaling": rope}
+            rope = {
+                "rope_type": "llama3",
+                "factor": a.rope_factor,
+                "low_freq_factor": a.rope_low_freq_factor,
+                "high_freq_factor": a.rope_high_freq_factor,
+                "original_max_position_embeddings": a.rope_original_max_seq_len,
+            }
+        return {
+            **heads_config(a),
+            "intermediate_size": a.hidden_dim,
+            "mlp_bias": False,
+            "rope_theta": a.rope_theta,
+            "rope_scaling": rope,
+        }

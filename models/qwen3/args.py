@@ -62,17 +62,35 @@ class Qwen3ModelArgs:
 
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; trains on a CPU.
 _DEBUG = Qwen3ModelArgs(
-    dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, hidden_dim=768, vocab_size=2048,
-    max_seq_len=4096, tie_embeddings=True,
+    dim=256,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=64,
+    hidden_dim=768,
+    vocab_size=2048,
+    max_seq_len=4096,
+    tie_embeddings=True,
 )
 
 
-def _published(dim: int, n_layers: int, n_heads: int, hidden_dim: int, tie_embeddings: bool) -> Qwen3ModelArgs:
+def _published(
+    dim: int, n_layers: int, n_heads: int, hidden_dim: int, tie_embeddings: bool
+) -> Qwen3ModelArgs:
     """A released dense Qwen3 size: the values shared by all their ``config.json`` files are fixed here
     (8 KV heads, head_dim 128, vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6, 40960 positions)."""
     return Qwen3ModelArgs(
-        dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=8, head_dim=128, hidden_dim=hidden_dim,
-        vocab_size=151936, norm_eps=1e-6, rope_theta=1e6, max_seq_len=40960, tie_embeddings=tie_embeddings,
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=8,
+        head_dim=128,
+        hidden_dim=hidden_dim,
+        vocab_size=151936,
+        norm_eps=1e-6,
+        rope_theta=1e6,
+        max_seq_len=40960,
+        tie_embeddings=tie_embeddings,
     )
 
 

@@ -36,9 +36,13 @@ def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:
     std = args.init_std
     hf = "HF Qwen3 initializer_range 0.02, cut at 3 sigma"
     residual_std = std / math.sqrt(2 * args.n_layers)
-    residual = trunc_normal(residual_std, source="0.02/sqrt(2*n_layers): GPT-2 sec. 2.3; torchtitan depth_init=False")
+    residual = trunc_normal(
+        residual_std, source="0.02/sqrt(2*n_layers): GPT-2 sec. 2.3; torchtitan depth_init=False"
+    )
     if args.output_init_std is not None:
-        output = trunc_normal(args.output_init_std, source="output_init_std from the model args (debugging)")
+        output = trunc_normal(
+            args.output_init_std, source="output_init_std from the model args (debugging)"
+        )
     elif args.tie_embeddings:
         output = trunc_normal(std, source="tied: output spec wins; std 0.02 = embedding std (HF)")
     else:

@@ -23,4 +23,6 @@ class Qwen3Model(Decoder):
     """
 
     def __init__(self, args: Qwen3ModelArgs):
-        super().__init__(args, lambda a, _layer_id: DenseBlock(a, qk_norm=True), rope_dim=args.head_dim)
+        super().__init__(
+            args, lambda a, _layer_id: DenseBlock(a, qk_norm=True), rope_dim=args.head_dim
+        )

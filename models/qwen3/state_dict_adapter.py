@@ -17,16 +17,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.models.common.hf_adapter import SWIGLU_NAMES, DecoderStateDictAdapter, read_decoder, same
-from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
+from torchtitan_lite.models.common.hf_adapter import (
+    SWIGLU_NAMES,
+    DecoderStateDictAdapter,
+    read_decoder,
+    same,
+)
+from torchtitan_lite.models.common.hf_attention import (
+    ATTENTION_NAMES,
+    QK_NORM_NAMES,
+    attention_config,
+    read_attention,
+)
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
-    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
-    "max_position_embeddings": 32768, "initializer_range": 0.02, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-    "attention_bias": False, "use_sliding_window": False, "attention_dropout": 0.0,
+    "vocab_size": 151936,
+    "hidden_size": 4096,
+    "intermediate_size": 22016,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "use_sliding_window": False,
+    "attention_dropout": 0.0,
 }
 """transformers' ``Qwen3Config`` defaults for the keys read here (``configuration_qwen3.py``)."""
 

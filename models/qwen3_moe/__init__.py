@@ -23,4 +23,10 @@ model_spec = ModelSpec(
     state_dict_adapter=Qwen3MoeStateDictAdapter,
 )
 
-__all__ = ["Qwen3MoeModel", "Qwen3MoeModelArgs", "model_spec", "qwen3_moe_flavors", "qwen3_moe_init_plan"]
+__all__ = [
+    "Qwen3MoeModel",
+    "Qwen3MoeModelArgs",
+    "model_spec",
+    "qwen3_moe_flavors",
+    "qwen3_moe_init_plan",
+]

@@ -71,8 +71,17 @@ _30B_A3B = Qwen3MoeModelArgs()
 
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts, top-2.
 _DEBUG = replace(
-    _30B_A3B, dim=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, moe_inter_dim=256, num_experts=8,
-    top_k=2, vocab_size=2048, max_seq_len=4096,
+    _30B_A3B,
+    dim=256,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=64,
+    moe_inter_dim=256,
+    num_experts=8,
+    top_k=2,
+    vocab_size=2048,
+    max_seq_len=4096,
 )
 
 qwen3_moe_flavors: dict[str, Qwen3MoeModelArgs] = {"debug": _DEBUG, "30b-a3b": _30B_A3B}

@@ -20,14 +20,36 @@ def qwen3_moe_init_plan(args: Qwen3MoeModelArgs) -> InitPlan:
     """The :class:`InitPlan` of :class:`torchtitan_lite.models.qwen3_moe.model.Qwen3MoeModel` built from ``args``."""
     weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")
-    entries = [("tok_embeddings.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)"))]
-    entries += [(f"layers.*.{n}.weight", norm) for n in ("attention_norm", "ffn_norm", "attention.q_norm",
-                                                         "attention.k_norm")]
+    entries = [
+        (
+            "tok_embeddings.weight",
+            normal(args.init_std, source=f"{_HF} {args.init_std} (nn.Embedding)"),
+        )
+    ]
+    entries += [
+        (f"layers.*.{n}.weight", norm)
+        for n in ("attention_norm", "ffn_norm", "attention.q_norm", "attention.k_norm")
+    ]
     entries += [(f"layers.*.attention.{w}.weight", weight) for w in ("wq", "wk", "wv", "wo")]
-    entries.append(("layers.*.moe.router.gate.weight", normal(args.init_std, source=f"{_HF} {args.init_std} (gate)")))
+    entries.append(
+        (
+            "layers.*.moe.router.gate.weight",
+            normal(args.init_std, source=f"{_HF} {args.init_std} (gate)"),
+        )
+    )
     entries += [(f"layers.*.moe.experts.{w}", weight) for w in ("w1", "w2", "w3")]
-    entries.append(("layers.*.moe.router.expert_bias", zeros(source="state: zero, never updated (no bias in Qwen3)")))
-    entries.append(("layers.*.moe.tokens_per_expert", zeros(source="state: no tokens counted at a fresh start")))
+    entries.append(
+        (
+            "layers.*.moe.router.expert_bias",
+            zeros(source="state: zero, never updated (no bias in Qwen3)"),
+        )
+    )
+    entries.append(
+        (
+            "layers.*.moe.tokens_per_expert",
+            zeros(source="state: no tokens counted at a fresh start"),
+        )
+    )
     output = normal(args.init_std, source=f"{_HF} {args.init_std} (lm_head)")
     entries += [("norm.weight", norm), ("output.weight", output)]
     return InitPlan(model="qwen3_moe", entries=tuple(entries))

@@ -32,14 +32,29 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.attention = Attention(args, qk_norm=True)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
-        router = TokenChoiceTopKRouter(args.dim, args.num_experts, args.top_k, num_expert_groups=1,
-                                       num_limited_groups=1, score_func="softmax", route_norm=args.route_norm,
-                                       route_scale=1.0, bias_update_speed=0.0)
+        router = TokenChoiceTopKRouter(
+            args.dim,
+            args.num_experts,
+            args.top_k,
+            num_expert_groups=1,
+            num_limited_groups=1,
+            score_func="softmax",
+            route_norm=args.route_norm,
+            route_scale=1.0,
+            bias_update_speed=0.0,
+        )
         experts = GroupedSwiGLUExperts(args.num_experts, args.dim, args.moe_inter_dim)
-        self.moe = MoE(router, experts, aux_loss=switch_aux_loss, aux_loss_coeff=args.aux_loss_coeff)
+        self.moe = MoE(
+            router, experts, aux_loss=switch_aux_loss, aux_loss_coeff=args.aux_loss_coeff
+        )
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin, document_ids=document_ids)
         return h + self.moe(self.ffn_norm(h))
 

@@ -14,17 +14,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.models.common.hf_adapter import DecoderStateDictAdapter, moe_counters, per_expert, read_decoder, same
-from torchtitan_lite.models.common.hf_attention import ATTENTION_NAMES, QK_NORM_NAMES, attention_config, read_attention
+from torchtitan_lite.models.common.hf_adapter import (
+    DecoderStateDictAdapter,
+    moe_counters,
+    per_expert,
+    read_decoder,
+    same,
+)
+from torchtitan_lite.models.common.hf_attention import (
+    ATTENTION_NAMES,
+    QK_NORM_NAMES,
+    attention_config,
+    read_attention,
+)
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {
-    "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
-    "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768, "initializer_range": 0.02,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False,
-    "attention_dropout": 0.0, "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
-    "num_experts": 128, "norm_topk_prob": False, "mlp_only_layers": [],
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "use_sliding_window": False,
+    "attention_dropout": 0.0,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 768,
+    "num_experts_per_tok": 8,
+    "num_experts": 128,
+    "norm_topk_prob": False,
+    "mlp_only_layers": [],
 }
 """transformers' ``Qwen3MoeConfig`` defaults for the keys read here (``configuration_qwen3_moe.py``; it has no
 ``head_dim``: the attention then uses ``hidden_size // num_attention_heads``)."""
@@ -44,9 +69,12 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     values.update(read_attention(fields, head_dim_default=None))
     fields.expect("decoder_sparse_step", 1)
     fields.expect("mlp_only_layers", [], None)
-    values.update(moe_inter_dim=fields.get("moe_intermediate_size"),
-                  num_experts=fields.aliased("num_experts", "num_local_experts"),
-                  top_k=fields.get("num_experts_per_tok"), route_norm=fields.get("norm_topk_prob"))
+    values.update(
+        moe_inter_dim=fields.get("moe_intermediate_size"),
+        num_experts=fields.aliased("num_experts", "num_local_experts"),
+        top_k=fields.get("num_experts_per_tok"),
+        route_norm=fields.get("norm_topk_prob"),
+    )
     fields.finish()
     return values
 
@@ -61,8 +89,13 @@ class Qwen3MoeStateDictAdapter(DecoderStateDictAdapter):
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
         """Attention, router and the experts one tensor per expert (module docstring)."""
-        return {**same(prefix, {**ATTENTION_NAMES, **QK_NORM_NAMES, "moe.router.gate.weight": "mlp.gate.weight"}),
-                **per_expert(prefix, self.args.num_experts)}
+        return {
+            **same(
+                prefix,
+                {**ATTENTION_NAMES, **QK_NORM_NAMES, "moe.router.gate.weight": "mlp.gate.weight"},
+            ),
+            **per_expert(prefix, self.args.num_experts),
+        }
 
     def state_tensors(self) -> tuple[str, ...]:
         """The router's expert bias (kept at zero) and the token counters."""
@@ -71,6 +104,12 @@ class Qwen3MoeStateDictAdapter(DecoderStateDictAdapter):
     def family_config(self) -> dict[str, Any]:
         """Attention and MoE keys; every block is an MoE."""
         a = self.args
-        return {**attention_config(a), "moe_intermediate_size": a.moe_inter_dim, "num_experts": a.num_experts,
-                "num_experts_per_tok": a.top_k, "norm_topk_prob": a.route_norm, "decoder_sparse_step": 1,
-                "mlp_only_layers": []}
+        return {
+            **attention_config(a),
+            "moe_intermediate_size": a.moe_inter_dim,
+            "num_experts": a.num_experts,
+            "num_experts_per_tok": a.top_k,
+            "norm_topk_prob": a.route_norm,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }

@@ -60,4 +60,8 @@ class ActivationMemory(TorchDispatchMode):
 
 def _has_storage(t: object) -> bool:
     """A plain dense tensor (wrapper subclasses such as DTensor have no storage of their own)."""
-    return isinstance(t, torch.Tensor) and type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+    return (
+        isinstance(t, torch.Tensor)
+        and type(t) in (torch.Tensor, torch.nn.Parameter)
+        and t.layout == torch.strided
+    )

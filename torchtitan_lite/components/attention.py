@@ -20,7 +20,9 @@ def set_attn_backend(model: nn.Module, backend: str) -> None:
         ValueError: ``backend`` not one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
     """
     if backend not in ATTN_BACKENDS:
-        raise ValueError(f"attention backend must be one of {', '.join(ATTN_BACKENDS)}, got {backend!r}")
+        raise ValueError(
+            f"attention backend must be one of {', '.join(ATTN_BACKENDS)}, got {backend!r}"
+        )
     for module in model.modules():
         if isinstance(module, AttentionKernel):
             module.attn_backend = backend
@@ -39,13 +41,19 @@ def check_attention_config(config: Any, args: Any, sources: Sources) -> None:
             where each key was set (``config.load.read_config``), named in the message.
     """
     if config.model.attn_backend == "flex" and device_type(config.training.device) == "cpu":
-        raise ConfigError(f"{where(sources, 'model.attn_backend')}: flex has no backward on CPU (torch 2.13); use "
-                          "auto or blockwise for training on CPU")
+        raise ConfigError(
+            f"{where(sources, 'model.attn_backend')}: flex has no backward on CPU (torch 2.13); use "
+            "auto or blockwise for training on CPU"
+        )
     window = getattr(args, "sliding_window", None)
     if window is not None and window > args.max_seq_len:
-        raise ConfigError(f"{where(sources, 'model.overrides.sliding_window')}: {window} exceeds max_seq_len "
-                          f"{args.max_seq_len}; use a window of at most max_seq_len positions")
+        raise ConfigError(
+            f"{where(sources, 'model.overrides.sliding_window')}: {window} exceeds max_seq_len "
+            f"{args.max_seq_len}; use a window of at most max_seq_len positions"
+        )
     if config.training.document_masking and config.parallelism.pipeline_parallel_degree > 1:
-        raise ConfigError(f"{where(sources, 'training.document_masking')}: not supported with pipeline parallelism "
-                          "(stages receive only hidden states); set parallelism.pipeline_parallel_degree = 1 or "
-                          "document_masking = false")
+        raise ConfigError(
+            f"{where(sources, 'training.document_masking')}: not supported with pipeline parallelism "
+            "(stages receive only hidden states); set parallelism.pipeline_parallel_degree = 1 or "
+            "document_masking = false"
+        )

@@ -20,5 +20,7 @@ def enable_deterministic() -> str:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    return (f"deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
-            f"{torch.get_num_threads()} CPU threads)")
+    return (
+        f"deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
+        f"{torch.get_num_threads()} CPU threads)"
+    )

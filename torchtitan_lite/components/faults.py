@@ -124,8 +124,10 @@ class StopRequest:
         ``phase``: what was just done, for the message (``"the model build"``).
         """
         if self.agreed(group):
-            raise Stopped(f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, before the "
-                          "first step; nothing to save")
+            raise Stopped(
+                f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, before the "
+                "first step; nothing to save"
+            )
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
         """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
@@ -170,8 +172,11 @@ def peer_failed(control: str | None = None) -> bool:
         return False
     own = f"{OUTCOME_PREFIX}{os.environ.get('LOCAL_RANK', '0')}"
     try:
-        names = [name for name in os.listdir(control)
-                 if name.startswith(OUTCOME_PREFIX) and name != own and not name.endswith(".tmp")]
+        names = [
+            name
+            for name in os.listdir(control)
+            if name.startswith(OUTCOME_PREFIX) and name != own and not name.endswith(".tmp")
+        ]
     except FileNotFoundError:
         return False
     for name in names:
@@ -241,7 +246,9 @@ def _sibling_workers(pid: int) -> dict[int, str]:
         for child in children:
             try:
                 with open(f"/proc/{child}/environ", "rb") as handle:
-                    variables = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+                    variables = dict(
+                        item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item
+                    )
             except OSError:
                 continue
             if b"LOCAL_RANK" in variables:
@@ -268,8 +275,13 @@ def _run_store() -> dist.TCPStore | None:
     if not host or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
         return None
     try:
-        return dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=10),
-                             wait_for_workers=False)
+        return dist.TCPStore(
+            host,
+            int(port),
+            is_master=False,
+            timeout=datetime.timedelta(seconds=10),
+            wait_for_workers=False,
+        )
     except (RuntimeError, ValueError):
         return None
 
@@ -310,22 +322,36 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
         peer_failed_at, siblings, store, announced = None, {}, _run_store(), None
         control = os.environ.get(CONTROL_ENV)
         while True:
-            siblings.update((pid, rank) for pid, rank in _sibling_workers(parent).items() if pid != os.getpid())
+            siblings.update(
+                (pid, rank) for pid, rank in _sibling_workers(parent).items() if pid != os.getpid()
+            )
             if announced is None and store is not None:
                 try:
-                    announced = store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
+                    announced = (
+                        store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
+                    )
                 except RuntimeError:  # node 0's torchrun, which holds the store, is gone
                     announced = "node 0's torchrun is gone"
                 if announced is not None and peer_failed_at is None:
                     peer_failed_at = time.monotonic()
-            gone = ("torchrun" if os.getppid() != parent else
-                    "the launcher" if launcher_pid is not None and not _alive(launcher_pid) else None)
+            gone = (
+                "torchrun"
+                if os.getppid() != parent
+                else "the launcher"
+                if launcher_pid is not None and not _alive(launcher_pid)
+                else None
+            )
             if gone:
-                print(f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 os._exit(1)
-            if peer_failed_at is None and (peer_failed() or any(
-                    not _alive(pid) and _killed(rank, control) for pid, rank in siblings.items())):
+            if peer_failed_at is None and (
+                peer_failed()
+                or any(not _alive(pid) and _killed(rank, control) for pid, rank in siblings.items())
+            ):
                 peer_failed_at = time.monotonic()
                 announce_failure(f"a worker on host {socket.gethostname()} failed or was killed")
             if peer_failed_at is not None and time.monotonic() - peer_failed_at >= peer_grace_s:
@@ -354,9 +380,17 @@ class NonFiniteGuard:
 
     _NONE = torch.iinfo(torch.int64).max  # "no bad step yet" (reduced with MIN over ranks)
 
-    def __init__(self, policy: str, max_skipped_steps: int, skipped: int = 0, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        policy: str,
+        max_skipped_steps: int,
+        skipped: int = 0,
+        device: torch.device | str = "cpu",
+    ):
         if policy not in NONFINITE_POLICIES:
-            raise ValueError(f"training.nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}")
+            raise ValueError(
+                f"training.nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}"
+            )
         if max_skipped_steps < 0:
             raise ValueError(f"training.max_skipped_steps must be >= 0, got {max_skipped_steps}")
         self.policy, self.max_skipped_steps, self.skipped = policy, max_skipped_steps, skipped
@@ -410,15 +444,27 @@ class NonFiniteGuard:
 
     def _message(self, bad: int, applied_through: int) -> str:
         """The error text for first bad step ``bad`` when updates up to step ``applied_through`` went in."""
-        loss, grad_norm = self._first_values.tolist() if int(self._first_step.item()) == bad else ("?", "?")
+        loss, grad_norm = (
+            self._first_values.tolist() if int(self._first_step.item()) == bad else ("?", "?")
+        )
         what = f"step {bad}: loss {loss}, gradient norm {grad_norm}"
-        steps = (f"the update of step {bad} was" if applied_through == bad else
-                 f"the updates of steps {bad}-{applied_through} were")
-        applied = ("the update was not applied" if applied_through < bad else
-                   f"{steps} applied before this check (metrics.log_freq), nothing was saved from them")
+        steps = (
+            f"the update of step {bad} was"
+            if applied_through == bad
+            else f"the updates of steps {bad}-{applied_through} were"
+        )
+        applied = (
+            "the update was not applied"
+            if applied_through < bad
+            else f"{steps} applied before this check (metrics.log_freq), nothing was saved from them"
+        )
         advice = "lower optimizer.lr or check the data, then resume"
         if self.policy == "skip":
-            return (f"{what}, after {self.skipped} skipped steps (training.max_skipped_steps = "
-                    f"{self.max_skipped_steps}); {applied} and the last checkpoint is intact: {advice}")
-        return (f"{what}; {applied} and the last checkpoint is intact: {advice} "
-                "(or set training.nonfinite_policy=skip)")
+            return (
+                f"{what}, after {self.skipped} skipped steps (training.max_skipped_steps = "
+                f"{self.max_skipped_steps}); {applied} and the last checkpoint is intact: {advice}"
+            )
+        return (
+            f"{what}; {applied} and the last checkpoint is intact: {advice} "
+            "(or set training.nonfinite_policy=skip)"
+        )

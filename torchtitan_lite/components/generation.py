@@ -17,7 +17,9 @@ from torchtitan_lite.protocols.attention import KVCache
 
 
 @torch.no_grad()
-def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> int:
+def next_token(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> int:
     """The next token id from the last position's ``logits`` ``(vocab_size,)`` (module docstring)."""
     logits = logits.float()
     if temperature == 0:
@@ -31,9 +33,18 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, gene
 
 
 @torch.no_grad()
-def generate(model: nn.Module, prompt_ids: list[int], max_new_tokens: int, *, device: torch.device | str,
-             temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None,
-             eos_id: int | None = None, use_cache: bool = True) -> list[int]:
+def generate(
+    model: nn.Module,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    *,
+    device: torch.device | str,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> list[int]:
     """The ids ``model`` continues ``prompt_ids`` with: ``max_new_tokens`` of them, fewer when it produces
     ``eos_id`` (which ends the list, as transformers' ``generate`` stops).
 

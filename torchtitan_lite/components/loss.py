@@ -24,7 +24,9 @@ def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tenso
     return loss.to_local() if isinstance(loss, DTensor) else loss
 
 
-def build_loss_fn(config: JobConfig, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def build_loss_fn(
+    config: JobConfig, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training loss: :func:`cross_entropy_sum`, ``torch.compile``-d with ``compile.backend`` when
     ``compile.enable`` and ``"loss" in compile.components`` and the backend works on ``device`` (else eager,
     after one warning line). Same signature and value as :func:`cross_entropy_sum`."""

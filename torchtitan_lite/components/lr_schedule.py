@@ -17,7 +17,13 @@ DECAY_TYPES = ("linear", "cosine", "sqrt")
 
 
 def wsd_lr_factor(
-    step: int, *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
+    step: int,
+    *,
+    warmup_steps: int,
+    steps: int,
+    decay_ratio: float,
+    decay_type: str,
+    min_lr_factor: float,
 ) -> float:
     """LR multiplier at training step ``step`` (1-based: the step about to be taken).
 
@@ -33,11 +39,16 @@ def wsd_lr_factor(
         ValueError: see :func:`check_wsd_args`.
     """
     check_wsd_args(
-        warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
+        warmup_steps=warmup_steps,
+        steps=steps,
+        decay_ratio=decay_ratio,
+        decay_type=decay_type,
         min_lr_factor=min_lr_factor,
     )
     decay_steps = round(decay_ratio * steps)
-    warmup_steps = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
+    warmup_steps = fitted_warmup_steps(
+        warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio
+    )
     if step <= warmup_steps:
         return step / warmup_steps
     last_stable = steps - decay_steps
@@ -66,7 +77,9 @@ def check_wsd_args(
     if not 0.0 <= decay_ratio <= 1.0:
         raise ValueError(f"lr schedule: decay_ratio must be in [0, 1], got {decay_ratio}")
     if decay_type not in DECAY_TYPES:
-        raise ValueError(f"lr schedule: decay_type must be one of {DECAY_TYPES}, got {decay_type!r}")
+        raise ValueError(
+            f"lr schedule: decay_type must be one of {DECAY_TYPES}, got {decay_type!r}"
+        )
     if not 0.0 <= min_lr_factor <= 1.0:
         raise ValueError(f"lr schedule: min_lr_factor must be in [0, 1], got {min_lr_factor}")
 
@@ -85,10 +98,12 @@ def warmup_clipped_line(*, warmup_steps: int, steps: int, decay_ratio: float) ->
     fitted = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
     if fitted == warmup_steps:
         return None
-    return (f"lr schedule: warming up for {fitted} step{'s' * (fitted != 1)}, "
-            f"not lr_scheduler.warmup_steps {warmup_steps}, so that "
-            f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio {decay_ratio}) "
-            f"fit in training.steps {steps}")
+    return (
+        f"lr schedule: warming up for {fitted} step{'s' * (fitted != 1)}, "
+        f"not lr_scheduler.warmup_steps {warmup_steps}, so that "
+        f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio {decay_ratio}) "
+        f"fit in training.steps {steps}"
+    )
 
 
 def build_lr_scheduler(
@@ -107,11 +122,16 @@ def build_lr_scheduler(
         ValueError: see :func:`check_wsd_args`.
     """
     kwargs = dict(
-        warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
+        warmup_steps=warmup_steps,
+        steps=steps,
+        decay_ratio=decay_ratio,
+        decay_type=decay_type,
         min_lr_factor=min_lr_factor,
     )
     check_wsd_args(**kwargs)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(_factor_at_index, **kwargs))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(_factor_at_index, **kwargs)
+    )
 
 
 def _factor_at_index(index: int, **kwargs) -> float:
@@ -119,9 +139,14 @@ def _factor_at_index(index: int, **kwargs) -> float:
     return wsd_lr_factor(index + 1, **kwargs)
 
 
-SCHEDULE_KEYS = {"lr": "optimizer.lr", "warmup_steps": "lr_scheduler.warmup_steps", "steps": "training.steps",
-                 "decay_ratio": "lr_scheduler.decay_ratio", "decay_type": "lr_scheduler.decay_type",
-                 "min_lr_factor": "lr_scheduler.min_lr_factor"}
+SCHEDULE_KEYS = {
+    "lr": "optimizer.lr",
+    "warmup_steps": "lr_scheduler.warmup_steps",
+    "steps": "training.steps",
+    "decay_ratio": "lr_scheduler.decay_ratio",
+    "decay_type": "lr_scheduler.decay_type",
+    "min_lr_factor": "lr_scheduler.min_lr_factor",
+}
 """The settings that define the LR of every step (the arguments of :func:`follow_schedule`) -> their config keys."""
 
 
@@ -142,8 +167,13 @@ def follow_schedule(
     Raises:
         ValueError: see :func:`check_wsd_args`.
     """
-    kwargs = dict(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio, decay_type=decay_type,
-                  min_lr_factor=min_lr_factor)
+    kwargs = dict(
+        warmup_steps=warmup_steps,
+        steps=steps,
+        decay_ratio=decay_ratio,
+        decay_type=decay_type,
+        min_lr_factor=min_lr_factor,
+    )
     check_wsd_args(**kwargs)
     factor = functools.partial(_factor_at_index, **kwargs)
     groups = scheduler.optimizer.param_groups

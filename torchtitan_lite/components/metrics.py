@@ -58,7 +58,8 @@ def format_step_line(
     return (
         f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f}  "
         f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms  "
-        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}" + (f"  {cpu_hint}" if cpu_hint else "")
+        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
+        + (f"  {cpu_hint}" if cpu_hint else "")
     )
 
 
@@ -83,7 +84,9 @@ def cpu_share_hint(cpu_s: float, wall_s: float, threads: int, load: float | None
         ValueError: ``threads < 1``, ``wall_s <= 0`` or ``cpu_s < 0``.
     """
     if threads < 1 or not wall_s > 0 or cpu_s < 0:
-        raise ValueError(f"cpu_share_hint: need threads >= 1, wall_s > 0, cpu_s >= 0; got {threads}, {wall_s}, {cpu_s}")
+        raise ValueError(
+            f"cpu_share_hint: need threads >= 1, wall_s > 0, cpu_s >= 0; got {threads}, {wall_s}, {cpu_s}"
+        )
     share = cpu_s / wall_s
     if share >= CPU_SHARE_HINT_BELOW * threads:
         return ""
@@ -171,7 +174,9 @@ class StepTimeAverage:
     def add(self, steps: int, seconds: float) -> None:
         """Add the time of ``steps`` consecutive steps."""
         if steps < 1 or not seconds >= 0:
-            raise ValueError(f"StepTimeAverage.add: need steps >= 1 and seconds >= 0, got {steps}, {seconds}")
+            raise ValueError(
+                f"StepTimeAverage.add: need steps >= 1 and seconds >= 0, got {steps}, {seconds}"
+            )
         if self._first is None:
             self._first = (steps, seconds)
             return
@@ -247,20 +252,30 @@ class MetricsLogger:
         eta_window: int = 20,
         cpu_threads: int | None = None,
     ):
-        for name, value in (("log_freq", log_freq), ("total_steps", total_steps), ("world_size", world_size)):
+        for name, value in (
+            ("log_freq", log_freq),
+            ("total_steps", total_steps),
+            ("world_size", world_size),
+        ):
             if value < 1:
                 raise ValueError(f"MetricsLogger: {name} must be >= 1, got {value}")
         if not num_flops_per_token > 0:
-            raise ValueError(f"MetricsLogger: num_flops_per_token must be > 0, got {num_flops_per_token}")
+            raise ValueError(
+                f"MetricsLogger: num_flops_per_token must be > 0, got {num_flops_per_token}"
+            )
         if peak_flops is not None and not peak_flops > 0:
-            raise ValueError(f"MetricsLogger: peak_flops must be > 0 or None (unknown), got {peak_flops}")
+            raise ValueError(
+                f"MetricsLogger: peak_flops must be > 0 or None (unknown), got {peak_flops}"
+            )
         self.log_freq = log_freq
         self.total_steps = total_steps
         self.world_size = world_size
         self.num_flops_per_token = num_flops_per_token
         self.peak_flops = peak_flops
         self.writer = (
-            SummaryWriter(log_dir=str(Path(run_folder) / tb_subfolder)) if enable_tensorboard and rank == 0 else None
+            SummaryWriter(log_dir=str(Path(run_folder) / tb_subfolder))
+            if enable_tensorboard and rank == 0
+            else None
         )
         self._window_start_step: int | None = None
         self._window_start_s = 0.0
@@ -284,7 +299,9 @@ class MetricsLogger:
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` (1-based) gets a line: the run's first step, every ``log_freq``-th, the last."""
-        return self._window_start_step is None or step % self.log_freq == 0 or step >= self.total_steps
+        return (
+            self._window_start_step is None or step % self.log_freq == 0 or step >= self.total_steps
+        )
 
     def log_step(
         self,
@@ -316,7 +333,9 @@ class MetricsLogger:
             ValueError: the step is not due (the window arithmetic would be wrong).
         """
         if not self.due(step):
-            raise ValueError(f"MetricsLogger.log_step: step {step} is not due (log_freq {self.log_freq})")
+            raise ValueError(
+                f"MetricsLogger.log_step: step {step} is not due (log_freq {self.log_freq})"
+            )
         if self._window_start_step is None:
             self._window_start_step = step - 1
         steps = step - self._window_start_step
@@ -328,19 +347,36 @@ class MetricsLogger:
         eta_s = self._step_times.seconds_per_step() * max(self.total_steps - step, 0)
         hint = ""
         if self.cpu_threads is not None and cpu_s is not None and elapsed_s > self._window_start_s:
-            hint = cpu_share_hint(max(cpu_s - self._window_start_cpu_s, 0.0), elapsed_s - self._window_start_s,
-                                  self.cpu_threads)
+            hint = cpu_share_hint(
+                max(cpu_s - self._window_start_cpu_s, 0.0),
+                elapsed_s - self._window_start_s,
+                self.cpu_threads,
+            )
             self._window_start_cpu_s = cpu_s
         line = format_step_line(
-            step, loss=loss, grad_norm=grad_norm, lr=lr, tps=tps, tflops=flops / 1e12, mfu=mfu,
-            memory_bytes=memory_bytes, data_wait_s=data_wait_s / steps, elapsed_s=elapsed_s, eta_s=eta_s,
+            step,
+            loss=loss,
+            grad_norm=grad_norm,
+            lr=lr,
+            tps=tps,
+            tflops=flops / 1e12,
+            mfu=mfu,
+            memory_bytes=memory_bytes,
+            data_wait_s=data_wait_s / steps,
+            elapsed_s=elapsed_s,
+            eta_s=eta_s,
             cpu_hint=hint,
         )
         print(line, flush=True)
         if self.writer is not None:
             scalars = {
-                "loss/train": loss, "grad_norm": grad_norm, "lr": lr, "tps": tps, "tflops": flops / 1e12,
-                "data_wait_ms": 1e3 * data_wait_s / steps, "tokens_seen": step * tokens_per_step * self.world_size,
+                "loss/train": loss,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "tps": tps,
+                "tflops": flops / 1e12,
+                "data_wait_ms": 1e3 * data_wait_s / steps,
+                "tokens_seen": step * tokens_per_step * self.world_size,
             }
             if mfu is not None:
                 scalars["mfu"] = 100 * mfu

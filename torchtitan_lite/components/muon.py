@@ -46,15 +46,21 @@ def check_muon_config(config, sources) -> None:
     for name in ("tensor_parallel_degree", "expert_parallel_degree", "pipeline_parallel_degree"):
         degree = getattr(config.parallelism, name)
         if degree > 1:
-            raise ConfigError(f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / HSDP "
-                              f"shards only, but parallelism.{name} = {degree}; set it to 1 (use data parallelism) "
-                              "or optimizer.name = \"AdamW\"")
+            raise ConfigError(
+                f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / HSDP "
+                f"shards only, but parallelism.{name} = {degree}; set it to 1 (use data parallelism) "
+                'or optimizer.name = "AdamW"'
+            )
     if len(opt.ns_coefficients) != 3:
-        raise ConfigError(f"{where(sources, 'optimizer.ns_coefficients')}: must be three numbers (a, b, c), got "
-                          f"{opt.ns_coefficients}; e.g. [3.4445, -4.7750, 2.0315]")
+        raise ConfigError(
+            f"{where(sources, 'optimizer.ns_coefficients')}: must be three numbers (a, b, c), got "
+            f"{opt.ns_coefficients}; e.g. [3.4445, -4.7750, 2.0315]"
+        )
 
 
-def newton_schulz(update: torch.Tensor, coefficients: Sequence[float], steps: int, eps: float) -> torch.Tensor:
+def newton_schulz(
+    update: torch.Tensor, coefficients: Sequence[float], steps: int, eps: float
+) -> torch.Tensor:
     """The quintic Newton-Schulz orthogonalization of one matrix (Keller Jordan's Muon; ``torch.optim.Muon``'s op
     order): in bfloat16, the wide orientation, divided by ``max(||X||_F, eps)``, then ``steps`` times
     ``A = X X^T``, ``X <- a X + (b A + c A A) X``.
@@ -90,12 +96,18 @@ def adjusted_lr(lr: float, adjust_lr_fn: str, rows: int, cols: int) -> float:
     return lr * math.sqrt(max(1, rows / cols))
 
 
-def split_muon_params(model: nn.Module, decay: list[tuple[str, nn.Parameter]]
-                      ) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
+def split_muon_params(
+    model: nn.Module, decay: list[tuple[str, nn.Parameter]]
+) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
     """Split the weight-decay group ``decay`` (:func:`~.optimizer.split_decay_params`) into (Muon, AdamW): Muon takes
     the parameters with >= 2 dims that are neither an ``nn.Embedding``'s nor ``model.output``'s (Moonlight's
     reference split: the embedding and the head stay on AdamW); 3-D parameters are stacks of expert matrices."""
-    kept_out = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)}
+    kept_out = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, nn.Embedding)
+        for p in m.parameters(recurse=False)
+    }
     output = getattr(model, "output", None)
     if isinstance(output, nn.Module):
         kept_out.update(id(p) for p in output.parameters())
@@ -122,8 +134,10 @@ def _shard_group(param: torch.Tensor) -> tuple[dist.ProcessGroup | None, int, in
     if not sharded:
         return None, 1, 0
     if len(sharded) > 1 or param.placements[sharded[0]] != Shard(0):
-        raise ValueError(f"Muon needs parameters row-sharded on one mesh dimension (FSDP2 / HSDP), got placements "
-                         f"{param.placements} of shape {tuple(param.shape)}")
+        raise ValueError(
+            f"Muon needs parameters row-sharded on one mesh dimension (FSDP2 / HSDP), got placements "
+            f"{param.placements} of shape {tuple(param.shape)}"
+        )
     dim = sharded[0]
     mesh = param.device_mesh
     return mesh.get_group(dim), mesh.size(dim), mesh.get_local_rank(dim)
@@ -155,8 +169,16 @@ def owners(numels: list[int], size: int) -> list[int]:
     return owner
 
 
-def orthogonalize_sharded(updates: list[torch.Tensor], shapes: list[torch.Size], group, size: int, rank: int,
-                          coefficients, steps: int, eps: float) -> list[torch.Tensor]:
+def orthogonalize_sharded(
+    updates: list[torch.Tensor],
+    shapes: list[torch.Size],
+    group,
+    size: int,
+    rank: int,
+    coefficients,
+    steps: int,
+    eps: float,
+) -> list[torch.Tensor]:
     """Newton-Schulz of whole matrices held as row shards over ``group``, each on its owner (:func:`owners`): see
     the module note.
 
@@ -176,28 +198,40 @@ def orthogonalize_sharded(updates: list[torch.Tensor], shapes: list[torch.Size],
     device = updates[0].device if updates else torch.device("cpu")
 
     def exchange(send_parts: list[list[torch.Tensor]], recv_sizes: list[int]) -> list[torch.Tensor]:
-        send = torch.cat([t.reshape(-1) for parts in send_parts for t in parts]) if any(send_parts) else \
-            torch.empty(0, dtype=torch.bfloat16, device=device)
+        send = (
+            torch.cat([t.reshape(-1) for parts in send_parts for t in parts])
+            if any(send_parts)
+            else torch.empty(0, dtype=torch.bfloat16, device=device)
+        )
         recv = torch.empty(sum(recv_sizes), dtype=torch.bfloat16, device=device)
         # as bytes: gloo's all-to-all has no 16-bit types
-        dist.all_to_all_single(recv.view(torch.uint8), send.view(torch.uint8),
-                               output_split_sizes=[2 * n for n in recv_sizes],
-                               input_split_sizes=[2 * sum(t.numel() for t in parts) for parts in send_parts],
-                               group=group)
+        dist.all_to_all_single(
+            recv.view(torch.uint8),
+            send.view(torch.uint8),
+            output_split_sizes=[2 * n for n in recv_sizes],
+            input_split_sizes=[2 * sum(t.numel() for t in parts) for parts in send_parts],
+            group=group,
+        )
         return list(recv.split(recv_sizes))
 
     # 1. every rank's shard of each matrix to its owner; the owner concatenates them in rank order
-    received = exchange([[updates[i] for i in owned[k]] for k in range(size)],
-                        [sum(rows[i][j] * inner[i] for i in mine) for j in range(size)])
-    pieces = [block.split([rows[i][j] * inner[i] for i in mine]) for j, block in enumerate(received)]
+    received = exchange(
+        [[updates[i] for i in owned[k]] for k in range(size)],
+        [sum(rows[i][j] * inner[i] for i in mine) for j in range(size)],
+    )
+    pieces = [
+        block.split([rows[i][j] * inner[i] for i in mine]) for j, block in enumerate(received)
+    ]
     results = {}
     for n, i in enumerate(mine):
         whole = torch.cat([pieces[j][n].view(rows[i][j], *shapes[i][1:]) for j in range(size)])
         results[i] = _orthogonalize(whole, coefficients, steps, eps)
     # 2. each rank's rows of the results back from their owners
     starts = [[sum(r[:k]) for k in range(size)] for r in rows]
-    back = exchange([[results[i][starts[i][k]:starts[i][k] + rows[i][k]] for i in mine] for k in range(size)],
-                    [sum(rows[i][rank] * inner[i] for i in owned[j]) for j in range(size)])
+    back = exchange(
+        [[results[i][starts[i][k] : starts[i][k] + rows[i][k]] for i in mine] for k in range(size)],
+        [sum(rows[i][rank] * inner[i] for i in owned[j]) for j in range(size)],
+    )
     out: list[torch.Tensor | None] = [None] * len(shapes)
     for j, block in enumerate(back):
         for i, piece in zip(owned[j], block.split([rows[i][rank] * inner[i] for i in owned[j]])):
@@ -228,30 +262,65 @@ class MuonWithAdamW(torch.optim.Optimizer):
             ``ns_coefficients`` that is not three numbers.
     """
 
-    def __init__(self, muon_params: list[nn.Parameter], adamw_groups: list[dict], *, lr: float, weight_decay: float,
-                 momentum: float, nesterov: bool, ns_coefficients: Sequence[float], ns_steps: int, muon_eps: float,
-                 adjust_lr_fn: str, betas: tuple[float, float], eps: float, fused: bool):
+    def __init__(
+        self,
+        muon_params: list[nn.Parameter],
+        adamw_groups: list[dict],
+        *,
+        lr: float,
+        weight_decay: float,
+        momentum: float,
+        nesterov: bool,
+        ns_coefficients: Sequence[float],
+        ns_steps: int,
+        muon_eps: float,
+        adjust_lr_fn: str,
+        betas: tuple[float, float],
+        eps: float,
+        fused: bool,
+    ):
         if not muon_params:
-            raise ValueError("optimizer.name = 'Muon' found no weight matrix to optimize; use AdamW")
+            raise ValueError(
+                "optimizer.name = 'Muon' found no weight matrix to optimize; use AdamW"
+            )
         bad = [tuple(p.shape) for p in muon_params if p.ndim not in (2, 3)]
         if bad:
             raise ValueError(f"Muon optimizes 2-D matrices and 3-D expert stacks, got shapes {bad}")
         if adjust_lr_fn not in ADJUST_LR_FNS:
-            raise ValueError(f"optimizer.adjust_lr_fn must be one of {ADJUST_LR_FNS}, got {adjust_lr_fn!r}")
+            raise ValueError(
+                f"optimizer.adjust_lr_fn must be one of {ADJUST_LR_FNS}, got {adjust_lr_fn!r}"
+            )
         if len(ns_coefficients) != 3:
-            raise ValueError(f"optimizer.ns_coefficients must be three numbers (a, b, c), got {ns_coefficients}")
-        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "nesterov": nesterov,
-                    "ns_coefficients": tuple(ns_coefficients), "eps": muon_eps, "ns_steps": ns_steps,
-                    "adjust_lr_fn": adjust_lr_fn, "use_muon": True}
+            raise ValueError(
+                f"optimizer.ns_coefficients must be three numbers (a, b, c), got {ns_coefficients}"
+            )
+        defaults = {
+            "lr": lr,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "ns_coefficients": tuple(ns_coefficients),
+            "eps": muon_eps,
+            "ns_steps": ns_steps,
+            "adjust_lr_fn": adjust_lr_fn,
+            "use_muon": True,
+        }
         super().__init__([{"params": muon_params}], defaults)
-        self._adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=betas, eps=eps, fused=fused,
-                                        foreach=not fused) if adamw_groups else None
+        self._adamw = (
+            torch.optim.AdamW(
+                adamw_groups, lr=lr, betas=betas, eps=eps, fused=fused, foreach=not fused
+            )
+            if adamw_groups
+            else None
+        )
         if self._adamw is not None:
             for group in self._adamw.param_groups:
                 group["use_muon"] = False
                 self.param_groups.append(group)
         self._link_adamw()
-        self.defaults["fused"] = fused  # the AdamW part's kernel, as torch.optim.AdamW reports it (start-up line)
+        self.defaults["fused"] = (
+            fused  # the AdamW part's kernel, as torch.optim.AdamW reports it (start-up line)
+        )
 
     def _link_adamw(self) -> None:
         if self._adamw is not None:
@@ -294,17 +363,24 @@ class MuonWithAdamW(torch.optim.Optimizer):
                 continue
             state = self.state[p]
             if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                state["momentum_buffer"] = torch.zeros_like(
+                    p.grad, memory_format=torch.preserve_format
+                )
             grad, buf = _local(p.grad), _local(state["momentum_buffer"])
             buf.lerp_(grad, 1 - momentum)
             update = (grad.lerp(buf, momentum) if group["nesterov"] else buf).bfloat16()
             pg, size, rank = _shard_group(p)
-            if size == 1 or p.ndim == 3:  # whole here: unsharded, or an expert stack split by whole experts
+            if (
+                size == 1 or p.ndim == 3
+            ):  # whole here: unsharded, or an expert stack split by whole experts
                 apply(p, _orthogonalize(update, *ns))
                 continue
             _, params, updates = sharded.setdefault((id(pg), size, rank), (pg, [], []))
             params.append(p)
             updates.append(update)
         for (_, size, rank), (pg, params, updates) in sharded.items():
-            for p, ortho in zip(params, orthogonalize_sharded(updates, [p.shape for p in params], pg, size, rank, *ns)):
+            for p, ortho in zip(
+                params,
+                orthogonalize_sharded(updates, [p.shape for p in params], pg, size, rank, *ns),
+            ):
                 apply(p, ortho)

@@ -31,7 +31,10 @@ def split_decay_params(
     buffers are left out; each tensor appears once, in ``model.named_parameters()`` order.
     """
     embedding_ids = {
-        id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
+        id(p)
+        for m in model.modules()
+        if isinstance(m, nn.Embedding)
+        for p in m.parameters(recurse=False)
     }
     decay: NamedParams = []
     no_decay: NamedParams = []
@@ -67,8 +70,17 @@ def muon_settings(optimizer_config) -> dict | None:
     ``None`` unless ``name = "Muon"``."""
     if optimizer_config.name != "Muon":
         return None
-    return {key: getattr(optimizer_config, key)
-            for key in ("momentum", "nesterov", "ns_coefficients", "ns_steps", "muon_eps", "adjust_lr_fn")}
+    return {
+        key: getattr(optimizer_config, key)
+        for key in (
+            "momentum",
+            "nesterov",
+            "ns_coefficients",
+            "ns_steps",
+            "muon_eps",
+            "adjust_lr_fn",
+        )
+    }
 
 
 def build_optimizer(
@@ -125,24 +137,41 @@ def build_optimizer(
         if named
     ]
     if not groups and not matrices:
-        raise ValueError(f"{type(model).__name__} has no parameter with requires_grad=True to optimize")
+        raise ValueError(
+            f"{type(model).__name__} has no parameter with requires_grad=True to optimize"
+        )
     if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"optimizer.implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        raise ValueError(
+            f"optimizer.implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}"
+        )
     first = groups[0]["params"][0] if groups else matrices[0][1]
     fused_here = fused_adamw_runs(first.device, first.dtype)
     if implementation == "fused" and not fused_here:
-        raise ValueError(f"optimizer.implementation = 'fused' but this torch build has no fused AdamW for "
-                         f"{first.device.type} parameters; use 'foreach' or 'auto'")
+        raise ValueError(
+            f"optimizer.implementation = 'fused' but this torch build has no fused AdamW for "
+            f"{first.device.type} parameters; use 'foreach' or 'auto'"
+        )
     fused = implementation == "fused" or (implementation == "auto" and fused_here)
     if muon is not None:
-        return MuonWithAdamW([p for _, p in matrices], groups, lr=lr, weight_decay=weight_decay, betas=tuple(betas),
-                             eps=eps, fused=fused, **muon)
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
+        return MuonWithAdamW(
+            [p for _, p in matrices],
+            groups,
+            lr=lr,
+            weight_decay=weight_decay,
+            betas=tuple(betas),
+            eps=eps,
+            fused=fused,
+            **muon,
+        )
+    return torch.optim.AdamW(
+        groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused
+    )
 
 
 @torch.no_grad()
-def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float,
-                    pp_mesh: DeviceMesh | None = None) -> torch.Tensor:
+def clip_grad_norm_(
+    parameters: Iterable[torch.Tensor], max_norm: float, pp_mesh: DeviceMesh | None = None
+) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 
     The norm covers every rank's shard of every gradient, whatever mesh it lives on (dense FSDP x TP, expert
@@ -165,7 +194,9 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float,
     groups: dict[DeviceMesh | None, list[torch.Tensor]] = {}
     for param in parameters:
         if param.grad is not None:
-            groups.setdefault(param.grad.device_mesh if isinstance(param.grad, DTensor) else None, []).append(param)
+            groups.setdefault(
+                param.grad.device_mesh if isinstance(param.grad, DTensor) else None, []
+            ).append(param)
     if not groups:
         return torch.zeros((), dtype=torch.float32)
     norms = []
@@ -177,7 +208,9 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float,
         squares = total_norm.square()
         dist.all_reduce(squares, group=pp_mesh.get_group())
         total_norm = squares.sqrt()
-    finite_norm = torch.where(torch.isfinite(total_norm), total_norm, 0.0)  # non-finite: factor 1, no host read
+    finite_norm = torch.where(
+        torch.isfinite(total_norm), total_norm, 0.0
+    )  # non-finite: factor 1, no host read
     for params in groups.values():
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, finite_norm, foreach=True)
     return total_norm

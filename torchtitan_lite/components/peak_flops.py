@@ -11,26 +11,76 @@ from torchtitan_lite.distributed.devices import device_module
 # row; FP32 is the non-tensor (CUDA core / vector) peak, TF32 being off by default in PyTorch. First match
 # wins, so variants come before their family. FP8 (e4m3, dense) is in _FP8_PEAK_FLOPS, keyed like this table.
 _PEAK_FLOPS: tuple[tuple[tuple[str, ...], float, float | None, str], ...] = (
-    (("H100", "NVL"), 835.5e12, 60e12, "NVIDIA H100 datasheet, H100 NVL: BF16 1671 TFLOPS with sparsity / 2, FP32 60"),
-    (("H100", "PCIe"), 756e12, 51e12, "NVIDIA H100 datasheet, H100 PCIe: BF16 1513 TFLOPS with sparsity / 2, FP32 51"),
-    (("H100",), 989e12, 67e12, "NVIDIA H100 datasheet, H100 SXM: BF16 1979 TFLOPS with sparsity / 2, FP32 67"),
-    (("H200", "NVL"), 835.5e12, 60e12, "NVIDIA H200 datasheet, H200 NVL: BF16 1671 TFLOPS with sparsity / 2, FP32 60"),
-    (("H200",), 989e12, 67e12, "NVIDIA H200 datasheet, H200 SXM: BF16 1979 TFLOPS with sparsity / 2, FP32 67 "
-                               "(GH200 has the same GPU peaks)"),
-    (("B200",), 2250e12, 75e12, "NVIDIA Blackwell datasheet, HGX B200 (1000 W): FP16/BF16 4.5 PFLOPS with "
-                                "sparsity / 2, FP32 75 TFLOPS"),
-    (("A100",), 312e12, 19.5e12, "NVIDIA A100 datasheet (SXM and PCIe): BF16 tensor 312 TFLOPS dense, FP32 19.5"),
-    (("MI300X",), 1307.4e12, 163.4e12, "AMD Instinct MI300X datasheet: BF16 1307.4 TFLOPS dense, FP32 163.4"),
-    (("910B2",), 376e12, None, "Ascend 910B2 (also 910B2C): 376 TFLOPS FP16 as commonly quoted; Huawei publishes "
-                               "no per-chip datasheet figure, so MFU on NPU is approximate; other 910B "
-                               "variants (B1, B3, B4) differ and are n/a"),
+    (
+        ("H100", "NVL"),
+        835.5e12,
+        60e12,
+        "NVIDIA H100 datasheet, H100 NVL: BF16 1671 TFLOPS with sparsity / 2, FP32 60",
+    ),
+    (
+        ("H100", "PCIe"),
+        756e12,
+        51e12,
+        "NVIDIA H100 datasheet, H100 PCIe: BF16 1513 TFLOPS with sparsity / 2, FP32 51",
+    ),
+    (
+        ("H100",),
+        989e12,
+        67e12,
+        "NVIDIA H100 datasheet, H100 SXM: BF16 1979 TFLOPS with sparsity / 2, FP32 67",
+    ),
+    (
+        ("H200", "NVL"),
+        835.5e12,
+        60e12,
+        "NVIDIA H200 datasheet, H200 NVL: BF16 1671 TFLOPS with sparsity / 2, FP32 60",
+    ),
+    (
+        ("H200",),
+        989e12,
+        67e12,
+        "NVIDIA H200 datasheet, H200 SXM: BF16 1979 TFLOPS with sparsity / 2, FP32 67 "
+        "(GH200 has the same GPU peaks)",
+    ),
+    (
+        ("B200",),
+        2250e12,
+        75e12,
+        "NVIDIA Blackwell datasheet, HGX B200 (1000 W): FP16/BF16 4.5 PFLOPS with "
+        "sparsity / 2, FP32 75 TFLOPS",
+    ),
+    (
+        ("A100",),
+        312e12,
+        19.5e12,
+        "NVIDIA A100 datasheet (SXM and PCIe): BF16 tensor 312 TFLOPS dense, FP32 19.5",
+    ),
+    (
+        ("MI300X",),
+        1307.4e12,
+        163.4e12,
+        "AMD Instinct MI300X datasheet: BF16 1307.4 TFLOPS dense, FP32 163.4",
+    ),
+    (
+        ("910B2",),
+        376e12,
+        None,
+        "Ascend 910B2 (also 910B2C): 376 TFLOPS FP16 as commonly quoted; Huawei publishes "
+        "no per-chip datasheet figure, so MFU on NPU is approximate; other 910B "
+        "variants (B1, B3, B4) differ and are n/a",
+    ),
 )
 
 # Dense FP8 tensor-core peak of the rows above that have one (the same datasheets: the FP8 figure with sparsity / 2;
 # A100 and the Ascend 910B have no FP8 tensor cores).
 _FP8_PEAK_FLOPS: dict[tuple[str, ...], float] = {
-    ("H100", "NVL"): 1670.5e12, ("H100", "PCIe"): 1513e12, ("H100",): 1979e12, ("H200", "NVL"): 1670.5e12,
-    ("H200",): 1979e12, ("B200",): 4500e12, ("MI300X",): 2614.9e12,
+    ("H100", "NVL"): 1670.5e12,
+    ("H100", "PCIe"): 1513e12,
+    ("H100",): 1979e12,
+    ("H200", "NVL"): 1670.5e12,
+    ("H200",): 1979e12,
+    ("B200",): 4500e12,
+    ("MI300X",): 2614.9e12,
 }
 
 
@@ -57,8 +107,9 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
     return None
 
 
-
-def mixed_peak_flops(total_flops: float, float8_flops: float, peak: float | None, float8_peak: float | None) -> float | None:
+def mixed_peak_flops(
+    total_flops: float, float8_flops: float, peak: float | None, float8_peak: float | None
+) -> float | None:
     """The peak FLOP/s of a step whose ``float8_flops`` of ``total_flops`` (any unit, per token) run at
     ``float8_peak`` and the rest at ``peak``: ``total / (float8 / float8_peak + rest / peak)``, the rate of a step that
     ran each share at its own peak (so MFU 100% means both kinds of matmul at their peaks). ``peak`` when
@@ -68,7 +119,9 @@ def mixed_peak_flops(total_flops: float, float8_flops: float, peak: float | None
         ValueError: ``float8_flops`` outside ``[0, total_flops]``.
     """
     if not 0 <= float8_flops <= total_flops:
-        raise ValueError(f"mixed_peak_flops: float8_flops {float8_flops} must lie in [0, total_flops = {total_flops}]")
+        raise ValueError(
+            f"mixed_peak_flops: float8_flops {float8_flops} must lie in [0, total_flops = {total_flops}]"
+        )
     if float8_flops == 0 or peak is None:
         return peak
     if float8_peak is None:

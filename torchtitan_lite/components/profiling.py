@@ -48,19 +48,32 @@ class StepProfiler:
         ValueError: ``start_step`` or ``steps`` < 1.
     """
 
-    def __init__(self, run_folder: str | Path, *, enable: bool, start_step: int, steps: int, rank: int,
-                 device: torch.device):
+    def __init__(
+        self,
+        run_folder: str | Path,
+        *,
+        enable: bool,
+        start_step: int,
+        steps: int,
+        rank: int,
+        device: torch.device,
+    ):
         if start_step < 1 or steps < 1:
-            raise ValueError(f"StepProfiler: debug.profile_start_step and debug.profile_steps must be >= 1, "
-                             f"got {start_step} and {steps}")
+            raise ValueError(
+                f"StepProfiler: debug.profile_start_step and debug.profile_steps must be >= 1, "
+                f"got {start_step} and {steps}"
+            )
         self.enable = enable
         self.first, self.last = start_step, start_step + steps - 1
         self.rank = rank
         self.device = torch.device(device)
         self.folder = Path(run_folder)
         self.memory = _memory_api(self.device.type) if enable else None
-        self.memory_note = (f"memory snapshot: unsupported on {self.device.type} (no allocator history)"
-                            if enable and self.memory is None else "")
+        self.memory_note = (
+            f"memory snapshot: unsupported on {self.device.type} (no allocator history)"
+            if enable and self.memory is None
+            else ""
+        )
         self.written: list[Path] = []
         self._profile: profile | None = None
 
@@ -74,7 +87,9 @@ class StepProfiler:
     def _start(self) -> None:
         if self.memory is not None:
             self.memory._record_memory_history(max_entries=_MAX_MEMORY_EVENTS)
-        self._profile = profile(activities=self._activities(), record_shapes=True, profile_memory=True)
+        self._profile = profile(
+            activities=self._activities(), record_shapes=True, profile_memory=True
+        )
         self._profile.start()
 
     def _stop(self) -> None:

@@ -23,13 +23,22 @@ def create_run_folder(config: JobConfig, rank: int, world_size: int, local_world
     holder = [None]
     if rank == 0:
         sched = config.lr_scheduler
-        fitted = fitted_warmup_steps(warmup_steps=sched.warmup_steps, steps=config.training.steps,
-                                     decay_ratio=sched.decay_ratio)
-        config = dataclasses.replace(config, lr_scheduler=dataclasses.replace(sched, warmup_steps=fitted))
+        fitted = fitted_warmup_steps(
+            warmup_steps=sched.warmup_steps,
+            steps=config.training.steps,
+            decay_ratio=sched.decay_ratio,
+        )
+        config = dataclasses.replace(
+            config, lr_scheduler=dataclasses.replace(sched, warmup_steps=fitted)
+        )
         folder = make_run_folder(config.job.dump_folder, config.model.name, config.model.flavor)
         (folder / "config.toml").write_text(format_toml(config), encoding="utf-8")
-        run = {"world_size": world_size, "local_world_size": local_world_size, "argv": sys.argv[1:],
-               "config": config_dict(config)}
+        run = {
+            "world_size": world_size,
+            "local_world_size": local_world_size,
+            "argv": sys.argv[1:],
+            "config": config_dict(config),
+        }
         (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
         holder[0] = str(folder)
     dist.broadcast_object_list(holder, src=0)

@@ -59,7 +59,11 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
         indices.append(groups.setdefault(grad_group(names[0]), len(groups)))
         if isinstance(grad, DTensor):
             mesh, placements, local = grad.device_mesh, grad.placements, grad.to_local()
-            copies = math.prod(mesh.size(dim) for dim, placement in enumerate(placements) if not placement.is_shard())
+            copies = math.prod(
+                mesh.size(dim)
+                for dim, placement in enumerate(placements)
+                if not placement.is_shard()
+            )
         else:
             local, copies = grad, world
         squares.append(local.detach().float().square().sum() / copies)
@@ -73,13 +77,16 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     slot = [names.index(name) for name in groups]  # local group index -> position in names
     values = torch.stack(squares)
     sums = torch.zeros(len(names), device=values.device).index_add_(
-        0, torch.tensor([slot[i] for i in indices], device=values.device), values)
+        0, torch.tensor([slot[i] for i in indices], device=values.device), values
+    )
     if world > 1:
         dist.all_reduce(sums)
     return dict(zip(names, sums.sqrt().tolist()))
 
 
-def log_layer_grad_norms(writer: SummaryWriter | None, model: nn.Module, step: int) -> dict[str, float]:
+def log_layer_grad_norms(
+    writer: SummaryWriter | None, model: nn.Module, step: int
+) -> dict[str, float]:
     """:func:`layer_grad_norms`, written as ``grad_norm/<group>`` scalars at ``step``; returns them."""
     norms = layer_grad_norms(model)
     if writer is not None:

@@ -57,8 +57,10 @@ def exit_on_bug() -> None:
     if err is not None and lost_peer(err):
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         rank = os.environ.get("RANK", "0")
-        line = (f"{LOST_PEER}rank {rank}'s collective failed because another rank's process is "
-                f"gone ({detail}); the node of the worker that failed names it")
+        line = (
+            f"{LOST_PEER}rank {rank}'s collective failed because another rank's process is "
+            f"gone ({detail}); the node of the worker that failed names it"
+        )
         print(line, file=sys.stderr)
         record_error(line)
     else:

@@ -35,14 +35,24 @@ class BadValue(ValueError):
     """A value that does not fit its type or range; the caller adds key and location."""
 
 
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, lt: float | None = None) -> Any:
+def bounded(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Any:
     """A dataclass field with ``default`` whose value must satisfy the given bounds.
 
     Example: ``steps: int = bounded(200, ge=1)``. ``None`` values (of ``X | None`` fields) are not
     range-checked.
     """
-    limits = {name: value for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if value is not None}
+    limits = {
+        name: value
+        for name, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
+        if value is not None
+    }
     return dataclasses.field(default=default, metadata=limits)
 
 
@@ -112,9 +122,15 @@ def coerce(value: Any, tp: Any, *, from_cli: bool) -> Any:
         return coerce(value, inner, from_cli=from_cli)
     if origin is Literal:
         choices = typing.get_args(tp)
-        matches = [c for c in choices if c == value or (from_cli and isinstance(value, str) and str(c) == value)]
+        matches = [
+            c
+            for c in choices
+            if c == value or (from_cli and isinstance(value, str) and str(c) == value)
+        ]
         if not matches:
-            raise BadValue(f"must be one of {', '.join(json.dumps(c) for c in choices)}; got {value!r}")
+            raise BadValue(
+                f"must be one of {', '.join(json.dumps(c) for c in choices)}; got {value!r}"
+            )
         return matches[0]
     if origin is list:
         (item_tp,) = typing.get_args(tp)
@@ -170,7 +186,9 @@ def check_bounds(value: Any, metadata: typing.Mapping[str, Any]) -> None:
         if name not in metadata:
             continue
         limit = metadata[name]
-        ok = {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[name]
+        ok = {"ge": value >= limit, "gt": value > limit, "le": value <= limit, "lt": value < limit}[
+            name
+        ]
         if not ok:
             raise BadValue(f"must be {symbol} {limit}, got {value!r}")
 
@@ -195,7 +213,9 @@ def split_cli(argv: list[str], is_flag: typing.Callable[[str], bool]) -> list[tu
     while i < len(argv):
         token = argv[i]
         if not token.startswith("--") or len(token) == 2:
-            raise ConfigError(f"unexpected argument {token!r}: options look like --section.key=value (see --help)")
+            raise ConfigError(
+                f"unexpected argument {token!r}: options look like --section.key=value (see --help)"
+            )
         key, eq, value = token[2:].partition("=")
         if not eq:
             nxt = argv[i + 1] if i + 1 < len(argv) else None
@@ -205,8 +225,10 @@ def split_cli(argv: list[str], is_flag: typing.Callable[[str], bool]) -> list[tu
             value = nxt if takes_next else True
             i += 1 if takes_next else 0
         if "." not in key:
-            raise ConfigError(f"--{key} ({COMMAND_LINE}): options are --section.key, e.g. --training.steps=10 "
-                              "(see --help)")
+            raise ConfigError(
+                f"--{key} ({COMMAND_LINE}): options are --section.key, e.g. --training.steps=10 "
+                "(see --help)"
+            )
         pairs.append((key, value))
         i += 1
     return pairs
@@ -217,7 +239,9 @@ def flatten_toml(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]
     pairs: list[tuple[str, Any]] = []
     for key, value in data.items():
         dotted = f"{prefix}{key}"
-        pairs.extend(flatten_toml(value, f"{dotted}.") if isinstance(value, dict) else [(dotted, value)])
+        pairs.extend(
+            flatten_toml(value, f"{dotted}.") if isinstance(value, dict) else [(dotted, value)]
+        )
     return pairs
 
 
@@ -238,17 +262,23 @@ def set_value(config: Any, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     sections = {f.name: f for f in dataclasses.fields(config)}
     if len(parts) == 1:
-        raise ConfigError(f"{key} ({where}): every key belongs in a section such as [training] (see --help)")
+        raise ConfigError(
+            f"{key} ({where}): every key belongs in a section such as [training] (see --help)"
+        )
     if parts[0] not in sections:
-        raise ConfigError(f"{key} ({where}): unknown section [{parts[0]}]{suggestion(parts[0], sections)}; "
-                          f"sections: {', '.join(sections)}")
+        raise ConfigError(
+            f"{key} ({where}): unknown section [{parts[0]}]{suggestion(parts[0], sections)}; "
+            f"sections: {', '.join(sections)}"
+        )
     section = getattr(config, parts[0])
     fields = {f.name: f for f in dataclasses.fields(section)}
     known = [f"{parts[0]}.{name}" for name in fields]
     if parts[1] not in fields:
         moved = MOVED_KEYS.get(".".join(parts[:2]))
         hint = f" (moved: use {moved})" if moved else suggestion(".".join(parts[:2]), known)
-        raise ConfigError(f"{key} ({where}): unknown key{hint}; keys of [{parts[0]}]: {', '.join(fields)}")
+        raise ConfigError(
+            f"{key} ({where}): unknown key{hint}; keys of [{parts[0]}]: {', '.join(fields)}"
+        )
     f = fields[parts[1]]
     tp = typing.get_type_hints(type(section))[f.name]
     if where == COMMAND_LINE and value is True and not is_bool(tp):
@@ -316,11 +346,16 @@ def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, s
             default = getattr(defaults, f.name)
             shown = "{}" if isinstance(default, dict) else _toml_value(default)
             limits = bounds_text(f.metadata)
-            lines.append(f"  --{key}  {type_name(hints[f.name])} = {shown}" + (f"  ({limits})" if limits else ""))
+            lines.append(
+                f"  --{key}  {type_name(hints[f.name])} = {shown}"
+                + (f"  ({limits})" if limits else "")
+            )
             for given, (value, where) in set_by.items():
                 if given == key or given.startswith(key + "."):
                     item = given.removeprefix(key).removeprefix(".")
-                    lines.append(f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} ({where})")
+                    lines.append(
+                        f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} ({where})"
+                    )
             lines.extend(f"      {doc_line}" for doc_line in docs[f.name].splitlines())
         lines.append("")
     return "\n".join(lines)
@@ -334,10 +369,14 @@ would only print)."""
 def config_dict(config: Any) -> dict[str, dict[str, Any]]:
     """The sectioned dataclass instance ``config`` as ``{section: {key: value}}`` (tables as dicts), without
     :data:`NOT_SAVED`: what :func:`format_toml` writes."""
-    return {section.name: {f.name: getattr(getattr(config, section.name), f.name)
-                           for f in dataclasses.fields(getattr(config, section.name))
-                           if f"{section.name}.{f.name}" not in NOT_SAVED}
-            for section in dataclasses.fields(config)}
+    return {
+        section.name: {
+            f.name: getattr(getattr(config, section.name), f.name)
+            for f in dataclasses.fields(getattr(config, section.name))
+            if f"{section.name}.{f.name}" not in NOT_SAVED
+        }
+        for section in dataclasses.fields(config)
+    }
 
 
 def format_toml(config: Any) -> str:

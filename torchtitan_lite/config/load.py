@@ -44,7 +44,9 @@ def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
     pairs = split_cli(argv, lambda key: is_bool(field_type(JobConfig, key)))
     config, sources = JobConfig(), {}
     given = [value for key, value in pairs if key == "job.config_file"]
-    file_from = (os.environ.get(CONFIG_FILE_FROM_ENV) or COMMAND_LINE) if len(given) == 1 else COMMAND_LINE
+    file_from = (
+        (os.environ.get(CONFIG_FILE_FROM_ENV) or COMMAND_LINE) if len(given) == 1 else COMMAND_LINE
+    )
     for value in given:
         set_value(config, "job.config_file", value, COMMAND_LINE)
     if config.job.config_file is not None:
@@ -60,8 +62,10 @@ def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
 def _read_toml(path: str, path_from: str) -> list[tuple[str, Any, str]]:
     """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path`` (given by ``path_from``)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"job.config_file ({path_from}): no such file {path!r}; "
-                          "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml")
+        raise ConfigError(
+            f"job.config_file ({path_from}): no such file {path!r}; "
+            "pass an existing TOML file, e.g. train_configs/qwen3_debug.toml"
+        )
     with open(path, "rb") as handle:
         raw = handle.read()
     try:
@@ -70,8 +74,10 @@ def _read_toml(path: str, path_from: str) -> list[tuple[str, Any, str]]:
     except (UnicodeDecodeError, tomli.TOMLDecodeError) as err:
         raise ConfigError(f"job.config_file: {path} is not valid TOML: {err}") from None
     if not data:
-        raise ConfigError(f"job.config_file: empty config file {path}; remove CONFIG_FILE to train the defaults "
-                          "(train_configs/qwen3_debug.toml), or give the file some [section] keys")
+        raise ConfigError(
+            f"job.config_file: empty config file {path}; remove CONFIG_FILE to train the defaults "
+            "(train_configs/qwen3_debug.toml), or give the file some [section] keys"
+        )
     entries = []
     for key, value in flatten_toml(data):
         line = toml_line(text, key)

@@ -54,14 +54,22 @@ def reference_markdown(root: type = JobConfig) -> str:
     for section in sections:
         cls = typing.get_type_hints(root)[section.name]
         hints, docs, defaults = typing.get_type_hints(cls), field_docs(cls), cls()
-        lines += [f"## `[{section.name}]`", "", _markdown(section_docs[section.name]), "",
-                  "| key | type | default | description |", "|---|---|---|---|"]
+        lines += [
+            f"## `[{section.name}]`",
+            "",
+            _markdown(section_docs[section.name]),
+            "",
+            "| key | type | default | description |",
+            "|---|---|---|---|",
+        ]
         for f in dataclasses.fields(cls):
             default = getattr(defaults, f.name)
             shown = "{}" if isinstance(default, dict) else _toml_value(default)
             limits = bounds_text(f.metadata)
             kind = f"`{_cell(type_name(hints[f.name]))}`" + (f" ({limits})" if limits else "")
-            lines.append(f"| `{section.name}.{f.name}` | {kind} | `{_cell(shown)}` | {_markdown(docs[f.name])} |")
+            lines.append(
+                f"| `{section.name}.{f.name}` | {kind} | `{_cell(shown)}` | {_markdown(docs[f.name])} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

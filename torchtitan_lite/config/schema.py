@@ -333,8 +333,9 @@ class Checkpoint:
     """Step to resume from (a ``step-N`` in ``folder``); -1 = the latest complete one."""
     load_path: str | None = None
     """Resume from this ``step-N`` folder instead (any location; also works with ``enable = false``)."""
-    exclude_from_loading: list[Literal["optimizer", "lr_scheduler", "dataloader", "train_state"]] = field(
-        default_factory=list)
+    exclude_from_loading: list[
+        Literal["optimizer", "lr_scheduler", "dataloader", "train_state"]
+    ] = field(default_factory=list)
     """Parts of the checkpoint not to load, e.g. ``dataloader`` to resume a streaming dataset with another
     number of ranks (the data order then restarts), or all four to load the model weights only and start
     at step 0."""

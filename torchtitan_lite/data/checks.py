@@ -23,24 +23,36 @@ def check_data_settings(config: JobConfig, sources: Sources) -> None:
     applies, a sample prompt only with validation, and no validation of a streamed local dataset."""
     training = config.training
     if training.dataset == "hf" and not training.hf_dataset_name:
-        raise ConfigError(f"{where(sources, 'training.hf_dataset_name')}: dataset = \"hf\" needs a hub dataset "
-                          "name, e.g. allenai/c4")
+        raise ConfigError(
+            f'{where(sources, "training.hf_dataset_name")}: dataset = "hf" needs a hub dataset '
+            "name, e.g. allenai/c4"
+        )
     if training.dataset != "hf" and training.hf_dataset_name is not None:
-        raise ConfigError(f"{where(sources, 'training.hf_dataset_name')}: is set but training.dataset is "
-                          f"{training.dataset!r}; set training.dataset = \"hf\" to use a hub dataset")
+        raise ConfigError(
+            f"{where(sources, 'training.hf_dataset_name')}: is set but training.dataset is "
+            f'{training.dataset!r}; set training.dataset = "hf" to use a hub dataset'
+        )
     if training.dataset == "hf" and training.dataset_path is not None:
-        raise ConfigError(f"{where(sources, 'training.dataset_path')}: local files and dataset = \"hf\" exclude "
-                          "each other; unset one of them")
+        raise ConfigError(
+            f'{where(sources, "training.dataset_path")}: local files and dataset = "hf" exclude '
+            "each other; unset one of them"
+        )
     if training.streaming and training.dataset == "shakespeare" and training.dataset_path is None:
-        raise ConfigError(f"{where(sources, 'training.streaming')}: the shakespeare plays are read in memory; "
-                          "streaming is for training.dataset_path or dataset = \"hf\"")
+        raise ConfigError(
+            f"{where(sources, 'training.streaming')}: the shakespeare plays are read in memory; "
+            'streaming is for training.dataset_path or dataset = "hf"'
+        )
     if config.validation.sample_prompt is not None and not config.validation.enable:
-        raise ConfigError(f"{where(sources, 'validation.sample_prompt')}: samples are written at each validation, "
-                          "and validation.enable is false; enable validation or unset the prompt")
+        raise ConfigError(
+            f"{where(sources, 'validation.sample_prompt')}: samples are written at each validation, "
+            "and validation.enable is false; enable validation or unset the prompt"
+        )
     if training.streaming and training.dataset_path is not None and config.validation.enable:
-        raise ConfigError(f"{where(sources, 'validation.enable')}: a streamed local dataset (training.dataset_path "
-                          "with training.streaming) has no validation split; set --validation.enable=false, or "
-                          "training.streaming=false to hold out the end of the data")
+        raise ConfigError(
+            f"{where(sources, 'validation.enable')}: a streamed local dataset (training.dataset_path "
+            "with training.streaming) has no validation split; set --validation.enable=false, or "
+            "training.streaming=false to hold out the end of the data"
+        )
 
 
 def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: int) -> None:
@@ -54,12 +66,18 @@ def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: in
     paths = list(training.dataset_paths)
     key = "training.dataset_paths"
     if paths and training.dataset_path is not None:
-        raise ConfigError(f"{key}: set either training.dataset_path or training.dataset_paths, not both")
+        raise ConfigError(
+            f"{key}: set either training.dataset_path or training.dataset_paths, not both"
+        )
     if paths and (training.streaming or training.dataset == "hf"):
-        raise ConfigError(f"{key}: mixing is for local data; unset training.streaming and training.dataset = \"hf\"")
+        raise ConfigError(
+            f'{key}: mixing is for local data; unset training.streaming and training.dataset = "hf"'
+        )
     if training.dataset_weights and len(training.dataset_weights) != len(paths):
-        raise ConfigError(f"training.dataset_weights: {len(training.dataset_weights)} weights for {len(paths)} "
-                          "dataset_paths; give one weight per path (or none for equal weights)")
+        raise ConfigError(
+            f"training.dataset_weights: {len(training.dataset_weights)} weights for {len(paths)} "
+            "dataset_paths; give one weight per path (or none for equal weights)"
+        )
     if not paths and training.dataset_path is not None:
         paths, key = [training.dataset_path], "training.dataset_path"
     try:
@@ -86,14 +104,18 @@ def check_tokenizer(config: JobConfig, path: str | None, args: Any) -> Tokenizer
     except InputError as err:
         raise ConfigError(f"model.tokenizer_path: {err}") from None
     if tokenizer.vocab_size > args.vocab_size:
-        raise ConfigError(f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
-                          f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
-                          f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer")
+        raise ConfigError(
+            f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
+            f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
+            f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer"
+        )
     prompt = config.validation.sample_prompt
     if prompt is not None:
         n = len(tokenizer.encode(prompt))
         if n == 0 or n + config.validation.sample_tokens > args.max_seq_len:
-            raise ConfigError(f"validation.sample_prompt: {n} tokens + validation.sample_tokens "
-                              f"{config.validation.sample_tokens} must be between 1 and the model's max_seq_len "
-                              f"{args.max_seq_len}; shorten the prompt or the sample")
+            raise ConfigError(
+                f"validation.sample_prompt: {n} tokens + validation.sample_tokens "
+                f"{config.validation.sample_tokens} must be between 1 and the model's max_seq_len "
+                f"{args.max_seq_len}; shorten the prompt or the sample"
+            )
     return tokenizer

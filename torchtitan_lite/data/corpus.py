@@ -73,6 +73,8 @@ def play_files(split: str) -> list[Path]:
         InputError: see :func:`plays_dir`.
     """
     if split not in ("train", "validation"):
-        raise ValueError(f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'")
+        raise ValueError(
+            f"unknown split '{split}' for the shakespeare dataset; use 'train' or 'validation'"
+        )
     files = sorted(plays_dir().glob("*/*.md"), key=lambda p: p.stem)
     return [p for p in files if (p.stem == VALIDATION_PLAY) == (split == "validation")]

@@ -15,7 +15,9 @@ _WORKER_TOKENIZER: Tokenizer | None = None
 
 def init_worker(tokenizer_path: str, eos_token: str | None) -> None:
     """A worker process's set-up: its own tokenizer, with the library's thread pool off."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the workers are the parallelism
+    os.environ["TOKENIZERS_PARALLELISM"] = (
+        "false"  # one thread per worker: the workers are the parallelism
+    )
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = Tokenizer(tokenizer_path, eos_token=eos_token)
 

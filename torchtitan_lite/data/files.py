@@ -25,11 +25,15 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
     known = ", ".join(LOCAL_FORMATS)
     if p.is_file():
         if p.suffix not in LOCAL_FORMATS:
-            raise InputError(f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}")
+            raise InputError(
+                f"dataset_path {path} has unknown extension '{p.suffix}'; use one of {known}"
+            )
         return LOCAL_FORMATS[p.suffix], [str(p)]
     files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in LOCAL_FORMATS)
     if not files:
-        raise InputError(f"dataset_path folder {path} holds no data file; expected files ending in {known}")
+        raise InputError(
+            f"dataset_path folder {path} holds no data file; expected files ending in {known}"
+        )
     builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
     if len(builders) > 1:
         raise InputError(

@@ -26,14 +26,18 @@ def quotas(weights: list[float]) -> list[int]:
         InputError: a weight that is not positive, or so small that its source gets no position in a block.
     """
     if not weights or any(not w > 0 for w in weights):
-        raise InputError(f"training.dataset_weights {weights} must all be > 0; give each source a positive weight")
+        raise InputError(
+            f"training.dataset_weights {weights} must all be > 0; give each source a positive weight"
+        )
     shares = np.array(weights, dtype=np.float64) / sum(weights) * BLOCK
     result = np.floor(shares).astype(np.int64)
     order = np.argsort(-(shares - result), kind="stable")
     result[order[: BLOCK - int(result.sum())]] += 1
     if (result == 0).any():
-        raise InputError(f"training.dataset_weights {weights}: a weight below {1 / BLOCK:.1%} of the total gets no "
-                         "window; raise it or drop that source")
+        raise InputError(
+            f"training.dataset_weights {weights}: a weight below {1 / BLOCK:.1%} of the total gets no "
+            "window; raise it or drop that source"
+        )
     return result.tolist()
 
 
@@ -53,7 +57,9 @@ class Mixture:
         self.source = np.empty(BLOCK, dtype=np.int64)
         self.index = np.empty(BLOCK, dtype=np.int64)
         for j in range(BLOCK):
-            k = int(np.argmax((j + 1) * q - BLOCK * taken))  # furthest behind its share after j + 1 positions
+            k = int(
+                np.argmax((j + 1) * q - BLOCK * taken)
+            )  # furthest behind its share after j + 1 positions
             self.source[j], self.index[j] = k, taken[k]
             taken[k] += 1
 

@@ -49,8 +49,10 @@ measurements behind this value: ``docs/benchmarks.md``, "Prepare workers")."""
 def _texts(rows: Iterable[dict], text_column: str, where: str) -> Iterator[str]:
     for row in rows:
         if text_column not in row:
-            raise InputError(f"{where} has no text column '{text_column}' (columns: {', '.join(row)}); set "
-                             "--text_column")
+            raise InputError(
+                f"{where} has no text column '{text_column}' (columns: {', '.join(row)}); set "
+                "--text_column"
+            )
         yield row[text_column]
 
 
@@ -81,8 +83,14 @@ def input_bytes(files: list[str]) -> int:
     return total
 
 
-def input_documents(source: str, text_column: str, hf_config: str | None = None, split: str = "train",
-                    num_shards: int = 1, shard_index: int = 0) -> InputPart:
+def input_documents(
+    source: str,
+    text_column: str,
+    hf_config: str | None = None,
+    split: str = "train",
+    num_shards: int = 1,
+    shard_index: int = 0,
+) -> InputPart:
     """The documents of ``source`` (a local file or folder when it exists, else a hub dataset name, streamed, whose
     ``sources`` are ``[{"path": name, "size": 0}]``), or of its shard ``shard_index`` of ``num_shards``
     (``data/shards.py``: by file, by document, or a hub dataset's files).
@@ -96,13 +104,23 @@ def input_documents(source: str, text_column: str, hf_config: str | None = None,
         shard = None
         if num_shards > 1:
             if stream.num_shards < num_shards:
-                raise InputError(f"hub dataset {source} has {stream.num_shards} files, fewer than --num_shards "
-                                 f"{num_shards}; use at most {stream.num_shards} shards")
+                raise InputError(
+                    f"hub dataset {source} has {stream.num_shards} files, fewer than --num_shards "
+                    f"{num_shards}; use at most {stream.num_shards} shards"
+                )
             stream = stream.shard(num_shards, shard_index, contiguous=True)
-            shard = {"index": shard_index, "count": num_shards, "by": "hub files",
-                     "input": input_hash([source, hf_config, split])}
-        return InputPart(_texts(stream, text_column, f"hub dataset {source}"), [{"path": source, "size": 0}], None,
-                         shard)
+            shard = {
+                "index": shard_index,
+                "count": num_shards,
+                "by": "hub files",
+                "input": input_hash([source, hf_config, split]),
+            }
+        return InputPart(
+            _texts(stream, text_column, f"hub dataset {source}"),
+            [{"path": source, "size": 0}],
+            None,
+            shard,
+        )
     _, files = local_data_files(source)
     if num_shards == 1:
         stream, column, _ = local_dataset(source, text_column, streaming=True)
@@ -112,22 +130,37 @@ def input_documents(source: str, text_column: str, hf_config: str | None = None,
         begin, end = contiguous_range(len(files), num_shards, shard_index)
         mine = files[begin:end]
         stream, column, _ = local_dataset(source, text_column, streaming=True, files=mine)
-        return InputPart(_texts(stream, column, source), file_sources(mine), input_bytes(mine),
-                         {**shard, "by": "file", "files": [begin, end]})
-    print(f"prepare: {source} has {len(files)} file{'s' * (len(files) > 1)} for {num_shards} shards: counting its "
-          "documents to split them (one pass, no tokenizing)", flush=True)
+        return InputPart(
+            _texts(stream, column, source),
+            file_sources(mine),
+            input_bytes(mine),
+            {**shard, "by": "file", "files": [begin, end]},
+        )
+    print(
+        f"prepare: {source} has {len(files)} file{'s' * (len(files) > 1)} for {num_shards} shards: counting its "
+        "documents to split them (one pass, no tokenizing)",
+        flush=True,
+    )
     stream, column, _ = local_dataset(source, text_column, streaming=True)
     n_documents = sum(1 for _ in stream)
     if n_documents < num_shards:
-        raise InputError(f"{source} holds {n_documents} documents, fewer than --num_shards {num_shards}; use at most "
-                         f"{max(n_documents, 1)} shards")
+        raise InputError(
+            f"{source} holds {n_documents} documents, fewer than --num_shards {num_shards}; use at most "
+            f"{max(n_documents, 1)} shards"
+        )
     begin, end = contiguous_range(n_documents, num_shards, shard_index)
-    print(f"prepare: {n_documents:,} documents; shard {shard_index} takes documents {begin:,} .. {end - 1:,}",
-          flush=True)
+    print(
+        f"prepare: {n_documents:,} documents; shard {shard_index} takes documents {begin:,} .. {end - 1:,}",
+        flush=True,
+    )
     stream, column, _ = local_dataset(source, text_column, streaming=True)
     share = input_bytes(files) * (end - begin) // max(n_documents, 1)
-    return InputPart(islice(_texts(stream, column, source), begin, end), file_sources(files), share,
-                     {**shard, "by": "document", "documents": [begin, end]})
+    return InputPart(
+        islice(_texts(stream, column, source), begin, end),
+        file_sources(files),
+        share,
+        {**shard, "by": "document", "documents": [begin, end]},
+    )
 
 
 def default_workers(total_bytes: int | None, cpus: int) -> int:
@@ -147,8 +180,10 @@ def available_cpus() -> int:
 def _workers_line(workers: int, total_bytes: int | None, cpus: int) -> str:
     size = "unknown size" if total_bytes is None else f"{total_bytes / 2**20:,.1f} MiB"
     what = "encoding in this process" if workers == 0 else f"{workers} encoding workers"
-    return (f"prepare: {what} (default for {size} on {cpus} CPU{'s' * (cpus > 1)}: one worker per "
-            f"{BYTES_PER_WORKER // 2**20} MiB, none below 2; --workers N to choose)")
+    return (
+        f"prepare: {what} (default for {size} on {cpus} CPU{'s' * (cpus > 1)}: one worker per "
+        f"{BYTES_PER_WORKER // 2**20} MiB, none below 2; --workers N to choose)"
+    )
 
 
 def verify(path: str) -> str:
@@ -160,33 +195,61 @@ def verify(path: str) -> str:
     if not Path(path).exists():
         raise InputError(f"--verify {path}: no such folder")
     if not (is_prepared(path) or is_prepared_set(path)):
-        raise InputError(f"--verify {path} is neither a prepared folder nor a set of shard-*-of-* folders")
+        raise InputError(
+            f"--verify {path} is neither a prepared folder nor a set of shard-*-of-* folders"
+        )
     shards = checked_folders(path)
     tok = shards[0][1].tokenizer
     docs, tokens = sum(m.n_documents for _, m in shards), sum(m.n_tokens for _, m in shards)
     what = f"{len(shards)} shards, each whole, " if len(shards) > 1 else ""
-    return (f"{path}: {what}{docs:,} documents, {tokens:,} tokens ({shards[0][1].dtype}), tokenizer {tok['path']} "
-            f"(sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})")
+    return (
+        f"{path}: {what}{docs:,} documents, {tokens:,} tokens ({shards[0][1].dtype}), tokenizer {tok['path']} "
+        f"(sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.data.prepare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m torchtitan_lite.data.prepare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--input", help="file, folder or hub dataset name")
-    parser.add_argument("--output", help="the prepared folder to create (must not exist); with --num_shards, the "
-                        "set's folder, shared by the shards")
-    parser.add_argument("--tokenizer", default=None, help="a tokenizer.json (default: the bundled one)")
-    parser.add_argument("--eos_token", default=None, help="the end-of-text token (default: found in the vocab)")
-    parser.add_argument("--text_column", default="text", help="column of the text in .jsonl/.parquet/hub rows")
+    parser.add_argument(
+        "--output",
+        help="the prepared folder to create (must not exist); with --num_shards, the "
+        "set's folder, shared by the shards",
+    )
+    parser.add_argument(
+        "--tokenizer", default=None, help="a tokenizer.json (default: the bundled one)"
+    )
+    parser.add_argument(
+        "--eos_token", default=None, help="the end-of-text token (default: found in the vocab)"
+    )
+    parser.add_argument(
+        "--text_column", default="text", help="column of the text in .jsonl/.parquet/hub rows"
+    )
     parser.add_argument("--hf_config", default=None, help="hub dataset configuration, e.g. en")
     parser.add_argument("--split", default="train", help="hub dataset split")
-    parser.add_argument("--workers", type=int, default=None,
-                        help=f"encoding processes (0 = this process; default: one per {BYTES_PER_WORKER // 2**20} "
-                        "MiB of input up to the CPU count, 0 below 2)")
-    parser.add_argument("--num_shards", type=int, default=1, help="split the input into this many shards of a set")
-    parser.add_argument("--shard_index", type=int, default=None, help="the shard this command prepares, 0-based")
-    parser.add_argument("--verify", default=None, metavar="PATH",
-                        help="check a prepared folder or set (every shard present and whole, one tokenizer)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"encoding processes (0 = this process; default: one per {BYTES_PER_WORKER // 2**20} "
+        "MiB of input up to the CPU count, 0 below 2)",
+    )
+    parser.add_argument(
+        "--num_shards", type=int, default=1, help="split the input into this many shards of a set"
+    )
+    parser.add_argument(
+        "--shard_index", type=int, default=None, help="the shard this command prepares, 0-based"
+    )
+    parser.add_argument(
+        "--verify",
+        default=None,
+        metavar="PATH",
+        help="check a prepared folder or set (every shard present and whole, one tokenizer)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.verify is not None:
@@ -200,20 +263,35 @@ def main(argv: list[str] | None = None) -> int:
         output = Path(args.output)
         if args.num_shards > 1:
             if is_prepared(output):
-                raise InputError(f"--output {output} is a prepared folder, not a set; choose a new folder")
+                raise InputError(
+                    f"--output {output} is a prepared folder, not a set; choose a new folder"
+                )
             output = output / shard_name(args.shard_index, args.num_shards)
         if output.exists():
             raise InputError(f"--output {output} exists; choose a new folder or delete it")
         tokenizer = build_tokenizer(args.tokenizer, args.eos_token)
-        part = input_documents(args.input, args.text_column, args.hf_config, args.split, args.num_shards,
-                               args.shard_index or 0)
+        part = input_documents(
+            args.input,
+            args.text_column,
+            args.hf_config,
+            args.split,
+            args.num_shards,
+            args.shard_index or 0,
+        )
         cpus = available_cpus()
         workers = args.workers
         if workers is None:
             workers = default_workers(part.total_bytes, cpus)
             print(_workers_line(workers, part.total_bytes, cpus), flush=True)
-        m = write_prepared(part.documents, output, tokenizer, sources=part.sources, workers=workers,
-                           total_bytes=part.total_bytes, shard=part.shard)
+        m = write_prepared(
+            part.documents,
+            output,
+            tokenizer,
+            sources=part.sources,
+            workers=workers,
+            total_bytes=part.total_bytes,
+            shard=part.shard,
+        )
     except InputError as err:
         print(f"prepare error: {err}", file=sys.stderr)
         return 2

@@ -42,10 +42,16 @@ MANIFEST, TOKENS, DOCUMENTS = "manifest.json", "tokens.bin", "documents.bin"
 CACHE_ENV = "TORCHTITAN_LITE_DATA_CACHE"
 """Environment variable naming the cache of raw text prepared on first use (default ``~/.cache/torchtitan_lite/data``)."""
 
-CHUNK_DOCUMENTS = 1024  # documents per task sent to a worker: bounds its memory and the results in flight
+CHUNK_DOCUMENTS = (
+    1024  # documents per task sent to a worker: bounds its memory and the results in flight
+)
 CHUNK_CHARACTERS = 2**22  # and characters (a longer document alone)
-MIN_CHUNKS = 40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks,
-MIN_CHUNK_CHARACTERS = 2**18  # but not below 256 Ki characters: the library's threads share a chunk's documents
+MIN_CHUNKS = (
+    40  # and at most 1/40 of the input's bytes, so each 10% of the progress takes several chunks,
+)
+MIN_CHUNK_CHARACTERS = (
+    2**18
+)  # but not below 256 Ki characters: the library's threads share a chunk's documents
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -57,7 +63,12 @@ def tokenizer_identity(tokenizer: Tokenizer) -> dict:
     """``{"path", "sha256", "vocab_size", "eos_id"}`` of ``tokenizer``: the sha256 of its ``tokenizer.json`` file and
     the EOS id decide the token stream (the path is for messages only)."""
     digest = hashlib.sha256(Path(tokenizer.path).read_bytes()).hexdigest()
-    return {"path": tokenizer.path, "sha256": digest, "vocab_size": tokenizer.vocab_size, "eos_id": tokenizer.eos_id}
+    return {
+        "path": tokenizer.path,
+        "sha256": digest,
+        "vocab_size": tokenizer.vocab_size,
+        "eos_id": tokenizer.eos_id,
+    }
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,9 @@ class Manifest:
     n_documents: int
     max_token_id: int
     sources: list
-    shard: dict | None = None  # {"index", "count", "by", "input"} of a shard of a set (data/shards.py), else None
+    shard: dict | None = (
+        None  # {"index", "count", "by", "input"} of a shard of a set (data/shards.py), else None
+    )
 
     @staticmethod
     def read(folder: str | Path) -> Manifest:
@@ -85,11 +98,15 @@ class Manifest:
             data = json.loads(path.read_text())
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, not {FORMAT!r}")
-            return Manifest(**{k: data[k] for k in Manifest.__dataclass_fields__ if k != "shard"},
-                            shard=data.get("shard"))
+            return Manifest(
+                **{k: data[k] for k in Manifest.__dataclass_fields__ if k != "shard"},
+                shard=data.get("shard"),
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise InputError(f"{path} is not a prepared-data manifest ({err}); prepare the folder again with "
-                             "python -m torchtitan_lite.data.prepare") from None
+            raise InputError(
+                f"{path} is not a prepared-data manifest ({err}); prepare the folder again with "
+                "python -m torchtitan_lite.data.prepare"
+            ) from None
 
 
 def is_prepared(path: str | Path) -> bool:
@@ -134,21 +151,32 @@ def check_files(folder: str | Path) -> Manifest:
     m = Manifest.read(folder)
     again = "prepare it again with python -m torchtitan_lite.data.prepare"
     if m.n_tokens == 0:
-        raise InputError(f"{folder / MANIFEST}: the prepared corpus holds no tokens (empty input); prepare non-empty "
-                         "data")
+        raise InputError(
+            f"{folder / MANIFEST}: the prepared corpus holds no tokens (empty input); prepare non-empty "
+            "data"
+        )
     if m.dtype not in ("uint16", "uint32") or m.max_token_id >= np.iinfo(m.dtype).max + 1:
-        raise InputError(f"{folder / MANIFEST}: token ids up to {m.max_token_id} do not fit dtype {m.dtype}; {again}")
-    for name, itemsize, count in ((TOKENS, np.dtype(m.dtype).itemsize, m.n_tokens), (DOCUMENTS, 8, m.n_documents)):
+        raise InputError(
+            f"{folder / MANIFEST}: token ids up to {m.max_token_id} do not fit dtype {m.dtype}; {again}"
+        )
+    for name, itemsize, count in (
+        (TOKENS, np.dtype(m.dtype).itemsize, m.n_tokens),
+        (DOCUMENTS, 8, m.n_documents),
+    ):
         path = folder / name
         if not path.is_file():
             raise InputError(f"{path} is missing; {again}")
         if path.stat().st_size != itemsize * count:
-            raise InputError(f"{path} has {path.stat().st_size:,} bytes, the manifest says {itemsize * count:,} "
-                             f"(truncated or replaced); {again}")
+            raise InputError(
+                f"{path} has {path.stat().st_size:,} bytes, the manifest says {itemsize * count:,} "
+                f"(truncated or replaced); {again}"
+            )
     return m
 
 
-def check_tokenizer(folder: str | Path, manifest: Manifest, tokenizer: Tokenizer, vocab_size: int) -> None:
+def check_tokenizer(
+    folder: str | Path, manifest: Manifest, tokenizer: Tokenizer, vocab_size: int
+) -> None:
     """The prepared ``folder`` was made with ``tokenizer`` (same file hash and EOS id) and its ids fit a model of
     ``vocab_size`` embedding rows.
 
@@ -158,14 +186,18 @@ def check_tokenizer(folder: str | Path, manifest: Manifest, tokenizer: Tokenizer
     made, now = manifest.tokenizer, tokenizer_identity(tokenizer)
     path = Path(folder) / MANIFEST
     if (made.get("sha256"), made.get("eos_id")) != (now["sha256"], now["eos_id"]):
-        raise InputError(f"{path}: prepared with tokenizer {made.get('path')} (sha256 {str(made.get('sha256'))[:12]}, "
-                         f"eos {made.get('eos_id')}), but this run uses {now['path']} (sha256 {now['sha256'][:12]}, "
-                         f"eos {now['eos_id']}); prepare the data with this run's tokenizer or set "
-                         "model.tokenizer_path to the one it was prepared with")
+        raise InputError(
+            f"{path}: prepared with tokenizer {made.get('path')} (sha256 {str(made.get('sha256'))[:12]}, "
+            f"eos {made.get('eos_id')}), but this run uses {now['path']} (sha256 {now['sha256'][:12]}, "
+            f"eos {now['eos_id']}); prepare the data with this run's tokenizer or set "
+            "model.tokenizer_path to the one it was prepared with"
+        )
     if manifest.max_token_id >= vocab_size:
-        raise InputError(f"{path}: token id {manifest.max_token_id} exceeds the model's vocab_size {vocab_size}; set "
-                         f"--model.overrides.vocab_size={manifest.max_token_id + 1} (or more) or prepare with the "
-                         "model's tokenizer")
+        raise InputError(
+            f"{path}: token id {manifest.max_token_id} exceeds the model's vocab_size {vocab_size}; set "
+            f"--model.overrides.vocab_size={manifest.max_token_id + 1} (or more) or prepare with the "
+            "model's tokenizer"
+        )
 
 
 def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[list[str], int]]:
@@ -183,18 +215,25 @@ def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[lis
         yield chunk, size
 
 
-def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int,
-             total_bytes: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+def _encoded(
+    documents: Iterable[str], tokenizer: Tokenizer, workers: int, total_bytes: int | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of ``total_bytes``
     when known, but at least ``MIN_CHUNK_CHARACTERS``), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
     whole input ahead)."""
-    max_characters = min(CHUNK_CHARACTERS, max(MIN_CHUNK_CHARACTERS, (total_bytes or 2**62) // MIN_CHUNKS))
+    max_characters = min(
+        CHUNK_CHARACTERS, max(MIN_CHUNK_CHARACTERS, (total_bytes or 2**62) // MIN_CHUNKS)
+    )
     if workers == 0:
         for chunk, size in _chunks(documents, max_characters):
             yield *encode(tokenizer, chunk), size
         return
-    ctx = multiprocessing.get_context("spawn")  # fork after the library's threads ran can deadlock it
-    with ctx.Pool(workers, initializer=init_worker, initargs=(tokenizer.path, tokenizer.eos_token)) as pool:
+    ctx = multiprocessing.get_context(
+        "spawn"
+    )  # fork after the library's threads ran can deadlock it
+    with ctx.Pool(
+        workers, initializer=init_worker, initargs=(tokenizer.path, tokenizer.eos_token)
+    ) as pool:
         pending: deque = deque()
         for chunk, size in _chunks(documents, max_characters):
             pending.append((pool.apply_async(encode_in_worker, (chunk,)), size))
@@ -206,8 +245,16 @@ def _encoded(documents: Iterable[str], tokenizer: Tokenizer, workers: int,
             yield *result.get(), size
 
 
-def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Tokenizer, *, sources: list[dict],
-                   workers: int = 0, total_bytes: int | None = None, shard: dict | None = None) -> Manifest:
+def write_prepared(
+    documents: Iterable[str],
+    output: str | Path,
+    tokenizer: Tokenizer,
+    *,
+    sources: list[dict],
+    workers: int = 0,
+    total_bytes: int | None = None,
+    shard: dict | None = None,
+) -> Manifest:
     """Tokenize ``documents`` into the prepared folder ``output`` (module docstring) and return its manifest.
 
     Args:
@@ -226,7 +273,9 @@ def write_prepared(documents: Iterable[str], output: str | Path, tokenizer: Toke
     partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         manifest = _write(documents, partial, tokenizer, sources, workers, total_bytes, shard)
-        os.chmod(partial, 0o777 & ~_umask())  # mkdtemp makes it private (0o700); a corpus is shared like any folder
+        os.chmod(
+            partial, 0o777 & ~_umask()
+        )  # mkdtemp makes it private (0o700); a corpus is shared like any folder
         os.rename(partial, output)  # atomic: the output appears whole or not at all
     finally:
         if partial.exists():
@@ -241,26 +290,45 @@ def _umask() -> int:
     return mask
 
 
-def _write(documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes, shard) -> Manifest:
+def _write(
+    documents, folder: Path, tokenizer: Tokenizer, sources, workers, total_bytes, shard
+) -> Manifest:
     dtype = token_dtype(tokenizer.vocab_size)
     n_tokens, n_documents, max_id, start = 0, 0, 0, time.perf_counter()
-    with (open(folder / TOKENS, "wb") as tokens_file, open(folder / DOCUMENTS, "wb") as documents_file,
-          progress(total_bytes or 0, "preparing", unit="byte") as bar):
+    with (
+        open(folder / TOKENS, "wb") as tokens_file,
+        open(folder / DOCUMENTS, "wb") as documents_file,
+        progress(total_bytes or 0, "preparing", unit="byte") as bar,
+    ):
         for ids, lengths, size in _encoded(documents, tokenizer, workers, total_bytes):
             max_id = max(max_id, int(ids.max()))
             if max_id > np.iinfo(dtype).max:
-                raise InputError(f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its vocab_size "
-                                 f"{tokenizer.vocab_size} is wrong (ids must be below it)")
+                raise InputError(
+                    f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its vocab_size "
+                    f"{tokenizer.vocab_size} is wrong (ids must be below it)"
+                )
             ids.astype(dtype).tofile(tokens_file)
             (n_tokens + np.cumsum(lengths) - lengths).tofile(documents_file)
             n_tokens, n_documents = n_tokens + len(ids), n_documents + len(lengths)
-            bar.set_postfix_str(f"{n_tokens / (time.perf_counter() - start):,.0f} tokens/s", refresh=False)
+            bar.set_postfix_str(
+                f"{n_tokens / (time.perf_counter() - start):,.0f} tokens/s", refresh=False
+            )
             bar.update(size)
     if n_documents == 0:
-        raise InputError(f"no documents to prepare from {', '.join(s['path'] for s in sources) or 'the input'}; "
-                         "point it at non-empty data")
-    manifest = Manifest(FORMAT, tokenizer_identity(tokenizer), dtype.name, n_tokens, n_documents, max_id, sources,
-                        shard)
+        raise InputError(
+            f"no documents to prepare from {', '.join(s['path'] for s in sources) or 'the input'}; "
+            "point it at non-empty data"
+        )
+    manifest = Manifest(
+        FORMAT,
+        tokenizer_identity(tokenizer),
+        dtype.name,
+        n_tokens,
+        n_documents,
+        max_id,
+        sources,
+        shard,
+    )
     (folder / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1) + "\n")
     return manifest
 
@@ -271,7 +339,9 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "torchtitan_lite" / "data")
 
 
-def cached_corpus(kind: str, sources: list[dict], tokenizer: Tokenizer, documents: Iterable[str]) -> PreparedCorpus:
+def cached_corpus(
+    kind: str, sources: list[dict], tokenizer: Tokenizer, documents: Iterable[str]
+) -> PreparedCorpus:
     """The prepared corpus of ``documents`` from the cache, prepared (in this process) on first use.
 
     The key is a hash of ``kind`` (how documents are read from the files, e.g. ``"shakespeare/train"`` or
@@ -279,11 +349,19 @@ def cached_corpus(kind: str, sources: list[dict], tokenizer: Tokenizer, document
     iterated on a miss. Ranks that miss together each prepare and the first rename wins.
     """
     identity = tokenizer_identity(tokenizer)
-    key = json.dumps([FORMAT, kind, sources, identity["sha256"], identity["eos_id"]], sort_keys=True)
+    key = json.dumps(
+        [FORMAT, kind, sources, identity["sha256"], identity["eos_id"]], sort_keys=True
+    )
     folder = cache_root() / hashlib.sha256(key.encode()).hexdigest()[:20]
     if not is_prepared(folder):
         try:
-            write_prepared(documents, folder, tokenizer, sources=sources, total_bytes=sum(s["size"] for s in sources))
+            write_prepared(
+                documents,
+                folder,
+                tokenizer,
+                sources=sources,
+                total_bytes=sum(s["size"] for s in sources),
+            )
         except (InputError, OSError):
             if not is_prepared(folder):  # else another rank's rename won the race: use its folder
                 raise

@@ -30,11 +30,21 @@ class ProgressLines:
         ValueError: ``total < 0`` or ``every_percent`` not in ``(0, 100]``.
     """
 
-    def __init__(self, total: int, desc: str, unit: str, *, every_percent: float = 10.0, after_s: float | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        unit: str,
+        *,
+        every_percent: float = 10.0,
+        after_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         if total < 0 or not 0 < every_percent <= 100:
-            raise ValueError(f"ProgressLines: need total >= 0 and every_percent in (0, 100], got {total}, "
-                             f"{every_percent}")
+            raise ValueError(
+                f"ProgressLines: need total >= 0 and every_percent in (0, 100], got {total}, "
+                f"{every_percent}"
+            )
         self.total, self.desc, self.unit = total, desc, unit
         self.every_percent = every_percent
         self.after_s = LINES_AFTER_S if after_s is None else after_s
@@ -46,7 +56,9 @@ class ProgressLines:
         """``n`` more units are done."""
         self.done += n
         seconds = self._clock() - self._start
-        if seconds < self.after_s or self.done > self.total > 0:  # past an estimated total: the end's line says it
+        if (
+            seconds < self.after_s or self.done > self.total > 0
+        ):  # past an estimated total: the end's line says it
             return
         if not self.total:  # unknown size: a line every UNKNOWN_TOTAL_EVERY_S
             if seconds >= self._next_s:
@@ -56,14 +68,21 @@ class ProgressLines:
         percent = 100.0 * self.done / self.total
         if percent >= self._printed_percent + self.every_percent:
             self._line(f"{percent:.0f}% ({self.done:,} of {self.total:,} {self._plural})", seconds)
-            self._printed_percent = 100.0 if percent >= 100 else percent - percent % self.every_percent
+            self._printed_percent = (
+                100.0 if percent >= 100 else percent - percent % self.every_percent
+            )
 
     @property
     def _plural(self) -> str:
-        return self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")  # batch: batches
+        return self.unit + (
+            "es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s"
+        )  # batch: batches
 
     def _line(self, what: str, seconds: float) -> None:
-        print(f"{self.desc}: {what}, {seconds:.1f} s{', ' + self._postfix if self._postfix else ''}", flush=True)
+        print(
+            f"{self.desc}: {what}, {seconds:.1f} s{', ' + self._postfix if self._postfix else ''}",
+            flush=True,
+        )
 
     def set_postfix_str(self, status: str, refresh: bool = True) -> None:
         """Show ``status`` after the next lines (``tqdm.set_postfix_str``'s signature; ``refresh`` is unused: a line
@@ -75,7 +94,11 @@ class ProgressLines:
 
     def __exit__(self, exc_type, *exc) -> None:
         seconds = self._clock() - self._start
-        if exc_type is None and (self._printed_percent < 100 or not self.total) and seconds >= self.after_s:
+        if (
+            exc_type is None
+            and (self._printed_percent < 100 or not self.total)
+            and seconds >= self.after_s
+        ):
             self._line(f"100% ({self.done:,} {self._plural})", seconds)
         return None
 

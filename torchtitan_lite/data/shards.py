@@ -52,8 +52,10 @@ def check_shard_args(num_shards: int, shard_index: int | None) -> None:
     if num_shards < 1:
         raise InputError(f"--num_shards must be >= 1, got {num_shards}")
     if num_shards > 1 and (shard_index is None or not 0 <= shard_index < num_shards):
-        raise InputError(f"--num_shards {num_shards} needs --shard_index in 0..{num_shards - 1}, got {shard_index} "
-                         "(on a Slurm array: --shard_index $SLURM_ARRAY_TASK_ID)")
+        raise InputError(
+            f"--num_shards {num_shards} needs --shard_index in 0..{num_shards - 1}, got {shard_index} "
+            "(on a Slurm array: --shard_index $SLURM_ARRAY_TASK_ID)"
+        )
 
 
 def input_hash(identity: object) -> str:
@@ -65,7 +67,11 @@ def input_hash(identity: object) -> str:
 def is_prepared_set(path: str | Path) -> bool:
     """Whether ``path`` is a folder without a manifest holding at least one ``shard-*-of-*`` folder."""
     p = Path(path)
-    return p.is_dir() and not is_prepared(p) and any(_SHARD.match(c.name) for c in p.iterdir() if c.is_dir())
+    return (
+        p.is_dir()
+        and not is_prepared(p)
+        and any(_SHARD.match(c.name) for c in p.iterdir() if c.is_dir())
+    )
 
 
 def check_set(path: str | Path) -> list[tuple[Path, Manifest]]:
@@ -83,32 +89,44 @@ def check_set(path: str | Path) -> list[tuple[Path, Manifest]]:
             found[int(m.group(1)), int(m.group(2))] = child
     counts = sorted({count for _, count in found})
     if not counts:
-        raise InputError(f"{path} holds no shard-*-of-* folder; prepare its shards with --num_shards N --shard_index i")
+        raise InputError(
+            f"{path} holds no shard-*-of-* folder; prepare its shards with --num_shards N --shard_index i"
+        )
     if len(counts) > 1:
-        raise InputError(f"{path} holds shards of sets of {' and '.join(map(str, counts))}; keep one set per folder")
+        raise InputError(
+            f"{path} holds shards of sets of {' and '.join(map(str, counts))}; keep one set per folder"
+        )
     count = counts[0]
     missing = [i for i in range(count) if (i, count) not in found]
     if missing:
-        raise InputError(f"{path} misses {len(missing)} of its {count} shards ({shard_name(missing[0], count)} "
-                         f"first); run prepare with --num_shards {count} --shard_index {missing[0]} (and each other "
-                         "missing index)")
+        raise InputError(
+            f"{path} misses {len(missing)} of its {count} shards ({shard_name(missing[0], count)} "
+            f"first); run prepare with --num_shards {count} --shard_index {missing[0]} (and each other "
+            "missing index)"
+        )
     shards = [(found[i, count], check_files(found[i, count])) for i in range(count)]
     first_folder, first = shards[0]
     for i, (folder, m) in enumerate(shards):
         if not m.shard or (m.shard.get("index"), m.shard.get("count")) != (i, count):
-            raise InputError(f"{folder / 'manifest.json'} records shard {m.shard and m.shard.get('index')} of "
-                             f"{m.shard and m.shard.get('count')}, not {i} of {count} (a folder renamed or copied "
-                             "in); prepare it again in place")
+            raise InputError(
+                f"{folder / 'manifest.json'} records shard {m.shard and m.shard.get('index')} of "
+                f"{m.shard and m.shard.get('count')}, not {i} of {count} (a folder renamed or copied "
+                "in); prepare it again in place"
+            )
         tok, tok0 = m.tokenizer, first.tokenizer
         if (tok.get("sha256"), tok.get("eos_id")) != (tok0.get("sha256"), tok0.get("eos_id")):
-            raise InputError(f"{folder} was prepared with tokenizer {tok.get('path')} (sha256 "
-                             f"{str(tok.get('sha256'))[:12]}, eos {tok.get('eos_id')}), {first_folder.name} with "
-                             f"{tok0.get('path')} (sha256 {str(tok0.get('sha256'))[:12]}, eos {tok0.get('eos_id')}); "
-                             "prepare every shard with the same --tokenizer")
+            raise InputError(
+                f"{folder} was prepared with tokenizer {tok.get('path')} (sha256 "
+                f"{str(tok.get('sha256'))[:12]}, eos {tok.get('eos_id')}), {first_folder.name} with "
+                f"{tok0.get('path')} (sha256 {str(tok0.get('sha256'))[:12]}, eos {tok0.get('eos_id')}); "
+                "prepare every shard with the same --tokenizer"
+            )
         if m.shard.get("input") != first.shard.get("input"):
-            raise InputError(f"{folder} was prepared from another input than {first_folder.name} (input hash "
-                             f"{m.shard.get('input')} vs {first.shard.get('input')}); prepare every shard from the "
-                             "same --input")
+            raise InputError(
+                f"{folder} was prepared from another input than {first_folder.name} (input hash "
+                f"{m.shard.get('input')} vs {first.shard.get('input')}); prepare every shard from the "
+                "same --input"
+            )
     return shards
 
 

@@ -24,8 +24,12 @@ if TYPE_CHECKING:
     import datasets
 
 
-_ENCODE_DOCUMENTS = 1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
-_ENCODE_CHARACTERS = 2**20  # and characters (past its first document): a progress line can come every few seconds
+_ENCODE_DOCUMENTS = (
+    1024  # documents per batch-encode call: bounds the memory of the library's Encoding objects
+)
+_ENCODE_CHARACTERS = (
+    2**20
+)  # and characters (past its first document): a progress line can come every few seconds
 
 
 def local_dataset(
@@ -40,12 +44,16 @@ def local_dataset(
     builder, all_files = local_data_files(path)
     files = all_files if files is None else files
     if all(Path(f).stat().st_size == 0 for f in files):
-        raise InputError(f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data")
+        raise InputError(
+            f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data"
+        )
     options = {"sample_by": "document"} if builder == "text" else {}
     bars_were_off = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
     try:
-        ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=streaming, **options)
+        ds = datasets.load_dataset(
+            builder, data_files=files, split="train", streaming=streaming, **options
+        )
     finally:
         if not bars_were_off:
             datasets.enable_progress_bars()
@@ -83,7 +91,11 @@ def load_documents(
         import datasets
 
         where = f"hub dataset {hf_dataset_name} ({hf_dataset_config or 'default'}, {split})"
-        docs = _column(datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split), text_column, where)
+        docs = _column(
+            datasets.load_dataset(hf_dataset_name, hf_dataset_config, split=split),
+            text_column,
+            where,
+        )
     else:
         return list(play_texts(split)), f"shakespeare ({split})"
     if not docs:
@@ -109,8 +121,11 @@ def _encode_chunks(documents: Sequence[str]) -> Iterator[list[str]]:
     start = 0
     while start < len(documents):
         end, characters = start + 1, len(documents[start])
-        while (end < len(documents) and end - start < _ENCODE_DOCUMENTS
-               and characters + len(documents[end]) <= _ENCODE_CHARACTERS):
+        while (
+            end < len(documents)
+            and end - start < _ENCODE_DOCUMENTS
+            and characters + len(documents[end]) <= _ENCODE_CHARACTERS
+        ):
             characters += len(documents[end])
             end += 1
         yield list(documents[start:end])
@@ -132,6 +147,8 @@ def local_texts(path: str, text_column: str) -> Iterator[str]:
     ds, text_column, _ = local_dataset(path, text_column, streaming=True)
     for row in ds:
         if text_column not in row:
-            raise InputError(f"dataset_path {path} has no text column '{text_column}' (columns: {', '.join(row)}); "
-                             "set text_column")
+            raise InputError(
+                f"dataset_path {path} has no text column '{text_column}' (columns: {', '.join(row)}); "
+                "set text_column"
+            )
         yield row[text_column]

@@ -46,24 +46,45 @@ class GlobalWindowStream(IterableDataset):
     world_size_invariant = True
     """The state is a global position: it loads with any ``dp_world_size`` (read by the checkpointer)."""
 
-    def __init__(self, windows: PackedWindows | list[PackedWindows], *, local_batch_size: int, dp_rank: int,
-                 dp_world_size: int, seed: int, weights: list[float] | None = None, rank_block: int = 1):
+    def __init__(
+        self,
+        windows: PackedWindows | list[PackedWindows],
+        *,
+        local_batch_size: int,
+        dp_rank: int,
+        dp_world_size: int,
+        seed: int,
+        weights: list[float] | None = None,
+        rank_block: int = 1,
+    ):
         self.windows, self._rank_block = windows, rank_block
         self.sources = windows if isinstance(windows, list) else [windows]
         self.mixture = Mixture(weights) if weights is not None else None
         sizes = [len(w) for w in self.sources]
-        self._settings = {"n_windows": sizes[0] if self.mixture is None else sizes,
-                          "seq_len": self.sources[0].seq_len, "seed": seed}
+        self._settings = {
+            "n_windows": sizes[0] if self.mixture is None else sizes,
+            "seq_len": self.sources[0].seq_len,
+            "seed": seed,
+        }
         if self.mixture is not None:
             self._settings["quotas"] = self.mixture.quotas
-        self._local_batch_size, self._dp_rank, self._dp_world_size = local_batch_size, dp_rank, dp_world_size
+        self._local_batch_size, self._dp_rank, self._dp_world_size = (
+            local_batch_size,
+            dp_rank,
+            dp_world_size,
+        )
         self._start = 0  # global position of this stream's first window
         self._consumed = 0  # windows this rank has yielded since start
         self._perms: dict[int, tuple[int, torch.Tensor]] = {}  # source -> (epoch, its permutation)
 
     def _global_index(self, local_index: int) -> int:
         """Index in the global stream of this rank's ``local_index``-th window since ``start``."""
-        chunk = rank_chunk(local_index // self._local_batch_size, self._dp_rank, self._dp_world_size, self._rank_block)
+        chunk = rank_chunk(
+            local_index // self._local_batch_size,
+            self._dp_rank,
+            self._dp_world_size,
+            self._rank_block,
+        )
         return self._start + chunk * self._local_batch_size + local_index % self._local_batch_size
 
     def _permutation(self, source: int, epoch: int) -> torch.Tensor:
@@ -104,7 +125,10 @@ class GlobalWindowStream(IterableDataset):
         """``{"windows_consumed", "n_windows", "seq_len", "seed"}`` (and ``"quotas"`` of a mixture, whose
         ``n_windows`` is a list per source): the global position (epoch ``windows_consumed // n_windows``, index
         ``windows_consumed % n_windows`` into its permutation)."""
-        return {"windows_consumed": self._start + self._consumed * self._dp_world_size, **self._settings}
+        return {
+            "windows_consumed": self._start + self._consumed * self._dp_world_size,
+            **self._settings,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
@@ -112,11 +136,15 @@ class GlobalWindowStream(IterableDataset):
         Raises:
             InputError: ``state`` was saved with other data, seq_len, seed or weights.
         """
-        diff = [f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v]
+        diff = [
+            f"{k}={state.get(k)} (now {v})" for k, v in self._settings.items() if state.get(k) != v
+        ]
         if diff:
             name = ", ".join(w.name for w in self.sources)
-            raise InputError(f"data loader state of {name} was saved with {', '.join(diff)}; "
-                             "resume with the data, seq_len, seed and weights of the saved run")
+            raise InputError(
+                f"data loader state of {name} was saved with {', '.join(diff)}; "
+                "resume with the data, seq_len, seed and weights of the saved run"
+            )
         self._start, self._consumed = state["windows_consumed"], 0
 
 
@@ -133,12 +161,21 @@ class OrderedWindows(IterableDataset):
         ValueError: ``batch_windows`` is not a multiple of ``local_batch_size * dp_world_size``.
     """
 
-    def __init__(self, windows: PackedWindows, *, local_batch_size: int, dp_rank: int, dp_world_size: int,
-                 batch_windows: int | None = None):
+    def __init__(
+        self,
+        windows: PackedWindows,
+        *,
+        local_batch_size: int,
+        dp_rank: int,
+        dp_world_size: int,
+        batch_windows: int | None = None,
+    ):
         batch_windows = batch_windows or local_batch_size * dp_world_size
         if batch_windows % (local_batch_size * dp_world_size):
-            raise ValueError(f"OrderedWindows: batch_windows {batch_windows} is not a multiple of local_batch_size "
-                             f"{local_batch_size} * dp_world_size {dp_world_size}")
+            raise ValueError(
+                f"OrderedWindows: batch_windows {batch_windows} is not a multiple of local_batch_size "
+                f"{local_batch_size} * dp_world_size {dp_world_size}"
+            )
         if len(windows) < batch_windows:
             raise InputError(
                 f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
@@ -174,12 +211,28 @@ class StreamingWindows(IterableDataset):
     world_size_invariant = False
     """The state is this rank's position in its own part of the stream (read by the checkpointer)."""
 
-    def __init__(self, stream: datasets.IterableDataset, *, tokenizer: Tokenizer, text_column: str, seq_len: int,
-                 dp_rank: int, dp_world_size: int, name: str, restart: bool = False, documents: bool = False):
+    def __init__(
+        self,
+        stream: datasets.IterableDataset,
+        *,
+        tokenizer: Tokenizer,
+        text_column: str,
+        seq_len: int,
+        dp_rank: int,
+        dp_world_size: int,
+        name: str,
+        restart: bool = False,
+        documents: bool = False,
+    ):
         from datasets.distributed import split_dataset_by_node
 
         self._stream = split_dataset_by_node(stream, rank=dp_rank, world_size=dp_world_size)
-        self._tokenizer, self._text_column, self._seq_len, self.name = tokenizer, text_column, seq_len, name
+        self._tokenizer, self._text_column, self._seq_len, self.name = (
+            tokenizer,
+            text_column,
+            seq_len,
+            name,
+        )
         self._restart, self._documents = restart, documents
         self._epoch, self._buffer, self._stream_state = 0, [], None
 
@@ -194,9 +247,13 @@ class StreamingWindows(IterableDataset):
             for document in self._stream:
                 documents += 1
                 if self._text_column not in document:
-                    raise InputError(f"{self.name} has no text column '{self._text_column}' "
-                                     f"(columns: {', '.join(document)}); set text_column")
-                self._buffer += self._tokenizer.encode(document[self._text_column]) + [self._tokenizer.eos_id]
+                    raise InputError(
+                        f"{self.name} has no text column '{self._text_column}' "
+                        f"(columns: {', '.join(document)}); set text_column"
+                    )
+                self._buffer += self._tokenizer.encode(document[self._text_column]) + [
+                    self._tokenizer.eos_id
+                ]
                 self._stream_state = self._stream.state_dict()
                 while len(self._buffer) > self._seq_len:
                     window = torch.tensor(self._buffer[: self._seq_len + 1], dtype=torch.long)
@@ -207,8 +264,10 @@ class StreamingWindows(IterableDataset):
                     else:
                         yield window[:-1], window[1:]
             if from_start and documents == 0:
-                raise InputError(f"{self.name}: this rank's share of the stream holds no document (a stream is "
-                                 "split between ranks by position); use more data or fewer ranks")
+                raise InputError(
+                    f"{self.name}: this rank's share of the stream holds no document (a stream is "
+                    "split between ranks by position); use more data or fewer ranks"
+                )
             self._epoch, self._stream_state = self._epoch + 1, None
 
     def state_dict(self) -> dict[str, Any]:
@@ -217,7 +276,11 @@ class StreamingWindows(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from :meth:`state_dict`)."""
-        self._epoch, self._stream_state, self._buffer = state["epoch"], state["stream"], list(state["buffer"])
+        self._epoch, self._stream_state, self._buffer = (
+            state["epoch"],
+            state["stream"],
+            list(state["buffer"]),
+        )
 
 
 def collate_windows(batch: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:

@@ -39,7 +39,9 @@ class Tokenizer:
         try:
             self._tokenizer = HFTokenizer.from_file(self.path)
         except Exception as e:  # the Rust library raises its own exception type
-            raise InputError(f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}") from e
+            raise InputError(
+                f"cannot read tokenizer file {path} as a Hugging Face tokenizer.json: {e}"
+            ) from e
         vocab = self._tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         names = (eos_token,) if eos_token is not None else EOS_TOKEN_NAMES

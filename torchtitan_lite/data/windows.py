@@ -19,7 +19,9 @@ MAX_HELD_OUT_SHARE = 0.1
 """The largest share of a local dataset's tokens held out to give validation its minimum (:func:`held_out_tokens`)."""
 
 
-def held_out_tokens(n_tokens: int, val_fraction: float, *, seq_len: int, min_windows: int = 0) -> int:
+def held_out_tokens(
+    n_tokens: int, val_fraction: float, *, seq_len: int, min_windows: int = 0
+) -> int:
     """Tokens at the end of a local dataset's stream of ``n_tokens`` held out for validation:
     ``max(1, round(val_fraction * n_tokens))``, raised to ``min_windows * seq_len + 1`` (``min_windows`` whole
     windows, the trainer's one global batch) when it holds fewer and that is at most :data:`MAX_HELD_OUT_SHARE`
@@ -49,12 +51,16 @@ class TokenFile:
 
     def __getitem__(self, items: slice) -> TokenFile:
         begin, end, _ = items.indices(self.count)
-        return TokenFile(self.path, self.np_dtype, self.offset + begin, max(end - begin, 0), self._fd)
+        return TokenFile(
+            self.path, self.np_dtype, self.offset + begin, max(end - begin, 0), self._fd
+        )
 
     def numpy(self) -> np.ndarray:
         """The items as a ``dtype`` array ``(count,)``."""
         size = self.np_dtype.itemsize
-        return np.frombuffer(os.pread(self._fd, self.count * size, self.offset * size), dtype=self.np_dtype)
+        return np.frombuffer(
+            os.pread(self._fd, self.count * size, self.offset * size), dtype=self.np_dtype
+        )
 
     def long(self) -> torch.Tensor:
         """The items as an int64 tensor ``(count,)``."""
@@ -75,7 +81,9 @@ class TokenFiles:
 
     def __init__(self, parts: list[TokenFile]):
         if not parts or len({p.np_dtype for p in parts}) > 1:
-            raise ValueError(f"TokenFiles: need parts of one dtype, got {[p.np_dtype.name for p in parts]}")
+            raise ValueError(
+                f"TokenFiles: need parts of one dtype, got {[p.np_dtype.name for p in parts]}"
+            )
         self.parts, self.np_dtype = parts, parts[0].np_dtype
         self._ends = np.cumsum([p.count for p in parts])
 
@@ -120,8 +128,14 @@ class PackedWindows:
         ValueError: ``documents`` without ``starts``.
     """
 
-    def __init__(self, tokens: torch.Tensor, seq_len: int, name: str, starts: np.ndarray | None = None,
-                 documents: bool = False):
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        seq_len: int,
+        name: str,
+        starts: np.ndarray | None = None,
+        documents: bool = False,
+    ):
         if tokens.numel() < seq_len + 1:
             raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}; "
@@ -129,7 +143,13 @@ class PackedWindows:
             )
         if documents and starts is None:
             raise ValueError(f"{name}: document ids asked for, but the document starts are unknown")
-        self.tokens, self.seq_len, self.name, self.starts, self.documents = tokens, seq_len, name, starts, documents
+        self.tokens, self.seq_len, self.name, self.starts, self.documents = (
+            tokens,
+            seq_len,
+            name,
+            starts,
+            documents,
+        )
 
     def __len__(self) -> int:
         return (self.tokens.numel() - 1) // self.seq_len
@@ -171,7 +191,9 @@ def slice_windows(windows: PackedWindows, begin: int, end: int, name: str) -> Pa
     if windows.starts is not None:
         lo, hi = np.searchsorted(windows.starts, [begin, end])
         starts = np.asarray(windows.starts[lo:hi], dtype=np.int64) - begin
-    return PackedWindows(windows.tokens[begin:end], windows.seq_len, name, starts, windows.documents)
+    return PackedWindows(
+        windows.tokens[begin:end], windows.seq_len, name, starts, windows.documents
+    )
 
 
 class ConcatWindows:

@@ -38,26 +38,32 @@ def selective_every(option: str) -> int | None:
         return None
     if option.isdecimal() and int(option) >= 1:
         return int(option)
-    raise ValueError(f"selective_ac_option must be \"op\" or a positive integer k as a string (\"2\" = checkpoint "
-                     f"every 2nd block), got {option!r}")
+    raise ValueError(
+        f'selective_ac_option must be "op" or a positive integer k as a string ("2" = checkpoint '
+        f"every 2nd block), got {option!r}"
+    )
 
 
-_ATTENTION_OPS = frozenset({
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-    torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default,
-})
+_ATTENTION_OPS = frozenset(
+    {
+        torch.ops.aten._scaled_dot_product_flash_attention.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_efficient_attention.default,
+        torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default,
+    }
+)
 """Fused attention kernels (what ``F.scaled_dot_product_attention`` dispatches to): always saved."""
 
-_MATMUL_OPS = frozenset({
-    torch.ops.aten.mm.default,
-    torch.ops.aten.addmm.default,
-    torch.ops.aten.bmm.default,
-    torch.ops.aten.baddbmm.default,
-    torch.ops.aten._grouped_mm.default,
-})
+_MATMUL_OPS = frozenset(
+    {
+        torch.ops.aten.mm.default,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten.bmm.default,
+        torch.ops.aten.baddbmm.default,
+        torch.ops.aten._grouped_mm.default,
+    }
+)
 """Matrix products: ``nn.Linear`` without (``mm``) and with bias (``addmm``), batched products of the
 attention math fallback and MoE (``bmm``, ``baddbmm``), grouped expert GEMMs (``_grouped_mm``)."""
 
@@ -87,14 +93,20 @@ def _recompute_everything(ctx, func, *args, **kwargs) -> CheckpointPolicy:
 
 
 def checkpoint_contexts(
-        policy_contexts: Callable[[], tuple[ContextManager, ContextManager]] | None = None,
+    policy_contexts: Callable[[], tuple[ContextManager, ContextManager]] | None = None,
 ) -> tuple[ContextManager, ContextManager]:
     """``torch.utils.checkpoint``'s ``context_fn`` of a checkpointed block: the forward and recompute contexts of
     ``policy_contexts()`` (selective checkpointing; none: recompute everything), the recompute one making
     :func:`recomputing` true. Under ``torch.compile`` the selective-checkpointing modes only (the note)."""
     if torch.compiler.is_compiling():
-        return (policy_contexts or (lambda: create_selective_checkpoint_contexts(_recompute_everything)))()
-    forward, recompute = policy_contexts() if policy_contexts else (contextlib.nullcontext(), contextlib.nullcontext())
+        return (
+            policy_contexts or (lambda: create_selective_checkpoint_contexts(_recompute_everything))
+        )()
+    forward, recompute = (
+        policy_contexts()
+        if policy_contexts
+        else (contextlib.nullcontext(), contextlib.nullcontext())
+    )
     return forward, _recomputation(recompute)
 
 
@@ -120,8 +132,9 @@ def _op_checkpoint_contexts() -> tuple[ContextManager, ContextManager]:
     return checkpoint_contexts(_op_policy_context)
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_option: str = "op", *,
-                                   compiled: bool = False) -> nn.Module:
+def apply_activation_checkpointing(
+    model: nn.Module, mode: str, selective_ac_option: str = "op", *, compiled: bool = False
+) -> nn.Module:
     """Recompute activations in backward, per block of ``model.layers``, in place.
 
     A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant) under the same key, so names
@@ -153,7 +166,12 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, selective_ac_opt
     for key, block in list(layers.items()):
         if every is None:
             layers[key] = checkpoint_wrapper(block, context_fn=_op_checkpoint_contexts)
-        elif (int(key) + 1) % every == 0:  # the layer id, also on a pipeline stage that holds later layers only
-            layers[key] = checkpoint_wrapper(block) if compiled else checkpoint_wrapper(block,
-                                                                                        context_fn=checkpoint_contexts)
+        elif (
+            int(key) + 1
+        ) % every == 0:  # the layer id, also on a pipeline stage that holds later layers only
+            layers[key] = (
+                checkpoint_wrapper(block)
+                if compiled
+                else checkpoint_wrapper(block, context_fn=checkpoint_contexts)
+            )
     return model

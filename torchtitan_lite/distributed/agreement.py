@@ -35,13 +35,19 @@ def code_digests() -> dict[str, str]:
             continue
         root = Path(spec.origin).parent
         for path in sorted(root.rglob("*.py")):
-            digests[f"{package}/{path.relative_to(root)}"] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            digests[f"{package}/{path.relative_to(root)}"] = hashlib.sha256(
+                path.read_bytes()
+            ).hexdigest()[:16]
     return digests
 
 
 def run_identity(config: JobConfig) -> dict[str, dict[str, Any]]:
     """``{"config": {"section.key": value}, "code": code_digests()}``: what every node must share."""
-    flat = {f"{section}.{key}": value for section, keys in config_dict(config).items() for key, value in keys.items()}
+    flat = {
+        f"{section}.{key}": value
+        for section, keys in config_dict(config).items()
+        for key, value in keys.items()
+    }
     return {"config": flat, "code": code_digests()}
 
 
@@ -54,20 +60,31 @@ def _ranks_text(ranks: list[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
-def differences(reference: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> list[str]:
+def differences(
+    reference: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]
+) -> list[str]:
     """What ``other`` (a :func:`run_identity`) changes from ``reference``: ``key value (rank 0: value)`` per config
     key, then ``code: path, ...`` for the files that differ or exist on one side only, then the torch version."""
     config_a, config_b = reference["config"], other["config"]
-    found = [f"{key} {config_b.get(key)!r} (rank 0: {config_a.get(key)!r})"
-             for key in sorted(set(config_a) | set(config_b)) if config_a.get(key) != config_b.get(key)]
+    found = [
+        f"{key} {config_b.get(key)!r} (rank 0: {config_a.get(key)!r})"
+        for key in sorted(set(config_a) | set(config_b))
+        if config_a.get(key) != config_b.get(key)
+    ]
     code_a, code_b = reference["code"], other["code"]
     if code_a["torch"] != code_b["torch"]:
         found.append(f"torch {code_b['torch']} (rank 0: {code_a['torch']})")
-    files = [path for path in sorted(set(code_a) | set(code_b)) if path != "torch" and code_a.get(path) !=
-             code_b.get(path)]
+    files = [
+        path
+        for path in sorted(set(code_a) | set(code_b))
+        if path != "torch" and code_a.get(path) != code_b.get(path)
+    ]
     if files:
-        found.append("code files " + ", ".join(files[:_SHOWN]) + (f" and {len(files) - _SHOWN} more"
-                                                                  if len(files) > _SHOWN else ""))
+        found.append(
+            "code files "
+            + ", ".join(files[:_SHOWN])
+            + (f" and {len(files) - _SHOWN} more" if len(files) > _SHOWN else "")
+        )
     return found
 
 
@@ -92,9 +109,13 @@ def check_nodes_agree(config: JobConfig, group: dist.ProcessGroup | None = None)
     first = next(rank for rank, (d, _) in enumerate(seen) if d != seen[0][0])
     ranks = [rank for rank, (d, _) in enumerate(seen) if d == seen[first][0]]
     found = differences(identities[0], identities[first])
-    shown = "; ".join(found[:_SHOWN]) + (f"; and {len(found) - _SHOWN} more" if len(found) > _SHOWN else "")
+    shown = "; ".join(found[:_SHOWN]) + (
+        f"; and {len(found) - _SHOWN} more" if len(found) > _SHOWN else ""
+    )
     others = sum(1 for d, _ in seen if d not in (seen[0][0], seen[first][0]))
     raise ConfigError(
         f"the nodes do not run the same config and code: {_ranks_text(ranks)} (host {seen[first][1]}) differ from "
-        f"rank 0 (host {seen[0][1]}) in {shown}" + (f"; {others} more ranks differ otherwise" if others else "")
-        + "; start every node with the same CONFIG_FILE, overrides and code version")
+        f"rank 0 (host {seen[0][1]}) in {shown}"
+        + (f"; {others} more ranks differ otherwise" if others else "")
+        + "; start every node with the same CONFIG_FILE, overrides and code version"
+    )

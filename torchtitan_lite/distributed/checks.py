@@ -27,8 +27,10 @@ def check_degrees(config: JobConfig, sources: Sources) -> None:
     :func:`check_world_size`)."""
     dp = config.parallelism.data_parallel_shard_degree
     if dp != -1 and dp < 1:
-        raise ConfigError(f"{where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks left "
-                          f"by the other degrees) or >= 1, got {dp}")
+        raise ConfigError(
+            f"{where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks left "
+            f"by the other degrees) or >= 1, got {dp}"
+        )
 
 
 def check_activation_checkpoint_and_compile(config: JobConfig, sources: Sources) -> None:
@@ -37,13 +39,17 @@ def check_activation_checkpoint_and_compile(config: JobConfig, sources: Sources)
     try:
         selective_every(config.activation_checkpoint.selective_ac_option)
     except ValueError as err:
-        raise ConfigError(f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {err}") from None
+        raise ConfigError(
+            f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {err}"
+        ) from None
     backend = config.compile.backend
     if backend not in ("inductor", "aot_eager", "eager"):
         known = torch.compiler.list_backends(exclude_tags=())
         if backend not in known:
-            raise ConfigError(f"{where(sources, 'compile.backend')}: unknown torch.compile backend {backend!r}"
-                              f"{suggestion(backend, known)}; known: {', '.join(known)}")
+            raise ConfigError(
+                f"{where(sources, 'compile.backend')}: unknown torch.compile backend {backend!r}"
+                f"{suggestion(backend, known)}; known: {', '.join(known)}"
+            )
 
 
 def check_model_fit(config: JobConfig, args: Any, sources: Sources) -> None:
@@ -51,14 +57,18 @@ def check_model_fit(config: JobConfig, args: Any, sources: Sources) -> None:
     checkpoint (``k <= n_layers``)."""
     seq_len = config.training.seq_len
     if seq_len > args.max_seq_len:
-        raise ConfigError(f"{where(sources, 'training.seq_len')}: {seq_len} exceeds the model's max_seq_len "
-                          f"{args.max_seq_len}; lower it or set --model.overrides.max_seq_len={seq_len}")
+        raise ConfigError(
+            f"{where(sources, 'training.seq_len')}: {seq_len} exceeds the model's max_seq_len "
+            f"{args.max_seq_len}; lower it or set --model.overrides.max_seq_len={seq_len}"
+        )
     ac = config.activation_checkpoint
     every = selective_every(ac.selective_ac_option) if ac.mode == "selective" else None
     n_layers = args.n_layers
     if every is not None and every > n_layers:
-        raise ConfigError(f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
-                          f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}")
+        raise ConfigError(
+            f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
+            f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}"
+        )
 
 
 def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> None:
@@ -73,35 +83,47 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
         for name in TP_SPLIT_FIELDS:
             value = getattr(args, name, None)
             if value is not None and value % tp:
-                raise ConfigError(f"{tp_key}: {tp} does not divide the model's {name} {value} (tensor parallelism "
-                                  f"splits it into {tp} equal parts); pick a tensor_parallel_degree that divides it")
+                raise ConfigError(
+                    f"{tp_key}: {tp} does not divide the model's {name} {value} (tensor parallelism "
+                    f"splits it into {tp} equal parts); pick a tensor_parallel_degree that divides it"
+                )
         if par.enable_sequence_parallel and config.training.seq_len % tp:
-            raise ConfigError(f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
-                              f"parallelism splits the sequence); pick a multiple of {tp} or "
-                              "--parallelism.enable_sequence_parallel=false")
+            raise ConfigError(
+                f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
+                f"parallelism splits the sequence); pick a multiple of {tp} or "
+                "--parallelism.enable_sequence_parallel=false"
+            )
     ep = par.expert_parallel_degree
     if ep > 1:
         experts = getattr(args, "num_experts", None)
         ep_key = where(sources, "parallelism.expert_parallel_degree")
         if experts is None:
-            raise ConfigError(f"{ep_key}: {ep} needs a mixture-of-experts model, but {config.model.name} has no "
-                              "experts; set it to 1")
+            raise ConfigError(
+                f"{ep_key}: {ep} needs a mixture-of-experts model, but {config.model.name} has no "
+                "experts; set it to 1"
+            )
         if experts % ep:
-            raise ConfigError(f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
-                              "whole experts); pick an expert_parallel_degree that divides it")
+            raise ConfigError(
+                f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
+                "whole experts); pick an expert_parallel_degree that divides it"
+            )
     mtp = getattr(args, "mtp_num_layers", 0)
     missing = {  # what each layout would need for the MTP modules (models/common/mtp.py)
-        "tensor_parallel_degree":
-            "the MTP modules (eh_proj, their block) have no tensor-parallel plan",
-        "pipeline_parallel_degree":
-            "the MTP modules would run on the last stage, but they read the token embedding, "
-            "which the first stage owns"}
-    for degree, name in ((tp, "tensor_parallel_degree"), (par.pipeline_parallel_degree, "pipeline_parallel_degree")):
+        "tensor_parallel_degree": "the MTP modules (eh_proj, their block) have no tensor-parallel plan",
+        "pipeline_parallel_degree": "the MTP modules would run on the last stage, but they read the token embedding, "
+        "which the first stage owns",
+    }
+    for degree, name in (
+        (tp, "tensor_parallel_degree"),
+        (par.pipeline_parallel_degree, "pipeline_parallel_degree"),
+    ):
         if mtp and degree > 1:
-            raise ConfigError(f"{where(sources, f'parallelism.{name}')}: {degree} is not implemented with "
-                              f"multi-token prediction (model mtp_num_layers {mtp}): "
-                              f"{missing[name]}; use FSDP and expert parallelism, "
-                              "or --model.overrides.mtp_num_layers=0")
+            raise ConfigError(
+                f"{where(sources, f'parallelism.{name}')}: {degree} is not implemented with "
+                f"multi-token prediction (model mtp_num_layers {mtp}): "
+                f"{missing[name]}; use FSDP and expert parallelism, "
+                "or --model.overrides.mtp_num_layers=0"
+            )
     if par.context_parallel_degree > 1:
         _check_context_parallel(config, mtp, sources)
     if par.pipeline_parallel_degree > 1:
@@ -119,22 +141,30 @@ def _check_context_parallel(config: JobConfig, mtp: int, sources: Sources) -> No
     cp_key = where(sources, "parallelism.context_parallel_degree")
     seq_len = config.training.seq_len
     if seq_len % (2 * cp):
-        raise ConfigError(f"{cp_key}: training.seq_len {seq_len} is not a multiple of 2 x {cp} (each "
-                          f"window is cut into {2 * cp} equal chunks); pick a seq_len that is")
+        raise ConfigError(
+            f"{cp_key}: training.seq_len {seq_len} is not a multiple of 2 x {cp} (each "
+            f"window is cut into {2 * cp} equal chunks); pick a seq_len that is"
+        )
     tp = par.tensor_parallel_degree
     if tp > 1 and par.enable_sequence_parallel and (seq_len // cp) % tp:
-        raise ConfigError(f"{cp_key}: each rank's {seq_len // cp} positions (training.seq_len "
-                          f"{seq_len} / {cp}) are not a multiple of tensor_parallel_degree {tp} "
-                          "(sequence parallelism splits them); pick a seq_len that is a multiple of "
-                          f"{cp * math.lcm(2, tp)}")
+        raise ConfigError(
+            f"{cp_key}: each rank's {seq_len // cp} positions (training.seq_len "
+            f"{seq_len} / {cp}) are not a multiple of tensor_parallel_degree {tp} "
+            "(sequence parallelism splits them); pick a seq_len that is a multiple of "
+            f"{cp * math.lcm(2, tp)}"
+        )
     if par.pipeline_parallel_degree > 1:
-        raise ConfigError(f"{cp_key}: {cp} is not implemented with pipeline_parallel_degree "
-                          f"{par.pipeline_parallel_degree} (the pipeline schedule passes no token "
-                          "positions or document ids to its stages); set one of them to 1")
+        raise ConfigError(
+            f"{cp_key}: {cp} is not implemented with pipeline_parallel_degree "
+            f"{par.pipeline_parallel_degree} (the pipeline schedule passes no token "
+            "positions or document ids to its stages); set one of them to 1"
+        )
     if mtp:
-        raise ConfigError(f"{cp_key}: {cp} is not implemented with multi-token prediction (model "
-                          f"mtp_num_layers {mtp}: its inputs are shifted along the whole window); use "
-                          "--model.overrides.mtp_num_layers=0")
+        raise ConfigError(
+            f"{cp_key}: {cp} is not implemented with multi-token prediction (model "
+            f"mtp_num_layers {mtp}: its inputs are shifted along the whole window); use "
+            "--model.overrides.mtp_num_layers=0"
+        )
 
 
 def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
@@ -144,30 +174,50 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
     the schedule runs (:func:`torchtitan_lite.distributed.pipeline.stage_layer_ids`, the one place those rules
     live)."""
     par = config.parallelism
-    pp, pp_key = par.pipeline_parallel_degree, where(sources, "parallelism.pipeline_parallel_degree")
+    pp, pp_key = (
+        par.pipeline_parallel_degree,
+        where(sources, "parallelism.pipeline_parallel_degree"),
+    )
     if getattr(args, "tie_embeddings", False):
-        raise ConfigError(f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
-                          f"tok_embeddings, the last the output), but {config.model.name} flavor {config.model.flavor} "
-                          "ties them; use an untied flavor or --model.tie_embeddings=false")
+        raise ConfigError(
+            f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
+            f"tok_embeddings, the last the output), but {config.model.name} flavor {config.model.flavor} "
+            "ties them; use an untied flavor or --model.tie_embeddings=false"
+        )
     if config.checkpoint.export_hf is not None:
-        raise ConfigError(f"{where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole model "
-                          f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint with "
-                          "pipeline_parallel_degree 1 (--checkpoint.load_path=<step-N folder> --training.steps=N "
-                          "trains nothing and exports)")
+        raise ConfigError(
+            f"{where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole model "
+            f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint with "
+            "pipeline_parallel_degree 1 (--checkpoint.load_path=<step-N folder> --training.steps=N "
+            "trains nothing and exports)"
+        )
     micro, local = par.pipeline_parallel_microbatch_size, config.training.local_batch_size
     if local % micro:
-        raise ConfigError(f"{where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
-                          f"divide training.local_batch_size {local}; pick a divisor")
-    key = ("pipeline_parallel_split_points" if par.pipeline_parallel_split_points else
-           "pipeline_parallel_layers_per_stage" if par.pipeline_parallel_layers_per_stage is not None else
-           "pipeline_parallel_degree")
+        raise ConfigError(
+            f"{where(sources, 'parallelism.pipeline_parallel_microbatch_size')}: {micro} does not "
+            f"divide training.local_batch_size {local}; pick a divisor"
+        )
+    key = (
+        "pipeline_parallel_split_points"
+        if par.pipeline_parallel_split_points
+        else "pipeline_parallel_layers_per_stage"
+        if par.pipeline_parallel_layers_per_stage is not None
+        else "pipeline_parallel_degree"
+    )
     try:
-        stage_layer_ids(args.n_layers, pp, par.pipeline_parallel_schedule, n_microbatches=local // micro,
-                        layers_per_stage=par.pipeline_parallel_layers_per_stage,
-                        split_points=par.pipeline_parallel_split_points)
+        stage_layer_ids(
+            args.n_layers,
+            pp,
+            par.pipeline_parallel_schedule,
+            n_microbatches=local // micro,
+            layers_per_stage=par.pipeline_parallel_layers_per_stage,
+            split_points=par.pipeline_parallel_split_points,
+        )
     except ValueError as err:
-        raise ConfigError(f"{where(sources, f'parallelism.{key}')} with pipeline_parallel_schedule "
-                          f"{par.pipeline_parallel_schedule}: {err}") from None
+        raise ConfigError(
+            f"{where(sources, f'parallelism.{key}')} with pipeline_parallel_schedule "
+            f"{par.pipeline_parallel_schedule}: {err}"
+        ) from None
 
 
 def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
@@ -181,10 +231,13 @@ def check_world_size(config: JobConfig, world_size: int) -> ParallelDims:
     try:
         dims = ParallelDims.from_config(config.parallelism, world_size)
     except LaunchError as err:
-        raise ConfigError(f"[parallelism] for world size {world_size} (NGPU x nodes): {err}") from None
+        raise ConfigError(
+            f"[parallelism] for world size {world_size} (NGPU x nodes): {err}"
+        ) from None
     training = config.training
-    if problem := batch_split_problem(training.global_batch_size, training.local_batch_size,
-                                      dims.dp_degree):
+    if problem := batch_split_problem(
+        training.global_batch_size, training.local_batch_size, dims.dp_degree
+    ):
         raise ConfigError(problem)
     check_deterministic(config, dims)
     return dims
@@ -202,10 +255,14 @@ def batch_split_problem(global_bs: int, local_bs: int, dp_degree: int) -> str | 
         fix = f"keep the global batch with --training.local_batch_size={local}"
     else:
         step = local_bs * dp_degree
-        fix = (f"set --training.global_batch_size={-(-global_bs // step) * step} "
-               f"(a multiple of {step})")
-    return (f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * "
-            f"data-parallel degree = {local_bs} * {dp_degree}; {fix}")
+        fix = (
+            f"set --training.global_batch_size={-(-global_bs // step) * step} "
+            f"(a multiple of {step})"
+        )
+    return (
+        f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * "
+        f"data-parallel degree = {local_bs} * {dp_degree}; {fix}"
+    )
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -224,26 +281,40 @@ def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
     training = config.training
     if training.deterministic != "layout":
         return
-    where = "training.deterministic = \"layout\""
-    for name, degree in (("tensor_parallel_degree", dims.tp), ("expert_parallel_degree", dims.ep),
-                         ("context_parallel_degree", dims.cp), ("pipeline_parallel_degree", dims.pp)):
+    where = 'training.deterministic = "layout"'
+    for name, degree in (
+        ("tensor_parallel_degree", dims.tp),
+        ("expert_parallel_degree", dims.ep),
+        ("context_parallel_degree", dims.cp),
+        ("pipeline_parallel_degree", dims.pp),
+    ):
         if degree > 1:
-            raise ConfigError(f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it to 1, "
-                              "or use training.deterministic = \"run\"")
+            raise ConfigError(
+                f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it to 1, "
+                'or use training.deterministic = "run"'
+            )
     if training.streaming:
-        raise ConfigError(f"{where} needs the global window stream, but training.streaming = true reads per rank; "
-                          "turn streaming off or use training.deterministic = \"run\"")
+        raise ConfigError(
+            f"{where} needs the global window stream, but training.streaming = true reads per rank; "
+            'turn streaming off or use training.deterministic = "run"'
+        )
     if config.optimizer.implementation == "fused":
-        raise ConfigError(f"{where}: optimizer.implementation = \"fused\" rounds a shard's tail elements its own way; "
-                          "use \"foreach\" or \"auto\"")
+        raise ConfigError(
+            f'{where}: optimizer.implementation = "fused" rounds a shard\'s tail elements its own way; '
+            'use "foreach" or "auto"'
+        )
     if dims.dp_replicate > 1 and dims.dp_shard == 1:
-        raise ConfigError(f"{where}: pure replication (data_parallel_replicate_degree = {dims.dp_replicate}, "
-                          "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard instead "
-                          "(data_parallel_shard_degree > 1)")
+        raise ConfigError(
+            f"{where}: pure replication (data_parallel_replicate_degree = {dims.dp_replicate}, "
+            "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard instead "
+            "(data_parallel_shard_degree > 1)"
+        )
     local, dp = training.local_batch_size, dims.dp_degree
     global_bs = local * dp if training.global_batch_size == -1 else training.global_batch_size
     per_rank = global_bs // (local * dp)
     if dp > 1 and not _is_power_of_two(per_rank):
-        raise ConfigError(f"{where}: {per_rank} micro-batches per data-parallel rank (global_batch_size {global_bs} / "
-                          f"(local_batch_size {local} x {dp} ranks)) is not a power of two; pick a global batch "
-                          "that makes it one")
+        raise ConfigError(
+            f"{where}: {per_rank} micro-batches per data-parallel rank (global_batch_size {global_bs} / "
+            f"(local_batch_size {local} x {dp} ranks)) is not a power of two; pick a global batch "
+            "that makes it one"
+        )

@@ -55,16 +55,20 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
     if backend == "inductor" and device_type == "cpu":
         compilers = _inductor_cpu_compilers()
         if not any(shutil.which(c) for c in compilers):
-            return (f"inductor compiles C++ on CPU and found none of {compilers} on PATH; install g++ or set CXX "
-                    f"to a C++ compiler, or {avoid}")
+            return (
+                f"inductor compiles C++ on CPU and found none of {compilers} on PATH; install g++ or set CXX "
+                f"to a C++ compiler, or {avoid}"
+            )
     try:
         torch.compile(_probe, backend=backend, fullgraph=True)(torch.ones(4, device=device_type))
     except Exception as err:  # noqa: BLE001 - any failure of the backend means: run eager
         while (inner := getattr(err, "inner_exception", None) or err.__cause__) is not None:
             err = inner  # dynamo wraps the backend's own error (BackendCompilerFailed.inner_exception)
         detail = (str(err).strip().splitlines() or [""])[0]
-        return (f"torch.compile(backend={backend!r}) failed on a probe: {type(err).__name__}: {detail}; fix the "
-                f"backend's toolchain, or {avoid}")
+        return (
+            f"torch.compile(backend={backend!r}) failed on a probe: {type(err).__name__}: {detail}; fix the "
+            f"backend's toolchain, or {avoid}"
+        )
     return None
 
 
@@ -77,11 +81,15 @@ def compile_available(backend: str, device_type: str) -> bool:
     """
     reason = compile_fallback_reason(backend, device_type)
     if reason is not None:
-        print(f"warning: torch.compile disabled, running eager: {reason}", file=sys.stderr, flush=True)
+        print(
+            f"warning: torch.compile disabled, running eager: {reason}", file=sys.stderr, flush=True
+        )
     return reason is None
 
 
-def compiles(enable: bool, components: list[str], backend: str, device_type: str, component: str) -> bool:
+def compiles(
+    enable: bool, components: list[str], backend: str, device_type: str, component: str
+) -> bool:
     """Whether ``component`` (``"model"`` or ``"loss"``) is compiled: ``compile.enable``, listed in
     ``compile.components``, and ``backend`` works on ``device_type`` (:func:`compile_available`)."""
     return enable and component in components and compile_available(backend, device_type)

@@ -28,8 +28,9 @@ def chunk_positions(seq_len: int, cp: int, cp_rank: int) -> torch.Tensor:
         ValueError: ``seq_len`` not a multiple of ``2 * cp``.
     """
     if seq_len % (2 * cp):
-        raise ValueError(f"context parallelism: seq_len {seq_len} is not a multiple of "
-                         f"2 x cp = {2 * cp}")
+        raise ValueError(
+            f"context parallelism: seq_len {seq_len} is not a multiple of 2 x cp = {2 * cp}"
+        )
     c = seq_len // (2 * cp)
     first, second = cp_rank * c, (2 * cp - 1 - cp_rank) * c
     return torch.cat([torch.arange(first, first + c), torch.arange(second, second + c)])
@@ -101,8 +102,9 @@ class ContextParallel:
         c = seq_len // (2 * cp)
         self.chunks = [(0, c, cp_rank * c), (c, 2 * c, (2 * cp - 1 - cp_rank) * c)]
 
-    def split(self, inputs: torch.Tensor, labels: torch.Tensor, documents: dict[str, torch.Tensor]
-              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def split(
+        self, inputs: torch.Tensor, labels: torch.Tensor, documents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's positions of a batch: ``inputs`` and ``labels`` ``(bs, seq_len)``, and the
         model's document keywords (``document_ids``, ``positions``; ``data/documents.py``), with
         ``positions`` (RoPE) always given: ``0 .. seq_len - 1`` when ``documents`` has none."""

@@ -57,7 +57,9 @@ class PairwiseSum:
         """
         self._levels += [None] * (level + 1 - len(self._levels))
         if any(buf is not None for buf in self._levels[:level]):
-            raise ValueError(f"PairwiseSum: a block of 2**{level} items pushed at a position not a multiple of it")
+            raise ValueError(
+                f"PairwiseSum: a block of 2**{level} items pushed at a position not a multiple of it"
+            )
         while self._levels[level] is not None:
             x, self._levels[level] = self._levels[level] + x, None
             level += 1
@@ -82,7 +84,9 @@ class PairwiseSum:
 
 def optimizer_implementation(config) -> str:
     """``optimizer.implementation`` for the run: ``foreach`` in ``layout`` mode (see the module note), else as set."""
-    return "foreach" if config.training.deterministic == "layout" else config.optimizer.implementation
+    return (
+        "foreach" if config.training.deterministic == "layout" else config.optimizer.implementation
+    )
 
 
 class _Exchange:
@@ -93,15 +97,28 @@ class _Exchange:
     interface class itself lives in a private module, so it is not subclassed."""
 
     def __init__(self, dims: ParallelDims):
-        self.group, self.dp_shard, self.dp_replicate = dims.dp_group, dims.dp_shard, dims.dp_replicate
+        self.group, self.dp_shard, self.dp_replicate = (
+            dims.dp_group,
+            dims.dp_shard,
+            dims.dp_replicate,
+        )
         self.received: torch.Tensor | None = None
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op, async_op: bool = False):
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group,
+        op,
+        async_op: bool = False,
+    ):
         chunks = input_tensor.view(self.dp_shard, -1)  # row s: the contribution to shard s
-        send = chunks.repeat(self.dp_replicate, 1) if self.dp_replicate > 1 else chunks  # dp rank r*S + s: shard s
+        send = (
+            chunks.repeat(self.dp_replicate, 1) if self.dp_replicate > 1 else chunks
+        )  # dp rank r*S + s: shard s
         self.received = torch.empty_like(send)
         dist.all_to_all_single(self.received, send, group=self.group)
         output_tensor.zero_()
@@ -120,7 +137,9 @@ class _CanonicalReduction:
 
     def __call__(self, reduce_output: torch.Tensor) -> None:
         if self.exchange is None:
-            rows = reduce_output.unsqueeze(0).clone()  # (1, numel): one rank, the output is its own gradient
+            rows = reduce_output.unsqueeze(
+                0
+            ).clone()  # (1, numel): one rank, the output is its own gradient
         else:
             rows, self.exchange.received = self.exchange.received, None
         self.per_source.push(rows)
@@ -156,7 +175,9 @@ def install_canonical_reduction(model: nn.Module, dims: ParallelDims, micro_batc
     return len(modules)
 
 
-def canonical_loss_sum(micro_losses: PairwiseSum, dims: ParallelDims, micro_batches: int) -> torch.Tensor:
+def canonical_loss_sum(
+    micro_losses: PairwiseSum, dims: ParallelDims, micro_batches: int
+) -> torch.Tensor:
     """The step's summed token cross-entropy over all ranks in the canonical tree, on data-parallel rank 0, and
     0.0 on the others, so that the trainer's all-reduce (SUM) gives every rank exactly that sum.
 

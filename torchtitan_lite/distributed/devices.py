@@ -45,14 +45,18 @@ def device_type(requested: str = "auto") -> str:
         LaunchError: ``requested`` names a device type that is not available here.
     """
     if requested != "auto" and requested not in DEVICE_TYPES:
-        raise ValueError(f"training.device: unknown device type {requested!r}; "
-                         f"use auto or one of {', '.join(DEVICE_TYPES)}")
+        raise ValueError(
+            f"training.device: unknown device type {requested!r}; "
+            f"use auto or one of {', '.join(DEVICE_TYPES)}"
+        )
     found = _accelerator() or "cpu"
     if requested == "auto":
         return found
     if requested not in ("cpu", found):
-        raise LaunchError(f"training.device = {requested!r} but no {requested} device is available here; "
-                           "use training.device = \"auto\" (or \"cpu\")")
+        raise LaunchError(
+            f"training.device = {requested!r} but no {requested} device is available here; "
+            'use training.device = "auto" (or "cpu")'
+        )
     return requested
 
 
@@ -64,9 +68,13 @@ def backend_for(device_type: str) -> str:
         ValueError: a device type outside :data:`DEVICE_TYPES`.
     """
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"no process group backend for device type {device_type!r}; "
-                         f"known: {', '.join(DEVICE_TYPES)}")
-    return _NPU_BACKEND if device_type == "npu" else dist.get_default_backend_for_device(device_type)
+        raise ValueError(
+            f"no process group backend for device type {device_type!r}; "
+            f"known: {', '.join(DEVICE_TYPES)}"
+        )
+    return (
+        _NPU_BACKEND if device_type == "npu" else dist.get_default_backend_for_device(device_type)
+    )
 
 
 class _CpuDeviceModule:
@@ -116,4 +124,3 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cpu":
         return _CPU_MODULE.max_memory_allocated(device)
     return int(torch.accelerator.max_memory_allocated(device))
-

@@ -50,7 +50,9 @@ from torch.distributed.tensor.parallel import ParallelStyle
 class _Routed:
     """What :meth:`ExpertParallel._dispatch` keeps for the combine of the same forward."""
 
-    order: torch.Tensor  # (T * k,) int64: position of each sorted pair in the flattened (T, k) routing
+    order: (
+        torch.Tensor
+    )  # (T * k,) int64: position of each sorted pair in the flattened (T, k) routing
     weights: torch.Tensor  # (T, k) router weights
     send: list[int]  # rows sent to each EP rank
     receive: list[int]  # rows received from each EP rank
@@ -81,19 +83,27 @@ class ExpertParallel(ParallelStyle):
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         ep = device_mesh.size()
         if module.num_experts % ep:
-            raise ValueError(f"expert_parallel_degree {ep} does not divide num_experts {module.num_experts} (each "
-                             "rank holds whole experts); pick a divisor")
+            raise ValueError(
+                f"expert_parallel_degree {ep} does not divide num_experts {module.num_experts} (each "
+                "rank holds whole experts); pick a divisor"
+            )
         self.num_experts, self.ep = module.num_experts, ep
         self.group = device_mesh.get_group()
-        return distribute_module(module, device_mesh, _shard_experts, input_fn=self._dispatch,
-                                 output_fn=self._combine)
+        return distribute_module(
+            module, device_mesh, _shard_experts, input_fn=self._dispatch, output_fn=self._combine
+        )
 
     def _tp_split(self, tensor: torch.Tensor) -> torch.Tensor:
         """This tensor-parallel rank's share of the rows of a tensor replicated over ``tp_mesh``."""
-        return DTensor.from_local(tensor, self.tp_mesh, [Replicate()], run_check=False).redistribute(
-            placements=[Shard(0)]).to_local()
+        return (
+            DTensor.from_local(tensor, self.tp_mesh, [Replicate()], run_check=False)
+            .redistribute(placements=[Shard(0)])
+            .to_local()
+        )
 
-    def _dispatch(self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[torch.Tensor, ...]:
+    def _dispatch(
+        self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh
+    ) -> tuple[torch.Tensor, ...]:
         """``(x, indices, weights)`` of the rank's tokens -> ``(rows, local ids, ones)`` of the rows its experts run:
         steps 1-4 of the note on the token dispatch."""
         x, indices, weights = inputs
@@ -103,30 +113,57 @@ class ExpertParallel(ParallelStyle):
         top_k = indices.shape[1]
         flat = indices.reshape(-1)  # (T * k,)
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts)  # (E,): [destination rank, its local expert]
+        counts = torch.bincount(
+            flat, minlength=self.num_experts
+        )  # (E,): [destination rank, its local expert]
         received = torch.empty_like(counts)  # (E,): [source rank, my local expert]
         dist.all_to_all_single(received, counts, group=self.group)
-        send, receive = torch.stack([counts.view(self.ep, -1).sum(1), received.view(self.ep, -1).sum(1)]).tolist()
-        rows = all_to_all_single_autograd(x.index_select(0, order // top_k), receive, send, self.group)
+        send, receive = torch.stack(
+            [counts.view(self.ep, -1).sum(1), received.view(self.ep, -1).sum(1)]
+        ).tolist()
+        rows = all_to_all_single_autograd(
+            x.index_select(0, order // top_k), receive, send, self.group
+        )
         local = self.num_experts // self.ep
-        local_ids = torch.arange(local, device=flat.device).repeat(self.ep).repeat_interleave(
-            received, output_size=sum(receive))  # (R,) the local expert of each received row
-        self._routed = _Routed(order=order, weights=weights, send=send, receive=receive, num_tokens=num_tokens)
-        return rows, local_ids[:, None], torch.ones(rows.shape[0], 1, dtype=weights.dtype, device=weights.device)
+        local_ids = (
+            torch.arange(local, device=flat.device)
+            .repeat(self.ep)
+            .repeat_interleave(received, output_size=sum(receive))
+        )  # (R,) the local expert of each received row
+        self._routed = _Routed(
+            order=order, weights=weights, send=send, receive=receive, num_tokens=num_tokens
+        )
+        return (
+            rows,
+            local_ids[:, None],
+            torch.ones(rows.shape[0], 1, dtype=weights.dtype, device=weights.device),
+        )
 
     def _combine(self, module: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         """The experts' rows ``(R, dim)`` -> ``(T, dim)``: back to their origin, weighted and summed per token
         (steps 6 of the note; ``torchtitan_lite.models.common.token_dispatch.combine``'s order)."""
         routed, self._routed = self._routed, None
-        back = all_to_all_single_autograd(out, routed.send, routed.receive, self.group)  # (T * k, dim), sorted
+        back = all_to_all_single_autograd(
+            out, routed.send, routed.receive, self.group
+        )  # (T * k, dim), sorted
         top_k = routed.weights.shape[1]
         y = back * routed.weights.reshape(-1)[routed.order, None].to(back.dtype)
-        combined = back.new_zeros(routed.weights.shape[0], back.shape[-1]).index_add(0, routed.order // top_k, y)
+        combined = back.new_zeros(routed.weights.shape[0], back.shape[-1]).index_add(
+            0, routed.order // top_k, y
+        )
         if self.tp_mesh is not None:
             shape = (routed.num_tokens, combined.shape[-1])  # the shares may be uneven
-            gathered = DTensor.from_local(combined, self.tp_mesh, [Shard(0)], run_check=False, shape=shape,
-                                          stride=(shape[1], 1)).redistribute(placements=[Replicate()])
-            combined = gathered.to_local().clone()  # to_local() is a view: see the note on the experts' output
+            gathered = DTensor.from_local(
+                combined,
+                self.tp_mesh,
+                [Shard(0)],
+                run_check=False,
+                shape=shape,
+                stride=(shape[1], 1),
+            ).redistribute(placements=[Replicate()])
+            combined = (
+                gathered.to_local().clone()
+            )  # to_local() is a view: see the note on the experts' output
         return combined
 
 
@@ -135,6 +172,9 @@ def _shard_experts(name: str, module: nn.Module, mesh: DeviceMesh) -> None:
     if name:
         return
     for param_name, param in list(module.named_parameters(recurse=False)):
-        module.register_parameter(param_name, nn.Parameter(distribute_tensor(param, mesh, [Shard(0)]),
-                                                           requires_grad=param.requires_grad))
-
+        module.register_parameter(
+            param_name,
+            nn.Parameter(
+                distribute_tensor(param, mesh, [Shard(0)]), requires_grad=param.requires_grad
+            ),
+        )

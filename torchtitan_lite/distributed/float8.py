@@ -55,9 +55,12 @@ def float8_settings(config: Any) -> Float8Settings | None:
     f8 = config.float8
     if not f8.enable:
         return None
-    return Float8Settings(recipe_name=f8.recipe_name, filter_fqns=tuple(f8.filter_fqns),
-                          enable_fsdp_float8_all_gather=f8.enable_fsdp_float8_all_gather,
-                          precompute_float8_dynamic_scale_for_fsdp=f8.precompute_float8_dynamic_scale_for_fsdp)
+    return Float8Settings(
+        recipe_name=f8.recipe_name,
+        filter_fqns=tuple(f8.filter_fqns),
+        enable_fsdp_float8_all_gather=f8.enable_fsdp_float8_all_gather,
+        precompute_float8_dynamic_scale_for_fsdp=f8.precompute_float8_dynamic_scale_for_fsdp,
+    )
 
 
 def check_float8_config(config: Any, sources: Sources) -> None:
@@ -74,18 +77,26 @@ def check_float8_config(config: Any, sources: Sources) -> None:
         return
     key = where(sources, "float8.enable")
     if importlib.util.find_spec("torchao") is None:
-        raise ConfigError(f"{key}: float8 training needs torchao, which is not installed; run {INSTALL_HINT}")
+        raise ConfigError(
+            f"{key}: float8 training needs torchao, which is not installed; run {INSTALL_HINT}"
+        )
     if f8.enable_fsdp_float8_all_gather and f8.recipe_name != "tensorwise":
-        raise ConfigError(f"{where(sources, 'float8.enable_fsdp_float8_all_gather')}: the float8 all-gather needs "
-                          f"recipe_name = \"tensorwise\" (one scale per weight), not {f8.recipe_name!r}; set it "
-                          "false or use the tensorwise recipe")
+        raise ConfigError(
+            f"{where(sources, 'float8.enable_fsdp_float8_all_gather')}: the float8 all-gather needs "
+            f'recipe_name = "tensorwise" (one scale per weight), not {f8.recipe_name!r}; set it '
+            "false or use the tensorwise recipe"
+        )
     if f8.precompute_float8_dynamic_scale_for_fsdp and not f8.enable_fsdp_float8_all_gather:
-        raise ConfigError(f"{where(sources, 'float8.precompute_float8_dynamic_scale_for_fsdp')}: precomputes the "
-                          "scales of the float8 all-gather; also set float8.enable_fsdp_float8_all_gather = true")
+        raise ConfigError(
+            f"{where(sources, 'float8.precompute_float8_dynamic_scale_for_fsdp')}: precomputes the "
+            "scales of the float8 all-gather; also set float8.enable_fsdp_float8_all_gather = true"
+        )
     if config.parallelism.tensor_parallel_degree > 1:
-        raise ConfigError(f"{key}: float8 with tensor parallelism (torchao's Float8ColwiseParallel/"
-                          "Float8RowwiseParallel styles) is not supported here; set "
-                          "parallelism.tensor_parallel_degree = 1 or float8.enable = false")
+        raise ConfigError(
+            f"{key}: float8 with tensor parallelism (torchao's Float8ColwiseParallel/"
+            "Float8RowwiseParallel styles) is not supported here; set "
+            "parallelism.tensor_parallel_degree = 1 or float8.enable = false"
+        )
 
 
 def _has_cuda() -> bool:
@@ -99,11 +110,20 @@ class _DropRecords(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if record.name == "torchao" and message.startswith("Failed to load ") and "torchao/_C" in message:
+        if (
+            record.name == "torchao"
+            and message.startswith("Failed to load ")
+            and "torchao/_C" in message
+        ):
             return _has_cuda()  # a CUDA-only kernel library failing where there is no CUDA
-        if record.name == "torch.utils._pytree" and "register_constant() on Enum subclasses" in message:
-            return not any(str(arg).startswith("<enum 'KernelPreference'") or "torchao" in str(arg)
-                           for arg in (record.args or ()))
+        if (
+            record.name == "torch.utils._pytree"
+            and "register_constant() on Enum subclasses" in message
+        ):
+            return not any(
+                str(arg).startswith("<enum 'KernelPreference'") or "torchao" in str(arg)
+                for arg in (record.args or ())
+            )
         return True
 
 
@@ -138,10 +158,12 @@ def import_torchao():
 def _linear_filter(filter_fqns: tuple[str, ...]):
     """``(module, fqn) -> bool``: convert an ``nn.Linear`` unless its name contains one of ``filter_fqns`` or a
     dimension is not a multiple of :data:`_ALIGNMENT` (torchtitan's ``module_filter_fn`` rule)."""
+
     def keep(module: nn.Module, fqn: str) -> bool:
         if not isinstance(module, nn.Linear) or any(part in fqn for part in filter_fqns):
             return False
         return module.in_features % _ALIGNMENT == 0 and module.out_features % _ALIGNMENT == 0
+
     return keep
 
 
@@ -155,10 +177,14 @@ def convert_to_float8(model: nn.Module, settings: Float8Settings) -> list[str]:
     """
     f8 = import_torchao()
     if settings.recipe_name == "tensorwise":
-        config = f8.Float8LinearConfig(enable_fsdp_float8_all_gather=settings.enable_fsdp_float8_all_gather)
+        config = f8.Float8LinearConfig(
+            enable_fsdp_float8_all_gather=settings.enable_fsdp_float8_all_gather
+        )
     else:
         config = f8.Float8LinearConfig.from_recipe_name(settings.recipe_name)
-    f8.convert_to_float8_training(model, config=config, module_filter_fn=_linear_filter(settings.filter_fqns))
+    f8.convert_to_float8_training(
+        model, config=config, module_filter_fn=_linear_filter(settings.filter_fqns)
+    )
     return float8_linear_names(model)
 
 
@@ -172,18 +198,26 @@ def float8_flops_per_token(model: nn.Module, settings: Float8Settings | None) ->
         return 0
     keep = _linear_filter(settings.filter_fqns)
     per_weight = 4 if settings.recipe_name == "rowwise_with_gw_hp" else 6
-    return sum(per_weight * m.in_features * m.out_features for name, m in model.named_modules() if keep(m, name))
+    return sum(
+        per_weight * m.in_features * m.out_features
+        for name, m in model.named_modules()
+        if keep(m, name)
+    )
 
 
 def float8_linear_names(model: nn.Module) -> list[str]:
     """The fully qualified names of ``model``'s ``Float8Linear`` modules (empty without float8)."""
-    return [name for name, module in model.named_modules() if type(module).__name__ == "Float8Linear"]
+    return [
+        name for name, module in model.named_modules() if type(module).__name__ == "Float8Linear"
+    ]
 
 
 def high_precision(tensor: torch.Tensor) -> torch.Tensor:
     """The plain tensor inside torchao's ``WeightWithDynamicFloat8CastTensor`` (the weight wrapper of the float8
     all-gather, same dtype and values), for writers that need plain storage (safetensors); ``tensor`` otherwise."""
-    return tensor._tensor if type(tensor).__name__ == "WeightWithDynamicFloat8CastTensor" else tensor
+    return (
+        tensor._tensor if type(tensor).__name__ == "WeightWithDynamicFloat8CastTensor" else tensor
+    )
 
 
 def float8_line(model: nn.Module, settings: Float8Settings) -> str:
@@ -192,9 +226,11 @@ def float8_line(model: nn.Module, settings: Float8Settings) -> str:
     MoE experts``."""
     gather = "on" if settings.enable_fsdp_float8_all_gather else "off"
     kept = ", ".join(repr(f) for f in settings.filter_fqns)
-    return (f"float8 ({settings.recipe_name}, float8 all-gather {gather}): {len(float8_linear_names(model))} linear "
-            f"layers converted; high precision: names containing {kept or 'nothing'}, dimensions not multiples of "
-            f"{_ALIGNMENT}, grouped MoE experts")
+    return (
+        f"float8 ({settings.recipe_name}, float8 all-gather {gather}): {len(float8_linear_names(model))} linear "
+        f"layers converted; high precision: names containing {kept or 'nothing'}, dimensions not multiples of "
+        f"{_ALIGNMENT}, grouped MoE experts"
+    )
 
 
 def precompute_scales(model: nn.Module, settings: Float8Settings | None) -> None:

@@ -77,14 +77,25 @@ def apply_fsdp(
         ValueError: ``mesh`` is not 1-D or 2-D.
     """
     if mesh.ndim not in (1, 2):
-        raise ValueError(f"apply_fsdp needs a 1-D (FSDP) or 2-D (HSDP) data-parallel mesh, got a {mesh.ndim}-D "
-                         f"mesh {mesh}")
+        raise ValueError(
+            f"apply_fsdp needs a 1-D (FSDP) or 2-D (HSDP) data-parallel mesh, got a {mesh.ndim}-D "
+            f"mesh {mesh}"
+        )
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for experts in expert_modules:
-        fully_shard(experts, mesh=expert_mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(
+            experts,
+            mesh=expert_mesh,
+            mp_policy=mp_policy,
+            reshard_after_forward=reshard_after_forward,
+        )
     for block in _layers(model).values():
-        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
-    output_group = [module for module in (model.norm, model.output) if module is not None]  # a stage may lack them
+        fully_shard(
+            block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward
+        )
+    output_group = [
+        module for module in (model.norm, model.output) if module is not None
+    ]  # a stage may lack them
     if is_tied(model):
         output_group = [model.tok_embeddings, *output_group]
     if output_group:

@@ -28,10 +28,14 @@ def _shard_group(grads: list[torch.Tensor]) -> tuple[dist.ProcessGroup | None, i
             for dim, placement in enumerate(grad.placements):
                 if isinstance(placement, Shard):
                     if placement.dim != 0:
-                        raise ValueError(f"gradient sharded on dim {placement.dim}: rows need Shard(0)")
+                        raise ValueError(
+                            f"gradient sharded on dim {placement.dim}: rows need Shard(0)"
+                        )
                     found.add((grad.device_mesh, dim))
     if len(found) > 1:
-        raise ValueError(f"gradients sharded over {len(found)} mesh dimensions; the row order needs one")
+        raise ValueError(
+            f"gradients sharded over {len(found)} mesh dimensions; the row order needs one"
+        )
     if not found:
         return None, 1
     mesh, dim = found.pop()
@@ -52,10 +56,15 @@ def layout_invariant_grad_norm(model: nn.Module) -> torch.Tensor:
     if not grads:
         return torch.zeros((), dtype=torch.float32)
     group, size = _shard_group(grads)
-    pieces, spans = [], []  # each parameter's padded rows per rank: ceil(rows / size), FSDP2's chunk size
+    pieces, spans = (
+        [],
+        [],
+    )  # each parameter's padded rows per rank: ceil(rows / size), FSDP2's chunk size
     for grad in grads:
         local = grad.to_local() if isinstance(grad, DTensor) else grad
-        rows = local.float().reshape(local.shape[0], -1) if local.ndim else local.float().reshape(1, 1)
+        rows = (
+            local.float().reshape(local.shape[0], -1) if local.ndim else local.float().reshape(1, 1)
+        )
         row_squares = (rows * rows).sum(dim=1)  # (local rows,)
         n_rows = grad.shape[0] if grad.ndim else 1
         chunk = math.ceil(n_rows / size)
@@ -70,7 +79,9 @@ def layout_invariant_grad_norm(model: nn.Module) -> torch.Tensor:
         gathered = local_rows.unsqueeze(0)
     per_param, offset = [], 0
     for chunk, n_rows in spans:
-        per_param.append(gathered[:, offset:offset + chunk].reshape(-1)[:n_rows].sum())  # global row order
+        per_param.append(
+            gathered[:, offset : offset + chunk].reshape(-1)[:n_rows].sum()
+        )  # global row order
         offset += chunk
     return torch.stack(per_param).sum().sqrt()
 

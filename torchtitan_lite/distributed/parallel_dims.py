@@ -47,40 +47,67 @@ class ParallelDims:
             ``dp_shard * cp * tp`` (each message names the degrees and the world size).
     """
 
-    def __init__(self, *, dp_replicate: int = 1, dp_shard: int = -1, tp: int = 1, pp: int = 1, ep: int = 1,
-                 cp: int = 1, world_size: int):
+    def __init__(
+        self,
+        *,
+        dp_replicate: int = 1,
+        dp_shard: int = -1,
+        tp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        cp: int = 1,
+        world_size: int,
+    ):
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
-        named = {"data_parallel_replicate_degree": dp_replicate, "tensor_parallel_degree": tp,
-                 "context_parallel_degree": cp, "pipeline_parallel_degree": pp,
-                 "expert_parallel_degree": ep}
+        named = {
+            "data_parallel_replicate_degree": dp_replicate,
+            "tensor_parallel_degree": tp,
+            "context_parallel_degree": cp,
+            "pipeline_parallel_degree": pp,
+            "expert_parallel_degree": ep,
+        }
         for key, value in named.items():
             if value < 1:
                 raise ValueError(f"parallelism.{key} must be >= 1, got {value}")
         if dp_shard != -1 and dp_shard < 1:
-            raise ValueError(f"parallelism.data_parallel_shard_degree must be -1 (the ranks left) or >= 1, got "
-                             f"{dp_shard}")
+            raise ValueError(
+                f"parallelism.data_parallel_shard_degree must be -1 (the ranks left) or >= 1, got "
+                f"{dp_shard}"
+            )
         others = dp_replicate * cp * tp * pp
         cp_text = f"context_parallel_degree {cp} * " if cp > 1 else ""
         if dp_shard == -1:
             if world_size % others:
-                raise LaunchError(f"the world size {world_size} is not a multiple of "
-                                  f"data_parallel_replicate_degree {dp_replicate} * {cp_text}"
-                                  f"tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
-                                  f"{others}; pick degrees that divide it")
+                raise LaunchError(
+                    f"the world size {world_size} is not a multiple of "
+                    f"data_parallel_replicate_degree {dp_replicate} * {cp_text}"
+                    f"tensor_parallel_degree {tp} * pipeline_parallel_degree {pp} = "
+                    f"{others}; pick degrees that divide it"
+                )
             dp_shard = world_size // others
         if dp_replicate * dp_shard * cp * tp * pp != world_size:
-            raise LaunchError(f"data_parallel_replicate_degree {dp_replicate} * "
-                              f"data_parallel_shard_degree {dp_shard} * {cp_text}tensor_parallel_degree "
-                              f"{tp} * pipeline_parallel_degree {pp} = "
-                              f"{dp_replicate * dp_shard * cp * tp * pp}, not the world size "
-                              f"{world_size}; set data_parallel_shard_degree = -1 or degrees that "
-                              "multiply to the world size")
+            raise LaunchError(
+                f"data_parallel_replicate_degree {dp_replicate} * "
+                f"data_parallel_shard_degree {dp_shard} * {cp_text}tensor_parallel_degree "
+                f"{tp} * pipeline_parallel_degree {pp} = "
+                f"{dp_replicate * dp_shard * cp * tp * pp}, not the world size "
+                f"{world_size}; set data_parallel_shard_degree = -1 or degrees that "
+                "multiply to the world size"
+            )
         if (dp_shard * cp * tp) % ep:
-            raise LaunchError(f"expert_parallel_degree {ep} must divide data_parallel_shard_degree "
-                              f"{dp_shard} * {cp_text}tensor_parallel_degree {tp} = "
-                              f"{dp_shard * cp * tp} (expert parallelism borrows those ranks)")
-        self.dp_replicate, self.dp_shard, self.tp, self.pp, self.ep = dp_replicate, dp_shard, tp, pp, ep
+            raise LaunchError(
+                f"expert_parallel_degree {ep} must divide data_parallel_shard_degree "
+                f"{dp_shard} * {cp_text}tensor_parallel_degree {tp} = "
+                f"{dp_shard * cp * tp} (expert parallelism borrows those ranks)"
+            )
+        self.dp_replicate, self.dp_shard, self.tp, self.pp, self.ep = (
+            dp_replicate,
+            dp_shard,
+            tp,
+            pp,
+            ep,
+        )
         self.cp = cp
         self.world_size = world_size
         self._meshes: dict[str, DeviceMesh] = {}
@@ -92,10 +119,15 @@ class ParallelDims:
         Raises:
             LaunchError: as the constructor.
         """
-        return cls(dp_replicate=parallelism.data_parallel_replicate_degree,
-                   dp_shard=parallelism.data_parallel_shard_degree, tp=parallelism.tensor_parallel_degree,
-                   pp=parallelism.pipeline_parallel_degree, ep=parallelism.expert_parallel_degree,
-                   cp=parallelism.context_parallel_degree, world_size=world_size)
+        return cls(
+            dp_replicate=parallelism.data_parallel_replicate_degree,
+            dp_shard=parallelism.data_parallel_shard_degree,
+            tp=parallelism.tensor_parallel_degree,
+            pp=parallelism.pipeline_parallel_degree,
+            ep=parallelism.expert_parallel_degree,
+            cp=parallelism.context_parallel_degree,
+            world_size=world_size,
+        )
 
     def build_mesh(self, device_type: str) -> DeviceMesh:
         """Create the world mesh and its views over the default process group (call once, on every
@@ -110,22 +142,31 @@ class ParallelDims:
         self._meshes = {
             "world": world,
             "dense": world._unflatten(
-                0, (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp),
-                ("pp", "dp_replicate", "dp_shard", "cp", "tp")),
-            "batch": world._unflatten(0, (self.pp, self.dp_degree, self.cp, self.tp),
-                                      ("pp", "dp", "cp", "tp")),
+                0,
+                (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp),
+                ("pp", "dp_replicate", "dp_shard", "cp", "tp"),
+            ),
+            "batch": world._unflatten(
+                0, (self.pp, self.dp_degree, self.cp, self.tp), ("pp", "dp", "cp", "tp")
+            ),
         }
         dense = self._meshes["dense"]
         shard = ("dp_shard", "cp") if self.cp > 1 else ("dp_shard",)  # the dims FSDP2 shards over
         if self.cp > 1:  # views with the two dims as one (the same ranks, innermost first)
             self._meshes["fsdp"] = world._unflatten(
-                0, (self.pp, self.dp_replicate, self.dp_shard * self.cp, self.tp),
-                ("pp", "dp_replicate", "dp_shard_cp", "tp"))
-            self._meshes["loss"] = world._unflatten(0, (self.pp, self.dp_degree * self.cp, self.tp),
-                                                    ("pp", "dp_cp", "tp"))
+                0,
+                (self.pp, self.dp_replicate, self.dp_shard * self.cp, self.tp),
+                ("pp", "dp_replicate", "dp_shard_cp", "tp"),
+            )
+            self._meshes["loss"] = world._unflatten(
+                0, (self.pp, self.dp_degree * self.cp, self.tp), ("pp", "dp_cp", "tp")
+            )
         shard_name = "_".join(shard)
-        for names in (("dp_replicate", "dp_shard"), ("dp_shard", "tp"),
-                      ("dp_replicate", "dp_shard", "tp")):
+        for names in (
+            ("dp_replicate", "dp_shard"),
+            ("dp_shard", "tp"),
+            ("dp_replicate", "dp_shard", "tp"),
+        ):
             # the meshes FSDP x TP builds: one collective where a DTensor reduces over these dims
             if all(getattr(self, name) > 1 for name in names if name != "dp_shard"):
                 dims = tuple(d for n in names for d in (shard if n == "dp_shard" else (n,)))
@@ -133,12 +174,15 @@ class ParallelDims:
                     dense[dims]._flatten("_".join(names).replace("dp_shard", shard_name))
         if self.ep > 1:
             self._meshes["sparse"] = world._unflatten(
-                0, (self.pp, self.dp_replicate, self.dp_shard * self.cp * self.tp // self.ep,
-                    self.ep),
-                ("pp", "dp_replicate", "efsdp", "ep"))
+                0,
+                (self.pp, self.dp_replicate, self.dp_shard * self.cp * self.tp // self.ep, self.ep),
+                ("pp", "dp_replicate", "efsdp", "ep"),
+            )
             sparse = self._meshes["sparse"]
             names = ("dp_replicate", "efsdp", "ep") if self.dp_replicate > 1 else ("efsdp", "ep")
-            sparse[names]._flatten("_".join(names))  # one collective where an expert DTensor reduces over these dims
+            sparse[names]._flatten(
+                "_".join(names)
+            )  # one collective where an expert DTensor reduces over these dims
         return world
 
     def _view(self, name: str) -> DeviceMesh:
@@ -248,5 +292,7 @@ class ParallelDims:
         return self.pp_mesh.get_local_rank()
 
     def __repr__(self) -> str:
-        return (f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, tp={self.tp}, "
-                f"pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})")
+        return (
+            f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, tp={self.tp}, "
+            f"pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})"
+        )

@@ -53,8 +53,15 @@ def _single_stage(schedule: str) -> bool:
     return issubclass(get_schedule_class(schedule), PipelineScheduleSingle)
 
 
-def stage_layer_ids(n_layers: int, pp: int, schedule: str, *, n_microbatches: int,
-                    layers_per_stage: int | None = None, split_points: Sequence[int] = ()) -> list[list[int]]:
+def stage_layer_ids(
+    n_layers: int,
+    pp: int,
+    schedule: str,
+    *,
+    n_microbatches: int,
+    layers_per_stage: int | None = None,
+    split_points: Sequence[int] = (),
+) -> list[list[int]]:
     """The layer ids of every (virtual) pipeline stage, in stage order, for a layout the schedule can run.
 
     Stages: at ``split_points`` (the first layer of every stage but the first, torchtitan's former
@@ -76,47 +83,69 @@ def stage_layer_ids(n_layers: int, pp: int, schedule: str, *, n_microbatches: in
             ``max(1, n_microbatches // pp)``).
     """
     if split_points and layers_per_stage is not None:
-        raise ValueError("set pipeline_parallel_split_points or pipeline_parallel_layers_per_stage, not both")
+        raise ValueError(
+            "set pipeline_parallel_split_points or pipeline_parallel_layers_per_stage, not both"
+        )
     if split_points:
         points = list(split_points)
         if points != sorted(set(points)) or points[0] < 1 or points[-1] >= n_layers:
-            raise ValueError(f"pipeline_parallel_split_points {points} must be increasing layer ids within 1.."
-                             f"{n_layers - 1} (the first layer of each stage after the first)")
+            raise ValueError(
+                f"pipeline_parallel_split_points {points} must be increasing layer ids within 1.."
+                f"{n_layers - 1} (the first layer of each stage after the first)"
+            )
         bounds = [0, *points, n_layers]
     else:
         per_rank = 1 if _single_stage(schedule) else 2
         n_stages = math.ceil(n_layers / layers_per_stage) if layers_per_stage else pp * per_rank
         if n_stages > n_layers:
-            made = f"{layers_per_stage} layers per stage" if layers_per_stage else f"{pp} ranks x {per_rank}"
-            raise ValueError(f"{n_stages} pipeline stages ({made}) but the model has {n_layers} layers; use at most "
-                             f"{n_layers} stages")
+            made = (
+                f"{layers_per_stage} layers per stage"
+                if layers_per_stage
+                else f"{pp} ranks x {per_rank}"
+            )
+            raise ValueError(
+                f"{n_stages} pipeline stages ({made}) but the model has {n_layers} layers; use at most "
+                f"{n_layers} stages"
+            )
         base, extra = divmod(n_layers, n_stages)
         bounds = [0]
         for stage in range(n_stages):
             bounds.append(bounds[-1] + base + (stage < extra))
     n_stages = len(bounds) - 1
     if n_stages % pp:
-        raise ValueError(f"{n_stages} pipeline stages of the {n_layers}-layer model are not a multiple of "
-                         f"pipeline_parallel_degree {pp}")
+        raise ValueError(
+            f"{n_stages} pipeline stages of the {n_layers}-layer model are not a multiple of "
+            f"pipeline_parallel_degree {pp}"
+        )
     per_rank = n_stages // pp
     if _single_stage(schedule) and per_rank != 1:
-        raise ValueError(f"{n_stages} stages on {pp} ranks are {per_rank} per rank but {schedule} runs one per rank; "
-                         "use Interleaved1F1B or one stage per rank")
+        raise ValueError(
+            f"{n_stages} stages on {pp} ranks are {per_rank} per rank but {schedule} runs one per rank; "
+            "use Interleaved1F1B or one stage per rank"
+        )
     if not _single_stage(schedule) and per_rank < 2:
-        raise ValueError(f"{schedule} runs several stages per rank but {n_stages} stages on {pp} ranks are one per "
-                         "rank; use 1F1B or GPipe, or more stages")
+        raise ValueError(
+            f"{schedule} runs several stages per rank but {n_stages} stages on {pp} ranks are one per "
+            "rank; use 1F1B or GPipe, or more stages"
+        )
     if schedule == "1F1B" and n_microbatches < n_stages:
-        raise ValueError(f"1F1B needs at least as many micro-batches as stages: {n_microbatches} micro-batches "
-                         f"(local_batch_size / pipeline_parallel_microbatch_size) for {n_stages} stages; use GPipe or "
-                         "smaller micro-batches")
+        raise ValueError(
+            f"1F1B needs at least as many micro-batches as stages: {n_microbatches} micro-batches "
+            f"(local_batch_size / pipeline_parallel_microbatch_size) for {n_stages} stages; use GPipe or "
+            "smaller micro-batches"
+        )
     rounds = max(1, n_microbatches // pp)
     if not _single_stage(schedule) and n_microbatches % rounds:
-        raise ValueError(f"{schedule} needs a number of micro-batches divisible by max(1, micro-batches // "
-                         f"pipeline_parallel_degree) = {rounds}, got {n_microbatches}")
+        raise ValueError(
+            f"{schedule} needs a number of micro-batches divisible by max(1, micro-batches // "
+            f"pipeline_parallel_degree) = {rounds}, got {n_microbatches}"
+        )
     return [list(range(start, end)) for start, end in zip(bounds, bounds[1:])]
 
 
-def split_stage(model: nn.Module, layer_ids: Sequence[int], *, first: bool, last: bool) -> nn.Module:
+def split_stage(
+    model: nn.Module, layer_ids: Sequence[int], *, first: bool, last: bool
+) -> nn.Module:
     """A deep copy of ``model`` (on meta) that keeps only ``layers[str(i)]`` for ``i`` in ``layer_ids``,
     ``tok_embeddings`` if ``first`` and ``norm`` and ``output`` if ``last`` (the others set to ``None``).
 
@@ -124,8 +153,10 @@ def split_stage(model: nn.Module, layer_ids: Sequence[int], *, first: bool, last
         ValueError: ``model`` ties ``output`` to ``tok_embeddings`` and the stage is not both first and last.
     """
     if is_tied(model) and not (first and last):
-        raise ValueError("a tied model (output.weight is tok_embeddings.weight) cannot be split into pipeline stages: "
-                         "the first stage owns the embedding and the last the output")
+        raise ValueError(
+            "a tied model (output.weight is tok_embeddings.weight) cannot be split into pipeline stages: "
+            "the first stage owns the embedding and the last the output"
+        )
     stage = copy.deepcopy(model)
     keep = {str(i) for i in layer_ids}
     for key in [k for k in stage.layers if k not in keep]:
@@ -156,7 +187,9 @@ class StageModules(nn.Module):
         super().__init__()
         self.parts = list(parts)  # a plain list: the parts' modules are registered once, below
         self.tok_embeddings = parts[0].tok_embeddings
-        self.layers = nn.ModuleDict({key: layer for part in parts for key, layer in part.layers.items()})
+        self.layers = nn.ModuleDict(
+            {key: layer for part in parts for key, layer in part.layers.items()}
+        )
         self.norm = parts[-1].norm
         self.output = parts[-1].output
 
@@ -174,7 +207,9 @@ class StageModules(nn.Module):
 
     def forward(self, *args, **kwargs):
         """Not callable: raises RuntimeError (stages run through the schedule)."""
-        raise RuntimeError("StageModules holds pipeline stages: run them with Pipeline.step or Pipeline.evaluate")
+        raise RuntimeError(
+            "StageModules holds pipeline stages: run them with Pipeline.step or Pipeline.evaluate"
+        )
 
 
 class PipelineLoss:
@@ -215,8 +250,16 @@ class Pipeline:
         n_microbatches: pipeline micro-batches per local batch.
     """
 
-    def __init__(self, model: StageModules, stages: list[PipelineStage], schedule, loss: PipelineLoss,
-                 group: dist.ProcessGroup, n_microbatches: int, device: torch.device):
+    def __init__(
+        self,
+        model: StageModules,
+        stages: list[PipelineStage],
+        schedule,
+        loss: PipelineLoss,
+        group: dist.ProcessGroup,
+        n_microbatches: int,
+        device: torch.device,
+    ):
         self.model, self.stages, self.schedule, self.loss = model, stages, schedule, loss
         self.group, self.n_microbatches, self.device = group, n_microbatches, device
         self.has_first = any(stage.is_first for stage in stages)
@@ -224,16 +267,24 @@ class Pipeline:
 
     def describe(self) -> str:
         """``pipeline 1F1B: stage 0 of 2 (layers 0-1), 4 micro-batches of 2 sequences per local batch``."""
-        held = ", ".join(f"{stage.stage_index} (layers {_span(part.layers)})"
-                         for stage, part in zip(self.stages, self.model.parts))
+        held = ", ".join(
+            f"{stage.stage_index} (layers {_span(part.layers)})"
+            for stage, part in zip(self.stages, self.model.parts)
+        )
         n_stages = self.stages[0].num_stages
-        return (f"pipeline {type(self.schedule).__name__.removeprefix('Schedule')}: "
-                f"stage{'s' if len(self.stages) > 1 else ''} {held} of {n_stages}, {self.n_microbatches} "
-                "micro-batch(es) per local batch")
+        return (
+            f"pipeline {type(self.schedule).__name__.removeprefix('Schedule')}: "
+            f"stage{'s' if len(self.stages) > 1 else ''} {held} of {n_stages}, {self.n_microbatches} "
+            "micro-batch(es) per local batch"
+        )
 
     def _run(self, run, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
         self.loss.reset(scale)
-        run(*((inputs,) if self.has_first else ()), target=labels if self.has_last else None, seqlen=labels.shape[1])
+        run(
+            *((inputs,) if self.has_first else ()),
+            target=labels if self.has_last else None,
+            seqlen=labels.shape[1],
+        )
         return torch.as_tensor(self.loss.total, dtype=torch.float32, device=self.device)
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
@@ -265,22 +316,43 @@ def gather_stages(obj, group: dist.ProcessGroup) -> list:
     return gathered
 
 
-def _stage_metadata(model: nn.Module, stage: int, n_stages: int, microbatch_size: int, seq_len: int,
-                    seq_shards: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _stage_metadata(
+    model: nn.Module,
+    stage: int,
+    n_stages: int,
+    microbatch_size: int,
+    seq_len: int,
+    seq_shards: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input, output)`` meta tensors of stage ``stage`` (see the note on stage metadata); the hidden states hold
     ``seq_len / seq_shards`` positions (sequence parallelism)."""
     dim, vocab_size = model.tok_embeddings.embedding_dim, model.output.out_features
-    hidden = torch.empty(microbatch_size, seq_len // seq_shards, dim, dtype=dtype, device="meta", requires_grad=True)
+    hidden = torch.empty(
+        microbatch_size, seq_len // seq_shards, dim, dtype=dtype, device="meta", requires_grad=True
+    )
     tokens = torch.empty(microbatch_size, seq_len, dtype=torch.int64, device="meta")
-    logits = torch.empty(microbatch_size, seq_len, vocab_size, dtype=dtype, device="meta", requires_grad=True)
+    logits = torch.empty(
+        microbatch_size, seq_len, vocab_size, dtype=dtype, device="meta", requires_grad=True
+    )
     return tokens if stage == 0 else hidden, logits if stage == n_stages - 1 else hidden
 
 
-def build_pipeline(model: nn.Module, parallel_dims: ParallelDims,
-                   parallelize: Callable[[nn.Module, ParallelDims, ParallelOptions], nn.Module],
-                   options: ParallelOptions, *, device: torch.device, schedule: str, local_batch_size: int,
-                   microbatch_size: int, seq_len: int, layers_per_stage: int | None, split_points: Sequence[int],
-                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Pipeline:
+def build_pipeline(
+    model: nn.Module,
+    parallel_dims: ParallelDims,
+    parallelize: Callable[[nn.Module, ParallelDims, ParallelOptions], nn.Module],
+    options: ParallelOptions,
+    *,
+    device: torch.device,
+    schedule: str,
+    local_batch_size: int,
+    microbatch_size: int,
+    seq_len: int,
+    layers_per_stage: int | None,
+    split_points: Sequence[int],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Pipeline:
     """Split ``model`` (built on meta, untied) into stages (:func:`stage_layer_ids`), build, ``parallelize`` and
     materialize on ``device`` this rank's (uninitialized: ``init_weights`` comes next), and the schedule over them.
 
@@ -301,8 +373,14 @@ def build_pipeline(model: nn.Module, parallel_dims: ParallelDims,
 
     pp, pp_rank = parallel_dims.pp, parallel_dims.pp_rank
     n_microbatches = local_batch_size // microbatch_size
-    layer_ids = stage_layer_ids(len(model.layers), pp, schedule, n_microbatches=n_microbatches,
-                                layers_per_stage=layers_per_stage, split_points=split_points)
+    layer_ids = stage_layer_ids(
+        len(model.layers),
+        pp,
+        schedule,
+        n_microbatches=n_microbatches,
+        layers_per_stage=layers_per_stage,
+        split_points=split_points,
+    )
     n_stages = len(layer_ids)
     seq_shards = parallel_dims.tp if parallel_dims.tp > 1 and options.sequence_parallel else 1
     group = parallel_dims.pp_mesh.get_group()
@@ -310,13 +388,21 @@ def build_pipeline(model: nn.Module, parallel_dims: ParallelDims,
     for index in range(pp_rank, n_stages, pp):
         part = split_stage(model, layer_ids[index], first=index == 0, last=index == n_stages - 1)
         part = materialize(parallelize(part, parallel_dims, options), device)
-        inputs, outputs = _stage_metadata(model, index, n_stages, microbatch_size, seq_len, seq_shards,
-                                          options.param_dtype)
-        stages.append(PipelineStage(part, index, n_stages, device, input_args=inputs, output_args=outputs,
-                                    group=group))
+        inputs, outputs = _stage_metadata(
+            model, index, n_stages, microbatch_size, seq_len, seq_shards, options.param_dtype
+        )
+        stages.append(
+            PipelineStage(
+                part, index, n_stages, device, input_args=inputs, output_args=outputs, group=group
+            )
+        )
         parts.append(part)
     loss = PipelineLoss(loss_fn)
     schedule_cls = get_schedule_class(schedule)
-    runner = schedule_cls(stages[0] if _single_stage(schedule) else stages, n_microbatches=n_microbatches,
-                          loss_fn=loss, scale_grads=False)
+    runner = schedule_cls(
+        stages[0] if _single_stage(schedule) else stages,
+        n_microbatches=n_microbatches,
+        loss_fn=loss,
+        scale_grads=False,
+    )
     return Pipeline(StageModules(parts), stages, runner, loss, group, n_microbatches, device)

@@ -43,7 +43,9 @@ class DistInfo:
 
 def _cpu_cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def _env_int(name: str, default: int) -> int:
@@ -52,7 +54,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise LaunchError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
+        raise LaunchError(
+            f"environment variable {name}={value!r} is not an integer; launch with torchrun"
+        ) from None
 
 
 def init_distributed(config: Any) -> DistInfo:
@@ -78,12 +82,16 @@ def init_distributed(config: Any) -> DistInfo:
     else:
         count = torch.accelerator.device_count()
         if local_rank >= count:
-            raise LaunchError(f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
-                               f"start at most {count} processes per node (NGPU={count})")
+            raise LaunchError(
+                f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
+                f"start at most {count} processes per node (NGPU={count})"
+            )
         device = torch.device(kind, local_rank)
         torch.accelerator.set_device_index(local_rank)
     threads = config.training.num_threads
-    if threads is None:  # a CPU matmul's rounding may depend on its thread count: "layout" fixes it at 1
+    if (
+        threads is None
+    ):  # a CPU matmul's rounding may depend on its thread count: "layout" fixes it at 1
         layout = kind == "cpu" and config.training.deterministic == "layout"
         threads = 1 if layout else max(1, _cpu_cores() // local_world_size)
     torch.set_num_threads(threads)
@@ -92,11 +100,19 @@ def init_distributed(config: Any) -> DistInfo:
     if launched:
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
-                                device_id=device_id)
+        dist.init_process_group(
+            backend,
+            store=dist.HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            device_id=device_id,
+        )
     dims.build_mesh(kind)
     cpu_group = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
-    return DistInfo(rank, world_size, local_rank, local_world_size, device, backend, dims, cpu_group)
+    return DistInfo(
+        rank, world_size, local_rank, local_world_size, device, backend, dims, cpu_group
+    )
 
 
 def uses_gloo(info: DistInfo) -> bool:

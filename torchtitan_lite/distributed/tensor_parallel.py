@@ -34,7 +34,14 @@ from typing import Any
 from torch import nn
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor import (
+    DTensor,
+    Placement,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -66,7 +73,9 @@ class ReplicateParallel(ParallelStyle):
         self.use_local_output = use_local_output
 
     @staticmethod
-    def _prepare_input(module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh) -> tuple[Any, ...]:
+    def _prepare_input(
+        module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh
+    ) -> tuple[Any, ...]:
         def replicated(value: Any) -> Any:
             if isinstance(value, DTensor):
                 return value.redistribute(placements=[Replicate()])
@@ -78,8 +87,9 @@ class ReplicateParallel(ParallelStyle):
         return output.to_local() if self.use_local_output else output
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        return distribute_module(module, device_mesh, None, input_fn=self._prepare_input,
-                                 output_fn=self._prepare_output)
+        return distribute_module(
+            module, device_mesh, None, input_fn=self._prepare_input, output_fn=self._prepare_output
+        )
 
 
 def head_norm() -> ParallelStyle:
@@ -95,21 +105,28 @@ def norm_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
     return {name: SequenceParallel()} if sequence_parallel else {}
 
 
-def input_gathered(sequence_parallel: bool, n_extra: int = 0, extra: Placement | None = None) -> ParallelStyle:
+def input_gathered(
+    sequence_parallel: bool, n_extra: int = 0, extra: Placement | None = None
+) -> ParallelStyle:
     """``PrepareModuleInput`` of a sub-layer: its first input (the normed residual) gathered to a ``Replicate``
     DTensor, and ``n_extra`` more inputs (e.g. RoPE ``cos, sin``) left alone (``extra = None``) or taken as
     ``extra`` DTensors."""
     layout = residual_layout(sequence_parallel)
-    return PrepareModuleInput(input_layouts=(layout, *[extra] * n_extra),
-                              desired_input_layouts=(Replicate(), *[extra] * n_extra))
+    return PrepareModuleInput(
+        input_layouts=(layout, *[extra] * n_extra),
+        desired_input_layouts=(Replicate(), *[extra] * n_extra),
+    )
 
 
 def swiglu_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
     """A SwiGLU ``name`` (``models/common/ffn.py``): input gathered, ``w1``/``w3`` column-wise, ``w2`` row-wise
     back to the residual layout (Megatron MLP)."""
-    return {name: input_gathered(sequence_parallel),
-            f"{name}.w1": ColwiseParallel(), f"{name}.w3": ColwiseParallel(),
-            f"{name}.w2": RowwiseParallel(output_layouts=residual_layout(sequence_parallel))}
+    return {
+        name: input_gathered(sequence_parallel),
+        f"{name}.w1": ColwiseParallel(),
+        f"{name}.w3": ColwiseParallel(),
+        f"{name}.w2": RowwiseParallel(output_layouts=residual_layout(sequence_parallel)),
+    }
 
 
 def replicated_module_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
@@ -117,9 +134,16 @@ def replicated_module_plan(name: str, sequence_parallel: bool) -> dict[str, Para
     sequence, its output cut back to the residual layout; its parameters are not split (see the note on MoE
     layers under tensor parallelism)."""
     layout = residual_layout(sequence_parallel)
-    return {name: PrepareModuleInputOutput(input_layouts=(layout,), desired_input_layouts=(Replicate(),),
-                                           use_local_input=True, output_layouts=(Replicate(),),
-                                           desired_output_layouts=(layout,), use_local_output=True)}
+    return {
+        name: PrepareModuleInputOutput(
+            input_layouts=(layout,),
+            desired_input_layouts=(Replicate(),),
+            use_local_input=True,
+            output_layouts=(Replicate(),),
+            desired_output_layouts=(layout,),
+            use_local_output=True,
+        )
+    }
 
 
 def shard_parameter(module: nn.Module, name: str, mesh: DeviceMesh, placement: Placement) -> None:
@@ -127,12 +151,17 @@ def shard_parameter(module: nn.Module, name: str, mesh: DeviceMesh, placement: P
     sinks, ``Shard(0)`` with the heads); works on meta. The module must then see its local shard, e.g. through a
     ``PrepareModuleInput`` of the submodule it is passed to."""
     param = getattr(module, name)
-    module.register_parameter(name, nn.Parameter(distribute_tensor(param, mesh, [placement]),
-                                                 requires_grad=param.requires_grad))
+    module.register_parameter(
+        name,
+        nn.Parameter(
+            distribute_tensor(param, mesh, [placement]), requires_grad=param.requires_grad
+        ),
+    )
 
 
-def apply_embedding_and_output_tp(model: nn.Module, mesh: DeviceMesh, *, sequence_parallel: bool,
-                                  loss_parallel: bool) -> None:
+def apply_embedding_and_output_tp(
+    model: nn.Module, mesh: DeviceMesh, *, sequence_parallel: bool, loss_parallel: bool
+) -> None:
     """Vocab-parallel ``tok_embeddings`` (row-wise: ``Shard(0)`` on the vocabulary; output to the residual
     layout), ``norm`` (sequence parallel) and ``output`` (column-wise: ``Shard(0)`` on the vocabulary; logits
     ``Shard(-1)`` DTensors for :func:`loss_parallel_context`, or gathered plain ``(bs, seqlen, vocab)`` tensors),
@@ -148,11 +177,17 @@ def apply_embedding_and_output_tp(model: nn.Module, mesh: DeviceMesh, *, sequenc
     plan = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=layout),
         **norm_plan("norm", sequence_parallel),
-        "output": ColwiseParallel(input_layouts=layout, output_layouts=Shard(-1) if loss_parallel else Replicate(),
-                                  use_local_output=not loss_parallel),
+        "output": ColwiseParallel(
+            input_layouts=layout,
+            output_layouts=Shard(-1) if loss_parallel else Replicate(),
+            use_local_output=not loss_parallel,
+        ),
     }
-    parallelize_module(model, mesh, {name: style for name, style in plan.items()
-                                     if getattr(model, name) is not None})  # a pipeline stage lacks some
+    parallelize_module(
+        model,
+        mesh,
+        {name: style for name, style in plan.items() if getattr(model, name) is not None},
+    )  # a pipeline stage lacks some
     if tied:
         model.output.weight = model.tok_embeddings.weight
     if model.tok_embeddings is not None:

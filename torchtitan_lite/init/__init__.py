@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_PUBLIC = {"trunc_normal_": "torchtitan_lite.init.sampling", "InitKey": "torchtitan_lite.init.keyed"}
+_PUBLIC = {
+    "trunc_normal_": "torchtitan_lite.init.sampling",
+    "InitKey": "torchtitan_lite.init.keyed",
+}
 __all__ = sorted(_PUBLIC)
 
 

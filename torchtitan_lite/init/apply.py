@@ -104,8 +104,9 @@ class InitResult:
     table: dict[str, ResolvedTensor]
 
 
-def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = (), *, partial: bool = False
-                 ) -> list[tuple[ResolvedTensor, torch.Tensor]]:
+def resolve_plan(
+    model: nn.Module, plan: InitPlan, skip: Collection[str] = (), *, partial: bool = False
+) -> list[tuple[ResolvedTensor, torch.Tensor]]:
     """Match every parameter / persistent buffer of ``model`` to its plan entry.
 
     ``partial``: ``model`` holds only some of the plan's tensors (a rank's pipeline stages), so entries may match
@@ -121,29 +122,37 @@ def resolve_plan(model: nn.Module, plan: InitPlan, skip: Collection[str] = (), *
     skip_set = {canonical_name(s) for s in skip}
     unknown = sorted(skip_set - all_names)
     if unknown:
-        raise ValueError(f"init_weights: skip names {unknown} are not parameters or persistent buffers of "
-                         f"the model; pass names as in model.named_parameters()")
+        raise ValueError(
+            f"init_weights: skip names {unknown} are not parameters or persistent buffers of "
+            f"the model; pass names as in model.named_parameters()"
+        )
     used_patterns: set[str] = set()
     resolved = []
     digests: dict[bytes, str] = {}
     for names, tensor in groups:
         matches = [(p, s) for p, s in plan.entries if any(fnmatchcase(n, p) for n in names)]
         if not matches:
-            raise ValueError(f"init plan of {plan.model}: tensor {' = '.join(names)} (shape "
-                             f"{tuple(tensor.shape)}) matches no entry; add a pattern for it")
+            raise ValueError(
+                f"init plan of {plan.model}: tensor {' = '.join(names)} (shape "
+                f"{tuple(tensor.shape)}) matches no entry; add a pattern for it"
+            )
         pattern, spec = matches[-1]
         used_patterns.update(p for p, _ in matches)
         name = min(n for n in names if fnmatchcase(n, pattern))
         digest = name_digest(name)
         if digest in digests:
-            raise RuntimeError(f"name digest collision between {digests[digest]!r} and {name!r}; rename one")
+            raise RuntimeError(
+                f"name digest collision between {digests[digest]!r} and {name!r}; rename one"
+            )
         digests[digest] = name
         loaded = any(n in skip_set for n in names)
         resolved.append((ResolvedTensor(name, names, pattern, spec, loaded), tensor))
     unused = [p for p, _ in plan.entries if p not in used_patterns]
     if unused and not partial:
-        raise ValueError(f"init plan of {plan.model}: entries {unused} match no parameter or persistent "
-                         f"buffer; remove them or fix the pattern")
+        raise ValueError(
+            f"init plan of {plan.model}: entries {unused} match no parameter or persistent "
+            f"buffer; remove them or fix the pattern"
+        )
     return resolved
 
 
@@ -153,8 +162,15 @@ def _fill(tensor: torch.Tensor, value: float) -> None:
     local.fill_(value)
 
 
-def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collection[str] = (),
-                 buffer_device: torch.device | str | None = None, partial: bool = False) -> InitResult:
+def init_weights(
+    model: nn.Module,
+    plan: InitPlan,
+    seed: int,
+    *,
+    skip: Collection[str] = (),
+    buffer_device: torch.device | str | None = None,
+    partial: bool = False,
+) -> InitResult:
     """Initialize every parameter and persistent buffer of ``model`` (materialized: plain, wrapped or
     FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
@@ -173,7 +189,9 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
     resolved = resolve_plan(model, plan, skip, partial=partial)
     counts = [0, 0, 0, 0]
     random = [t for e, t in resolved if not e.loaded and e.spec.kind in ("normal", "trunc_normal")]
-    compiled = True if sum(local_box(t)[0].numel() for t in random) >= draw.COMPILE_MIN_ELEMENTS else None
+    compiled = (
+        True if sum(local_box(t)[0].numel() for t in random) >= draw.COMPILE_MIN_ELEMENTS else None
+    )
     for entry, tensor in resolved:
         numel = tensor.numel()
         if entry.loaded:
@@ -182,7 +200,14 @@ def init_weights(model: nn.Module, plan: InitPlan, seed: int, *, skip: Collectio
             continue
         spec = entry.spec
         if spec.kind in ("normal", "trunc_normal"):
-            trunc_normal_(tensor, spec.mean, spec.std, *spec.bounds, key=InitKey(seed, entry.name), compiled=compiled)
+            trunc_normal_(
+                tensor,
+                spec.mean,
+                spec.std,
+                *spec.bounds,
+                key=InitKey(seed, entry.name),
+                compiled=compiled,
+            )
         else:
             _fill(tensor, {"zeros": 0.0, "ones": 1.0, "constant": spec.value}[spec.kind])
         counts[0] += 1

@@ -53,15 +53,36 @@ _LOG_TERMS = tuple(1.0 / (2 * k + 1) for k in range(8))
 """``atanh(s) / s = sum s^(2k) / (2k + 1)``; 8 terms: the first omitted one is below 2**-42 for ``|s| <= 0.172``."""
 _SQRT2_F32, _LN2_F32, _HALF_PI_F32 = 1.4142135381698608, 0.6931471824645996, 1.5707963705062866
 """``sqrt(2)``, ``ln 2``, ``pi / 2`` rounded to float32."""
-_LN_POLY = (1.0, -0.49999988079071045, 0.33333325386047363, -0.25001585483551025, 0.2000207155942917,
-            -0.16609126329421997, 0.14180079102516174, -0.13240842521190643, 0.129141703248024,
-            -0.07638592272996902)
+_LN_POLY = (
+    1.0,
+    -0.49999988079071045,
+    0.33333325386047363,
+    -0.25001585483551025,
+    0.2000207155942917,
+    -0.16609126329421997,
+    0.14180079102516174,
+    -0.13240842521190643,
+    0.129141703248024,
+    -0.07638592272996902,
+)
 """``ln(1 + f) / f`` on ``f`` in ``[sqrt(1/2) - 1, sqrt(2) - 1]``: a least-squares fit of degree 9 on 4,000
 Chebyshev nodes, rounded to float32 (relative error 7e-9 before float32 evaluation; docs/design.md, the float32
 transform)."""
-_SIN_POLY = (1.0, -0.1666666716337204, 0.008333333767950535, -0.00019841270113829523, 2.7557318844628753e-06)
-_COS_POLY = (1.0, -0.5, 0.0416666679084301, -0.0013888889225199819, 2.4801587642286904e-05,
-             -2.755731998149713e-07)
+_SIN_POLY = (
+    1.0,
+    -0.1666666716337204,
+    0.008333333767950535,
+    -0.00019841270113829523,
+    2.7557318844628753e-06,
+)
+_COS_POLY = (
+    1.0,
+    -0.5,
+    0.0416666679084301,
+    -0.0013888889225199819,
+    2.4801587642286904e-05,
+    -2.755731998149713e-07,
+)
 """Taylor coefficients of ``sin(x) / x`` and ``cos(x)`` in ``x^2``, rounded to float32: the first omitted terms are
 below 3e-9 for ``0 <= x <= pi / 4``."""
 _RSQRT_STEPS = 3
@@ -71,7 +92,9 @@ _RSQRT_STEPS = 3
 def stream_words(seed: int, digest: bytes) -> tuple[int, int, int]:
     """``(k0, k1, salt)``: the Philox key words and the counter's salt word of the stream ``(seed, name digest)``,
     each in ``[0, 2**32)``, from a 96-bit blake2b digest of the 64-bit little-endian seed and the 16-byte digest."""
-    words = hashlib.blake2b(seed.to_bytes(8, "little") + digest, digest_size=12, person=b"tt-lite-philox").digest()
+    words = hashlib.blake2b(
+        seed.to_bytes(8, "little") + digest, digest_size=12, person=b"tt-lite-philox"
+    ).digest()
     return tuple(int.from_bytes(words[4 * j : 4 * j + 4], "little") for j in range(3))
 
 
@@ -98,8 +121,14 @@ def mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     return a_hi * m_hi + _hi16(mid1) + _hi16(mid2) + carry, a * as_word32(m)
 
 
-def philox4x32(c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor, k0: torch.Tensor,
-               k1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def philox4x32(
+    c0: torch.Tensor,
+    c1: torch.Tensor,
+    c2: torch.Tensor,
+    c3: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Philox4x32-10 of the counters ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``.
 
     Args:
@@ -139,8 +168,10 @@ def log_word_uniform(word: torch.Tensor) -> torch.Tensor:
     relative error below 1e-12.
     """
     x = (word + word + 1).to(torch.float64)  # odd integers below 2**33: exact
-    e = ((x.view(torch.int64) >> 52) - 1023)
-    m = ((x.view(torch.int64) & ((1 << 52) - 1)) | (1023 << 52)).view(torch.float64)  # x 2^-e in [1, 2), exact
+    e = (x.view(torch.int64) >> 52) - 1023
+    m = ((x.view(torch.int64) & ((1 << 52) - 1)) | (1023 << 52)).view(
+        torch.float64
+    )  # x 2^-e in [1, 2), exact
     high = m > _SQRT2
     m, e = torch.where(high, m * 0.5, m), torch.where(high, e + 1, e)
     s = (m - 1.0) / (m + 1.0)
@@ -192,9 +223,15 @@ def sincos_turns32(word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.where(mirror, 1.0 - f, f) * _HALF_PI_F32
     x2 = x * x
     sin_x, cos_x = x * _horner(x2, _SIN_POLY), _horner(x2, _COS_POLY)
-    sin_f, cos_f = torch.where(mirror, cos_x, sin_x), torch.where(mirror, sin_x, cos_x)  # of f pi / 2
+    sin_f, cos_f = (
+        torch.where(mirror, cos_x, sin_x),
+        torch.where(mirror, sin_x, cos_x),
+    )  # of f pi / 2
     odd = (quadrant & 1) == 1
-    sin_t, cos_t = torch.where(odd, cos_f, sin_f), torch.where(odd, -sin_f, cos_f)  # rotate by pi / 2 if odd
+    sin_t, cos_t = (
+        torch.where(odd, cos_f, sin_f),
+        torch.where(odd, -sin_f, cos_f),
+    )  # rotate by pi / 2 if odd
     flip = quadrant >= 2  # rotate by pi
     return torch.where(flip, -sin_t, sin_t), torch.where(flip, -cos_t, cos_t)
 
@@ -214,8 +251,13 @@ def _split(index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return lo.to(torch.int32), (index >> 32).to(torch.int32)
 
 
-def block_normals(block: torch.Tensor, attempt: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor,
-                  salt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_normals(
+    block: torch.Tensor,
+    attempt: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    salt: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The four standard normals of each Philox block: four float32 ``(n,)`` for int64 ``block`` ``(n,)``.
 
     Normal ``j`` of block ``b`` is element ``4 b + j``'s candidate number ``attempt``; ``attempt``, ``k0``, ``k1``,
@@ -229,8 +271,13 @@ def block_normals(block: torch.Tensor, attempt: torch.Tensor, k0: torch.Tensor, 
     return z0, z1, z2, z3
 
 
-def element_normals(index: torch.Tensor, attempt: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor,
-                    salt: torch.Tensor) -> torch.Tensor:
+def element_normals(
+    index: torch.Tensor,
+    attempt: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    salt: torch.Tensor,
+) -> torch.Tensor:
     """Candidate number ``attempt`` of the elements at global indices ``index`` (int64 ``(n,)``): float32 ``(n,)``,
     bitwise the values :func:`block_normals` gives them (each element computes its block and keeps its normal)."""
     lo, hi = _split(index >> 2)
@@ -240,8 +287,13 @@ def element_normals(index: torch.Tensor, attempt: torch.Tensor, k0: torch.Tensor
     return torch.where((index & 1) == 1, z_sin, z_cos)
 
 
-def element_words(index: torch.Tensor, attempt: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor,
-                  salt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def element_words(
+    index: torch.Tensor,
+    attempt: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    salt: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Two 32-bit words (int64 ``(n,)``, in ``[0, 2**32)``) of candidate number ``attempt`` of the elements at
     ``index`` (int64 ``(n,)``): words 0 and 1 of the Philox block at counter ``(index, attempt, salt)``."""
     lo, hi = _split(index)

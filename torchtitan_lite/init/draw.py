@@ -89,7 +89,9 @@ def compile_note() -> str:
     return f"init kernels built/compiled in {seconds:.1f} s" if seconds > 0 else ""
 
 
-def _scaled(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _scaled(
+    z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
     """``z std + mean`` in the dtype of ``mean`` and ``std`` (the law's: float32, or float64 for float64 tensors)."""
     return (z.to(std.dtype) * std + mean).to(dtype)
 
@@ -97,7 +99,9 @@ def _scaled(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch
 def _normal_blocks(block, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
     """Values of the four elements of each block: ``(v0, v1, v2, v3)``. (Out-of-bounds flags are computed from them
     outside: as extra outputs of the compiled kernel, inductor recomputes the whole transform for them.)"""
-    return [_scaled(z, mean, std, dtype) for z in counter.block_normals(block, attempt, k0, k1, salt)]
+    return [
+        _scaled(z, mean, std, dtype) for z in counter.block_normals(block, attempt, k0, k1, salt)
+    ]
 
 
 def _normal_elements(index, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
@@ -105,8 +109,24 @@ def _normal_elements(index, attempt, k0, k1, salt, mean, std, dtype: torch.dtype
     return [_scaled(counter.element_normals(index, attempt, k0, k1, salt), mean, std, dtype)]
 
 
-def _proposal_elements(index, attempt, k0, k1, salt, mean, std, lo, hi, alpha, beta, rate, peak, dtype: torch.dtype,
-                       exponential: bool, flip: bool):
+def _proposal_elements(
+    index,
+    attempt,
+    k0,
+    k1,
+    salt,
+    mean,
+    std,
+    lo,
+    hi,
+    alpha,
+    beta,
+    rate,
+    peak,
+    dtype: torch.dtype,
+    exponential: bool,
+    flip: bool,
+):
     """Values and rejection flags of candidate ``attempt`` from the proposal on standardized ``[alpha, beta]``
     (``alpha >= 0`` or containing 0; mirrored back when ``flip``): exponential with ``rate``, else uniform with the
     density's peak ``peak`` (``alpha`` or 0) on the interval. Values are clamped into ``[lo, hi]`` after rounding."""
@@ -134,7 +154,9 @@ def _compiled(fn: Callable, device: torch.device) -> Callable | None:
     return _COMPILED[key]
 
 
-def _call(fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **static) -> list[torch.Tensor]:
+def _call(
+    fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **static
+) -> list[torch.Tensor]:
     """``fn(x, *args, **static)``, compiled on ``x`` padded to ``chunk`` elements when ``compiled``."""
     kernel = _compiled(fn, x.device) if compiled else None
     if kernel is None:
@@ -147,8 +169,11 @@ def _call(fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **st
         out = kernel(padded, *args, **static)
     except Exception as err:  # noqa: BLE001 - any compiler failure: draw eagerly instead (same values)
         _STATE["eager_only"] = True
-        warnings.warn(f"init: torch.compile of the keyed init kernels failed ({type(err).__name__}); drawing with "
-                      "eager ops (the same values, slower)", stacklevel=3)
+        warnings.warn(
+            f"init: torch.compile of the keyed init kernels failed ({type(err).__name__}); drawing with "
+            "eager ops (the same values, slower)",
+            stacklevel=3,
+        )
         return list(fn(x, *args, **static))
     if not first:
         _STATE["compile_seconds"] += time.perf_counter() - begin
@@ -156,12 +181,22 @@ def _call(fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **st
     return [o[:n] for o in out]
 
 
-def _scalars(law: Law, key_words: tuple[int, int, int], device: torch.device) -> dict[str, torch.Tensor]:
+def _scalars(
+    law: Law, key_words: tuple[int, int, int], device: torch.device
+) -> dict[str, torch.Tensor]:
     as_law = lambda v: torch.tensor(v, dtype=law.dtype, device=device)  # noqa: E731
-    k0, k1, salt = (torch.tensor(counter.as_word32(w), dtype=torch.int32, device=device) for w in key_words)
-    return {"k0": k0, "k1": k1, "salt": salt, "mean": as_law(law.mean), "std": as_law(law.std),
-            "lo": torch.tensor(law.lo, dtype=law.dtype, device=device),
-            "hi": torch.tensor(law.hi, dtype=law.dtype, device=device)}
+    k0, k1, salt = (
+        torch.tensor(counter.as_word32(w), dtype=torch.int32, device=device) for w in key_words
+    )
+    return {
+        "k0": k0,
+        "k1": k1,
+        "salt": salt,
+        "mean": as_law(law.mean),
+        "std": as_law(law.std),
+        "lo": torch.tensor(law.lo, dtype=law.dtype, device=device),
+        "hi": torch.tensor(law.hi, dtype=law.dtype, device=device),
+    }
 
 
 def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
@@ -173,7 +208,11 @@ def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
     # log acceptance rates less ln(mass / sqrt(2 pi)), which both share (the mass underflows far out in a tail)
     log_uniform = 0.5 * peak * peak - math.log(beta - alpha) if math.isfinite(beta) else -math.inf
     log_exponential = math.log(rate) + rate * alpha - 0.5 * rate * rate if alpha > 0 else -math.inf
-    return {"alpha": alpha, "beta": beta, "rate": rate, "peak": peak}, log_exponential > log_uniform, flip
+    return (
+        {"alpha": alpha, "beta": beta, "rate": rate, "peak": peak},
+        log_exponential > log_uniform,
+        flip,
+    )
 
 
 def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device):
@@ -191,9 +230,16 @@ def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device
         yield r0 * length, (part[:, None] + ramp).view(-1)
 
 
-def _normals(kind: str, index: torch.Tensor, attempt: int, key_words: tuple[int, int, int], law: Law,
-             scal: dict[str, torch.Tensor], compiled: bool | None, out: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def _normals(
+    kind: str,
+    index: torch.Tensor,
+    attempt: int,
+    key_words: tuple[int, int, int],
+    law: Law,
+    scal: dict[str, torch.Tensor],
+    compiled: bool | None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(values, bad)``: candidate ``attempt`` of the normals at ``index`` (``kind`` ``"blocks"``: four values per
     Philox block, in element order; ``"elements"``: one per global index) in ``law.dtype``, and the sorted
     positions of the values outside ``[lo, hi]``. On the CPU by :mod:`native` unless ``compiled`` is ``False`` (or it
@@ -201,13 +247,17 @@ def _normals(kind: str, index: torch.Tensor, attempt: int, key_words: tuple[int,
     device = index.device
     lib = native.library() if device.type == "cpu" and compiled is not False else None
     if lib is not None:
-        return native.draw(kind, index, (attempt, *key_words), law.mean, law.std, law.lo, law.hi, law.dtype, out)
+        return native.draw(
+            kind, index, (attempt, *key_words), law.mean, law.std, law.lo, law.hi, law.dtype, out
+        )
     step = torch.tensor(counter.as_word32(attempt), dtype=torch.int32, device=device)
     base = (step, scal["k0"], scal["k1"], scal["salt"], scal["mean"], scal["std"])
     use_compiled = bool(compiled) and device.type != "cpu"
     if kind == "blocks":
         chunk = BLOCK_CHUNK[use_compiled]
-        values = torch.stack(_call(_normal_blocks, use_compiled, chunk, index, *base, dtype=law.dtype), dim=1)
+        values = torch.stack(
+            _call(_normal_blocks, use_compiled, chunk, index, *base, dtype=law.dtype), dim=1
+        )
         values = values.view(-1)
     else:
         chunk = ELEMENT_CHUNK[use_compiled]
@@ -217,8 +267,15 @@ def _normals(kind: str, index: torch.Tensor, attempt: int, key_words: tuple[int,
     return values, ((values < scal["lo"]) | (values > scal["hi"])).nonzero().squeeze(1)
 
 
-def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tuple[int, int, int], law: Law,
-               cast: Callable[[torch.Tensor], torch.Tensor], compiled: bool | None) -> int:
+def fill_local(
+    flat: torch.Tensor,
+    starts: list[int],
+    length: int,
+    key_words: tuple[int, int, int],
+    law: Law,
+    cast: Callable[[torch.Tensor], torch.Tensor],
+    compiled: bool | None,
+) -> int:
     """Fill the contiguous 1-D ``flat`` (a rank's local elements in order) with the keyed values of ``law``.
 
     Args:
@@ -242,32 +299,64 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
     if proposal:
         params, exponential, flip = _proposal(law)
         extra = (scal["mean"], scal["std"], scal["lo"], scal["hi"]) + tuple(
-            torch.tensor(params[k], dtype=torch.float64, device=device) for k in ("alpha", "beta", "rate", "peak"))
+            torch.tensor(params[k], dtype=torch.float64, device=device)
+            for k in ("alpha", "beta", "rate", "peak")
+        )
         static = {"dtype": law.dtype, "exponential": exponential, "flip": flip}
         use_compiled = bool(compiled) and device.type != "cpu"
         chunk = ELEMENT_CHUNK[use_compiled]
         lib = native.library() if device.type == "cpu" and compiled is not False else None
-        native_args = tuple(params[k] for k in ("alpha", "beta", "rate", "peak")) + (int(exponential), int(flip))
+        native_args = tuple(params[k] for k in ("alpha", "beta", "rate", "peak")) + (
+            int(exponential),
+            int(flip),
+        )
 
         def candidates(index: torch.Tensor, attempt: int) -> tuple[torch.Tensor, torch.Tensor]:
             if lib is not None:
-                return native.draw("proposal", index, (attempt, *key_words), law.mean, law.std, law.lo, law.hi,
-                                   law.dtype, proposal=native_args)
+                return native.draw(
+                    "proposal",
+                    index,
+                    (attempt, *key_words),
+                    law.mean,
+                    law.std,
+                    law.lo,
+                    law.hi,
+                    law.dtype,
+                    proposal=native_args,
+                )
             step = torch.tensor(counter.as_word32(attempt), dtype=torch.int32, device=device)
             keys = (step, scal["k0"], scal["k1"], scal["salt"])
-            values, bad = (torch.cat(parts) for parts in zip(*(
-                _call(_proposal_elements, use_compiled and index.numel() >= COMPILED_MIN_LOCAL, chunk,
-                      index[s : s + chunk], *keys, *extra, **static) for s in range(0, index.numel(), chunk))))
+            values, bad = (
+                torch.cat(parts)
+                for parts in zip(
+                    *(
+                        _call(
+                            _proposal_elements,
+                            use_compiled and index.numel() >= COMPILED_MIN_LOCAL,
+                            chunk,
+                            index[s : s + chunk],
+                            *keys,
+                            *extra,
+                            **static,
+                        )
+                        for s in range(0, index.numel(), chunk)
+                    )
+                )
+            )
             return values, bad.nonzero().squeeze(1)
     else:
         chunk = ELEMENT_CHUNK[bool(compiled)]
 
         def candidates(index: torch.Tensor, attempt: int) -> tuple[torch.Tensor, torch.Tensor]:
             mode = compiled if compiled is False or index.numel() >= COMPILED_MIN_LOCAL else None
-            parts = [_normals("elements", index[s : s + chunk], attempt, key_words, law, scal, mode)
-                     for s in range(0, index.numel(), chunk)]
-            return torch.cat([v for v, _ in parts]), torch.cat([b + s for (_, b), s in
-                                                                zip(parts, range(0, index.numel(), chunk))])
+            parts = [
+                _normals("elements", index[s : s + chunk], attempt, key_words, law, scal, mode)
+                for s in range(0, index.numel(), chunk)
+            ]
+            return torch.cat([v for v, _ in parts]), torch.cat(
+                [b + s for (_, b), s in zip(parts, range(0, index.numel(), chunk))]
+            )
+
     # The native kernels write into flat itself where it is a plain CPU tensor of the work dtype (a
     # wrapper subclass, e.g. torchao's float8 all-gather weight, has no storage of its own).
     direct = type(flat) is torch.Tensor and flat.dtype == law.dtype and flat.device.type == "cpu"
@@ -301,9 +390,13 @@ def fill_local(flat: torch.Tensor, starts: list[int], length: int, key_words: tu
     pos, index = torch.cat(pending_pos), torch.cat(pending_idx)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         values, bad = candidates(index, attempt)
-        flat.index_copy_(0, pos.to(flat.device), cast(values).to(flat.device))  # the rejected ones are redrawn
+        flat.index_copy_(
+            0, pos.to(flat.device), cast(values).to(flat.device)
+        )  # the rejected ones are redrawn
         pos, index = pos[bad], index[bad]
         if not pos.numel():
             return drawn
-    raise RuntimeError(f"init: {pos.numel()} elements found no value in [{law.lo}, {law.hi}] in {MAX_ATTEMPTS} "
-                       "candidates each")
+    raise RuntimeError(
+        f"init: {pos.numel()} elements found no value in [{law.lo}, {law.hi}] in {MAX_ATTEMPTS} "
+        "candidates each"
+    )

@@ -49,7 +49,9 @@ def _mix_(z: torch.Tensor, work: torch.Tensor) -> None:
     scratch space of ``z``'s shape."""
     for shift, multiplier in ((30, _M1), (27, _M2), (31, None)):
         torch.bitwise_right_shift(z, shift, out=work)
-        z ^= work.bitwise_and_((1 << (64 - shift)) - 1)  # logical right shift (``>>`` on int64 is arithmetic)
+        z ^= work.bitwise_and_(
+            (1 << (64 - shift)) - 1
+        )  # logical right shift (``>>`` on int64 is arithmetic)
         if multiplier is not None:
             z *= multiplier
 
@@ -75,34 +77,54 @@ def _global_indices(tensor: torch.Tensor) -> tuple[list[torch.Tensor], tuple[int
     try:
         local, local_shape, offset = local_box(tensor)
     except ValueError as err:
-        raise ValueError(f"model_fingerprint: {err}; extend _global_indices with its global indices") from None
+        raise ValueError(
+            f"model_fingerprint: {err}; extend _global_indices with its global indices"
+        ) from None
     if tuple(local.shape) != tuple(local_shape):
-        raise ValueError(f"model_fingerprint: local shard {tuple(local.shape)} is not the "
-                         f"{tuple(local_shape)} its placements {tensor.placements} give")
-    return [torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)], tuple(offset)
+        raise ValueError(
+            f"model_fingerprint: local shard {tuple(local.shape)} is not the "
+            f"{tuple(local_shape)} its placements {tensor.placements} give"
+        )
+    return [
+        torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)
+    ], tuple(offset)
 
 
-def _local_sum(key: int, local: torch.Tensor, indices: list[torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor:
+def _local_sum(
+    key: int, local: torch.Tensor, indices: list[torch.Tensor], shape: tuple[int, ...]
+) -> torch.Tensor:
     """Sum mod 2**64 of the element hashes of ``local`` (a shard whose dim ``d`` sits at ``indices[d]`` of a
     global tensor of ``shape``): a 0-dim int64 tensor."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
     if local.dim() == 0:
-        local, indices, strides = local.reshape(1), [torch.zeros(1, dtype=torch.int64, device=local.device)], [0]
+        local, indices, strides = (
+            local.reshape(1),
+            [torch.zeros(1, dtype=torch.int64, device=local.device)],
+            [0],
+        )
     bits = local.detach().view(_BITS[local.element_size()])
     # key + flat * GOLDEN with flat = sum_d indices[d] * strides[d]: int64 products and sums wrap mod 2**64, so the
     # product distributes over the sum; the terms of dims 1.. are one pattern (n_1, ..., n_d) shared by every row
     pattern = torch.zeros((), dtype=torch.int64, device=local.device)
     for d in range(1, local.dim()):
-        pattern = pattern + (indices[d] * strides[d] * _GOLDEN).view(-1, *[1] * (local.dim() - 1 - d))
-    starts = (key + indices[0] * strides[0] * _GOLDEN).view(-1, *[1] * (local.dim() - 1))  # (n_0, 1, ..., 1)
+        pattern = pattern + (indices[d] * strides[d] * _GOLDEN).view(
+            -1, *[1] * (local.dim() - 1 - d)
+        )
+    starts = (key + indices[0] * strides[0] * _GOLDEN).view(
+        -1, *[1] * (local.dim() - 1)
+    )  # (n_0, 1, ..., 1)
     total = torch.zeros((), dtype=torch.int64, device=local.device)
     row = max(1, local[0].numel()) if local.shape[0] else 1
     step = max(1, _CHUNK // row)
     for start in range(0, local.shape[0], step):
         rows = slice(start, start + step)
-        h = torch.add(starts[rows], pattern, out=torch.empty(bits[rows].shape, dtype=torch.int64, device=local.device))
+        h = torch.add(
+            starts[rows],
+            pattern,
+            out=torch.empty(bits[rows].shape, dtype=torch.int64, device=local.device),
+        )
         work = torch.empty_like(h)
         _mix_(h, work)
         h ^= work.copy_(bits[rows])  # the bit pattern, sign-extended to int64
@@ -131,23 +153,35 @@ def model_fingerprint(model: nn.Module) -> str:
     device = None
     for names, tensor in tensor_groups(model):
         if tensor.device.type == "meta":
-            raise ValueError(f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first")
-        device = device or tensor.device  # the first tensor's device, which the default group's backend reduces
+            raise ValueError(
+                f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first"
+            )
+        device = (
+            device or tensor.device
+        )  # the first tensor's device, which the default group's backend reduces
         found = _global_indices(tensor)
         if found is None:
             continue
         indices, offset = found
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
         key = tensor_key(names, tensor.dtype, tuple(tensor.shape))
-        box = torch.tensor(_box_key(key, offset, tuple(local.shape)), dtype=torch.int64, device=device)
-        pairs.append(torch.stack([box, _local_sum(key, local, indices, tuple(tensor.shape)).to(device)]))
+        box = torch.tensor(
+            _box_key(key, offset, tuple(local.shape)), dtype=torch.int64, device=device
+        )
+        pairs.append(
+            torch.stack([box, _local_sum(key, local, indices, tuple(tensor.shape)).to(device)])
+        )
     rows = torch.stack(pairs) if pairs else torch.zeros((0, 2), dtype=torch.int64, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:
         count = torch.tensor(len(pairs), device=rows.device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        padded = torch.zeros((int(count.item()), 2), dtype=torch.int64, device=rows.device)  # (0, 0): adds nothing
+        padded = torch.zeros(
+            (int(count.item()), 2), dtype=torch.int64, device=rows.device
+        )  # (0, 0): adds nothing
         padded[: len(pairs)] = rows
-        rows = torch.empty((dist.get_world_size() * padded.shape[0], 2), dtype=torch.int64, device=rows.device)
+        rows = torch.empty(
+            (dist.get_world_size() * padded.shape[0], 2), dtype=torch.int64, device=rows.device
+        )
         dist.all_gather_single(rows, padded)
     total = torch.unique(rows, dim=0)[:, 1].sum()
     return f"{int(total.item()) % 2**64:016x}"

@@ -41,7 +41,11 @@ class InitKey:
     name: str
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**64
+        ):
             raise ValueError(f"InitKey: seed must be an int in [0, 2**64), got {self.seed!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"InitKey: name must be a non-empty string, got {self.name!r}")
@@ -67,13 +71,19 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
         return tensor, tuple(tensor.shape), (0,) * tensor.dim()
     for placement in tensor.placements:
         if not isinstance(placement, (Shard, _StridedShard, Replicate)):
-            raise ValueError(f"unsupported DTensor placement {placement}; only Shard, _StridedShard and Replicate are supported "
-                             "(initialize before making it Partial)")
-    shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
+            raise ValueError(
+                f"unsupported DTensor placement {placement}; only Shard, _StridedShard and Replicate are supported "
+                "(initialize before making it Partial)"
+            )
+    shape, offset = compute_local_shape_and_global_offset(
+        tensor.shape, tensor.device_mesh, tensor.placements
+    )
     return tensor.to_local(), tuple(shape), tuple(offset)
 
 
-def element_runs(shape: tuple[int, ...], local_shape: tuple[int, ...], offset: tuple[int, ...]) -> tuple[list[int], int]:
+def element_runs(
+    shape: tuple[int, ...], local_shape: tuple[int, ...], offset: tuple[int, ...]
+) -> tuple[list[int], int]:
     """The local box ``(local_shape, offset)`` of a tensor of global ``shape`` as runs of consecutive global row-major
     indices: ``(starts, length)``, the runs ``range(s, s + length)`` in local row-major order (a 0-d tensor: one run
     of 1). Dimensions after the last one that the box cuts are whole, so each run spans them."""
@@ -86,12 +96,16 @@ def element_runs(shape: tuple[int, ...], local_shape: tuple[int, ...], offset: t
     length = local_shape[d] * strides[d]
     starts = torch.tensor([offset[d] * strides[d]], dtype=torch.int64)
     for j in range(d - 1, -1, -1):
-        starts = ((offset[j] + torch.arange(local_shape[j])) * strides[j])[:, None] + starts[None, :]
+        starts = ((offset[j] + torch.arange(local_shape[j])) * strides[j])[:, None] + starts[
+            None, :
+        ]
         starts = starts.view(-1)
     return starts.tolist(), length
 
 
-def keyed_fill(tensor: torch.Tensor, key: InitKey, law: draw.Law, cast, compiled: bool | None) -> int:
+def keyed_fill(
+    tensor: torch.Tensor, key: InitKey, law: draw.Law, cast, compiled: bool | None
+) -> int:
     """Fill this rank's part of ``tensor`` (plain or DTensor) with the keyed values of ``law`` under ``key``.
 
     Args:

@@ -61,8 +61,9 @@ def _compile(cc: str, flags: tuple[str, ...], path: Path, last: bool) -> bool:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        subprocess.run([cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True,
-                       check=True)
+        subprocess.run(
+            [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, check=True
+        )
         os.replace(tmp, path)
     except subprocess.CalledProcessError:
         if last:
@@ -108,8 +109,11 @@ def library() -> ctypes.CDLL | None:
             _STATE["library"] = _build()
         except (OSError, RuntimeError, subprocess.CalledProcessError) as err:
             detail = getattr(err, "stderr", "") or err
-            warnings.warn(f"init: the CPU kernels could not be built ({detail}); drawing with eager "
-                          "torch ops (the same values, slower)", stacklevel=2)
+            warnings.warn(
+                f"init: the CPU kernels could not be built ({detail}); drawing with eager "
+                "torch ops (the same values, slower)",
+                stacklevel=2,
+            )
     return _STATE["library"]
 
 
@@ -118,9 +122,18 @@ def build_seconds() -> float:
     return _STATE["build_seconds"]
 
 
-def draw(kind: str, index: torch.Tensor, words: tuple[int, int, int, int], mean: float, std: float,
-         lo: float, hi: float, dtype: torch.dtype, out: torch.Tensor | None = None,
-         proposal: tuple = ()) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(
+    kind: str,
+    index: torch.Tensor,
+    words: tuple[int, int, int, int],
+    mean: float,
+    std: float,
+    lo: float,
+    hi: float,
+    dtype: torch.dtype,
+    out: torch.Tensor | None = None,
+    proposal: tuple = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(values, bad)`` of the keyed normals at int64 CPU ``index`` (``(n,)``, contiguous).
 
     Args:
@@ -149,13 +162,24 @@ def draw(kind: str, index: torch.Tensor, words: tuple[int, int, int, int], mean:
     def part(t: int) -> int:
         s, e = bounds[t], bounds[t + 1]
         out_at = values.data_ptr() + values.element_size() * per * s
-        return fn(index.data_ptr() + 8 * s, e - s, *words, mean, std, lo, hi, *proposal, out_at,
-                  bad.data_ptr() + 8 * per * s)
+        return fn(
+            index.data_ptr() + 8 * s,
+            e - s,
+            *words,
+            mean,
+            std,
+            lo,
+            hi,
+            *proposal,
+            out_at,
+            bad.data_ptr() + 8 * per * s,
+        )
 
     if threads == 1:
         return values, bad[: part(0)]
     if _STATE["workers"] < threads:
         _STATE["pool"], _STATE["workers"] = ThreadPoolExecutor(threads), threads
     counts = list(_STATE["pool"].map(part, range(threads)))
-    return values, torch.cat([bad[per * bounds[t] : per * bounds[t] + c] + per * bounds[t]
-                              for t, c in enumerate(counts)])
+    return values, torch.cat(
+        [bad[per * bounds[t] : per * bounds[t] + c] + per * bounds[t] for t, c in enumerate(counts)]
+    )

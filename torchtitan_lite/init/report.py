@@ -59,17 +59,26 @@ def truncated_normal_moments(alpha: float, beta: float) -> tuple[float, float, f
     return m1, math.sqrt(var), central4 / (var * var) - 3.0
 
 
-def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], *, right: Collection[int] = ()) -> str:
+def text_table(
+    header: Sequence[str], rows: Iterable[Sequence[str]], *, right: Collection[int] = ()
+) -> str:
     """``rows`` of cells under ``header`` as aligned columns: each as wide as its widest cell, two spaces apart,
     the columns whose index is in ``right`` right-aligned (numbers), trailing spaces removed."""
     table = [list(header), *map(list, rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     right = set(right)
-    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
-                                for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in table)
+    return "\n".join(
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in table
+    )
 
 
-def pattern_summary(tensors: Iterable[tuple[str, str, int, str, float | None, float, Sequence[str]]]) -> str:
+def pattern_summary(
+    tensors: Iterable[tuple[str, str, int, str, float | None, float, Sequence[str]]],
+) -> str:
     """One line per plan pattern over ``(pattern, spec, elements, status, measured std or None, expected std,
     flags)`` per tensor: pattern, tensor count, elements, spec, statuses, the range of the measured stds
     (``-`` on meta), expected std and each flag with the number of tensors that raised it (``std off x2``)."""
@@ -79,13 +88,30 @@ def pattern_summary(tensors: Iterable[tuple[str, str, int, str, float | None, fl
     rows = []
     for pattern, items in groups.items():
         stds = [std for *_, std, _, _ in items if std is not None and math.isfinite(std)]
-        measured = "-" if not stds else f"{min(stds):.4g}" + ("" if min(stds) == max(stds) else f"..{max(stds):.4g}")
+        measured = (
+            "-"
+            if not stds
+            else f"{min(stds):.4g}" + ("" if min(stds) == max(stds) else f"..{max(stds):.4g}")
+        )
         statuses = sorted({status for _, _, _, status, *_ in items})
         flags = Counter(flag for *_, item_flags in items for flag in item_flags)
-        rows.append([pattern, str(len(items)), f"{sum(n for _, _, n, *_ in items):,}", items[0][1], ",".join(statuses),
-                     measured, f"{items[0][5]:.4g}", ", ".join(f"{f} x{c}" if c > 1 else f for f, c in flags.items())])
-    return text_table(["pattern", "tensors", "elements", "spec", "status", "std (measured)", "exp std", "flags"],
-                      rows, right=(1, 2, 5, 6))
+        rows.append(
+            [
+                pattern,
+                str(len(items)),
+                f"{sum(n for _, _, n, *_ in items):,}",
+                items[0][1],
+                ",".join(statuses),
+                measured,
+                f"{items[0][5]:.4g}",
+                ", ".join(f"{f} x{c}" if c > 1 else f for f, c in flags.items()),
+            ]
+        )
+    return text_table(
+        ["pattern", "tensors", "elements", "spec", "status", "std (measured)", "exp std", "flags"],
+        rows,
+        right=(1, 2, 5, 6),
+    )
 
 
 @dataclass
@@ -123,20 +149,51 @@ class InitReport:
     rows: list[InitReportRow]
 
     def __str__(self) -> str:
-        header = ["name", "spec", "shape", "status", "mean", "std", "exp std", "min", "max", "at bound", "ex.kurt",
-                  "exp", "flags"]
-        rows = [[r.name, r.spec, "x".join(map(str, r.shape)), r.status, f"{r.mean:.3g}", f"{r.std:.4g}",
-                 f"{r.expected_std:.4g}", f"{r.min:.3g}", f"{r.max:.3g}", f"{r.at_bound:.2g}",
-                 f"{r.excess_kurtosis:.3f}", f"{r.expected_excess_kurtosis:.3f}", ",".join(r.flags)] for r in self.rows]
+        header = [
+            "name",
+            "spec",
+            "shape",
+            "status",
+            "mean",
+            "std",
+            "exp std",
+            "min",
+            "max",
+            "at bound",
+            "ex.kurt",
+            "exp",
+            "flags",
+        ]
+        rows = [
+            [
+                r.name,
+                r.spec,
+                "x".join(map(str, r.shape)),
+                r.status,
+                f"{r.mean:.3g}",
+                f"{r.std:.4g}",
+                f"{r.expected_std:.4g}",
+                f"{r.min:.3g}",
+                f"{r.max:.3g}",
+                f"{r.at_bound:.2g}",
+                f"{r.excess_kurtosis:.3f}",
+                f"{r.expected_excess_kurtosis:.3f}",
+                ",".join(r.flags),
+            ]
+            for r in self.rows
+        ]
         return text_table(header, rows, right=range(4, 12))
 
     def by_pattern(self) -> str:
         """:func:`pattern_summary` of the rows: one line per plan entry, before the per-tensor rows."""
-        return pattern_summary((r.pattern, r.spec, math.prod(r.shape), r.status, r.std, r.expected_std, r.flags)
-                               for r in self.rows)
+        return pattern_summary(
+            (r.pattern, r.spec, math.prod(r.shape), r.status, r.std, r.expected_std, r.flags)
+            for r in self.rows
+        )
 
     def write_json(self, path: str) -> None:
         """Write the rows as a JSON list (non-finite numbers as ``null``)."""
+
         def clean(value):
             if isinstance(value, float) and not math.isfinite(value):
                 return None
@@ -162,8 +219,14 @@ class TensorStats:
     at_bounds: int
 
 
-def tensor_stats(x: torch.Tensor, bounds: tuple[float, float] | None = None, tol: float = 0.0, *,
-                 chunk: int = _CHUNK, progress: Callable[[int], object] | None = None) -> TensorStats:
+def tensor_stats(
+    x: torch.Tensor,
+    bounds: tuple[float, float] | None = None,
+    tol: float = 0.0,
+    *,
+    chunk: int = _CHUNK,
+    progress: Callable[[int], object] | None = None,
+) -> TensorStats:
     """:class:`TensorStats` of ``x`` (any shape, floating or integer dtype), in two passes over chunks of ``chunk``
     elements: the float64 sum, the min and max and the values at ``bounds = (a, b)`` first, then the sums of the
     second and fourth powers of ``x - mean`` in float64. Only a chunk's float64 copy is held, never one of the whole
@@ -174,13 +237,15 @@ def tensor_stats(x: torch.Tensor, bounds: tuple[float, float] | None = None, tol
 
     def values(start: int) -> torch.Tensor:
         """The finite values of the chunk at ``start``, as a new float64 tensor."""
-        piece = flat[start:start + chunk].to(torch.float64, copy=True)
+        piece = flat[start : start + chunk].to(torch.float64, copy=True)
         return piece[torch.isfinite(piece)] if start in nonfinite else piece
 
     count, total, lo, hi, at_bounds = 0, 0.0, math.inf, -math.inf, 0
     for start in starts:
-        piece = flat[start:start + chunk]
-        piece_sum = torch.sum(piece, dtype=torch.float64).item()  # finite unless the chunk holds a nan or an inf
+        piece = flat[start : start + chunk]
+        piece_sum = torch.sum(
+            piece, dtype=torch.float64
+        ).item()  # finite unless the chunk holds a nan or an inf
         if not math.isfinite(piece_sum):
             nonfinite.add(start)
             piece = values(start)
@@ -237,7 +302,11 @@ def _row(entry, tensor: torch.Tensor, progress: Callable[[int], object] | None) 
         count = stats.at_bounds
         at_bound = count / n if n else 0.0
         ulp = max(tol, torch.finfo(tensor.dtype).eps * max(abs(a), abs(b)))
-        density = (math.exp(-0.5 * alpha**2) + math.exp(-0.5 * beta**2)) / math.sqrt(2 * math.pi) / normal_mass(alpha, beta)
+        density = (
+            (math.exp(-0.5 * alpha**2) + math.exp(-0.5 * beta**2))
+            / math.sqrt(2 * math.pi)
+            / normal_mass(alpha, beta)
+        )
         if not entry.loaded and count > 10 * n * density * ulp / spec.std + 10:
             flags.append("mass at bounds")
     elif spec.kind == "normal":
@@ -245,7 +314,11 @@ def _row(entry, tensor: torch.Tensor, progress: Callable[[int], object] | None) 
     else:
         expected_mean = {"zeros": 0.0, "ones": 1.0, "constant": spec.value}[spec.kind]
         expected_std, expected_kurt = 0.0, nan
-        if not entry.loaded and n and not (lo == hi == torch.tensor(expected_mean, dtype=tensor.dtype).item()):
+        if (
+            not entry.loaded
+            and n
+            and not (lo == hi == torch.tensor(expected_mean, dtype=tensor.dtype).item())
+        ):
             flags.append("not constant")
     if not entry.loaded and spec.kind in ("normal", "trunc_normal"):
         if n > _MIN_NUMEL_STD_CHECK and abs(std / expected_std - 1.0) > _STD_TOLERANCE:
@@ -253,13 +326,34 @@ def _row(entry, tensor: torch.Tensor, progress: Callable[[int], object] | None) 
         if n > _MIN_NUMEL_KURTOSIS_CHECK and abs(kurt - expected_kurt) > _KURTOSIS_TOLERANCE:
             flags.append("kurtosis off")
     status = "loaded" if entry.loaded else ("tied" if entry.tied else "init")
-    return InitReportRow(entry.name, list(entry.names), spec.describe(), entry.pattern, list(tensor.shape),
-                         str(tensor.dtype).removeprefix("torch."), status, mean, std, lo, hi, at_bound, kurt,
-                         expected_mean, expected_std, expected_kurt, flags)
+    return InitReportRow(
+        entry.name,
+        list(entry.names),
+        spec.describe(),
+        entry.pattern,
+        list(tensor.shape),
+        str(tensor.dtype).removeprefix("torch."),
+        status,
+        mean,
+        std,
+        lo,
+        hi,
+        at_bound,
+        kurt,
+        expected_mean,
+        expected_std,
+        expected_kurt,
+        flags,
+    )
 
 
-def init_report(model: nn.Module, plan: InitPlan, result: InitResult, *,
-                progress: Callable[[int], object] | None = None) -> InitReport:
+def init_report(
+    model: nn.Module,
+    plan: InitPlan,
+    result: InitResult,
+    *,
+    progress: Callable[[int], object] | None = None,
+) -> InitReport:
     """Per-tensor measured vs expected statistics of an initialized ``model`` (:func:`tensor_stats`).
 
     ``result`` is what :func:`~torchtitan_lite.init.init_weights` returned for ``model`` and ``plan``
@@ -276,8 +370,10 @@ def init_report(model: nn.Module, plan: InitPlan, result: InitResult, *,
     by_names = {entry.names: entry for entry in result.table.values()}
     for names, tensor in tensor_groups(model):
         if names not in by_names:
-            raise ValueError(f"init_report: tensor {' = '.join(names)} is not in the init result of plan "
-                             f"{plan.model}; pass the result of init_weights on this model")
+            raise ValueError(
+                f"init_report: tensor {' = '.join(names)} is not in the init result of plan "
+                f"{plan.model}; pass the result of init_weights on this model"
+            )
         rows.append(_row(by_names[names], tensor, progress))
     return InitReport(rows)
 
@@ -297,13 +393,15 @@ def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Pat
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: joins[k].join(map(str, v)) if k in joins else v for k, v in row.items()})
+            writer.writerow(
+                {k: joins[k].join(map(str, v)) if k in joins else v for k, v in row.items()}
+            )
     return json_path, csv_path
 
 
 def init_report_summary(report: InitReport) -> str:
     """``init report: 46 tensors, none flagged`` or ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
     flagged = [f"{r.name} ({', '.join(r.flags)})" for r in report.rows if r.flags]
-    return f"init report: {len(report.rows)} tensors, " + (f"{len(flagged)} flagged: {'; '.join(flagged)}"
-                                                           if flagged else "none flagged")
-
+    return f"init report: {len(report.rows)} tensors, " + (
+        f"{len(flagged)} flagged: {'; '.join(flagged)}" if flagged else "none flagged"
+    )

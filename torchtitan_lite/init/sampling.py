@@ -90,9 +90,17 @@ def _caster(dtype: torch.dtype, work_dtype: torch.dtype, a: float, b: float):
 
 
 @torch.no_grad()
-def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
-                  generator: torch.Generator | None = None, *, key: InitKey | None = None,
-                  compiled: bool | None = None) -> torch.Tensor:
+def trunc_normal_(
+    tensor: torch.Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    generator: torch.Generator | None = None,
+    *,
+    key: InitKey | None = None,
+    compiled: bool | None = None,
+) -> torch.Tensor:
     """Fill ``tensor`` in place with ``N(mean, std^2)`` truncated to ``[a, b]`` (absolute bounds).
 
     Drop-in for ``torch.nn.init.trunc_normal_``; no-grad by itself (works on a leaf Parameter that
@@ -128,10 +136,14 @@ def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: 
     law = _law(mean, std, a, b, dtype)
     if key is None:
         if isinstance(tensor, DTensor):
-            raise ValueError("trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed would "
-                             "give every rank the same values (or depend on the world size)")
+            raise ValueError(
+                "trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed would "
+                "give every rank the same values (or depend on the world size)"
+            )
         device = generator.device if generator is not None else "cpu"
-        seed = torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, generator=generator, device=device)
+        seed = torch.randint(
+            -(2**63), 2**63 - 1, (), dtype=torch.int64, generator=generator, device=device
+        )
         key = InitKey(int(seed) % 2**64, "trunc_normal_")
     keyed.keyed_fill(tensor, key, law, _caster(tensor.dtype, dtype, a, b), compiled)
     return tensor

@@ -42,11 +42,17 @@ class InitSpec:
     def __post_init__(self) -> None:
         if self.kind in ("normal", "trunc_normal"):
             if not (math.isfinite(self.std) and self.std > 0):
-                raise ValueError(f"InitSpec({self.kind}): std must be finite and > 0, got {self.std}")
+                raise ValueError(
+                    f"InitSpec({self.kind}): std must be finite and > 0, got {self.std}"
+                )
             if not self.cutoff > 0:
-                raise ValueError(f"InitSpec({self.kind}): cutoff must be > 0 sigma, got {self.cutoff}")
+                raise ValueError(
+                    f"InitSpec({self.kind}): cutoff must be > 0 sigma, got {self.cutoff}"
+                )
         if self.kind == "trunc_normal" and not math.isfinite(self.cutoff):
-            raise ValueError("InitSpec(trunc_normal): cutoff must be finite; use normal() for no cutoff")
+            raise ValueError(
+                "InitSpec(trunc_normal): cutoff must be finite; use normal() for no cutoff"
+            )
 
     @property
     def bounds(self) -> tuple[float, float]:

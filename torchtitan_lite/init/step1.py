@@ -127,14 +127,20 @@ class Step1Expectation:
         logit std 0.316, ...``; the values are ``step1_line``'s (``components/startup.py``)."""
         extra = ""
         if self.tied:
-            extra = (f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "
-                     f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to |e|^2 "
-                     f"{self.embedding_norm_sq:.3g}")
+            extra = (
+                f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "
+                f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to |e|^2 "
+                f"{self.embedding_norm_sq:.3g}"
+            )
             if self.repeat_rate > 0:
-                extra += (f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, which lowers the "
-                          f"low end by {self.repeat_rate * self.self_logit:.3f}")
-        return (f"terms of the expected step-1 loss: logit std {self.logit_std:.3g}{extra}; "
-                f"{' = '.join(self.output_names)}: {self.output_spec.describe()}")
+                extra += (
+                    f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, which lowers the "
+                    f"low end by {self.repeat_rate * self.self_logit:.3f}"
+                )
+        return (
+            f"terms of the expected step-1 loss: logit std {self.logit_std:.3g}{extra}; "
+            f"{' = '.join(self.output_names)}: {self.output_spec.describe()}"
+        )
 
 
 def mean_log_partition(sigma: float, n: int) -> float:
@@ -144,7 +150,9 @@ def mean_log_partition(sigma: float, n: int) -> float:
         ValueError: ``sigma < 0`` or ``n < 1``.
     """
     if not sigma >= 0 or n < 1:
-        raise ValueError(f"mean_log_partition: need sigma >= 0 and n >= 1, got sigma={sigma}, n={n}")
+        raise ValueError(
+            f"mean_log_partition: need sigma >= 0 and n >= 1, got sigma={sigma}, n={n}"
+        )
     critical = math.sqrt(2.0 * math.log(n))
     if sigma <= critical:
         return math.log(n) + 0.5 * sigma * sigma
@@ -153,10 +161,14 @@ def mean_log_partition(sigma: float, n: int) -> float:
 
 def _winning_spec(plan: InitPlan, names: tuple[str, ...], what: str) -> InitSpec:
     """The spec the engine applies to a tensor with ``names``: the last plan entry matching any of them."""
-    matches = [spec for pattern, spec in plan.entries if any(fnmatchcase(n, pattern) for n in names)]
+    matches = [
+        spec for pattern, spec in plan.entries if any(fnmatchcase(n, pattern) for n in names)
+    ]
     if not matches:
-        raise ValueError(f"expected_step1_loss: {what} {' = '.join(names)} matches no entry of the init plan of "
-                         f"{plan.model}; add one")
+        raise ValueError(
+            f"expected_step1_loss: {what} {' = '.join(names)} matches no entry of the init plan of "
+            f"{plan.model}; add one"
+        )
     return matches[-1]
 
 
@@ -179,8 +191,10 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     groups = dict(tensor_groups(model))
     out_names = next((names for names in groups if "output.weight" in names), None)
     if out_names is None:
-        raise ValueError("expected_step1_loss: the model has no output.weight; it must follow the registry "
-                         "contract (torchtitan_lite/protocols/model_spec.py)")
+        raise ValueError(
+            "expected_step1_loss: the model has no output.weight; it must follow the registry "
+            "contract (torchtitan_lite/protocols/model_spec.py)"
+        )
     vocab_size, dim = groups[out_names].shape
     out_spec = _winning_spec(plan, out_names, "tensor")
     gain = 1.0
@@ -188,8 +202,10 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     if norm_names is not None:
         norm_spec = _winning_spec(plan, norm_names, "tensor")
         if norm_spec.kind not in ("ones", "constant"):
-            raise ValueError(f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the formula "
-                             "needs a constant fill (ones or constant)")
+            raise ValueError(
+                f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the formula "
+                "needs a constant fill (ones or constant)"
+            )
         gain = abs(norm_spec.value) if norm_spec.kind == "constant" else 1.0
     s = _effective_std(out_spec)
     sigma = gain * math.sqrt(dim) * s
@@ -199,14 +215,24 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     e_sq, ffn_sq = dim * s * s, _ffn_norm_sq(groups, plan)
     cos = math.sqrt(e_sq / (e_sq + ffn_sq)) if e_sq > 0 else 0.0
     mu = gain * math.sqrt(dim * e_sq) * cos
-    tau = math.sqrt(mu * mu * 2.0 / dim + gain * gain * e_sq * ffn_sq / (e_sq + ffn_sq)) if e_sq > 0 else 0.0
+    tau = (
+        math.sqrt(mu * mu * 2.0 / dim + gain * gain * e_sq * ffn_sq / (e_sq + ffn_sq))
+        if e_sq > 0
+        else 0.0
+    )
     others = mean_log_partition(sigma, vocab_size - 1)
     nodes, weights = _GAUSS_HERMITE
-    high = max(low, sum(w * float(np.logaddexp(others, mu + tau * z)) for z, w in zip(nodes, weights)))
-    return Step1Expectation(low, high, math.log(vocab_size), sigma, mu, out_names, out_spec, tau, cos, ffn_sq, e_sq)
+    high = max(
+        low, sum(w * float(np.logaddexp(others, mu + tau * z)) for z, w in zip(nodes, weights))
+    )
+    return Step1Expectation(
+        low, high, math.log(vocab_size), sigma, mu, out_names, out_spec, tau, cos, ffn_sq, e_sq
+    )
 
 
-_GAUSS_HERMITE = (lambda x, w: (x, w / math.sqrt(2.0 * math.pi)))(*np.polynomial.hermite_e.hermegauss(64))
+_GAUSS_HERMITE = (lambda x, w: (x, w / math.sqrt(2.0 * math.pi)))(
+    *np.polynomial.hermite_e.hermegauss(64)
+)
 """Nodes and weights of ``E[f(Z)] = sum w_i f(x_i)`` for a standard normal ``Z`` (64 points)."""
 
 
@@ -229,23 +255,41 @@ def _ffn_norm_sq(groups: dict[tuple[str, ...], torch.Tensor], plan: InitPlan) ->
         if not match or None in parts.values():
             continue
         specs = {k: _winning_spec(plan, names, "tensor") for k, (names, _) in parts.items()}
-        (hidden, dim), shapes = parts["feed_forward.w1.weight"][1].shape, {k: tuple(t.shape) for k, (_, t) in parts.items()}
-        if (shapes["feed_forward.w3.weight"] != (hidden, dim) or shapes["feed_forward.w2.weight"] != (dim, hidden)
-                or specs["ffn_norm.weight"].kind not in ("ones", "constant")):
+        (hidden, dim), shapes = (
+            parts["feed_forward.w1.weight"][1].shape,
+            {k: tuple(t.shape) for k, (_, t) in parts.items()},
+        )
+        if (
+            shapes["feed_forward.w3.weight"] != (hidden, dim)
+            or shapes["feed_forward.w2.weight"] != (dim, hidden)
+            or specs["ffn_norm.weight"].kind not in ("ones", "constant")
+        ):
             continue
         norm = specs["ffn_norm.weight"]
-        u_sq = (1.0 if norm.kind == "ones" else norm.value ** 2) * dim
+        u_sq = (1.0 if norm.kind == "ones" else norm.value**2) * dim
         s1, s2, s3 = (_effective_std(specs[f"feed_forward.{w}.weight"]) for w in ("w1", "w2", "w3"))
         total += dim * hidden * s2 * s2 * silu_square_mean(s1 * math.sqrt(u_sq)) * s3 * s3 * u_sq
     return total
 
 
 _FFN_W1 = re.compile(r"(layers\.[^.]+)\.feed_forward\.w1\.weight")
-_FFN_PARTS = ("ffn_norm.weight", "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight")
+_FFN_PARTS = (
+    "ffn_norm.weight",
+    "feed_forward.w1.weight",
+    "feed_forward.w2.weight",
+    "feed_forward.w3.weight",
+)
 
 
-def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: float, strict: bool = False,
-                     report: InitReport | None = None, max_excess: float = MAX_EXCESS_NATS) -> list[str]:
+def check_step1_loss(
+    expected: Step1Expectation,
+    measured: float,
+    *,
+    margin: float,
+    strict: bool = False,
+    report: InitReport | None = None,
+    max_excess: float = MAX_EXCESS_NATS,
+) -> list[str]:
     """The problem lines (warnings; empty when it passes) of a fresh run's measured step-1 loss against
     :func:`expected_step1_loss`: not finite or more than ``margin`` nats outside the expected range, or a
     range whose low end exceeds ``ln V`` by more than ``max_excess``. Each names the output tensor, its spec
@@ -256,9 +300,15 @@ def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: flo
         InitCheckError: ``strict`` and a problem was found (its message holds every line).
     """
     if not (margin > 0 and max_excess > 0):
-        raise ValueError(f"check_step1_loss: margin and max_excess must be > 0 nats, got {margin}, {max_excess}")
+        raise ValueError(
+            f"check_step1_loss: margin and max_excess must be > 0 nats, got {margin}, {max_excess}"
+        )
     detail = f"{' = '.join(expected.output_names)}: spec {expected.output_spec.describe()}"
-    row = next((r for r in report.rows if r.names == list(expected.output_names)), None) if report else None
+    row = (
+        next((r for r in report.rows if r.names == list(expected.output_names)), None)
+        if report
+        else None
+    )
     if row is not None:
         detail += f", measured std {row.std:.4g} vs expected {row.expected_std:.4g}"
     problems = []
@@ -267,12 +317,14 @@ def check_step1_loss(expected: Step1Expectation, measured: float, *, margin: flo
         problems.append(
             f"step-1 loss {measured:.4f} is outside the {expected.span} expected from the init plan by more than "
             f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output left at the "
-            f"embedding's std-1 init starts near dim nats)")
+            f"embedding's std-1 init starts near dim nats)"
+        )
     excess = expected.low - expected.ln_vocab
     if excess > max_excess:
         problems.append(
             f"the init plan of {detail} starts at least {excess:.3g} nats above ln V = {expected.ln_vocab:.4f} "
-            f"(limit {max_excess}); lower that std (tied outputs: about 0.02, untied: dim^-0.5)")
+            f"(limit {max_excess}); lower that std (tied outputs: about 0.02, untied: dim^-0.5)"
+        )
     if problems and strict:
         raise InitCheckError("; ".join(problems) + " (debug.strict_init is on)")
     return problems

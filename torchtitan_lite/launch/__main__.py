@@ -86,8 +86,9 @@ class Supervisor:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
 
-    def run(self, cmd: list[str], env: dict[str, str], *, stop_at_once: bool = False,
-            **kwargs) -> int:
+    def run(
+        self, cmd: list[str], env: dict[str, str], *, stop_at_once: bool = False, **kwargs
+    ) -> int:
         """Run ``cmd`` to its end: its exit status. After a stop request it is killed at the
         deadline (at once with ``stop_at_once``)."""
         self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_ignore_stop_signals, **kwargs)
@@ -131,14 +132,20 @@ def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str
 
     # A valid config prints nothing on stdout: anything there is --help or --job.print_config.
     from_ = "CONFIG_FILE" if env.get("CONFIG_FILE") else "CONFIG_FILE default of run_train.sh"
-    check_env = {**env, WORLD_SIZE_ENV: world_size, RESOLVED_CONFIG_ENV: resolved,
-                 CONFIG_FILE_FROM_ENV: from_}
+    check_env = {
+        **env,
+        WORLD_SIZE_ENV: world_size,
+        RESOLVED_CONFIG_ENV: resolved,
+        CONFIG_FILE_FROM_ENV: from_,
+    }
     check = [sys.executable, "-m", "torchtitan_lite.preflight", *train_args]
     with open(os.path.join(control, "printed"), "w+", encoding="utf-8") as printed:
         status = supervisor.run(check, check_env, stop_at_once=True, stdout=printed)
         if supervisor.signalled is not None:
-            return 0, (f"stopped by a signal ({supervisor.signalled}) before the first step; "
-                       "nothing to save")
+            return 0, (
+                f"stopped by a signal ({supervisor.signalled}) before the first step; "
+                "nothing to save"
+            )
         if status != 0:
             return status, None
         printed.seek(0)
@@ -146,19 +153,39 @@ def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str
             print(text, end="", flush=True)
             return 0, None
 
-    agent_env = {**env, CONTROL_ENV: control, LAUNCHER_PID_ENV: str(os.getpid()),
-                 RESOLVED_CONFIG_ENV: resolved}
-    agent = [sys.executable, "-m", "torchtitan_lite.launch.agent", f"--nproc_per_node={ngpu}",
-             "--local-ranks-filter", log_rank, "--role", "rank", "--tee", "3",
-             "--log-dir", os.path.join(control, TORCHRUN_LOG_DIR),
-             "--signals-to-handle=SIGHUP,SIGQUIT", *nodes.torchrun_args,
-             "-m", "torchtitan_lite.train", *train_args]
+    agent_env = {
+        **env,
+        CONTROL_ENV: control,
+        LAUNCHER_PID_ENV: str(os.getpid()),
+        RESOLVED_CONFIG_ENV: resolved,
+    }
+    agent = [
+        sys.executable,
+        "-m",
+        "torchtitan_lite.launch.agent",
+        f"--nproc_per_node={ngpu}",
+        "--local-ranks-filter",
+        log_rank,
+        "--role",
+        "rank",
+        "--tee",
+        "3",
+        "--log-dir",
+        os.path.join(control, TORCHRUN_LOG_DIR),
+        "--signals-to-handle=SIGHUP,SIGQUIT",
+        *nodes.torchrun_args,
+        "-m",
+        "torchtitan_lite.train",
+        *train_args,
+    ]
     status = supervisor.run(agent, agent_env)
     if status < 0:  # as a shell reports a process killed by a signal
         status = 128 - status
     if supervisor.killed is not None:
-        return 1, (f"error: the workers did not stop after {supervisor.signalled} and were killed "
-                   f"({supervisor.killed}); {KEPT}")
+        return 1, (
+            f"error: the workers did not stop after {supervisor.signalled} and were killed "
+            f"({supervisor.killed}); {KEPT}"
+        )
     code, line = worst_outcome(control, log_rank)
     if code != 0:
         return code, line

@@ -36,9 +36,16 @@ def failures_record(err: ChildFailedError) -> dict:
     observed failure first, then the others by rank."""
     first, _ = err.get_first_failure()
     ranks = [first, *sorted(rank for rank in err.failures if rank != first)]
-    return {"failures": [{"rank": rank, "exitcode": err.failures[rank].exitcode,
-                          "lost_peer": _message(err.failures[rank]).startswith(LOST_PEER)}
-                         for rank in ranks]}
+    return {
+        "failures": [
+            {
+                "rank": rank,
+                "exitcode": err.failures[rank].exitcode,
+                "lost_peer": _message(err.failures[rank]).startswith(LOST_PEER),
+            }
+            for rank in ranks
+        ]
+    }
 
 
 def rendezvous_record(err: Exception) -> dict:
@@ -59,8 +66,10 @@ def _keep_own_output_off_the_console(log_path: str) -> None:
     stdout: every worker line there, the launcher's last line on stderr."""
     sys.stdout.flush()
     sys.stderr.flush()
-    console = [open(os.dup(1), "w", buffering=1, encoding=sys.stdout.encoding,
-                    errors=sys.stdout.errors) for _ in range(2)]  # one writer per tee thread
+    console = [
+        open(os.dup(1), "w", buffering=1, encoding=sys.stdout.encoding, errors=sys.stdout.errors)
+        for _ in range(2)
+    ]  # one writer per tee thread
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for fd in (1, 2):
         os.dup2(log, fd)

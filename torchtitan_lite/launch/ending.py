@@ -30,8 +30,10 @@ def worst_outcome(control: str, log_rank: str) -> tuple[int, str]:
     """The highest status a worker of this node reported and its line (``log_rank``'s on a tie);
     ``(0, "")`` without a failure."""
     code, line = 0, ""
-    paths = [os.path.join(control, f"{OUTCOME_PREFIX}{log_rank}"),
-             *sorted(glob.glob(os.path.join(control, f"{OUTCOME_PREFIX}*[0-9]")))]
+    paths = [
+        os.path.join(control, f"{OUTCOME_PREFIX}{log_rank}"),
+        *sorted(glob.glob(os.path.join(control, f"{OUTCOME_PREFIX}*[0-9]"))),
+    ]
     for path in paths:
         text = _read(path)
         if text and int(text.split("\n")[0]) > code:
@@ -46,8 +48,11 @@ def last_error_line(control: str, log_rank: str) -> str | None:
     for rank in (log_rank, "*"):
         for stream in ("stderr", "stdout"):
             for path in sorted(glob.glob(pattern.format(rank, stream))):
-                lines = [line.strip() for line in (_read(path) or "").splitlines()
-                         if line.lstrip().startswith("error: ")]
+                lines = [
+                    line.strip()
+                    for line in (_read(path) or "").splitlines()
+                    if line.lstrip().startswith("error: ")
+                ]
                 if lines:
                     return lines[-1]
     return None
@@ -75,18 +80,22 @@ def failure_line(control: str, status: int, nnodes: str, where: str) -> tuple[in
         return None
     record = json.loads(text)
     if "rendezvous" in record:
-        return 2, (f"input error: not all {nnodes} nodes joined the rendezvous at {where} "
-                   f"({record['rendezvous']}): start ./run_train.sh on every node with the same "
-                   "NNODES and MASTER_ADDR/MASTER_PORT (or RDZV_ENDPOINT) and a NODE_RANK each, or "
-                   "raise RDZV_TIMEOUT")
+        return 2, (
+            f"input error: not all {nnodes} nodes joined the rendezvous at {where} "
+            f"({record['rendezvous']}): start ./run_train.sh on every node with the same "
+            "NNODES and MASTER_ADDR/MASTER_PORT (or RDZV_ENDPOINT) and a NODE_RANK each, or "
+            "raise RDZV_TIMEOUT"
+        )
     failures = record["failures"]
     # A worker here killed by a signal is the cause, even when a peer that lost it ended first
     failed = next((f for f in failures if f["exitcode"] < 0), failures[0])
     rank, exitcode = failed["rank"], failed["exitcode"]
     failed_run = f"error: training failed (torchrun exit status {status}):"
     if exitcode > 0 and failed["lost_peer"]:
-        return 1, (f"{failed_run} a worker on another node failed or was killed (rank {rank} here "
-                   f"lost its connection to it; that node's last line names it); {KEPT}")
+        return 1, (
+            f"{failed_run} a worker on another node failed or was killed (rank {rank} here "
+            f"lost its connection to it; that node's last line names it); {KEPT}"
+        )
     if exitcode < 0:
         return 1, f"{failed_run} rank {rank} was killed by {_signal_name(exitcode)}; {KEPT}"
     return 1, f"{failed_run} rank {rank} exited with status {exitcode}; see the output above"

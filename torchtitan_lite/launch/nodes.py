@@ -34,8 +34,9 @@ def _first_slurm_host(nodelist: str) -> str | None:
     """The first host of a Slurm node list (``scontrol show hostnames``), or ``None``."""
     if shutil.which("scontrol") is None:
         return None
-    hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                           text=True).stdout.split()
+    hosts = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True
+    ).stdout.split()
     return hosts[0] if hosts else None
 
 
@@ -52,8 +53,10 @@ def nodes_from_env(env: Mapping[str, str]) -> Nodes:
         nodes = var["SLURM_STEP_NUM_NODES"]
         if var.get("SLURM_STEP_NUM_TASKS", nodes) != nodes:
             tasks = var["SLURM_STEP_NUM_TASKS"]
-            raise NodesError(f"srun started {tasks} tasks on {nodes} nodes, but run_train.sh runs "
-                             "once per node (it starts NGPU workers): use srun --ntasks-per-node=1")
+            raise NodesError(
+                f"srun started {tasks} tasks on {nodes} nodes, but run_train.sh runs "
+                "once per node (it starts NGPU workers): use srun --ntasks-per-node=1"
+            )
         var.setdefault("NNODES", nodes)
         var.setdefault("NODE_RANK", var.get("SLURM_NODEID", "0"))
         if "MASTER_ADDR" not in var and "RDZV_ENDPOINT" not in var:
@@ -68,19 +71,29 @@ def nodes_from_env(env: Mapping[str, str]) -> Nodes:
                 raise NodesError(f"{name}={var[name]} is not a whole number; set it to one")
         nnodes, node_rank = int(var.get("NNODES", "1")), int(var.get("NODE_RANK", "0"))
         if nnodes < 1 or node_rank >= nnodes:
-            raise NodesError(f"NODE_RANK={node_rank} with NNODES={nnodes}: give each of the NNODES "
-                             f"nodes (NNODES >= 1) its own NODE_RANK, 0..{max(nnodes - 1, 0)}")
+            raise NodesError(
+                f"NODE_RANK={node_rank} with NNODES={nnodes}: give each of the NNODES "
+                f"nodes (NNODES >= 1) its own NODE_RANK, 0..{max(nnodes - 1, 0)}"
+            )
         if nnodes > 1:
             if "RDZV_ENDPOINT" in var:
                 endpoint = var["RDZV_ENDPOINT"]
                 run_id = var.get("RDZV_ID", var.get("SLURM_JOB_ID", "torchtitan_lite"))
-                rdzv = ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-                        f"--rdzv-conf=join_timeout={timeout}"]
+                rdzv = [
+                    "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={endpoint}",
+                    f"--rdzv-id={run_id}",
+                    f"--rdzv-conf=join_timeout={timeout}",
+                ]
             else:
                 addr, port = var.get("MASTER_ADDR", "127.0.0.1"), var.get("MASTER_PORT", "29500")
                 endpoint = f"{addr}:{port}"
-                rdzv = [f"--node-rank={node_rank}", f"--master-addr={addr}",
-                        f"--master-port={port}", f"--rdzv-conf=timeout={timeout}"]
+                rdzv = [
+                    f"--node-rank={node_rank}",
+                    f"--master-addr={addr}",
+                    f"--master-port={port}",
+                    f"--rdzv-conf=timeout={timeout}",
+                ]
             words = [f"--nnodes={nnodes}", *rdzv, *words]
             where = f"{endpoint} within RDZV_TIMEOUT={timeout} s"
     nnodes_arg = "1"

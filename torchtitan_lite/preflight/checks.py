@@ -86,35 +86,47 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
     ``training.steps`` was set after (more specifically than) ``lr_scheduler.warmup_steps``, which
     the schedule then clips (a shortened run, :func:`fitted_warmup_steps`); a profiled step
     exists."""
-    for key, value in (("job.dump_folder", config.job.dump_folder),
-                       ("checkpoint.folder", config.checkpoint.folder),
-                       ("metrics.save_tb_folder", config.metrics.save_tb_folder)):
+    for key, value in (
+        ("job.dump_folder", config.job.dump_folder),
+        ("checkpoint.folder", config.checkpoint.folder),
+        ("metrics.save_tb_folder", config.metrics.save_tb_folder),
+    ):
         if not value.strip():
-            raise ConfigError(f"{where(sources, key)}: is empty, which would write into the "
-                              "current folder (or the folder above); name a folder, e.g. the "
-                              "default")
+            raise ConfigError(
+                f"{where(sources, key)}: is empty, which would write into the "
+                "current folder (or the folder above); name a folder, e.g. the "
+                "default"
+            )
     training = config.training
     gbs, lbs = training.global_batch_size, training.local_batch_size
     if gbs != -1 and (gbs < 1 or gbs % lbs):
-        raise ConfigError(f"{where(sources, 'training.global_batch_size')}: {gbs} is not a "
-                          f"positive multiple of training.local_batch_size {lbs}; use a multiple, "
-                          "or -1 for local_batch_size * data-parallel degree")
+        raise ConfigError(
+            f"{where(sources, 'training.global_batch_size')}: {gbs} is not a "
+            f"positive multiple of training.local_batch_size {lbs}; use a multiple, "
+            "or -1 for local_batch_size * data-parallel degree"
+        )
     sched = config.lr_scheduler
-    fit = fitted_warmup_steps(warmup_steps=sched.warmup_steps, steps=training.steps,
-                              decay_ratio=sched.decay_ratio)
+    fit = fitted_warmup_steps(
+        warmup_steps=sched.warmup_steps, steps=training.steps, decay_ratio=sched.decay_ratio
+    )
     if fit < sched.warmup_steps and precedence(sources, "lr_scheduler.warmup_steps") >= precedence(
-            sources, "training.steps"):
-        raise ConfigError(f"{where(sources, 'lr_scheduler.warmup_steps')}: {sched.warmup_steps} "
-                          f"warmup steps + {training.steps - fit} decay steps "
-                          f"(round(lr_scheduler.decay_ratio {sched.decay_ratio} * training.steps "
-                          f"{training.steps})) exceed {where(sources, 'training.steps')} "
-                          f"{training.steps}; set warmup_steps <= {fit}, lower decay_ratio, or "
-                          "train longer")
+        sources, "training.steps"
+    ):
+        raise ConfigError(
+            f"{where(sources, 'lr_scheduler.warmup_steps')}: {sched.warmup_steps} "
+            f"warmup steps + {training.steps - fit} decay steps "
+            f"(round(lr_scheduler.decay_ratio {sched.decay_ratio} * training.steps "
+            f"{training.steps})) exceed {where(sources, 'training.steps')} "
+            f"{training.steps}; set warmup_steps <= {fit}, lower decay_ratio, or "
+            "train longer"
+        )
     debug = config.debug
     if debug.profile and debug.profile_start_step > training.steps:
-        raise ConfigError(f"{where(sources, 'debug.profile_start_step')}: "
-                          f"{debug.profile_start_step} is after the last step (training.steps = "
-                          f"{training.steps}); profile an earlier step")
+        raise ConfigError(
+            f"{where(sources, 'debug.profile_start_step')}: "
+            f"{debug.profile_start_step} is after the last step (training.steps = "
+            f"{training.steps}); profile an earlier step"
+        )
 
 
 def check_paths(run: ResolvedRun, dp_degree: int | None = None) -> None:
@@ -134,9 +146,11 @@ def check_paths(run: ResolvedRun, dp_degree: int | None = None) -> None:
         ConfigError: the first problem, one line naming the key or file.
     """
     config, args = run.config, run.model_args
-    for key, path in (("model.tokenizer_path", config.model.tokenizer_path),
-                      ("training.dataset_path", config.training.dataset_path),
-                      ("checkpoint.load_path", config.checkpoint.load_path)):
+    for key, path in (
+        ("model.tokenizer_path", config.model.tokenizer_path),
+        ("training.dataset_path", config.training.dataset_path),
+        ("checkpoint.load_path", config.checkpoint.load_path),
+    ):
         check_exists(key, path)
     tokenizer = check_tokenizer(config, run.tokenizer_path, args)
     check_training_data(config.training, tokenizer, args.vocab_size)
@@ -170,9 +184,11 @@ def help_text(argv: list[str] = ()) -> str:
     each key that the config file or the command line in ``argv`` sets, its value there (``this run:
     400 (train_configs/qwen3_debug.toml line 16)``). A file or value that does not read is named in
     the title."""
-    title = ("usage: run_train.sh [--section.key=value ...]   "
-             "(also: --section.key value; bare --flag = true;\n"
-             "       none/null unsets an optional key; lists are comma-separated)")
+    title = (
+        "usage: run_train.sh [--section.key=value ...]   "
+        "(also: --section.key value; bare --flag = true;\n"
+        "       none/null unsets an optional key; lists are comma-separated)"
+    )
     try:
         config, sources = read_config([arg for arg in argv if arg not in ("--help", "-h")])
         with contextlib.suppress(ConfigError):
@@ -180,10 +196,12 @@ def help_text(argv: list[str] = ()) -> str:
     except ConfigError as err:
         return format_help(JobConfig, f"{title}\n\nthe values of this run are not shown: {err}")
     if sources:
-        title += ("\n\n'this run:' marks a value set by "
-                  + (config.job.config_file or "the command line")
-                  + (" or the command line" if config.job.config_file else "")
-                  + "; '=' gives the default")
+        title += (
+            "\n\n'this run:' marks a value set by "
+            + (config.job.config_file or "the command line")
+            + (" or the command line" if config.job.config_file else "")
+            + "; '=' gives the default"
+        )
     set_by = {key: (_value_of(config, key), where_set) for key, where_set in sources.items()}
     return format_help(JobConfig, title, set_by=set_by)
 

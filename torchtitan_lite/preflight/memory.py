@@ -62,9 +62,18 @@ def gathered_kv_width(args) -> int:
     return 2 * args.n_kv_heads * args.head_dim
 
 
-def estimate_rank_memory(n_params: int, args, *, world_size: int, seq_len: int,
-                         local_batch_size: int, compute_bytes: int, ac_mode: str,
-                         dense_scores: bool = True, cp: int = 1) -> MemoryEstimate:
+def estimate_rank_memory(
+    n_params: int,
+    args,
+    *,
+    world_size: int,
+    seq_len: int,
+    local_batch_size: int,
+    compute_bytes: int,
+    ac_mode: str,
+    dense_scores: bool = True,
+    cp: int = 1,
+) -> MemoryEstimate:
     """The per-rank estimate of the module notes for a model of ``n_params`` parameters with args
     ``args`` (``dim``, ``n_layers``, ``n_heads``, ``vocab_size``; under ``cp`` > 1 also
     :func:`gathered_kv_width`'s fields); ``compute_bytes`` per activation value (4 fp32, 2 bf16);
@@ -102,26 +111,38 @@ def memory_limit(device_kind: str) -> tuple[int, int, str]:
     return total, available, "host memory"
 
 
-def fit_problem(estimate: MemoryEstimate, *, ranks_sharing: int, total: int, available: int,
-                name: str, world_size: int) -> tuple[str, str] | None:
+def fit_problem(
+    estimate: MemoryEstimate,
+    *,
+    ranks_sharing: int,
+    total: int,
+    available: int,
+    name: str,
+    world_size: int,
+) -> tuple[str, str] | None:
     """``("error" | "warning", text)`` when ``ranks_sharing`` ranks of ``estimate`` each do not fit
     in the memory (``total`` bytes; ``available`` now), or ``None``: an error when even the
     parameters, gradients and optimizer moments exceed the total, or everything exceeds it twice; a
     warning above :data:`TIGHT` of what is available."""
     need = estimate.total * ranks_sharing
     states = estimate.states * ranks_sharing
-    numbers = (f"about {need / GIB:,.1f} GiB ({states / GIB:,.1f} GiB parameters, gradients and "
-               f"AdamW moments over {world_size} rank(s) + "
-               f"{estimate.activations * ranks_sharing / GIB:,.1f} GiB activations"
-               + (f", for {ranks_sharing} ranks" if ranks_sharing > 1 else "")
-               + f") of {total / GIB:,.1f} GiB {name}")
+    numbers = (
+        f"about {need / GIB:,.1f} GiB ({states / GIB:,.1f} GiB parameters, gradients and "
+        f"AdamW moments over {world_size} rank(s) + "
+        f"{estimate.activations * ranks_sharing / GIB:,.1f} GiB activations"
+        + (f", for {ranks_sharing} ranks" if ranks_sharing > 1 else "")
+        + f") of {total / GIB:,.1f} GiB {name}"
+    )
     if states > total or need > 2 * total:
-        return "error", (f"the run needs {numbers}; use a smaller model, more ranks, a smaller "
-                         "training.local_batch_size or training.seq_len, or "
-                         "activation_checkpoint.mode = \"full\"")
+        return "error", (
+            f"the run needs {numbers}; use a smaller model, more ranks, a smaller "
+            "training.local_batch_size or training.seq_len, or "
+            'activation_checkpoint.mode = "full"'
+        )
     if need > TIGHT * available:
-        return "warning", (f"the run may not fit: it needs {numbers} "
-                           f"({available / GIB:,.1f} GiB available now)")
+        return "warning", (
+            f"the run may not fit: it needs {numbers} ({available / GIB:,.1f} GiB available now)"
+        )
     return None
 
 
@@ -151,15 +172,26 @@ def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = 
     dtype = config.training.compute_dtype
     fp32 = dtype == "float32" or (dtype == "auto" and kind == "cpu")
     estimate = estimate_rank_memory(
-        n_params, args, world_size=world_size, seq_len=config.training.seq_len,
-        local_batch_size=config.training.local_batch_size, compute_bytes=4 if fp32 else 2,
+        n_params,
+        args,
+        world_size=world_size,
+        seq_len=config.training.seq_len,
+        local_batch_size=config.training.local_batch_size,
+        compute_bytes=4 if fp32 else 2,
         ac_mode=config.activation_checkpoint.mode,
         dense_scores=config.model.attn_backend == "reference",
-        cp=config.parallelism.context_parallel_degree)
+        cp=config.parallelism.context_parallel_degree,
+    )
     total, available, name = memory_limit(kind)
     sharing = (ranks_sharing or world_size) if kind == "cpu" else 1
-    problem = fit_problem(estimate, ranks_sharing=sharing, total=total, available=available,
-                          name=name, world_size=world_size)
+    problem = fit_problem(
+        estimate,
+        ranks_sharing=sharing,
+        total=total,
+        available=available,
+        name=name,
+        world_size=world_size,
+    )
     if problem is None:
         return None
     level, text = problem

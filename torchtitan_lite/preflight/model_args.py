@@ -16,7 +16,14 @@ from typing import Any
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family, model_args_from_hf
 from torchtitan_lite.components.hf.folder import HFError
-from torchtitan_lite.config.cli import COMMAND_LINE, BadValue, ConfigError, coerce, is_bool, suggestion
+from torchtitan_lite.config.cli import (
+    COMMAND_LINE,
+    BadValue,
+    ConfigError,
+    coerce,
+    is_bool,
+    suggestion,
+)
 from torchtitan_lite.config.load import Sources, precedence, where
 from torchtitan_lite.config.schema import JobConfig
 
@@ -33,17 +40,26 @@ def resolve_model(config: JobConfig, sources: Sources) -> Any:
     fields = type_overrides(config, sources)
     model = config.model
     if model.tie_embeddings is not None and "tie_embeddings" in model.overrides:
-        raise ConfigError(f"{where(sources, 'model.tie_embeddings')}: also set as model.overrides.tie_embeddings; "
-                          "set it once")
+        raise ConfigError(
+            f"{where(sources, 'model.tie_embeddings')}: also set as model.overrides.tie_embeddings; "
+            "set it once"
+        )
     if model.tie_embeddings is not None and "tie_embeddings" not in fields:
-        raise ConfigError(f"{where(sources, 'model.tie_embeddings')}: {model.name} has no tied-embedding option")
+        raise ConfigError(
+            f"{where(sources, 'model.tie_embeddings')}: {model.name} has no tied-embedding option"
+        )
     try:
         return build_model_args(config)
     except HFError as err:
         raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None
     except (ValueError, TypeError) as err:
-        keys = ", ".join(f"model.overrides.{name}" for name in model.overrides) or "model.tie_embeddings"
-        raise ConfigError(f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}") from None
+        keys = (
+            ", ".join(f"model.overrides.{name}" for name in model.overrides)
+            or "model.tie_embeddings"
+        )
+        raise ConfigError(
+            f"{keys}: the {model.name} flavor {model.flavor!r} rejects the result: {err}"
+        ) from None
 
 
 def type_overrides(config: JobConfig, sources: Sources | None = None) -> set[str]:
@@ -58,24 +74,32 @@ def type_overrides(config: JobConfig, sources: Sources | None = None) -> set[str
     sources = sources or {}
     model = config.model
     if model.name not in model_names():
-        raise ConfigError(f"{where(sources, 'model.name')}: unknown model {model.name!r}; "
-                          f"known models: {', '.join(model_names())}")
+        raise ConfigError(
+            f"{where(sources, 'model.name')}: unknown model {model.name!r}; "
+            f"known models: {', '.join(model_names())}"
+        )
     flavors = get_model_spec(model.name).flavors
     if model.flavor not in flavors and model.flavor != HF_FLAVOR:
-        raise ConfigError(f"{where(sources, 'model.flavor')}: {model.name} has no flavor {model.flavor!r}; "
-                          f"flavors: {', '.join(flavors)}, or hf (the sizes of checkpoint.initial_load_hf)")
+        raise ConfigError(
+            f"{where(sources, 'model.flavor')}: {model.name} has no flavor {model.flavor!r}; "
+            f"flavors: {', '.join(flavors)}, or hf (the sizes of checkpoint.initial_load_hf)"
+        )
     args = flavors.get(model.flavor, flavors["debug"])
     hints = typing.get_type_hints(type(args))
     fields = {f.name for f in dataclasses.fields(args)}
     for name, value in model.overrides.items():
         key = f"model.overrides.{name}"
         if name not in fields:
-            raise ConfigError(f"{where(sources, key)}: {type(args).__name__} has no field {name!r}"
-                              f"{suggestion(name, fields)}; fields: {', '.join(sorted(fields))}")
+            raise ConfigError(
+                f"{where(sources, key)}: {type(args).__name__} has no field {name!r}"
+                f"{suggestion(name, fields)}; fields: {', '.join(sorted(fields))}"
+            )
         if sources.get(key) == COMMAND_LINE and value is True and not is_bool(hints[name]):
             raise ConfigError(f"{key} ({COMMAND_LINE}): needs a value, e.g. --{key}=VALUE")
         try:
-            model.overrides[name] = coerce(value, hints[name], from_cli=sources.get(key) == COMMAND_LINE)
+            model.overrides[name] = coerce(
+                value, hints[name], from_cli=sources.get(key) == COMMAND_LINE
+            )
         except BadValue as err:
             raise ConfigError(f"{where(sources, key)}: {err}") from None
     return fields
@@ -89,8 +113,10 @@ def _model_from_hf_folder(config: JobConfig, sources: Sources) -> None:
     folder = config.checkpoint.initial_load_hf
     if folder is None:
         if config.model.flavor == HF_FLAVOR:
-            raise ConfigError(f"{where(sources, 'model.flavor')}: 'hf' takes the sizes from "
-                              "checkpoint.initial_load_hf, which is not set; set it or pick a flavor")
+            raise ConfigError(
+                f"{where(sources, 'model.flavor')}: 'hf' takes the sizes from "
+                "checkpoint.initial_load_hf, which is not set; set it or pick a flavor"
+            )
         return
     try:
         family, _ = folder_family(folder)
@@ -98,9 +124,11 @@ def _model_from_hf_folder(config: JobConfig, sources: Sources) -> None:
         raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None
     level = precedence(sources, "checkpoint.initial_load_hf")
     if precedence(sources, "model.name") >= level and config.model.name != family:
-        raise ConfigError(f"{where(sources, 'model.name')}: {config.model.name!r} but checkpoint.initial_load_hf "
-                          f"{folder} holds a {family} model (config.json model_type); drop model.name or use "
-                          f"{family}")
+        raise ConfigError(
+            f"{where(sources, 'model.name')}: {config.model.name!r} but checkpoint.initial_load_hf "
+            f"{folder} holds a {family} model (config.json model_type); drop model.name or use "
+            f"{family}"
+        )
     config.model.name = family
     if precedence(sources, "model.flavor") < level:
         config.model.flavor = HF_FLAVOR
@@ -121,7 +149,9 @@ def build_model_args(config: JobConfig) -> Any:
     if model.tie_embeddings is not None:
         changes["tie_embeddings"] = model.tie_embeddings
     if config.checkpoint.initial_load_hf is not None:
-        return model_args_from_hf(config.checkpoint.initial_load_hf, model.name, model.flavor, changes)
+        return model_args_from_hf(
+            config.checkpoint.initial_load_hf, model.name, model.flavor, changes
+        )
     return dataclasses.replace(get_model_spec(model.name).flavors[model.flavor], **changes)
 
 

@@ -40,7 +40,11 @@ def read_resolved(path: str) -> ResolvedRun:
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
     default = JobConfig()
-    config = JobConfig(**{section.name: type(getattr(default, section.name))(**data[section.name])
-                          for section in dataclasses.fields(JobConfig)})
+    config = JobConfig(
+        **{
+            section.name: type(getattr(default, section.name))(**data[section.name])
+            for section in dataclasses.fields(JobConfig)
+        }
+    )
     type_overrides(config)
     return resolved_run(config, build_model_args(config))

@@ -12,7 +12,19 @@
     read by boxes).
 """
 
-from torchtitan_lite.protocols.model_spec import HookReport, ModelSpec, TrainingHooks, no_training_hooks
+from torchtitan_lite.protocols.model_spec import (
+    HookReport,
+    ModelSpec,
+    TrainingHooks,
+    no_training_hooks,
+)
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError, StateDictAdapter
 
-__all__ = ["HFConfigError", "HookReport", "ModelSpec", "StateDictAdapter", "TrainingHooks", "no_training_hooks"]
+__all__ = [
+    "HFConfigError",
+    "HookReport",
+    "ModelSpec",
+    "StateDictAdapter",
+    "TrainingHooks",
+    "no_training_hooks",
+]

@@ -151,4 +151,3 @@ class WithCopies(Same):
 
 HFTensor = Same | Transposed | Stacked | RowPermuted | WithCopies
 """Any of the kinds."""
-

@@ -76,7 +76,9 @@ class TrainingHooks:
         return {}
 
 
-def no_training_hooks(model: nn.Module, parallel_dims: ParallelDims, micro_batches: int) -> TrainingHooks:
+def no_training_hooks(
+    model: nn.Module, parallel_dims: ParallelDims, micro_batches: int
+) -> TrainingHooks:
     """The ``training_hooks`` of a family without per-step work."""
     return TrainingHooks()
 

@@ -34,14 +34,20 @@ def event_folder(run: str | Path) -> Path:
     """
     run = Path(run)
     if not run.is_dir():
-        raise CompareError(f"{run}: not a folder; pass a run folder (job.dump_folder/<run>) or its tb/ folder")
+        raise CompareError(
+            f"{run}: not a folder; pass a run folder (job.dump_folder/<run>) or its tb/ folder"
+        )
     folders = sorted({p.parent for p in run.rglob(EVENT_GLOB)})
     if not folders:
-        raise CompareError(f"{run}: no TensorBoard event files ({EVENT_GLOB}) in it or below; was "
-                           "metrics.enable_tensorboard on?")
+        raise CompareError(
+            f"{run}: no TensorBoard event files ({EVENT_GLOB}) in it or below; was "
+            "metrics.enable_tensorboard on?"
+        )
     if len(folders) > 1:
-        raise CompareError(f"{run}: event files in {len(folders)} folders ({', '.join(map(str, folders))}); "
-                           "pass one of them")
+        raise CompareError(
+            f"{run}: event files in {len(folders)} folders ({', '.join(map(str, folders))}); "
+            "pass one of them"
+        )
     return folders[0]
 
 
@@ -56,7 +62,9 @@ def load_scalars(run: str | Path, tag: str) -> dict[int, float]:
     events.Reload()
     tags = events.Tags()[SCALARS]
     if tag not in tags:
-        raise CompareError(f"{run}: no scalar {tag!r} in {folder}; scalars there: {', '.join(sorted(tags))}")
+        raise CompareError(
+            f"{run}: no scalar {tag!r} in {folder}; scalars there: {', '.join(sorted(tags))}"
+        )
     return {e.step: e.value for e in events.Scalars(tag)}
 
 
@@ -92,8 +100,13 @@ def compare(reference: dict[int, float], other: dict[int, float], atol: float) -
     beyond = [s for s, d in zip(steps, diffs) if not abs(d) <= atol]
     max_abs = max((abs(d) if not math.isnan(d) else math.inf for d in diffs), default=0.0)
     missing = sorted(reference.keys() ^ other.keys())
-    return Comparison(steps, diffs, math.nan if max_abs == math.inf else max_abs, beyond[0] if beyond else None,
-                      missing)
+    return Comparison(
+        steps,
+        diffs,
+        math.nan if max_abs == math.inf else max_abs,
+        beyond[0] if beyond else None,
+        missing,
+    )
 
 
 def step_ranges(steps: list[int]) -> str:
@@ -116,11 +129,16 @@ def run_settings(run: str | Path) -> dict[str, object] | None:
     if path is None:
         return None
     meta = json.loads(path.read_text())
-    settings: dict[str, object] = {"NGPU": meta["local_world_size"], "world size": meta["world_size"]}
+    settings: dict[str, object] = {
+        "NGPU": meta["local_world_size"],
+        "world size": meta["world_size"],
+    }
     for section, values in meta["config"].items():
         for key, value in values.items():
             items = value.items() if isinstance(value, dict) else [(None, value)]
-            settings.update({".".join(filter(None, (section, key, name))): item for name, item in items})
+            settings.update(
+                {".".join(filter(None, (section, key, name))): item for name, item in items}
+            )
     return settings
 
 
@@ -139,7 +157,9 @@ def labels_of(runs: list[str], names: list[str] | None = None) -> list[str]:
     """
     if names is not None:
         if len(names) != len(runs) or len(set(names)) != len(names):
-            raise CompareError(f"--names: give one distinct name per run ({len(runs)}), got {', '.join(names)}")
+            raise CompareError(
+                f"--names: give one distinct name per run ({len(runs)}), got {', '.join(names)}"
+            )
         return list(names)
     settings = [run_settings(run) for run in runs]
     if all(settings):
@@ -182,7 +202,9 @@ def curves_figure(series: dict[str, dict[int, float]], tag: str):
         top.plot(steps, [values[s] for s in steps], style, marker=".", label=label)
         if label != labels[0]:
             common = sorted(values.keys() & reference.keys())
-            bottom.plot(common, [values[s] - reference[s] for s in common], style, marker=".", label=label)
+            bottom.plot(
+                common, [values[s] - reference[s] for s in common], style, marker=".", label=label
+            )
     top.set_ylabel(tag)
     top.set_title(f"{tag}: " + ", ".join(labels[1:]) + f" vs {labels[0]}", fontsize=10)
     bottom.axhline(0.0, color="gray", linewidth=0.8)
@@ -206,16 +228,33 @@ def plot_curves(series: dict[str, dict[int, float]], tag: str, path: str | Path)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.tools.compare_runs", description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run folders (or event folders); the first is the reference")
-    parser.add_argument("--names", nargs="+", help="a label per run, in order (default: the settings that differ "
-                                                   "between the runs, from their run.json, e.g. NGPU=2)")
-    parser.add_argument("--tag", default="loss/train", help="scalar tag to compare (default loss/train)")
-    parser.add_argument("--atol", type=float, default=0.0, help="tolerance, in the tag's units (default 0)")
-    parser.add_argument("--assert-equal", action="store_true",
-                        help="exit 1 if a run differs beyond --atol at a step both it and the reference logged, or "
-                             "shares no step with it")
-    parser.add_argument("--plot", help="save a PNG of the curves and their differences to this path")
+    parser = argparse.ArgumentParser(
+        prog="python -m torchtitan_lite.tools.compare_runs", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "runs", nargs="+", help="run folders (or event folders); the first is the reference"
+    )
+    parser.add_argument(
+        "--names",
+        nargs="+",
+        help="a label per run, in order (default: the settings that differ "
+        "between the runs, from their run.json, e.g. NGPU=2)",
+    )
+    parser.add_argument(
+        "--tag", default="loss/train", help="scalar tag to compare (default loss/train)"
+    )
+    parser.add_argument(
+        "--atol", type=float, default=0.0, help="tolerance, in the tag's units (default 0)"
+    )
+    parser.add_argument(
+        "--assert-equal",
+        action="store_true",
+        help="exit 1 if a run differs beyond --atol at a step both it and the reference logged, or "
+        "shares no step with it",
+    )
+    parser.add_argument(
+        "--plot", help="save a PNG of the curves and their differences to this path"
+    )
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         parser.error("give at least two runs")
@@ -235,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.tag}; run 0 is the reference")
     for i, (run, label) in enumerate(zip(args.runs, labels)):
         print(f"  run {i}: {label}  ({run}; steps {step_ranges(sorted(series[i]))})")
-    print(f"{'step':>6}  {'run 0':>14}" + "".join(f"  {f'run {i}':>14}  {'diff':>10}" for i in range(1, len(labels))))
+    print(
+        f"{'step':>6}  {'run 0':>14}"
+        + "".join(f"  {f'run {i}':>14}  {'diff':>10}" for i in range(1, len(labels)))
+    )
     for step in sorted(set().union(*series)):
         ref = series[0].get(step)
         row = f"{step:>6}  {'-' if ref is None else f'{ref:.8g}':>14}"
@@ -247,21 +289,31 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for i, result in enumerate(results, start=1):
         if result.steps:
-            verdict = ("equal within atol" if result.first_beyond is None
-                       else f"first step beyond atol: {result.first_beyond}")
+            verdict = (
+                "equal within atol"
+                if result.first_beyond is None
+                else f"first step beyond atol: {result.first_beyond}"
+            )
             found = f"max |diff| {result.max_abs:.6g} (atol {args.atol:g}), {verdict}"
         else:
             found = "nothing to compare"
-        only = f"; steps in one of them only: {step_ranges(result.missing)}" if result.missing else ""
-        print(f"run {i} ({labels[i]}) vs run 0 ({labels[0]}): {len(result.steps)} common steps "
-              f"({step_ranges(result.steps)}): {found}{only}")
+        only = (
+            f"; steps in one of them only: {step_ranges(result.missing)}" if result.missing else ""
+        )
+        print(
+            f"run {i} ({labels[i]}) vs run 0 ({labels[0]}): {len(result.steps)} common steps "
+            f"({step_ranges(result.steps)}): {found}{only}"
+        )
         failed |= result.first_beyond is not None or not result.steps
     if args.plot:
         plot_curves(dict(zip(labels, series)), args.tag, args.plot)
         print(f"plot: {args.plot}")
     if args.assert_equal and failed:
-        print("error: --assert-equal: a run differs from run 0 beyond atol at a common step, or shares no step with "
-              "it (see above)", file=sys.stderr)
+        print(
+            "error: --assert-equal: a run differs from run 0 beyond atol at a common step, or shares no step with "
+            "it (see above)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -87,7 +87,9 @@ def _peak_bytes(elements: int) -> int:
     return _HELD_BYTES_PER_ELEMENT * elements + _WORK_BYTES
 
 
-def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int = 0) -> tuple[int | None, str]:
+def choose_layers(
+    spec, args, requested: int | None, max_bytes: int, in_use: int = 0
+) -> tuple[int | None, str]:
     """``(blocks to build, or None for a meta report; the line saying which)``.
 
     The most blocks ``L`` whose memory (:func:`_peak_bytes` of ``base + L * per_block`` elements,
@@ -112,9 +114,15 @@ def choose_layers(spec, args, requested: int | None, max_bytes: int, in_use: int
         layers += 1
     if layers == 0:
         need = in_use + _peak_bytes(base + per_block)
-        return None, (f"on meta, nothing sampled: even one block needs {need / GIB:.1f} GiB > --max-gib "
-                      f"{max_bytes / GIB:g}; expected values only")
-    cut = "" if layers == total else f" (the full model needs more than --max-gib {max_bytes / GIB:g}; {same})"
+        return None, (
+            f"on meta, nothing sampled: even one block needs {need / GIB:.1f} GiB > --max-gib "
+            f"{max_bytes / GIB:g}; expected values only"
+        )
+    cut = (
+        ""
+        if layers == total
+        else f" (the full model needs more than --max-gib {max_bytes / GIB:g}; {same})"
+    )
     return layers, f"initialized on CPU: blocks 0..{layers - 1} of {total}{cut}"
 
 
@@ -142,10 +150,23 @@ def plan_table(model: torch.nn.Module, plan) -> str:
             std, kurt_text = (spec.std, f"{0.0:.3f}") if spec.kind == "normal" else (0.0, "-")
         status = "tied" if entry.tied else "init"
         summary.append((entry.pattern, spec.describe(), tensor.numel(), status, None, std, ()))
-        rows.append([" = ".join(entry.names), spec.describe(), "x".join(map(str, tensor.shape)), status,
-                     f"{std:.4g}", kurt_text])
-    return (pattern_summary(summary) + "\n\n"
-            + text_table(["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)))
+        rows.append(
+            [
+                " = ".join(entry.names),
+                spec.describe(),
+                "x".join(map(str, tensor.shape)),
+                status,
+                f"{std:.4g}",
+                kurt_text,
+            ]
+        )
+    return (
+        pattern_summary(summary)
+        + "\n\n"
+        + text_table(
+            ["name", "spec", "shape", "status", "exp std", "exp ex.kurt"], rows, right=(4, 5)
+        )
+    )
 
 
 def _step1_lines(run: ResolvedRun, model: torch.nn.Module, plan) -> list[str]:
@@ -160,21 +181,34 @@ def _step1_lines(run: ResolvedRun, model: torch.nn.Module, plan) -> list[str]:
         t = config.training
         try:
             dataset = build_dataloaders(
-                validation=config.validation.enable, min_val_windows=global_batch, dataset=t.dataset,
+                validation=config.validation.enable,
+                min_val_windows=global_batch,
+                dataset=t.dataset,
                 dataset_path=t.dataset_path,
-                dataset_paths=t.dataset_paths, dataset_weights=t.dataset_weights, hf_dataset_name=t.hf_dataset_name,
-                hf_dataset_config=t.hf_dataset_config, text_column=t.text_column,
-                tokenizer=build_tokenizer(run.tokenizer_path), seq_len=t.seq_len,
-                local_batch_size=t.local_batch_size, seed=t.seed, documents=t.document_masking).train.dataset
+                dataset_paths=t.dataset_paths,
+                dataset_weights=t.dataset_weights,
+                hf_dataset_name=t.hf_dataset_name,
+                hf_dataset_config=t.hf_dataset_config,
+                text_column=t.text_column,
+                tokenizer=build_tokenizer(run.tokenizer_path),
+                seq_len=t.seq_len,
+                local_batch_size=t.local_batch_size,
+                seed=t.seed,
+                documents=t.document_masking,
+            ).train.dataset
         except UserError as err:
             why_not = f"the step-1 batch was not read: {err}"
     expected = step1_expectation(model, plan, dataset, global_batch)
-    return ([step1_line(expected, dataset is not None, terms="every term: the next line"), expected.describe()]
-            + ([why_not] if why_not else []))
+    return [
+        step1_line(expected, dataset is not None, terms="every term: the next line"),
+        expected.describe(),
+    ] + ([why_not] if why_not else [])
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m torchtitan_lite.tools.inspect_init", add_help=False)
+    parser = argparse.ArgumentParser(
+        prog="python -m torchtitan_lite.tools.inspect_init", add_help=False
+    )
     parser.add_argument("--layers", type=int)
     parser.add_argument("--meta", action="store_true")
     parser.add_argument("--max-gib", type=float, default=8.0)
@@ -195,14 +229,25 @@ def main(argv: list[str] | None = None) -> int:
     plan = spec.init_plan(args)
     full = _build_meta(spec, args)
     n_params = sum(p.numel() for p in full.parameters())
-    print(f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
-          f"seed {config.training.seed}")
+    print(
+        f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
+        f"seed {config.training.seed}"
+    )
     for line in _step1_lines(run, full, plan):
         print(line)
     cpu = torch.device("cpu")
     try:
-        layers, how = (None, "on meta, nothing sampled (--meta); expected values only") if options.meta else \
-            choose_layers(spec, args, options.layers, int(options.max_gib * GIB), in_use=peak_memory_bytes(cpu))
+        layers, how = (
+            (None, "on meta, nothing sampled (--meta); expected values only")
+            if options.meta
+            else choose_layers(
+                spec,
+                args,
+                options.layers,
+                int(options.max_gib * GIB),
+                in_use=peak_memory_bytes(cpu),
+            )
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -219,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
     if draw.compile_note():
         print(f"init: {draw.compile_note()}")
-    with _phase("report", f"statistics of {count} in float64"), progress(elements, "report", "element") as bar:
+    with (
+        _phase("report", f"statistics of {count} in float64"),
+        progress(elements, "report", "element") as bar,
+    ):
         report = init_report(model, plan, result, progress=bar.update)
     with _phase("fingerprint", f"hashing {count}"):
         fingerprint = model_fingerprint(model)
@@ -232,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(options.out).mkdir(parents=True, exist_ok=True)
         for path in write_init_report(report, options.out):
             print(f"wrote {path}")
-    print(f"peak memory of this process: {peak_memory_bytes(cpu) / GIB:.2f} GiB" +
-          ("" if options.layers else f" (--max-gib {options.max_gib:g})"))
+    print(
+        f"peak memory of this process: {peak_memory_bytes(cpu) / GIB:.2f} GiB"
+        + ("" if options.layers else f" (--max-gib {options.max_gib:g})")
+    )
     return 0
 
 

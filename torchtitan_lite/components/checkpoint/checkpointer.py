@@ -100,8 +100,13 @@ def expected_bytes(model: torch.nn.Module) -> int:
 def layout_of(dims: ParallelDims) -> dict[str, int]:
     """The degrees of a layout as ``meta.json`` stores them: ``dp_replicate``, ``dp_shard``,
     ``tp``, ``pp``, ``ep``, and ``cp`` when above 1."""
-    layout = {"dp_replicate": dims.dp_replicate, "dp_shard": dims.dp_shard, "tp": dims.tp,
-              "pp": dims.pp, "ep": dims.ep}
+    layout = {
+        "dp_replicate": dims.dp_replicate,
+        "dp_shard": dims.dp_shard,
+        "tp": dims.tp,
+        "pp": dims.pp,
+        "ep": dims.ep,
+    }
     return layout | ({"cp": dims.cp} if dims.cp > 1 else {})
 
 
@@ -131,10 +136,24 @@ class Checkpointer:
         async_mode: ``"disabled"`` or ``"async"`` (a background write; :meth:`finish` completes it).
     """
 
-    def __init__(self, folder: str, *, model, optimizer, lr_scheduler, dataloader, dims: ParallelDims,
-                 device: torch.device, meta: dict[str, Any], keep_latest_k: int = 0, async_mode: str = "disabled"):
+    def __init__(
+        self,
+        folder: str,
+        *,
+        model,
+        optimizer,
+        lr_scheduler,
+        dataloader,
+        dims: ParallelDims,
+        device: torch.device,
+        meta: dict[str, Any],
+        keep_latest_k: int = 0,
+        async_mode: str = "disabled",
+    ):
         if async_mode not in ("disabled", "async"):
-            raise ValueError(f"checkpoint.async_mode must be 'disabled' or 'async', got {async_mode!r}")
+            raise ValueError(
+                f"checkpoint.async_mode must be 'disabled' or 'async', got {async_mode!r}"
+            )
         self.folder, self.model, self.optimizer = folder, model, optimizer
         self.lr_scheduler, self.dataloader = lr_scheduler, dataloader
         self.rank, self.world_size, self.device = dist.get_rank(), dims.world_size, device
@@ -144,7 +163,9 @@ class Checkpointer:
         self._rng: dict[str, torch.Tensor] | None = None
         self._async_group = dist.new_group(backend="gloo") if async_mode == "async" else None
 
-    def _state(self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int) -> dict[str, Any]:
+    def _state(
+        self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int
+    ) -> dict[str, Any]:
         """The DCP state dict of the ``parts`` to save or load into; the data loader's under data-parallel rank
         ``data_rank``."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_OPTIONS)
@@ -199,10 +220,15 @@ class Checkpointer:
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         latest = complete_steps(self.folder)
-        intact = f"the last complete checkpoint step-{latest[-1]} is intact" if latest else "no checkpoint was saved"
+        intact = (
+            f"the last complete checkpoint step-{latest[-1]} is intact"
+            if latest
+            else "no checkpoint was saved"
+        )
         raise CheckpointError(
             f"no space left on device writing {tmp}: {needed:,} bytes needed, {free:,} free; {intact}; free space or "
-            "set checkpoint.folder to a larger disk, then run again to resume") from None
+            "set checkpoint.folder to a larger disk, then run again to resume"
+        ) from None
 
     def finish(self) -> str | None:
         """Complete the pending save: wait for it, record the size and checksum of each file (every rank those it
@@ -223,7 +249,8 @@ class Checkpointer:
                 self._failed(err, tmp, free)
         dist.barrier()
         mine = sorted(n for n in os.listdir(tmp) if n.startswith(f"__{self.rank}_")) + (
-            [".metadata"] if self.rank == 0 else [])
+            [".metadata"] if self.rank == 0 else []
+        )
         files: list[dict[str, Any] | None] = [None] * self.world_size
         dist.all_gather_object(files, describe_files(tmp, mine))
         final = tmp.removesuffix(".tmp")
@@ -241,11 +268,22 @@ class Checkpointer:
     def _publish(self, tmp: str, final: str, step: int, files: dict[str, dict[str, Any]]) -> None:
         """Rank 0: check that ``files`` covers every file DCP's ``.metadata`` references, write ``meta.json``,
         publish, prune."""
-        referenced = {info.relative_path for info in dcp.FileSystemReader(tmp).read_metadata().storage_data.values()}
+        referenced = {
+            info.relative_path
+            for info in dcp.FileSystemReader(tmp).read_metadata().storage_data.values()
+        }
         missing = sorted(referenced - files.keys())
         files.update(describe_files(tmp, missing))
-        meta = seal({"format": FORMAT_VERSION, "step": step, "world_size": self.world_size, "layout": self.layout,
-                     **self.meta, "files": files})
+        meta = seal(
+            {
+                "format": FORMAT_VERSION,
+                "step": step,
+                "world_size": self.world_size,
+                "layout": self.layout,
+                **self.meta,
+                "files": files,
+            }
+        )
         write_json(os.path.join(tmp, META_FILE), meta)
         publish(tmp, final)
         if self.keep_latest_k:
@@ -273,7 +311,9 @@ class Checkpointer:
         verify_files(path, meta, self.rank, self.world_size)
         bad = sorted(set(exclude) - set(EXCLUDABLE))
         if bad:
-            raise CheckpointError(f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}")
+            raise CheckpointError(
+                f"checkpoint.exclude_from_loading: unknown parts {bad}; choose from {EXCLUDABLE}"
+            )
         excluded = list(exclude)
         same_dp = saved_dp_degree(meta) == self.dp_degree
         if "dataloader" not in exclude and not self.dataloader.dataset.world_size_invariant:
@@ -286,9 +326,13 @@ class Checkpointer:
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.model, state["model"])
         if "optimizer" in state:
-            hyperparameters = [{k: v for k, v in group.items() if k != "params"}
-                               for group in self.optimizer.param_groups]
-            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=_OPTIONS)
+            hyperparameters = [
+                {k: v for k, v in group.items() if k != "params"}
+                for group in self.optimizer.param_groups
+            ]
+            set_optimizer_state_dict(
+                self.model, self.optimizer, state["optimizer"], options=_OPTIONS
+            )
             for group, own in zip(self.optimizer.param_groups, hyperparameters):
                 group.update(own)
         if "lr_scheduler" in state:

@@ -38,12 +38,21 @@ def check_resume(config: JobConfig, args: Any, dp_degree: int | None = None) -> 
     if cp.enable:
         check_writable("checkpoint.folder", folder)
     try:
-        path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+        path = (
+            find_checkpoint(folder, cp.load_step, cp.load_path)
+            if cp.enable or cp.load_path
+            else None
+        )
         if path is not None:
             meta = read_meta(path)
-            check_compatible(meta, path, config.model.name, config.model.flavor, model_args_json(args))
-            if (dp_degree is not None and config.training.streaming
-                    and "dataloader" not in config.checkpoint.exclude_from_loading):
+            check_compatible(
+                meta, path, config.model.name, config.model.flavor, model_args_json(args)
+            )
+            if (
+                dp_degree is not None
+                and config.training.streaming
+                and "dataloader" not in config.checkpoint.exclude_from_loading
+            ):
                 check_data_parallel_degree(meta, path, dp_degree)
     except CheckpointError as err:
         raise ConfigError(str(err)) from None

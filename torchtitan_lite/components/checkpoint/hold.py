@@ -15,7 +15,9 @@ from torchtitan_lite.components.checkpoint.storage import (
 )
 
 
-def hold_checkpoint_folder(folder: str, model: nn.Module, rank: int) -> tuple[FolderLock | None, list[str]]:
+def hold_checkpoint_folder(
+    folder: str, model: nn.Module, rank: int
+) -> tuple[FolderLock | None, list[str]]:
     """Rank 0 takes ``folder``'s lock, refuses a ``step-N`` that is not a complete checkpoint, removes the ``*.tmp``
     leftovers of killed runs and warns when fewer than two checkpoints of ``model`` fit in the free space; the ranks
     agree (one broadcast). ``(the lock on rank 0, else None; lines to print)``.
@@ -31,19 +33,28 @@ def hold_checkpoint_folder(folder: str, model: nn.Module, rank: int) -> tuple[Fo
             lock = FolderLock(folder)
             lock.acquire()
             check_leftovers(folder)
-            lines = [f"removed {name} from {folder}: left by an interrupted save or deletion"
-                     for name in remove_leftovers(folder)]
+            lines = [
+                f"removed {name} from {folder}: left by an interrupted save or deletion"
+                for name in remove_leftovers(folder)
+            ]
             need, free = expected_bytes(model), free_bytes(folder)
             if free < 2 * need:
-                lines.append(f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
-                             "(parameters and AdamW moments): fewer than two fit; free space or set "
-                             "checkpoint.folder to a larger disk")
+                lines.append(
+                    f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
+                    "(parameters and AdamW moments): fewer than two fit; free space or set "
+                    "checkpoint.folder to a larger disk"
+                )
         except (CheckpointError, OSError) as err:
             if lock is not None:
                 lock.release()
                 lock = None
-            outcome[0] = err if isinstance(err, CheckpointError) else CheckpointError(
-                f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder")
+            outcome[0] = (
+                err
+                if isinstance(err, CheckpointError)
+                else CheckpointError(
+                    f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder"
+                )
+            )
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:
         raise outcome[0]

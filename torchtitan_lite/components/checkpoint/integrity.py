@@ -45,12 +45,19 @@ def file_digest(path: str, algorithm: Callable[[], Any] = xxhash.xxh3_128) -> st
 
 def describe_files(folder: str, names: list[str]) -> dict[str, dict[str, Any]]:
     """``{name: {"size": bytes, "xxh3_128": hex}}`` of the files ``names`` in ``folder``."""
-    return {name: {"size": os.path.getsize(os.path.join(folder, name)),
-                   ALGORITHM: file_digest(os.path.join(folder, name))} for name in names}
+    return {
+        name: {
+            "size": os.path.getsize(os.path.join(folder, name)),
+            ALGORITHM: file_digest(os.path.join(folder, name)),
+        }
+        for name in names
+    }
 
 
 def _canonical(meta: dict[str, Any]) -> bytes:
-    return json.dumps({k: v for k, v in meta.items() if k != _SEAL}, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(
+        {k: v for k, v in meta.items() if k != _SEAL}, sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def seal(meta: dict[str, Any]) -> dict[str, Any]:
@@ -71,21 +78,31 @@ def read_meta(path: str) -> dict[str, Any]:
         with open(meta_path, encoding="utf-8") as handle:
             meta = json.load(handle)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path}: no {META_FILE}, so it is incomplete or not a checkpoint; "
-                              "point checkpoint.load_path at a step-N folder written by this trainer") from None
+        raise CheckpointError(
+            f"checkpoint {path}: no {META_FILE}, so it is incomplete or not a checkpoint; "
+            "point checkpoint.load_path at a step-N folder written by this trainer"
+        ) from None
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {meta_path} is corrupt ({err}); {others_hint(path)}") from None
+        raise CheckpointError(
+            f"checkpoint {meta_path} is corrupt ({err}); {others_hint(path)}"
+        ) from None
     found = meta.get("format") if isinstance(meta, dict) else meta
     if found != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {meta_path}: format {found!r} is not {FORMAT_VERSION}; it was not "
-                              "written by this version of the trainer")
+        raise CheckpointError(
+            f"checkpoint {meta_path}: format {found!r} is not {FORMAT_VERSION}; it was not "
+            "written by this version of the trainer"
+        )
     if meta.get(_SEAL) != xxhash.xxh3_128_hexdigest(_canonical(meta)):
-        raise CheckpointError(f"checkpoint {meta_path} is corrupt (its content does not match the checksum it was "
-                              f"saved with); {others_hint(path)}")
+        raise CheckpointError(
+            f"checkpoint {meta_path} is corrupt (its content does not match the checksum it was "
+            f"saved with); {others_hint(path)}"
+        )
     for name, recorded in sorted(meta["files"].items()):
         _check_size(path, name, recorded["size"])
     if ".metadata" not in meta["files"]:
-        raise CheckpointError(f"checkpoint {meta_path} lists no .metadata file; it is corrupt: {others_hint(path)}")
+        raise CheckpointError(
+            f"checkpoint {meta_path} lists no .metadata file; it is corrupt: {others_hint(path)}"
+        )
     _check_digest(path, ".metadata", meta["files"][".metadata"][ALGORITHM])
     return meta
 
@@ -94,7 +111,11 @@ def _check_size(path: str, name: str, size: int) -> None:
     file = os.path.join(path, name)
     actual = os.path.getsize(file) if os.path.isfile(file) else None
     if actual != size:
-        found = "missing (deleted)" if actual is None else f"{actual} bytes, expected {size} (truncated or overwritten)"
+        found = (
+            "missing (deleted)"
+            if actual is None
+            else f"{actual} bytes, expected {size} (truncated or overwritten)"
+        )
         raise CheckpointError(f"checkpoint file {file} is {found}; {others_hint(path)}")
 
 
@@ -102,9 +123,11 @@ def _check_digest(path: str, name: str, recorded: str) -> None:
     file = os.path.join(path, name)
     found = file_digest(file)
     if found != recorded:
-        raise CheckpointError(f"checkpoint file {file} does not match the {ALGORITHM} checksum recorded when it was "
-                              f"saved ({recorded[:12]}..., now {found[:12]}...): the file is corrupt; "
-                              f"{others_hint(path)}")
+        raise CheckpointError(
+            f"checkpoint file {file} does not match the {ALGORITHM} checksum recorded when it was "
+            f"saved ({recorded[:12]}..., now {found[:12]}...): the file is corrupt; "
+            f"{others_hint(path)}"
+        )
 
 
 def verify_files(path: str, meta: dict[str, Any], rank: int, world_size: int) -> None:

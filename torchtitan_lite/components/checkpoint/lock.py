@@ -34,8 +34,10 @@ def _holder(path: str) -> str:
 
 
 def _busy(folder: str, path: str) -> CheckpointError:
-    return CheckpointError(f"checkpoint folder {folder} is in use by another run ({_holder(path)}); wait for it to "
-                           "end, or give this run another checkpoint.folder or job.dump_folder")
+    return CheckpointError(
+        f"checkpoint folder {folder} is in use by another run ({_holder(path)}); wait for it to "
+        "end, or give this run another checkpoint.folder or job.dump_folder"
+    )
 
 
 class FolderLock:
@@ -65,7 +67,11 @@ class FolderLock:
                     os.close(fd)
                     raise _busy(self.folder, self.path) from None
                 time.sleep(0.05)
-        info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         os.fsync(fd)

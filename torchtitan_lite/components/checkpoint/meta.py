@@ -17,20 +17,27 @@ def model_args_json(args) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(args)))
 
 
-def check_compatible(meta: dict[str, Any], path: str, model_name: str, flavor: str, model_args: dict) -> None:
+def check_compatible(
+    meta: dict[str, Any], path: str, model_name: str, flavor: str, model_args: dict
+) -> None:
     """The checkpoint at ``path`` was saved by the same model family, flavor and model arguments.
 
     Raises:
         CheckpointError: naming the first key that differs, with both values.
     """
-    saved = {"model": meta.get("model"), "flavor": meta.get("flavor"), **(meta.get("model_args") or {})}
+    saved = {
+        "model": meta.get("model"),
+        "flavor": meta.get("flavor"),
+        **(meta.get("model_args") or {}),
+    }
     now = {"model": model_name, "flavor": flavor, **model_args}
     for key in now:
         if saved.get(key) != now[key]:
             raise CheckpointError(
                 f"checkpoint {os.path.join(path, META_FILE)}: {key} = {saved.get(key)!r} but this run has "
                 f"{now[key]!r}; run with the checkpoint's model settings, or use another job.dump_folder / "
-                "checkpoint.folder (or checkpoint.enable=false) to start fresh")
+                "checkpoint.folder (or checkpoint.enable=false) to start fresh"
+            )
 
 
 def saved_dp_degree(meta: dict[str, Any]) -> int:
@@ -52,4 +59,5 @@ def check_data_parallel_degree(meta: dict[str, Any], path: str, dp_degree: int) 
             f"checkpoint {path} was saved by {saved} data-parallel ranks and this run has {dp_degree}: "
             "the data loader state of a streaming dataset is per data-parallel rank; pass "
             "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and step "
-            f"(the data order then restarts), or run with {saved} data-parallel ranks")
+            f"(the data order then restarts), or run with {saved} data-parallel ranks"
+        )

@@ -24,9 +24,17 @@ from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.components.lr_schedule import SCHEDULE_KEYS, follow_schedule
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
 
-IGNORED = ("job.config_file", "job.dump_folder", "job.description", "job.print_config", "checkpoint.folder",
-           "checkpoint.load_step", "checkpoint.load_path", "checkpoint.exclude_from_loading",
-           "checkpoint.reset_lr_schedule")
+IGNORED = (
+    "job.config_file",
+    "job.dump_folder",
+    "job.description",
+    "job.print_config",
+    "checkpoint.folder",
+    "checkpoint.load_step",
+    "checkpoint.load_path",
+    "checkpoint.exclude_from_loading",
+    "checkpoint.reset_lr_schedule",
+)
 """Keys that say where this run is and how it starts, not how it trains: never reported as changed."""
 _UNSET = object()
 
@@ -55,32 +63,51 @@ def _text(value: Any) -> str:
     return "unset" if value is _UNSET or value is None else json.dumps(value)
 
 
-def resume_line(saved: dict[str, Any], now: dict[str, Any], saved_schedule: dict[str, Any], *, reset: bool,
-                step: int) -> str | None:
+def resume_line(
+    saved: dict[str, Any],
+    now: dict[str, Any],
+    saved_schedule: dict[str, Any],
+    *,
+    reset: bool,
+    step: int,
+) -> str | None:
     """The line that lists every config value of this run (``now``) that differs from the checkpoint's (``saved``)
     and says which one applies, or ``None`` when nothing differs; ``warning: ...`` when the LR schedule of this run
     differs from the one the checkpoint followed (``saved_schedule``) and ``reset`` (``checkpoint.reset_lr_schedule``)
     is off. ``step``: the resumed step."""
-    changed = [f"{key} {_text(saved.get(key, _UNSET))} -> {_text(now.get(key, _UNSET))}"
-               for key in sorted(saved.keys() | now.keys())
-               if key not in IGNORED and saved.get(key, _UNSET) != now.get(key, _UNSET)]
+    changed = [
+        f"{key} {_text(saved.get(key, _UNSET))} -> {_text(now.get(key, _UNSET))}"
+        for key in sorted(saved.keys() | now.keys())
+        if key not in IGNORED and saved.get(key, _UNSET) != now.get(key, _UNSET)
+    ]
     mine = schedule_settings(now)
     if mine == saved_schedule:
-        return (f"resumed with settings changed since the checkpoint: {', '.join(changed)}; this run's values apply"
-                if changed else None)
+        return (
+            f"resumed with settings changed since the checkpoint: {', '.join(changed)}; this run's values apply"
+            if changed
+            else None
+        )
     listed = f": {', '.join(changed)}" if changed else ""
     if reset:
-        return (f"resumed with settings changed since the checkpoint{listed}; this run's values apply, the LR "
-                f"schedule too (checkpoint.reset_lr_schedule: from step {step})")
-    kept = ", ".join(f"{SCHEDULE_KEYS[name]} {_text(value)}" for name, value in saved_schedule.items()
-                     if value != mine[name])
-    return (f"warning: resumed with settings changed since the checkpoint{listed}; this run's values apply except "
-            f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule to follow "
-            f"this run's from step {step}")
+        return (
+            f"resumed with settings changed since the checkpoint{listed}; this run's values apply, the LR "
+            f"schedule too (checkpoint.reset_lr_schedule: from step {step})"
+        )
+    kept = ", ".join(
+        f"{SCHEDULE_KEYS[name]} {_text(value)}"
+        for name, value in saved_schedule.items()
+        if value != mine[name]
+    )
+    return (
+        f"warning: resumed with settings changed since the checkpoint{listed}; this run's values apply except "
+        f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule to follow "
+        f"this run's from step {step}"
+    )
 
 
-def load_at_start(config: Any, checkpointer: Checkpointer, scheduler: Any, model: nn.Module,
-                  args: Any) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
+def load_at_start(
+    config: Any, checkpointer: Checkpointer, scheduler: Any, model: nn.Module, args: Any
+) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
     """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to resume (into
     ``checkpointer``'s model, optimizer, ``scheduler`` and data position), else import
     ``checkpoint.initial_load_hf`` into ``model`` (of ``args``) if set, else a fresh start ``(TrainState(), [],
@@ -96,7 +123,9 @@ def load_at_start(config: Any, checkpointer: Checkpointer, scheduler: Any, model
     """
     cp = config.checkpoint
     folder = checkpoint_folder(config.job.dump_folder, cp.folder)
-    path = find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+    path = (
+        find_checkpoint(folder, cp.load_step, cp.load_path) if cp.enable or cp.load_path else None
+    )
     if path is not None:
         result, train_state = checkpointer.load(path, tuple(cp.exclude_from_loading))
         skipped = f"; not loaded: {', '.join(result.excluded)}" if result.excluded else ""
@@ -107,13 +136,28 @@ def load_at_start(config: Any, checkpointer: Checkpointer, scheduler: Any, model
             schedule = schedule_settings(now) if cp.reset_lr_schedule else saved_schedule
             follow_schedule(scheduler, **schedule)
             checkpointer.meta["lr_schedule"] = schedule
-        changed = resume_line(result.meta["config"], now, saved_schedule, reset=cp.reset_lr_schedule,
-                              step=scheduler.last_epoch)
-        return train_state, result.loaded_names, lambda n: [
-            f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
-            *([changed] if changed else [])]
+        changed = resume_line(
+            result.meta["config"],
+            now,
+            saved_schedule,
+            reset=cp.reset_lr_schedule,
+            step=scheduler.last_epoch,
+        )
+        return (
+            train_state,
+            result.loaded_names,
+            lambda n: [
+                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
+                *([changed] if changed else []),
+            ],
+        )
     if cp.initial_load_hf is None:
         return TrainState(), [], lambda n: []
-    imported = load_hf_folder(model, cp.initial_load_hf, config.model.name, args,
-                              allow_unexpected=cp.initial_load_hf_allow_unexpected)
+    imported = load_hf_folder(
+        model,
+        cp.initial_load_hf,
+        config.model.name,
+        args,
+        allow_unexpected=cp.initial_load_hf_allow_unexpected,
+    )
     return TrainState(), imported.loaded, lambda n: imported.describe(cp.initial_load_hf, n)

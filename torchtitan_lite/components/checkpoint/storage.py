@@ -54,8 +54,10 @@ def others_hint(path: str) -> str:
     others = [f"step-{s}" for s in complete_steps(folder) if f"step-{s}" != name]
     if not others:
         return "delete this folder to start fresh (no other complete checkpoint in its folder)"
-    return (f"load another step with --checkpoint.load_step={others[-1].removeprefix('step-')} (complete: "
-            f"{', '.join(others)}) or delete this folder")
+    return (
+        f"load another step with --checkpoint.load_step={others[-1].removeprefix('step-')} (complete: "
+        f"{', '.join(others)}) or delete this folder"
+    )
 
 
 def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = None) -> str | None:
@@ -67,16 +69,20 @@ def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = No
     """
     if load_path is not None:
         if not os.path.isdir(load_path):
-            raise CheckpointError(f"checkpoint.load_path: no such folder {load_path!r}; point it at a step-N "
-                                  "checkpoint folder")
+            raise CheckpointError(
+                f"checkpoint.load_path: no such folder {load_path!r}; point it at a step-N "
+                "checkpoint folder"
+            )
         return os.path.abspath(load_path)
     steps = complete_steps(folder)
     if load_step == -1:
         return os.path.join(folder, f"step-{steps[-1]}") if steps else None
     if load_step not in steps:
-        raise CheckpointError(f"checkpoint.load_step: no complete checkpoint step-{load_step} in {folder} "
-                              f"(complete: {', '.join(f'step-{s}' for s in steps) or 'none'}); "
-                              "pick one of these or -1 for the latest")
+        raise CheckpointError(
+            f"checkpoint.load_step: no complete checkpoint step-{load_step} in {folder} "
+            f"(complete: {', '.join(f'step-{s}' for s in steps) or 'none'}); "
+            "pick one of these or -1 for the latest"
+        )
     return os.path.join(folder, f"step-{load_step}")
 
 
@@ -96,12 +102,16 @@ def check_leftovers(folder: str) -> None:
         path = os.path.join(folder, name)
         if os.path.islink(path) or not os.path.isdir(path):
             what = "a link" if os.path.islink(path) else "a file"
-            raise CheckpointError(f"checkpoint folder {folder}: {name} is {what}, not a checkpoint folder; move it "
-                                  "out of the checkpoint folder or delete it, then run again")
+            raise CheckpointError(
+                f"checkpoint folder {folder}: {name} is {what}, not a checkpoint folder; move it "
+                "out of the checkpoint folder or delete it, then run again"
+            )
         if not os.path.isfile(os.path.join(path, META_FILE)):
-            raise CheckpointError(f"checkpoint folder {folder}: {name} has no {META_FILE}, so it is not a complete "
-                                  "checkpoint of this trainer; move it out of the checkpoint folder or delete it, "
-                                  "then run again")
+            raise CheckpointError(
+                f"checkpoint folder {folder}: {name} has no {META_FILE}, so it is not a complete "
+                "checkpoint of this trainer; move it out of the checkpoint folder or delete it, "
+                "then run again"
+            )
 
 
 def remove_leftovers(folder: str) -> list[str]:

@@ -15,7 +15,12 @@ import os
 from typing import Any
 
 from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.components.hf.folder import HFError, family_of, folder_quantization, read_config
+from torchtitan_lite.components.hf.folder import (
+    HFError,
+    family_of,
+    folder_quantization,
+    read_config,
+)
 
 HF_FLAVOR = "hf"
 """``model.flavor`` of a model whose sizes all come from ``checkpoint.initial_load_hf`` (the default then)."""
@@ -42,7 +47,9 @@ def hf_args_values(folder: str, family: str, config: dict[str, Any]) -> dict[str
     try:
         return get_model_spec(family).state_dict_adapter.args_from_hf_config(config)
     except ValueError as err:
-        raise HFError(f"{os.path.join(folder, 'config.json')}: {str(err).removeprefix('config.json ')}") from None
+        raise HFError(
+            f"{os.path.join(folder, 'config.json')}: {str(err).removeprefix('config.json ')}"
+        ) from None
 
 
 def model_args_from_hf(folder: str, family: str, flavor: str, changes: dict[str, Any]) -> Any:
@@ -62,11 +69,15 @@ def model_args_from_hf(folder: str, family: str, flavor: str, changes: dict[str,
     base = spec.flavors["debug" if flavor == HF_FLAVOR else flavor]
     for name, value in values.items():
         if flavor != HF_FLAVOR and name not in free and getattr(base, name) != value:
-            raise HFError(f"{config_path} has {name} = {value!r} but model.flavor {flavor!r} has "
-                          f"{getattr(base, name)!r}; drop model.flavor to take every size from the folder")
+            raise HFError(
+                f"{config_path} has {name} = {value!r} but model.flavor {flavor!r} has "
+                f"{getattr(base, name)!r}; drop model.flavor to take every size from the folder"
+            )
         if name in changes and name not in free and changes[name] != value:
-            raise HFError(f"{config_path} has {name} = {value!r} but model.overrides.{name} = {changes[name]!r}; "
-                          "drop the override (the folder's weights have its value)")
+            raise HFError(
+                f"{config_path} has {name} = {value!r} but model.overrides.{name} = {changes[name]!r}; "
+                "drop the override (the folder's weights have its value)"
+            )
     return dataclasses.replace(base, **{**values, **changes})
 
 
@@ -78,6 +89,8 @@ def state_dict_adapter(model_name: str, args: Any, hf_config: dict[str, Any] | N
     """
     build = get_model_spec(model_name).state_dict_adapter
     if build is None:
-        raise HFError(f"model {model_name} has no Hugging Face state-dict adapter (ModelSpec.state_dict_adapter); "
-                      "HF import/export is not available for it")
+        raise HFError(
+            f"model {model_name} has no Hugging Face state-dict adapter (ModelSpec.state_dict_adapter); "
+            "HF import/export is not available for it"
+        )
     return build(args, hf_config)

@@ -20,8 +20,10 @@ def check_export(config: JobConfig) -> None:
         return
     check_writable("checkpoint.export_hf", export)
     if get_model_spec(config.model.name).state_dict_adapter is None:
-        raise ConfigError(f"checkpoint.export_hf: model {config.model.name} has no Hugging Face state-dict "
-                          "adapter (ModelSpec.state_dict_adapter); unset checkpoint.export_hf")
+        raise ConfigError(
+            f"checkpoint.export_hf: model {config.model.name} has no Hugging Face state-dict "
+            "adapter (ModelSpec.state_dict_adapter); unset checkpoint.export_hf"
+        )
 
 
 def check_import(config: JobConfig, args: Any) -> None:
@@ -31,7 +33,11 @@ def check_import(config: JobConfig, args: Any) -> None:
     if cp.initial_load_hf is None:
         return
     try:
-        check_hf_folder(cp.initial_load_hf, config.model.name, args,
-                        allow_unexpected=cp.initial_load_hf_allow_unexpected)
+        check_hf_folder(
+            cp.initial_load_hf,
+            config.model.name,
+            args,
+            allow_unexpected=cp.initial_load_hf_allow_unexpected,
+        )
     except HFError as err:
         raise ConfigError(f"checkpoint.initial_load_hf: {err}") from None

@@ -34,7 +34,11 @@ from torchtitan_lite.init.apply import canonical_name
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Values of ``checkpoint.export_hf_dtype``."""
-SOURCE_TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+SOURCE_TOKENIZER_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+)
 """Files copied from the HF source folder along with its ``tokenizer.json``."""
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
@@ -46,7 +50,9 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def hf_tensors(full: dict[str, torch.Tensor], adapter, dtype: torch.dtype, fp32_names: set[str]) -> dict[str, torch.Tensor]:
+def hf_tensors(
+    full: dict[str, torch.Tensor], adapter, dtype: torch.dtype, fp32_names: set[str]
+) -> dict[str, torch.Tensor]:
     """HF name -> contiguous tensor, from our full state ``full`` through ``adapter.tensors``; ``fp32_names`` (our
     state buffers) stay float32."""
     out = {}
@@ -57,7 +63,9 @@ def hf_tensors(full: dict[str, torch.Tensor], adapter, dtype: torch.dtype, fp32_
     return out
 
 
-def _shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[dict[str, torch.Tensor]]:
+def _shards(
+    tensors: dict[str, torch.Tensor], max_shard_bytes: int
+) -> list[dict[str, torch.Tensor]]:
     """``tensors`` split in order into groups of at most ``max_shard_bytes`` (a bigger tensor alone)."""
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -71,18 +79,26 @@ def _shards(tensors: dict[str, torch.Tensor], max_shard_bytes: int) -> list[dict
     return shards
 
 
-def write_safetensors(tensors: dict[str, torch.Tensor], folder: str, max_shard_bytes: int) -> list[str]:
+def write_safetensors(
+    tensors: dict[str, torch.Tensor], folder: str, max_shard_bytes: int
+) -> list[str]:
     """Write ``tensors`` into ``folder`` as one file or as shards with an index; the file names."""
     shards = _shards(tensors, max_shard_bytes)
-    names = (["model.safetensors"] if len(shards) == 1 else
-             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
     weight_map = {}
     for name, shard in zip(names, shards):
         save_file(shard, os.path.join(folder, name), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(shard, name))
     if len(shards) > 1:
         total = sum(t.numel() * t.element_size() for t in tensors.values())
-        _write_json(os.path.join(folder, INDEX_FILE), {"metadata": {"total_size": total}, "weight_map": weight_map})
+        _write_json(
+            os.path.join(folder, INDEX_FILE),
+            {"metadata": {"total_size": total}, "weight_map": weight_map},
+        )
         names.append(INDEX_FILE)
     return names
 
@@ -93,11 +109,14 @@ def _write_json(path: str, value: Any) -> None:
         handle.write("\n")
 
 
-def tokenizer_files(tokenizer: Tokenizer, source_folder: str | None, max_seq_len: int, folder: str) -> dict[str, Any]:
+def tokenizer_files(
+    tokenizer: Tokenizer, source_folder: str | None, max_seq_len: int, folder: str
+) -> dict[str, Any]:
     """Write the tokenizer files into ``folder`` (module docstring); the special ids for ``config.json``."""
     shutil.copyfile(tokenizer.path, os.path.join(folder, "tokenizer.json"))
-    from_source = source_folder is not None and os.path.samefile(os.path.dirname(os.path.abspath(tokenizer.path)),
-                                                                 source_folder)
+    from_source = source_folder is not None and os.path.samefile(
+        os.path.dirname(os.path.abspath(tokenizer.path)), source_folder
+    )
     if from_source and os.path.isfile(os.path.join(source_folder, "tokenizer_config.json")):
         for name in SOURCE_TOKENIZER_FILES:
             if os.path.isfile(os.path.join(source_folder, name)):
@@ -105,14 +124,30 @@ def tokenizer_files(tokenizer: Tokenizer, source_folder: str | None, max_seq_len
         source = read_config(source_folder)
         return {key: source[key] for key in SPECIAL_IDS if source.get(key) is not None}
     eos = tokenizer.decode([tokenizer.eos_id])
-    _write_json(os.path.join(folder, "tokenizer_config.json"), {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eos, "eos_token": eos,
-        "model_max_length": max_seq_len, "clean_up_tokenization_spaces": False})
+    _write_json(
+        os.path.join(folder, "tokenizer_config.json"),
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": eos,
+            "eos_token": eos,
+            "model_max_length": max_seq_len,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
     return {"bos_token_id": tokenizer.eos_id, "eos_token_id": tokenizer.eos_id}
 
 
-def export_hf(model: nn.Module, folder: str, adapter, tokenizer: Tokenizer, *, dtype: str = "float32", rank: int = 0,
-              source_folder: str | None = None, max_shard_bytes: int = 5 * 2**30) -> None:
+def export_hf(
+    model: nn.Module,
+    folder: str,
+    adapter,
+    tokenizer: Tokenizer,
+    *,
+    dtype: str = "float32",
+    rank: int = 0,
+    source_folder: str | None = None,
+    max_shard_bytes: int = 5 * 2**30,
+) -> None:
     """Write ``model`` as an HF folder (module docstring); call on every rank (rank 0 writes).
 
     Args:
@@ -129,9 +164,15 @@ def export_hf(model: nn.Module, folder: str, adapter, tokenizer: Tokenizer, *, d
         HFError: an unknown ``dtype``.
     """
     if dtype not in EXPORT_DTYPES:
-        raise HFError(f"checkpoint.export_hf_dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    full = {name: high_precision(tensor) for name, tensor in full.items()}  # float8 all-gather's weight wrapper
+        raise HFError(
+            f"checkpoint.export_hf_dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}"
+        )
+    full = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    full = {
+        name: high_precision(tensor) for name, tensor in full.items()
+    }  # float8 all-gather's weight wrapper
     if rank != 0:
         return
     buffers = {canonical_name(name) for name, _ in model.named_buffers()}
@@ -139,9 +180,14 @@ def export_hf(model: nn.Module, folder: str, adapter, tokenizer: Tokenizer, *, d
     tmp = folder + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    written = write_safetensors(hf_tensors(full, adapter, EXPORT_DTYPES[dtype], buffers), tmp, max_shard_bytes)
+    written = write_safetensors(
+        hf_tensors(full, adapter, EXPORT_DTYPES[dtype], buffers), tmp, max_shard_bytes
+    )
     special = tokenizer_files(tokenizer, source_folder, adapter.args.max_seq_len, tmp)
-    _write_json(os.path.join(tmp, "config.json"), {**adapter.to_hf_config(), "torch_dtype": dtype, **special})
+    _write_json(
+        os.path.join(tmp, "config.json"),
+        {**adapter.to_hf_config(), "torch_dtype": dtype, **special},
+    )
     mode = _umask_mode()
     for name in written:
         os.chmod(os.path.join(tmp, name), mode)

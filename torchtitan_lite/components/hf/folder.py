@@ -18,7 +18,14 @@ import torch
 from safetensors import safe_open
 
 from torchtitan_lite.models import get_model_spec, hf_family, model_names
-from torchtitan_lite.components.hf.quant import Box, Quantization, mxfp4_shape, quantization, read_fp8, read_mxfp4
+from torchtitan_lite.components.hf.quant import (
+    Box,
+    Quantization,
+    mxfp4_shape,
+    quantization,
+    read_fp8,
+    read_mxfp4,
+)
 from torchtitan_lite.errors import UserError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -35,13 +42,17 @@ def read_config(folder: str) -> dict[str, Any]:
         HFError: no such folder, no ``config.json``, or not a JSON object.
     """
     if not os.path.isdir(folder):
-        raise HFError(f"no such folder {folder!r}; point it at a local HF model folder (config.json + *.safetensors)")
+        raise HFError(
+            f"no such folder {folder!r}; point it at a local HF model folder (config.json + *.safetensors)"
+        )
     path = os.path.join(folder, "config.json")
     try:
         with open(path, encoding="utf-8") as handle:
             config = json.load(handle)
     except FileNotFoundError:
-        raise HFError(f"{folder} has no config.json; an HF model folder holds config.json and *.safetensors") from None
+        raise HFError(
+            f"{folder} has no config.json; an HF model folder holds config.json and *.safetensors"
+        ) from None
     except (OSError, ValueError) as err:
         raise HFError(f"cannot read {path} ({err})") from None
     if not isinstance(config, dict):
@@ -58,10 +69,15 @@ def family_of(config: dict[str, Any], folder: str) -> str:
     model_type, architectures = config.get("model_type"), config.get("architectures")
     family = hf_family(model_type, architectures)
     if family is None:
-        known = [get_model_spec(n).state_dict_adapter.model_type for n in model_names()
-                 if get_model_spec(n).state_dict_adapter is not None]
-        raise HFError(f"{os.path.join(folder, 'config.json')}: model_type {model_type!r} (architectures "
-                      f"{architectures!r}) is not a family this trainer builds; known model types: {', '.join(known)}")
+        known = [
+            get_model_spec(n).state_dict_adapter.model_type
+            for n in model_names()
+            if get_model_spec(n).state_dict_adapter is not None
+        ]
+        raise HFError(
+            f"{os.path.join(folder, 'config.json')}: model_type {model_type!r} (architectures "
+            f"{architectures!r}) is not a family this trainer builds; known model types: {', '.join(known)}"
+        )
     return family
 
 
@@ -101,11 +117,15 @@ class SafetensorsFolder:
                 with open(index, encoding="utf-8") as handle:
                     weight_map = json.load(handle)["weight_map"]
             except (OSError, ValueError, KeyError, TypeError) as err:
-                raise HFError(f"cannot read the weight_map of {index} ({type(err).__name__}: {err})") from None
+                raise HFError(
+                    f"cannot read the weight_map of {index} ({type(err).__name__}: {err})"
+                ) from None
             for name, file in sorted(weight_map.items()):
                 if not os.path.isfile(os.path.join(folder, file)):
-                    raise HFError(f"{index} puts {name} in {file}, which {folder} does not hold; copy the file or "
-                                  "fix the index")
+                    raise HFError(
+                        f"{index} puts {name} in {file}, which {folder} does not hold; copy the file or "
+                        "fix the index"
+                    )
             self._file_of = {name: os.path.join(folder, file) for name, file in weight_map.items()}
             return
         files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
@@ -131,7 +151,9 @@ class SafetensorsFolder:
         try:
             return self._handle(file).get_slice(name)
         except Exception as err:  # a name the index lists but the file lacks
-            raise HFError(f"{file} holds no tensor {name} ({type(err).__name__}), though the index names it") from None
+            raise HFError(
+                f"{file} holds no tensor {name} ({type(err).__name__}), though the index names it"
+            ) from None
 
     def stored_names(self) -> list[str]:
         """The names as stored (quantized parts separately), sorted."""
@@ -143,9 +165,15 @@ class SafetensorsFolder:
         stored = set(self._file_of)
         shapes = {}
         for name in sorted(stored):
-            if self.quant is not None and self.quant.method == "mxfp4" and name.endswith("_blocks") \
-                    and name.removesuffix("_blocks") + "_scales" in stored:
-                shapes[name.removesuffix("_blocks")] = mxfp4_shape(tuple(self._slice(name).get_shape()))
+            if (
+                self.quant is not None
+                and self.quant.method == "mxfp4"
+                and name.endswith("_blocks")
+                and name.removesuffix("_blocks") + "_scales" in stored
+            ):
+                shapes[name.removesuffix("_blocks")] = mxfp4_shape(
+                    tuple(self._slice(name).get_shape())
+                )
             elif not self._quant_part(name, stored):
                 shapes[name] = tuple(self._slice(name).get_shape())
         return shapes
@@ -155,8 +183,9 @@ class SafetensorsFolder:
         if self.quant is None:
             return False
         if self.quant.method == "mxfp4":
-            return (name.endswith("_blocks") and name.removesuffix("_blocks") + "_scales" in stored) or \
-                (name.endswith("_scales") and name.removesuffix("_scales") + "_blocks" in stored)
+            return (
+                name.endswith("_blocks") and name.removesuffix("_blocks") + "_scales" in stored
+            ) or (name.endswith("_scales") and name.removesuffix("_scales") + "_blocks" in stored)
         return name.endswith("_scale_inv") and name.removesuffix("_scale_inv") in stored
 
     def _read_stored(self, name: str, box: Box) -> torch.Tensor:
@@ -170,6 +199,10 @@ class SafetensorsFolder:
         fp32 when dequantized."""
         if self.quant is not None and name not in self._file_of and self.quant.method == "mxfp4":
             return read_mxfp4(self._read_stored, name, box)
-        if self.quant is not None and self.quant.method == "fp8" and f"{name}_scale_inv" in self._file_of:
+        if (
+            self.quant is not None
+            and self.quant.method == "fp8"
+            and f"{name}_scale_inv" in self._file_of
+        ):
             return read_fp8(self._read_stored, name, box, self.quant.block)
         return self._read_stored(name, box)

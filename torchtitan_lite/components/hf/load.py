@@ -25,7 +25,12 @@ from torch import nn
 
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.args import state_dict_adapter
-from torchtitan_lite.components.hf.folder import HFError, SafetensorsFolder, folder_quantization, read_config
+from torchtitan_lite.components.hf.folder import (
+    HFError,
+    SafetensorsFolder,
+    folder_quantization,
+    read_config,
+)
 from torchtitan_lite.init.apply import named_state_tensors
 from torchtitan_lite.init.keyed import local_box
 
@@ -69,19 +74,25 @@ class HFImport:
         """The log lines of the import of ``folder``: loaded and missing, skipped tensors by reason, ignored ones.
         ``n_loaded``: the loaded count to print (the init line's, a tied pair once); default ``len(loaded)``."""
         n_loaded = len(self.loaded) if n_loaded is None else n_loaded
-        lines = [f"imported {folder}: {n_loaded} model tensors loaded; missing (initialized): "
-                 f"{', '.join(self.missing) or 'none'}"]
+        lines = [
+            f"imported {folder}: {n_loaded} model tensors loaded; missing (initialized): "
+            f"{', '.join(self.missing) or 'none'}"
+        ]
         reasons: dict[str, list[str]] = {}
         for name, reason in self.skipped.items():
             reasons.setdefault(reason, []).append(name)
-        lines += [f"skipped {len(names)} tensors of {folder} ({names[0]}{', ...' if len(names) > 1 else ''}): {reason}"
-                  for reason, names in reasons.items()]
+        lines += [
+            f"skipped {len(names)} tensors of {folder} ({names[0]}{', ...' if len(names) > 1 else ''}): {reason}"
+            for reason, names in reasons.items()
+        ]
         if self.unexpected:
             lines.append(f"ignored tensors of {folder}: {', '.join(self.unexpected)}")
         return lines
 
 
-def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, adapter) -> ImportPlan:
+def import_plan(
+    shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, adapter
+) -> ImportPlan:
     """The plan (module docstring) for our tensors of global ``shapes`` (our name -> shape). Adapter tensors the
     model does not hold (the layers of other pipeline stages) are neither loaded nor missing, and their HF tensors
     are not unexpected.
@@ -103,12 +114,16 @@ def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, a
             continue
         if len(present) < len(wanted):
             absent = sorted(set(wanted) - set(present))
-            raise HFError(f"{reader.folder}: {name} is made of {len(wanted)} tensors but the folder lacks "
-                          f"{len(absent)} of them ({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})")
+            raise HFError(
+                f"{reader.folder}: {name} is made of {len(wanted)} tensors but the folder lacks "
+                f"{len(absent)} of them ({', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''})"
+            )
         for hf, shape in wanted.items():
             if tuple(available[hf]) != tuple(shape):
-                raise HFError(f"{reader.folder}: {hf} has shape {tuple(available[hf])} but {name} needs {tuple(shape)}; "
-                              "the folder's files and its config.json disagree")
+                raise HFError(
+                    f"{reader.folder}: {hf} has shape {tuple(available[hf])} but {name} needs {tuple(shape)}; "
+                    "the folder's files and its config.json disagree"
+                )
         load.append(name)
     skipped, unexpected = {}, []
     for hf in sorted(set(available) - used):
@@ -123,12 +138,16 @@ def import_plan(shapes: dict[str, tuple[int, ...]], reader: SafetensorsFolder, a
 def unexpected_error(folder: str, unexpected: list[str]) -> HFError:
     """The error for HF tensors the model has no place for (lists up to 5)."""
     shown = ", ".join(unexpected[:5]) + (", ..." if len(unexpected) > 5 else "")
-    return HFError(f"{folder}: {len(unexpected)} tensors have no place in the model ({shown}); check the model "
-                   "settings, or set checkpoint.initial_load_hf_allow_unexpected=true to ignore them")
+    return HFError(
+        f"{folder}: {len(unexpected)} tensors have no place in the model ({shown}); check the model "
+        "settings, or set checkpoint.initial_load_hf_allow_unexpected=true to ignore them"
+    )
 
 
 @torch.no_grad()
-def import_hf(model: nn.Module, reader: SafetensorsFolder, adapter, *, allow_unexpected: bool = False) -> HFImport:
+def import_hf(
+    model: nn.Module, reader: SafetensorsFolder, adapter, *, allow_unexpected: bool = False
+) -> HFImport:
     """Load the HF folder of ``reader`` into ``model`` (plain, FSDP2-sharded or any DTensor layout); call on every
     rank. Only this rank's boxes are read (module docstring).
 
@@ -167,7 +186,9 @@ def open_folder(folder: str) -> tuple[dict, SafetensorsFolder]:
     return config, SafetensorsFolder(folder, folder_quantization(config, folder))
 
 
-def check_hf_folder(folder: str, model_name: str, args, *, allow_unexpected: bool = False) -> ImportPlan:
+def check_hf_folder(
+    folder: str, model_name: str, args, *, allow_unexpected: bool = False
+) -> ImportPlan:
     """The import of ``folder`` into a ``model_name`` model of ``args`` would succeed: its files open and hold what
     the plan needs (run before launch; the model is built on meta, nothing is read but headers).
 
@@ -177,14 +198,24 @@ def check_hf_folder(folder: str, model_name: str, args, *, allow_unexpected: boo
     config, reader = open_folder(folder)
     with torch.device("meta"):
         model = get_model_spec(model_name).model_cls(args)
-    plan = import_plan({name: tuple(t.shape) for name, t in named_state_tensors(model)}, reader,
-                       state_dict_adapter(model_name, args, config))
+    plan = import_plan(
+        {name: tuple(t.shape) for name, t in named_state_tensors(model)},
+        reader,
+        state_dict_adapter(model_name, args, config),
+    )
     if plan.unexpected and not allow_unexpected:
         raise unexpected_error(folder, plan.unexpected)
     return plan
 
 
-def load_hf_folder(model: nn.Module, folder: str, model_name: str, args, *, allow_unexpected: bool = False) -> HFImport:
+def load_hf_folder(
+    model: nn.Module, folder: str, model_name: str, args, *, allow_unexpected: bool = False
+) -> HFImport:
     """:func:`import_hf` of ``folder`` into ``model`` through the family's adapter; call on every rank."""
     config, reader = open_folder(folder)
-    return import_hf(model, reader, state_dict_adapter(model_name, args, config), allow_unexpected=allow_unexpected)
+    return import_hf(
+        model,
+        reader,
+        state_dict_adapter(model_name, args, config),
+        allow_unexpected=allow_unexpected,
+    )
