@@ -13,12 +13,12 @@ import torch
 import torch.nn.functional as F
 from dist_helpers import REPO
 from torch import nn
-
 from torchtitan_lite.models import get_model_spec, model_names
-from torchtitan_lite.preflight.checks import parse_args
-from torchtitan_lite.preflight.model_args import build_model_args
+
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 
 # ---------------------------------------------------------------- families
 
@@ -199,7 +199,7 @@ def train_to_the_end(config):
     this process (1 rank); the process group is destroyed after, also on an error."""
     import torch.distributed as dist
 
-    from torchtitan_lite.components.faults import StopRequest
+    from torchtitan_lite.lifecycle.faults import StopRequest
     from torchtitan_lite.train import Trainer
 
     trainer, stop = Trainer(config), StopRequest()

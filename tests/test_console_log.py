@@ -9,8 +9,8 @@ import pytest
 from ckpt_helpers import TINY_MODEL, text_file
 from dist_helpers import run_train
 
-from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.data.progress import ProgressLines
+from torchtitan_lite.lifecycle.console_log import ConsoleLog
 
 
 def test_console_log_keeps_lines_until_opened_then_writes_through_and_restores_the_streams(

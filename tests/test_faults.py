@@ -15,7 +15,7 @@ from dist_helpers import REPO, env, run_train
 
 import torchtitan_lite.components.loss as loss_module
 from torchtitan_lite.components.checkpoint import storage
-from torchtitan_lite.components.faults import NonFiniteError, NonFiniteGuard, StopRequest
+from torchtitan_lite.lifecycle.faults import NonFiniteError, NonFiniteGuard, StopRequest
 from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from torchtitan_lite.components.faults import ERROR_FILE_ENV, record_error
 from torchtitan_lite.config.load import CONFIG_FILE_FROM_ENV
 from torchtitan_lite.launch import __main__ as launcher
 from torchtitan_lite.launch.agent import failures_record
 from torchtitan_lite.launch.ending import failure_line, worst_outcome
 from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
+from torchtitan_lite.lifecycle.faults import ERROR_FILE_ENV, record_error
 from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV
 

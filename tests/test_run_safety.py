@@ -31,20 +31,21 @@ from torchtitan_lite.components.checkpoint.resume import (
     resume_line,
     schedule_settings,
 )
-from torchtitan_lite.components.faults import (
+from torchtitan_lite.components.lr_schedule import (
+    build_lr_scheduler,
+    follow_schedule,
+    wsd_lr_factor,
+)
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.lifecycle.faults import (
     CONTROL_ENV,
     Stopped,
     StopRequest,
     peer_failed,
     report_outcome,
 )
-from torchtitan_lite.components.lr_schedule import (
-    build_lr_scheduler,
-    follow_schedule,
-    wsd_lr_factor,
-)
 from torchtitan_lite.preflight.checks import parse_args, parse_run
-from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.preflight.memory import (
     GIB,
     MemoryEstimate,
@@ -52,7 +53,6 @@ from torchtitan_lite.preflight.memory import (
     estimate_rank_memory,
     fit_problem,
 )
-from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.train import Trainer
 
 
@@ -435,7 +435,7 @@ def test_a_non_finite_float_in_the_file_is_a_config_error_naming_the_line(tmp_pa
 @pytest.mark.multiprocess
 def test_a_worker_exits_within_seconds_when_its_parent_or_the_launcher_dies(tmp_path):
     child = (
-        "import sys, time; from torchtitan_lite.components.faults import exit_with_launcher; "
+        "import sys, time; from torchtitan_lite.lifecycle.faults import exit_with_launcher; "
         "exit_with_launcher(poll_s=0.2); print('armed', flush=True); time.sleep(600)"
     )
     parent = (

@@ -57,15 +57,7 @@ from torchtitan_lite.components.checkpoint.resume import (
     schedule_settings,
 )
 from torchtitan_lite.components.checkpoint.storage import checkpoint_folder
-from torchtitan_lite.components.console_log import ConsoleLog
 from torchtitan_lite.components.determinism import enable_deterministic
-from torchtitan_lite.components.faults import (
-    NonFiniteGuard,
-    Stopped,
-    StopRequest,
-    exit_with_launcher,
-    peer_failed,
-)
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
@@ -82,17 +74,7 @@ from torchtitan_lite.components.metrics import (
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_, muon_settings
 from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
-from torchtitan_lite.components.run_folder import create_run_folder
-from torchtitan_lite.components.startup import (
-    STEP1_TERMS,
-    layout_text,
-    memory_and_compile_line,
-    step1_check_line,
-    step1_expectation,
-    step1_line,
-)
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
-from torchtitan_lite.components.worker_exit import exit_after, exit_on_bug, say, without_config_file
 from torchtitan_lite.config.cli import ConfigError, format_toml
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
@@ -135,6 +117,24 @@ from torchtitan_lite.init.report import (
     write_init_report,
 )
 from torchtitan_lite.init.step1 import InitCheckError, check_step1_loss
+from torchtitan_lite.lifecycle.console_log import ConsoleLog
+from torchtitan_lite.lifecycle.faults import (
+    NonFiniteGuard,
+    Stopped,
+    StopRequest,
+    exit_with_launcher,
+    peer_failed,
+)
+from torchtitan_lite.lifecycle.run_folder import create_run_folder
+from torchtitan_lite.lifecycle.startup import (
+    STEP1_TERMS,
+    layout_text,
+    memory_and_compile_line,
+    step1_check_line,
+    step1_expectation,
+    step1_line,
+)
+from torchtitan_lite.lifecycle.worker_exit import exit_after, exit_on_bug, say, without_config_file
 from torchtitan_lite.preflight.checks import load_run, load_run_or_exit
 from torchtitan_lite.preflight.memory import check_memory
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, read_resolved
@@ -262,7 +262,7 @@ class Trainer:
     docs/design.md ("Where the code is").
 
     ``stop``: when given, a stop request agreed between the start-up phases raises
-    :class:`~torchtitan_lite.components.faults.Stopped` (nothing was trained, nothing is saved).
+    :class:`~torchtitan_lite.lifecycle.faults.Stopped` (nothing was trained, nothing is saved).
     """
 
     def __init__(
@@ -959,11 +959,11 @@ def main(argv: list[str] | None = None) -> int:
     ...``, 2) or building the run (``input error: ...``, 2) or while training (``error: ...``, 1),
     or a stop request before the first step (``stopped by a signal ...; nothing to save``, 0). Under
     ``run_train.sh`` the status and line also go to the control folder
-    (:func:`~torchtitan_lite.components.faults.report_outcome`). Any other exception propagates with
+    (:func:`~torchtitan_lite.lifecycle.faults.report_outcome`). Any other exception propagates with
     its traceback, unless another worker already reported a failure (then the exception is this
     worker losing its peer: 1, silently; see the note on failing workers in ``faults.py``). Launched
     by torchrun, the worker ends when torchrun or the launcher dies
-    (:func:`~torchtitan_lite.components.faults.exit_with_launcher`). The worker's output is also
+    (:func:`~torchtitan_lite.lifecycle.faults.exit_with_launcher`). The worker's output is also
     written to ``<run folder>/logs/rank<N>.log`` (:class:`ConsoleLog`), a traceback included."""
     console = ConsoleLog()
     try:

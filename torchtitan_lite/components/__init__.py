@@ -1,2 +1,2 @@
-"""Pieces of a training run: optimizer, LR schedule, checkpoints, Hugging Face import/export, metrics
-and TensorBoard, faults, profiling."""
+"""Training parts: optimizer, Muon, LR schedule, loss, checkpoints, Hugging Face import/export,
+metrics and TensorBoard, profiling. The run's lifecycle is in ``lifecycle/``."""

@@ -124,7 +124,7 @@ class Step1Expectation:
 
     def describe(self) -> str:
         """Every term of the expectation in one line, e.g. ``terms of the expected step-1 loss:
-        logit std 0.316, ...``; the values are ``step1_line``'s (``components/startup.py``)."""
+        logit std 0.316, ...``; the values are ``step1_line``'s (``lifecycle/startup.py``)."""
         extra = ""
         if self.tied:
             extra = (

@@ -1,7 +1,7 @@
 """The launcher behind ``run_train.sh``: check the config in one plain process, then run torchrun.
 
 Note: on stopping. SIGTERM or SIGINT asks the workers to save and exit 0: the launcher writes the
-signal's name to the control folder (``components/control.py``), which the workers poll; torchrun's
+signal's name to the control folder (``lifecycle/control.py``), which the workers poll; torchrun's
 agent and the config check ignore both signals (torchrun would SIGKILL the workers after its
 shutdown timeout). The launcher waits as long as the workers said a stop needs, then kills the
 agent; a second signal kills it at once. The workers die with the agent or the launcher
@@ -22,13 +22,6 @@ import sys
 import tempfile
 import time
 
-from torchtitan_lite.components.control import (
-    BUDGET_FILE,
-    CONTROL_ENV,
-    LAUNCHER_PID_ENV,
-    STOP_FILE,
-    TORCHRUN_LOG_DIR,
-)
 from torchtitan_lite.launch.ending import (
     KEPT,
     agent_log_tail,
@@ -37,6 +30,13 @@ from torchtitan_lite.launch.ending import (
     worst_outcome,
 )
 from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
+from torchtitan_lite.lifecycle.control import (
+    BUDGET_FILE,
+    CONTROL_ENV,
+    LAUNCHER_PID_ENV,
+    STOP_FILE,
+    TORCHRUN_LOG_DIR,
+)
 
 DEFAULT_CONFIG = "train_configs/qwen3_debug.toml"
 # Read by the preflight (preflight/checks.py, preflight/resolved.py) and config/load.py; torch-free

@@ -1,11 +1,11 @@
 """torchrun's agent, run by the launcher: ``python -m torchtitan_lite.launch.agent <torchrun args>``
 
 Runs ``torch.distributed.run`` in this process and, when the run fails, writes torch's report of it
-as data to the control folder's :data:`~torchtitan_lite.components.control.FAILURES_FILE`: each
+as data to the control folder's :data:`~torchtitan_lite.lifecycle.control.FAILURES_FILE`: each
 failed worker's global rank, exit code (negative: the signal that killed it) and whether its error
 file (``TORCHELASTIC_ERROR_FILE``, ``faults.record_error``) says it lost a peer; or how the
 rendezvous failed. torchrun's own output goes to
-:data:`~torchtitan_lite.components.control.AGENT_LOG`, not the console. Exit status 0, or 1 on a
+:data:`~torchtitan_lite.lifecycle.control.AGENT_LOG`, not the console. Exit status 0, or 1 on a
 failure.
 """
 
@@ -22,7 +22,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.run import parse_args, run
 
-from torchtitan_lite.components.control import AGENT_LOG, CONTROL_ENV, FAILURES_FILE, LOST_PEER
+from torchtitan_lite.lifecycle.control import AGENT_LOG, CONTROL_ENV, FAILURES_FILE, LOST_PEER
 
 
 def _message(failure: ProcessFailure) -> str:

@@ -8,7 +8,7 @@ import json
 import os
 import signal
 
-from torchtitan_lite.components.control import (
+from torchtitan_lite.lifecycle.control import (
     AGENT_LOG,
     FAILURES_FILE,
     OUTCOME_PREFIX,

@@ -36,7 +36,6 @@ from typing import Iterator
 
 import torch
 
-from torchtitan_lite.components.startup import step1_expectation, step1_line
 from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer
@@ -54,6 +53,7 @@ from torchtitan_lite.init.report import (
     write_init_report,
 )
 from torchtitan_lite.init.step1 import expected_step1_loss
+from torchtitan_lite.lifecycle.startup import step1_expectation, step1_line
 from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.preflight.run import ResolvedRun
 from torchtitan_lite.train import micro_batches

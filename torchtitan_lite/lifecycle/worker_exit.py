@@ -11,8 +11,8 @@ import os
 import sys
 import traceback
 
-from torchtitan_lite.components.control import LOST_PEER, OUTCOME_PREFIX
-from torchtitan_lite.components.faults import (
+from torchtitan_lite.lifecycle.control import LOST_PEER, OUTCOME_PREFIX
+from torchtitan_lite.lifecycle.faults import (
     CONTROL_ENV,
     lost_peer,
     record_error,
@@ -22,7 +22,7 @@ from torchtitan_lite.components.faults import (
 
 def say(code: int, line: str, *, to_stdout: bool = False) -> int:
     """Print ``line`` (to stderr, or stdout) and return ``code``, the worker's exit status, after handing both to the
-    launcher (:func:`~torchtitan_lite.components.faults.report_outcome`)."""
+    launcher (:func:`~torchtitan_lite.lifecycle.faults.report_outcome`)."""
     print(line, file=sys.stdout if to_stdout else sys.stderr, flush=True)
     return report_outcome(code, line)
 
@@ -31,7 +31,7 @@ def exit_after(code: int) -> None:
     """Leave the worker with ``code``: after a success (every rank passed the final barrier, files are closed)
     with ``os._exit``, skipping the interpreter's teardown, where gloo can abort (``docs/design.md``,
     "Distributed: exiting together"); errors exit normally. A success without a line is first reported as
-    status 0 (:func:`~torchtitan_lite.components.faults.report_outcome`): the worker's siblings then know it was
+    status 0 (:func:`~torchtitan_lite.lifecycle.faults.report_outcome`): the worker's siblings then know it was
     not killed."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -52,7 +52,7 @@ def exit_on_bug() -> None:
     A collective that failed because another rank's process is gone (:func:`lost_peer`) is no bug: one line
     ``lost a peer: rank R ...`` instead of the traceback (the launcher then names the node that
     failed). Either also goes to the worker's error file
-    (:func:`~torchtitan_lite.components.faults.record_error`)."""
+    (:func:`~torchtitan_lite.lifecycle.faults.record_error`)."""
     err = sys.exc_info()[1]
     if err is not None and lost_peer(err):
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

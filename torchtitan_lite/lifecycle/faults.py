@@ -53,7 +53,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from torchtitan_lite.components.control import (
+from torchtitan_lite.errors import UserError
+from torchtitan_lite.lifecycle.control import (
     BUDGET_FILE,
     CONTROL_ENV,
     LAUNCHER_PID_ENV,
@@ -61,7 +62,6 @@ from torchtitan_lite.components.control import (
     OUTCOME_PREFIX,
     STOP_FILE,
 )
-from torchtitan_lite.errors import UserError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that ask the run to save and stop."""
