@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from import_graph import FLOORS
+
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"
 TRAIN = REPO / "torchtitan_lite" / "train.py"
@@ -138,3 +140,16 @@ def test_train_py_and_design_md_give_one_start_up_order_the_order_of_the_printed
     printed = ["process group", "data", "model", "parallelize", "init"]  # tests/test_run_lines.py
     steps = [next(i for i, step in enumerate(train) if step.startswith(phase)) for phase in printed]
     assert steps == sorted(steps)
+
+
+def stated_floors(markdown: str) -> tuple[tuple[str, ...], ...]:
+    """The floors of "The packages stand on floors, bottom up: a | b, c | ...": ``|`` between
+    floors, ``,`` between the packages of one floor."""
+    line = markdown.split("bottom up: ", 1)[1].split(".", 1)[0]
+    return tuple(tuple(name.strip() for name in part.split(",")) for part in line.split("|"))
+
+
+def test_design_md_states_the_floors_that_the_import_test_checks():
+    assert stated_floors(DESIGN.read_text(encoding="utf-8")) == FLOORS
+    tops = {p.split("/")[1].removesuffix(".py") for p in in_tree() if p.startswith(ROOTS[0])}
+    assert tops - {""} | {"models"} == {name for names in FLOORS for name in names}

@@ -3,7 +3,8 @@ imports a module of models/ (imported as ``torchtitan_lite.models``: ``.<family>
 it but the registry lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the
 engine, ``.common`` and itself, never another family, and ``.common`` imports no family; every family's ModelSpec
 is complete (its init plan covers its debug model exactly). The engine's floors: ``config`` (schema, cli, load,
-paths, reference) is the ground floor; ``preflight`` is imported only by the entry points."""
+paths, reference) is the ground floor; ``preflight`` is imported only by the entry points; every
+package imports only from the floors below it (``import_graph.FLOORS``) and no import cycle exists."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import import_graph
 import torch
-from model_helpers import assert_plan_covers_exactly
-
 import torchtitan_lite.models as models
+from model_helpers import assert_plan_covers_exactly
 from torchtitan_lite.models import get_model_spec, hf_family, model_names
+
 from torchtitan_lite import protocols
 from torchtitan_lite.protocols import ModelSpec, StateDictAdapter
 
@@ -159,11 +161,19 @@ def test_every_family_has_a_complete_spec():
 
 
 def engine_imports(path: Path) -> tuple[list[str], list[str]]:
-    """``(module-level, function-local)`` imports of ``torchtitan_lite`` or ``models`` modules in ``path``."""
+    """``(module-level, function-local)`` imports (those for type hints only left out) of ``torchtitan_lite`` or ``models`` modules in ``path``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(node) for node in tree.body}
+    hints = {  # under ``if TYPE_CHECKING:``: never run
+        id(inner)
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
     found: tuple[list[str], list[str]] = ([], [])
     for node in ast.walk(tree):
+        if id(node) in hints:
+            continue
         if isinstance(node, ast.ImportFrom) and node.level == 0:
             names = [node.module]
         elif isinstance(node, ast.Import):
@@ -234,3 +244,38 @@ def test_the_preflight_runs_without_importing_dynamo():
         [sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300
     )
     assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr
+
+
+def test_no_arrow_runs_back_up_the_floors_and_no_import_cycle():
+    edges = import_graph.engine_graph()
+    assert sum(map(len, edges.values())) > 500  # the scan reads the engine's imports
+    assert import_graph.arrows_back_up(edges) == []
+    assert import_graph.cycles(edges) == []
+
+
+def test_the_floor_scan_sees_an_arrow_back_up_and_a_cycle_and_skips_type_hints():
+    sources = {
+        "torchtitan_lite.protocols": "",
+        "torchtitan_lite.protocols.model_spec": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from torchtitan_lite.init.spec import InitPlan\n"
+            "def f():\n    import torchtitan_lite.train\n"
+            "from torchtitan_lite.distributed.parallel_dims import ParallelDims\n"
+        ),
+        "torchtitan_lite.distributed": "",
+        "torchtitan_lite.distributed.parallel_dims": "import torchtitan_lite.protocols.model_spec\n",
+        "torchtitan_lite.init.spec": "",
+        "torchtitan_lite.train": "",
+    }
+    edges = import_graph.graph(sources)
+    assert edges["torchtitan_lite.protocols.model_spec"] == {
+        "torchtitan_lite.distributed",
+        "torchtitan_lite.distributed.parallel_dims",
+    }
+    assert import_graph.arrows_back_up(edges) == [
+        "torchtitan_lite.protocols.model_spec -> torchtitan_lite.distributed",
+        "torchtitan_lite.protocols.model_spec -> torchtitan_lite.distributed.parallel_dims",
+    ]
+    assert import_graph.cycles(edges) == [
+        ["torchtitan_lite.distributed.parallel_dims", "torchtitan_lite.protocols.model_spec"]
+    ]

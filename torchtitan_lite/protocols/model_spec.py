@@ -31,15 +31,18 @@ come after). The trainer then calls the :class:`TrainingHooks` methods on every 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch import nn
 
-from torchtitan_lite.distributed.parallel_dims import ParallelDims
-from torchtitan_lite.distributed.parallel_options import ParallelOptions
-from torchtitan_lite.init.spec import InitPlan
 from torchtitan_lite.protocols.state_dict_adapter import StateDictAdapter
+
+if TYPE_CHECKING:  # type hints only: protocols/ is a floor below distributed/ and init/
+    from torchtitan_lite.distributed.parallel_dims import ParallelDims
+    from torchtitan_lite.distributed.parallel_options import ParallelOptions
+    from torchtitan_lite.init.spec import InitPlan
 
 
 class HookReport(NamedTuple):
