@@ -152,12 +152,13 @@ def launch(
 
 def launcher_copy(folder: Path) -> Path:
     """A copy of the launcher and the packages under ``folder / "repo"`` (``run_train.sh`` run there imports the
-    copy's ``torchtitan_lite`` first), for tests that change the engine before launching; returns its path.
-    ``torchtitan_lite.models`` stays the installed checkout's (setup.py maps it): change a model from the
-    engine's copy."""
+    copy's ``torchtitan_lite`` first), for tests that change the engine or a model before launching; returns its
+    path. The copy's ``torchtitan_lite/models`` stays a symlink, to the copy's ``models/``."""
     work = folder / "repo"
     for name in ("torchtitan_lite", "models", "train_configs"):
-        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / name, work / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy2(REPO / "run_train.sh", work / "run_train.sh")
     return work
 

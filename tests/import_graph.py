@@ -34,11 +34,9 @@ def modules() -> dict[str, Path]:
     found = {}
     for prefix, root in ROOTS.items():
         for path in root.rglob("*.py"):
-            if "__pycache__" in path.parts or (
-                prefix == "torchtitan_lite" and path.is_relative_to(ROOTS["torchtitan_lite.models"])
-            ):
-                continue
             parts = list(path.relative_to(root).with_suffix("").parts)
+            if "__pycache__" in parts or (prefix == "torchtitan_lite" and parts[0] == "models"):
+                continue  # torchtitan_lite/models is the symlink to models/, read once as models/
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join([prefix, *parts])] = path

@@ -1,8 +1,9 @@
 """Every entry point runs from a folder that holds a user's own ``models`` package: ours is imported as
-``torchtitan_lite.models`` (setup.py), so a ``models/`` in the working directory, first on ``sys.path`` under
-``python -m``, shadows nothing of ours."""
+``torchtitan_lite.models`` (``torchtitan_lite/models``, a symlink to ``models/``), so a ``models/`` in the
+working directory, first on ``sys.path`` under ``python -m``, shadows nothing of ours."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -53,6 +54,35 @@ def test_the_user_s_models_package_is_the_one_python_finds_there(project):
         project,
     )
     assert (probe.returncode, probe.stdout.strip()) == (0, "theirs qwen3"), probe.stderr
+
+
+NO_INSTALL = (
+    "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+    "if not getattr(f, '__module__', '').startswith('__editable__')]; "
+)
+"""Drops ``pip install -e``'s finder: the process imports as a clone without an install would."""
+
+
+def test_a_plain_clone_imports_torchtitan_lite_models_by_pythonpath_alone(project, tmp_path):
+    clone = tmp_path / "clone"
+    assert os.readlink(REPO / "torchtitan_lite" / "models") == "../models"
+    for name in ("torchtitan_lite", "models"):
+        shutil.copytree(
+            REPO / name, clone / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    code = NO_INSTALL + (
+        "import models, torchtitan_lite.models as ours, torchtitan_lite.models.qwen3.model as m; "
+        "from pathlib import Path; "
+        "print(models.NAME, ours.model_names()[0], Path(ours.__file__), Path(m.__file__).resolve())"
+    )
+    probe = run([sys.executable, "-c", code], project, PYTHONPATH=str(clone))
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split() == [
+        "theirs",
+        "qwen3",
+        str(clone / "torchtitan_lite" / "models" / "__init__.py"),
+        str((clone / "models" / "qwen3" / "model.py").resolve()),
+    ]
 
 
 @pytest.mark.parametrize("module", HELP)

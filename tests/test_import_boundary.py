@@ -29,7 +29,7 @@ REGISTRY = ("get_model_spec", "hf_family", "model_names")
 
 
 PACKAGE = "torchtitan_lite.models"
-"""The name models/ is imported under (setup.py maps it)."""
+"""The name models/ is imported under (``torchtitan_lite/models``, a symlink to it)."""
 
 
 def short(module: str) -> str | None:
