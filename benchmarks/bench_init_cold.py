@@ -20,25 +20,19 @@ import torch
 from bench_init import cpu_line
 from machine_load import reported_load
 
+from torchtitan_lite.builder import build_meta_model, init_model
 from torchtitan_lite.init import draw
-from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.init.apply import materialize
 from torchtitan_lite.preflight.checks import load_run_or_exit
-
-
-def meta_model(config_file: str) -> tuple[torch.nn.Module, object, int]:
-    """``(model on meta, init plan, seed)`` of a config."""
-    run = load_run_or_exit(["--job.config_file", config_file])
-    with torch.device("meta"):
-        model = run.spec.model_cls(run.model_args)
-    return model, run.spec.init_plan(run.model_args), run.config.training.seed
 
 
 def child(config_file: str) -> None:
     """Print the init phase's seconds and the kernels' build seconds (the child's output)."""
-    model, plan, seed = meta_model(config_file)
+    run = load_run_or_exit(["--job.config_file", config_file])
+    model = build_meta_model(run)
     begin = time.perf_counter()
     materialize(model, "cpu")
-    init_weights(model, plan, seed, buffer_device="cpu")
+    init_model(model, run, "cpu")
     print(f"child init {time.perf_counter() - begin:.3f} build {draw.compile_seconds():.3f}")
 
 
@@ -80,8 +74,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         cold, cold_build = run_child(args.config, args.threads, folder)
         warm, warm_build = run_child(args.config, args.threads, folder)
-    model, _, _ = meta_model(args.config)
-    materialize(model, "cpu")
+    model = materialize(
+        build_meta_model(load_run_or_exit(["--job.config_file", args.config])), "cpu"
+    )
     params = list(model.parameters())
     fills = []
     for _ in range(3):

@@ -33,13 +33,13 @@ import weakref
 import torch
 from machine_load import reported_load
 
+from torchtitan_lite.builder import build_model, init_model
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.loss import build_loss_fn
 from torchtitan_lite.components.optimizer import build_optimizer
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.distributed.compile import compile_available
-from torchtitan_lite.init.apply import init_weights
-from torchtitan_lite.train import Trainer, build_model
+from torchtitan_lite.preflight.checks import parse_run
+from torchtitan_lite.train import Trainer
 
 AC_VARIANTS = [("none", "op"), ("full", "op"), ("selective", "2"), ("selective", "op")]
 
@@ -99,13 +99,9 @@ def main() -> None:
                     ),
                     compile=dataclasses.replace(base.compile, enable=compiled, backend=cli.backend),
                 )
-                model = build_model(dataclasses.replace(trainer.run, config=config), info)
-                init_weights(
-                    model,
-                    trainer.spec.init_plan(trainer.args),
-                    base.training.seed,
-                    buffer_device=info.device,
-                )
+                variant = dataclasses.replace(trainer.run, config=config)
+                model = build_model(variant, info)
+                init_model(model, variant, info.device)
                 loss_fn = build_loss_fn(config, info.device)
                 opt = base.optimizer
                 optimizer = build_optimizer(

@@ -25,24 +25,15 @@ import time
 import torch
 from machine_load import reported_load
 
+from torchtitan_lite.builder import build_local_model
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.preflight.checks import parse_run
-from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.train import Trainer
 
 
 def bare_model(trainer: Trainer) -> torch.nn.Module:
     """The same model family and args, materialized without FSDP and initialized from the same plan."""
-    with torch.device("meta"):
-        model = trainer.spec.model_cls(trainer.args)
-    materialize(model, trainer.info.device)
-    init_weights(
-        model,
-        trainer.spec.init_plan(trainer.args),
-        trainer.config.training.seed,
-        buffer_device=trainer.info.device,
-    )
-    return model
+    return build_local_model(trainer.run, trainer.info.device).model
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ FLOORS = (
     ("components",),
     ("lifecycle",),
     ("preflight",),
+    ("builder",),
     ("inference",),
-    ("train",),
-    ("tools", "generate", "evaluate"),
+    ("train", "tools", "generate", "evaluate"),
     ("launch",),
 )
 """Bottom up: a package imports only from floors below its own, never beside or above."""

@@ -98,6 +98,34 @@ def test_generate_from_a_training_checkpoint_continues_as_the_trained_model(tmp_
     assert lines[-1] == f"generated ids: {' '.join(map(str, expected))}"
 
 
+@pytest.mark.parametrize("name, dtype", [("bfloat16", torch.bfloat16), ("auto", torch.float32)])
+def test_generate_computes_in_the_run_s_compute_dtype_on_cpu(
+    hf_folder, monkeypatch, capsys, name, dtype
+):
+    folder, _ = hf_folder
+    seen = []
+
+    def spy(model, *args, **kwargs):
+        record = lambda module, inputs, out: seen.append(out.dtype)  # noqa: E731
+        model.layers["0"].register_forward_hook(record)
+        model.output.register_forward_hook(record)
+        return continue_ids(model, *args, **kwargs)
+
+    monkeypatch.setattr(generate, "generate", spy)
+    code = generate.main(
+        [
+            "--prompt",
+            "ROMEO:",
+            "--max_new_tokens",
+            "2",
+            f"--checkpoint.initial_load_hf={folder}",
+            f"--training.compute_dtype={name}",
+        ]
+    )
+    capsys.readouterr()
+    assert code == 0 and seen == [dtype] * 4  # block 0 and the logits, 2 forwards
+
+
 def test_generate_refuses_a_prompt_and_new_tokens_beyond_max_seq_len_with_one_line(
     hf_folder, tmp_path, capsys
 ):

@@ -108,8 +108,7 @@ def _evaluate(argv: list[str]) -> int:
     loss_sum, tokens = 0.0, 0
     with progress(count, "evaluating", unit="batch") as bar:
         for _, (inputs, labels) in zip(range(count), stream):
-            with loaded.autocast():
-                logits = loaded.model(inputs.to(loaded.device))
+            logits = loaded.model(inputs.to(loaded.device))
             loss_sum += cross_entropy_sum(logits, labels.to(loaded.device)).item()
             tokens += labels.numel()
             bar.update(1)

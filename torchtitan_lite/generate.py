@@ -79,17 +79,16 @@ def _generate(argv: list[str]) -> int:
             f"tokenizer {loaded.tokenizer.path} gives id {max(prompt_ids)} but the model has "
             f"vocab_size {loaded.args.vocab_size}; use the model's tokenizer (model.tokenizer_path)"
         )
-    with loaded.autocast():
-        ids = generate(
-            loaded.model,
-            prompt_ids,
-            options.max_new_tokens,
-            device=loaded.device,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            generator=torch.Generator().manual_seed(options.seed),
-            eos_id=loaded.tokenizer.eos_id,
-        )
+    ids = generate(
+        loaded.model,
+        prompt_ids,
+        options.max_new_tokens,
+        device=loaded.device,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        generator=torch.Generator().manual_seed(options.seed),
+        eos_id=loaded.tokenizer.eos_id,
+    )
     print(loaded.tokenizer.decode(ids))
     print(f"prompt ids: {' '.join(map(str, prompt_ids))}")
     print(f"generated ids: {' '.join(map(str, ids))}", flush=True)

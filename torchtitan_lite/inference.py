@@ -8,45 +8,36 @@ Weights come from, in order: ``checkpoint.load_path`` (a ``step-N`` folder of a 
 the job's config), ``checkpoint.initial_load_hf`` (an HF folder: its ``config.json`` gives the
 model), or the job's latest checkpoint (``checkpoint.enable`` and a complete ``step-N`` in its
 checkpoint folder). No process group is started: the model is built plain (no FSDP), loaded (DCP
-reshards any saved layout into it; an HF folder is read by :mod:`components.hf.load`) and run in
-eval mode; on an accelerator matmuls run in ``training.compute_dtype`` (autocast), on a CPU in fp32.
+reshards any saved layout into it; an HF folder is read by :mod:`components.hf.load`) by
+``builder.py`` and run in eval mode, its parameters in the run's compute dtype as the trainer's.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-from torchtitan_lite.components.attention import set_attn_backend
-from torchtitan_lite.components.checkpoint.integrity import read_meta, verify_files
+from torchtitan_lite.builder import build_local_model, compute_dtype, compute_in
 from torchtitan_lite.components.checkpoint.storage import checkpoint_folder, find_checkpoint
-from torchtitan_lite.components.hf.folder import HFError
-from torchtitan_lite.components.hf.load import load_hf_folder
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.tokenizer import Tokenizer, build_tokenizer
 from torchtitan_lite.distributed.devices import device_type
 from torchtitan_lite.errors import UserError
-from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.preflight.run import ResolvedRun
 
 
 @dataclass
 class LoadedModel:
-    """A model ready to run: ``model`` (eval mode, on ``device``), its ``args``, the job's
-    ``tokenizer``, ``source`` (where the weights came from, for the output) and ``autocast`` (a
-    context for its forwards)."""
+    """A model ready to run: ``model`` (eval mode, on ``device``, parameters in ``dtype``), its
+    ``args``, the job's ``tokenizer`` and ``source`` (where the weights came from)."""
 
     model: nn.Module
     args: Any
@@ -54,12 +45,6 @@ class LoadedModel:
     device: torch.device
     source: str
     dtype: torch.dtype
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """``torch.autocast`` at the compute dtype on an accelerator; nothing on a CPU (fp32)."""
-        if self.dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
 
 
 def parse_tool_args(
@@ -104,19 +89,6 @@ def weights_source(config: JobConfig) -> tuple[str, str] | None:
     return None if path is None else ("checkpoint", path)
 
 
-def _load_checkpoint(model: nn.Module, path: str) -> list[str]:
-    """Load the model part of the DCP checkpoint ``path`` into the plain ``model``, after checking
-    the checksum of every file (:func:`~torchtitan_lite.components.checkpoint.verify_files`); the
-    names loaded."""
-    verify_files(path, read_meta(path), rank=0, world_size=1)
-    state = {"model": get_model_state_dict(model)}
-    with warnings.catch_warnings():  # DCP warns of no process group: one process is the intent
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=path)
-    set_model_state_dict(model, state["model"])
-    return sorted(state["model"])
-
-
 @torch.no_grad()
 def load_model(run: ResolvedRun) -> LoadedModel:
     """The run's model with its trained weights (module docstring).
@@ -125,37 +97,18 @@ def load_model(run: ResolvedRun) -> LoadedModel:
         HFError: the HF folder lacks tensors the model needs (a tool runs only fully loaded models).
         UserError: see :func:`components.hf.load.load_hf_folder` and DCP's loading.
     """
-    config, spec, args = run.config, run.spec, run.model_args
-    kind, path = weights_source(config)
+    config = run.config
+    weights = weights_source(config)
     if config.training.num_threads is not None:
         torch.set_num_threads(config.training.num_threads)
     device = torch.device(device_type(config.training.device))
-    with torch.device("meta"):
-        model = spec.model_cls(args)
-    set_attn_backend(model, config.model.attn_backend)
-    materialize(model, device)
-    if kind == "checkpoint":
-        loaded = _load_checkpoint(model, path)
-        source = f"checkpoint {path}"
-    else:
-        allow = config.checkpoint.initial_load_hf_allow_unexpected
-        imported = load_hf_folder(model, path, config.model.name, args, allow_unexpected=allow)
-        if imported.missing:
-            missing = imported.missing
-            raise HFError(
-                f"{path} lacks {len(missing)} tensors of the model "
-                f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
-                "a model to run needs all of them"
-            )
-        loaded, source = imported.loaded, f"HF folder {path}"
-    init_weights(
-        model, spec.init_plan(args), config.training.seed, skip=loaded, buffer_device=device
-    )
-    name = config.training.compute_dtype
-    dtype = torch.float32 if device.type == "cpu" or name == "float32" else torch.bfloat16
+    model = build_local_model(run, device, weights=weights).model
+    dtype = compute_dtype(config, device)
+    kind, path = weights
+    source = f"checkpoint {path}" if kind == "checkpoint" else f"HF folder {path}"
     return LoadedModel(
-        model.eval(),
-        args,
+        compute_in(model, dtype).eval(),
+        run.model_args,
         build_tokenizer(run.tokenizer_path),
         device,
         f"{config.model.name} ({config.model.flavor}) from {source}",

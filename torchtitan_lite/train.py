@@ -43,7 +43,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchtitan_lite.components.attention import set_attn_backend
+from torchtitan_lite.builder import (
+    build_meta_model,
+    build_pipelined_model,
+    compute_dtype,
+    init_model,
+    parallelize_model,
+)
 from torchtitan_lite.components.checkpoint.checkpointer import (
     Checkpointer,
     TrainState,
@@ -76,12 +82,11 @@ from torchtitan_lite.components.peak_flops import mixed_peak_flops, peak_flops
 from torchtitan_lite.components.profiling import StepProfiler
 from torchtitan_lite.components.tb_extras import log_layer_grad_norms, log_weight_histograms
 from torchtitan_lite.config.cli import ConfigError, format_toml
-from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.data.documents import document_inputs
 from torchtitan_lite.data.loader import DataLoaders, build_dataloaders
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.distributed.agreement import check_nodes_agree
-from torchtitan_lite.distributed.checks import batch_split_problem, check_deterministic
+from torchtitan_lite.distributed.checks import check_deterministic, micro_batches
 from torchtitan_lite.distributed.compile import compiles
 from torchtitan_lite.distributed.context_parallel import ContextParallel, set_context_parallel
 from torchtitan_lite.distributed.deterministic import (
@@ -98,17 +103,14 @@ from torchtitan_lite.distributed.float8 import (
     precompute_scales,
 )
 from torchtitan_lite.distributed.grad_norm import clip_grad_norm_layout_invariant_
-from torchtitan_lite.distributed.parallel_options import ParallelOptions
-from torchtitan_lite.distributed.pipeline import Pipeline, build_pipeline, gather_stages
+from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.distributed.process_group import (
-    DistInfo,
     init_distributed,
     shutdown_distributed,
 )
 from torchtitan_lite.distributed.tensor_parallel import loss_parallel_context
 from torchtitan_lite.errors import UserError
 from torchtitan_lite.init import draw
-from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
     InitReport,
@@ -141,10 +143,6 @@ from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV, read_resolve
 from torchtitan_lite.preflight.run import ResolvedRun
 
 
-class TrainingError(UserError, RuntimeError):
-    """A setting the trainer cannot run with (see :mod:`torchtitan_lite.errors`)."""
-
-
 @dataclass
 class StepStats:
     """What one optimizer step produced, left on the device: the host reads it only when it logs.
@@ -165,96 +163,6 @@ class StepStats:
     grad_norm: torch.Tensor
     lr: float
     data_wait_s: float
-
-
-def compute_dtype(config: JobConfig, device: torch.device) -> torch.dtype:
-    """``training.compute_dtype``; ``auto`` = bf16 on accelerators, fp32 on CPU (no fast bf16 on
-    AVX2)."""
-    name = config.training.compute_dtype
-    if name == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    return getattr(torch, name)
-
-
-def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
-    """``(global_batch_size, micro-batches per step)`` for ``dp_degree`` data-parallel ranks.
-
-    Raises:
-        TrainingError: the global batch is not a multiple of ``local_batch_size * dp_degree``.
-    """
-    local = config.training.local_batch_size
-    global_bs = config.training.global_batch_size
-    if problem := batch_split_problem(global_bs, local, dp_degree):
-        raise TrainingError(problem)
-    global_bs = local * dp_degree if global_bs == -1 else global_bs
-    return global_bs, global_bs // (local * dp_degree)
-
-
-def parallel_options(config: JobConfig, device: torch.device) -> ParallelOptions:
-    """What ``spec.parallelize`` applies besides the mesh: sequence and loss parallelism under
-    tensor parallelism (``parallelism.enable_sequence_parallel``, ``enable_loss_parallel``),
-    ``[activation_checkpoint]``, compile of the blocks when ``compile.enable`` and ``"model" in
-    compile.components`` and the backend works here (else one warning line and eager, see
-    :func:`~torchtitan_lite.distributed.compile.compile_available`), FSDP2 mixed precision (compute
-    dtype, fp32 reduction), ``parallelism.fsdp_reshard_after_forward`` and ``[float8]``."""
-    ac, par, cc = config.activation_checkpoint, config.parallelism, config.compile
-    return ParallelOptions(
-        sequence_parallel=par.enable_sequence_parallel,
-        loss_parallel=par.enable_loss_parallel,
-        ac_mode=ac.mode,
-        selective_ac_option=ac.selective_ac_option,
-        compile=compiles(cc.enable, cc.components, cc.backend, device.type, "model"),
-        compile_backend=config.compile.backend,
-        param_dtype=compute_dtype(config, device),
-        reduce_dtype=torch.float32,
-        reshard_after_forward=par.fsdp_reshard_after_forward,
-        float8=float8_settings(config),
-    )
-
-
-def build_meta_model(run: ResolvedRun) -> nn.Module:
-    """The run's model on meta (no memory, no RNG), its attention backend set."""
-    with torch.device("meta"):
-        model = run.spec.model_cls(run.model_args)
-    set_attn_backend(model, run.config.model.attn_backend)
-    return model
-
-
-def parallelize_model(model: nn.Module, run: ResolvedRun, info: DistInfo) -> nn.Module:
-    """``spec.parallelize`` (:func:`parallel_options`), then ``to_empty`` on the device:
-    uninitialized."""
-    model = run.spec.parallelize(model, info.dims, parallel_options(run.config, info.device))
-    materialize(model, info.device)
-    return model
-
-
-def build_model(run: ResolvedRun, info: DistInfo) -> nn.Module:
-    """:func:`build_meta_model` -> :func:`parallelize_model`: the model on the device,
-    uninitialized."""
-    return parallelize_model(build_meta_model(run), run, info)
-
-
-def build_pipelined_model(run: ResolvedRun, info: DistInfo) -> Pipeline:
-    """Under ``pipeline_parallel_degree`` > 1: this rank's stages of the model built on meta, each
-    parallelized like a whole model (:func:`parallel_options`) and on the device, uninitialized
-    (:func:`~torchtitan_lite.distributed.pipeline.build_pipeline`); ``pipeline.model`` is what the
-    rest of the run sees as the model. The preflight checked the split and the untied embeddings."""
-    config = run.config
-    par, training = config.parallelism, config.training
-    return build_pipeline(
-        build_meta_model(run),
-        info.dims,
-        run.spec.parallelize,
-        parallel_options(config, info.device),
-        device=info.device,
-        schedule=par.pipeline_parallel_schedule,
-        local_batch_size=training.local_batch_size,
-        microbatch_size=par.pipeline_parallel_microbatch_size,
-        seq_len=training.seq_len,
-        layers_per_stage=par.pipeline_parallel_layers_per_stage,
-        split_points=par.pipeline_parallel_split_points,
-        loss_fn=build_loss_fn(config, info.device),
-    )
 
 
 class Trainer:
@@ -531,13 +439,8 @@ class Trainer:
             raise
         load_s, begin = time.perf_counter() - begin, time.perf_counter()
         self.plan = self.spec.init_plan(self.args)
-        self.init_result = res = init_weights(
-            self.model,
-            self.plan,
-            self.config.training.seed,
-            skip=loaded,
-            buffer_device=self.info.device,
-            partial=self.pipeline is not None,
+        self.init_result = res = init_model(
+            self.model, self.run, self.info.device, skip=loaded, partial=self.pipeline is not None
         )
         self.fingerprint = model_fingerprint(self.model)
         self.check_step1 = not loaded

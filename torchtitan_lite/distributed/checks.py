@@ -14,7 +14,7 @@ from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.distributed.activation_checkpoint import selective_every
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.pipeline import stage_layer_ids
-from torchtitan_lite.errors import LaunchError
+from torchtitan_lite.errors import LaunchError, UserError
 
 TP_SPLIT_FIELDS = ("n_heads", "n_kv_heads", "vocab_size", "hidden_dim")
 """Model-args fields that tensor parallelism splits into ``tensor_parallel_degree`` equal parts where a family has
@@ -263,6 +263,24 @@ def batch_split_problem(global_bs: int, local_bs: int, dp_degree: int) -> str | 
         f"training.global_batch_size = {global_bs} is not a multiple of local_batch_size * "
         f"data-parallel degree = {local_bs} * {dp_degree}; {fix}"
     )
+
+
+class TrainingError(UserError, RuntimeError):
+    """A setting the trainer cannot run with (see :mod:`torchtitan_lite.errors`)."""
+
+
+def micro_batches(config: JobConfig, dp_degree: int) -> tuple[int, int]:
+    """``(global_batch_size, micro-batches per step)`` for ``dp_degree`` data-parallel ranks.
+
+    Raises:
+        TrainingError: the global batch is not a multiple of ``local_batch_size * dp_degree``.
+    """
+    local = config.training.local_batch_size
+    global_bs = config.training.global_batch_size
+    if problem := batch_split_problem(global_bs, local, dp_degree):
+        raise TrainingError(problem)
+    global_bs = local * dp_degree if global_bs == -1 else global_bs
+    return global_bs, global_bs // (local * dp_degree)
 
 
 def _is_power_of_two(n: int) -> bool:

@@ -36,13 +36,15 @@ from typing import Iterator
 
 import torch
 
+from torchtitan_lite.builder import build_local_model, build_meta_model
 from torchtitan_lite.data.loader import build_dataloaders
 from torchtitan_lite.data.progress import progress
 from torchtitan_lite.data.tokenizer import build_tokenizer
+from torchtitan_lite.distributed.checks import micro_batches
 from torchtitan_lite.distributed.devices import peak_memory_bytes
 from torchtitan_lite.errors import UserError
 from torchtitan_lite.init import draw
-from torchtitan_lite.init.apply import init_weights, materialize, resolve_plan
+from torchtitan_lite.init.apply import resolve_plan
 from torchtitan_lite.init.fingerprint import model_fingerprint
 from torchtitan_lite.init.report import (
     init_report,
@@ -56,7 +58,6 @@ from torchtitan_lite.init.step1 import expected_step1_loss
 from torchtitan_lite.lifecycle.startup import step1_expectation, step1_line
 from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.preflight.run import ResolvedRun
-from torchtitan_lite.train import micro_batches
 
 GIB = 2**30
 _HELD_BYTES_PER_ELEMENT = 5
@@ -66,11 +67,6 @@ _WORK_BYTES = 64 * 2**20
 """What the report and the fingerprint hold beside the model, whatever its size: their float64 and
 int64 work chunks (``init/report.py``'s and ``init/fingerprint.py``'s ``_CHUNK``), a few MiB, with a
 margin (same note)."""
-
-
-def _build_meta(spec, args) -> torch.nn.Module:
-    with torch.device("meta"):
-        return spec.model_cls(args)
 
 
 def _sizes(spec, args, n_layers: int) -> list[int]:
@@ -227,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     config, spec, args = run.config, run.spec, run.model_args
     torch.set_num_threads(config.training.num_threads or torch.get_num_threads())
     plan = spec.init_plan(args)
-    full = _build_meta(spec, args)
+    full = build_meta_model(run)
     n_params = sum(p.numel() for p in full.parameters())
     print(
         f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
@@ -255,13 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     if layers is None:
         print(plan_table(full, plan))
         return 0
-    model = _build_meta(spec, dataclasses.replace(args, n_layers=layers))
+    model = build_meta_model(run, n_layers=layers)
     tensors = [tensor for _, tensor in resolve_plan(model, plan)]
     elements = sum(t.numel() for t in tensors)
     count = f"{len(tensors)} tensors ({elements:,} elements)"
     with _phase("init", f"materializing and sampling {count} on CPU"):
-        model = materialize(model, "cpu")
-        result = init_weights(model, plan, config.training.seed, buffer_device="cpu")
+        local = build_local_model(run, cpu, n_layers=layers)
+        model, result = local.model, local.init
     if draw.compile_note():
         print(f"init: {draw.compile_note()}")
     with (
