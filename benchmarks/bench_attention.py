@@ -17,6 +17,9 @@ every transient of forward and backward. The reference is skipped at a length wh
 
 from __future__ import annotations
 
+import benchmarks.threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import json
 import os

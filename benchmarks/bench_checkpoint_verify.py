@@ -8,6 +8,9 @@ Usage: ``python benchmarks/bench_checkpoint_verify.py [--gib 1] [--reps 3] [--fo
 "Cold" evicts the file's pages with ``posix_fadvise(DONTNEED)`` before each read (this file only).
 """
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import hashlib
 import os

@@ -6,6 +6,9 @@ error took before ``preflight/__main__.py`` checked keys and types first.
 Usage: ``python benchmarks/bench_config_error.py [--reps 5]`` from the repo root; the two are run alternately.
 """
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import statistics
 import subprocess

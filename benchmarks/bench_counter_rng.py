@@ -21,6 +21,9 @@ Usage: ``python benchmarks/bench_counter_rng.py [--reps 20] [--threads 1]`` from
 compiler).
 """
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import math
 import time
 

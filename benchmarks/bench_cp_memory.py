@@ -27,6 +27,9 @@ tokens on cp 1, 2, 4 and 8.
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import os
 import re

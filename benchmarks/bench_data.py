@@ -19,6 +19,9 @@ them; the loader needs no process group), each rank reports: ``start`` seconds f
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import dataclasses
 import json

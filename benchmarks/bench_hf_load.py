@@ -19,6 +19,9 @@ converts it to the parameters' dtype and copies its shard out of it (the import 
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import json
 import os

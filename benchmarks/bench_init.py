@@ -13,6 +13,9 @@ Targets (issue 42): the whole model <= 2.0x ``normal_`` at 1 thread and <= 1.0x 
 <= 1.5x at 1 thread; eager <= 5x.
 """
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import os
 import platform

@@ -9,6 +9,9 @@ Usage: ``python benchmarks/bench_init_cold.py [--config train_configs/qwen3_0.6b
 repo root. Targets (issue 42, Qwen3 0.6B at 2 threads): cold <= 2.0x the fill, warm <= 1.2x.
 """
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import os
 import subprocess

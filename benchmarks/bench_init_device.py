@@ -13,6 +13,9 @@ device, side by side in this process. Exits 1 when the fingerprints differ.
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import sys
 import time

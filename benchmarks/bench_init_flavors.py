@@ -26,6 +26,9 @@ and for ``init_weights``, and nanoseconds of ``init_weights`` per shard element.
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import json
 import subprocess

@@ -22,6 +22,9 @@ Reported per variant:
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import dataclasses
 import statistics

@@ -12,6 +12,9 @@ AdamW keeps two fp32 moments per parameter) and the activation peak of one forwa
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import dataclasses
 import statistics

@@ -21,6 +21,9 @@ step's temporaries), and, for Muon, the matrices this rank orthogonalizes and th
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import dataclasses
 import json

@@ -12,6 +12,9 @@ affects neighbours alike; the load average is printed before and after.
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import statistics
 import subprocess

@@ -26,6 +26,9 @@ Arguments after ``--`` are config overrides passed to every run.
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import os
 import re

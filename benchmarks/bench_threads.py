@@ -13,6 +13,9 @@ fingerprint and the last loss (neither may depend on the wait policy).
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
 import os
 import re

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROOTS = {"torchtitan_lite": REPO / "torchtitan_lite", "torchtitan_lite.models": REPO / "models"}
 
 FLOORS = (
-    ("errors",),
+    ("errors", "threads"),
     ("config",),
     ("protocols",),
     ("init",),

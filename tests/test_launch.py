@@ -4,6 +4,9 @@ last line from a control folder (the workers' outcomes, the agent's record of to
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
@@ -16,6 +19,7 @@ from torchtitan_lite.launch.nodes import NodesError, nodes_from_env
 from torchtitan_lite.lifecycle.faults import ERROR_FILE_ENV, record_error
 from torchtitan_lite.preflight.checks import WORLD_SIZE_ENV
 from torchtitan_lite.preflight.resolved import RESOLVED_CONFIG_ENV
+from torchtitan_lite.threads import entry_point, thread_env
 
 KEPT = "the last complete checkpoint is kept"
 
@@ -138,3 +142,39 @@ def test_the_agent_reads_a_lost_peer_from_the_error_file_a_worker_recorded(tmp_p
     err = ChildFailedError("torchtitan_lite.train", {3: killed, 2: lost})
     expected = [_failed(2, 1, lost_peer=True), _failed(3, -9)]
     assert failures_record(err) == {"failures": expected}
+
+
+PROBE = """import atexit, os, sys
+
+def _report():
+    loaded = "torch" in sys.modules
+    import torch
+    print("threads", torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"),
+          os.environ.get("OMP_WAIT_POLICY"), loaded)
+
+atexit.register(_report)
+"""
+"""A ``sitecustomize`` that prints, as the process exits, its torch threads, OpenMP variables and
+whether the tool had loaded torch."""
+
+
+@pytest.mark.parametrize(
+    "module", ["torchtitan_lite.tools.inspect_init", "torchtitan_lite.data.prepare"]
+)
+def test_a_tool_runs_with_the_openmp_settings_of_a_worker(module, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(PROBE)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        env={**environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    worker: dict[str, str] = {}
+    thread_env(worker, "1")  # the launcher's, for a run of one rank
+    line = proc.stdout.strip().splitlines()[-1]
+    expected = f"threads {worker['OMP_NUM_THREADS']} {worker['OMP_NUM_THREADS']} PASSIVE True"
+    assert (proc.returncode, line) == (0, expected), proc.stderr[-2000:]
+    assert entry_point(["python", "-u", "-m", module, "--x"]) == module
+    assert entry_point(["python", "-m", "torchtitan_lite.launch"]) is None

@@ -37,6 +37,7 @@ from torchtitan_lite.lifecycle.control import (
     STOP_FILE,
     TORCHRUN_LOG_DIR,
 )
+from torchtitan_lite.threads import thread_env
 
 DEFAULT_CONFIG = "train_configs/qwen3_debug.toml"
 # Read by the preflight (preflight/checks.py, preflight/resolved.py) and config/load.py; torch-free
@@ -101,17 +102,6 @@ class Supervisor:
             if self.signalled is not None and self.killed is None and (stop_at_once or overdue):
                 self.killed = f"no stop within {round(time.monotonic() - self.stop_time)} s"
                 self._kill()
-
-
-def thread_env(env: dict[str, str], ngpu: str) -> None:
-    """Fill in what ``env`` leaves empty: ``OMP_NUM_THREADS`` = this machine's cores / ``ngpu`` (at
-    least 1; torchrun would say 1) and ``OMP_WAIT_POLICY`` = ``PASSIVE`` (idle OpenMP threads sleep:
-    docs/running.md, "A busy machine")."""
-    if not env.get("OMP_NUM_THREADS"):
-        share = len(os.sched_getaffinity(0)) // int(ngpu) if ngpu.isdigit() and int(ngpu) else 1
-        env["OMP_NUM_THREADS"] = str(max(share, 1))
-    if not env.get("OMP_WAIT_POLICY"):
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def launch(argv: list[str], env: dict[str, str], control: str) -> tuple[int, str | None]:
