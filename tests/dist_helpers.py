@@ -151,9 +151,10 @@ def launch(
 
 
 def launcher_copy(folder: Path) -> Path:
-    """A copy of the launcher and the packages under ``folder / "repo"`` (``run_train.sh`` run there imports the
-    copy's ``torchtitan_lite`` first), for tests that change the engine or a model before launching; returns its
-    path. The copy's ``torchtitan_lite/models`` stays a symlink, to the copy's ``models/``."""
+    """A copy of the launcher and the packages under ``folder / "repo"`` (``run_train.sh`` run
+    there imports the copy's ``torchtitan_lite`` first), for tests that change the engine or a
+    model before launching; returns its path. ``torchtitan_lite/models`` stays a symlink, to the
+    copy's ``models/``."""
     work = folder / "repo"
     for name in ("torchtitan_lite", "models", "train_configs"):
         shutil.copytree(

@@ -1,6 +1,7 @@
-"""Every entry point runs from a folder that holds a user's own ``models`` package: ours is imported as
-``torchtitan_lite.models`` (``torchtitan_lite/models``, a symlink to ``models/``), so a ``models/`` in the
-working directory, first on ``sys.path`` under ``python -m``, shadows nothing of ours."""
+"""Every entry point runs from a folder that holds a user's own ``models`` package: ours is
+imported as ``torchtitan_lite.models`` (``torchtitan_lite/models``, a symlink to ``models/``), so a
+``models/`` in the working directory, first on ``sys.path`` under ``python -m``, shadows nothing of
+ours."""
 
 import os
 import shutil

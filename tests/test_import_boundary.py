@@ -4,7 +4,7 @@ it but the registry lookup (the contract's types come from ``torchtitan_lite.pro
 engine, ``.common`` and itself, never another family, and ``.common`` imports no family; every family's ModelSpec
 is complete (its init plan covers its debug model exactly). The engine's floors: ``config`` (schema, cli, load,
 paths, reference) is the ground floor; ``preflight`` is imported only by the entry points; every
-package imports only from the floors below it (``import_graph.FLOORS``) and no import cycle exists."""
+package imports only from the floors below it (``import_graph.FLOORS``), and no cycle exists."""
 
 from __future__ import annotations
 
@@ -161,7 +161,8 @@ def test_every_family_has_a_complete_spec():
 
 
 def engine_imports(path: Path) -> tuple[list[str], list[str]]:
-    """``(module-level, function-local)`` imports (those for type hints only left out) of ``torchtitan_lite`` or ``models`` modules in ``path``."""
+    """``(module-level, function-local)`` imports of ``torchtitan_lite`` or ``models`` modules in
+    ``path`` (those for type hints only left out)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(node) for node in tree.body}
     hints = {  # under ``if TYPE_CHECKING:``: never run
@@ -263,7 +264,7 @@ def test_the_floor_scan_sees_an_arrow_back_up_and_a_cycle_and_skips_type_hints()
             "from torchtitan_lite.distributed.parallel_dims import ParallelDims\n"
         ),
         "torchtitan_lite.distributed": "",
-        "torchtitan_lite.distributed.parallel_dims": "import torchtitan_lite.protocols.model_spec\n",
+        "torchtitan_lite.distributed.parallel_dims": "import torchtitan_lite.protocols.model_spec",
         "torchtitan_lite.init.spec": "",
         "torchtitan_lite.train": "",
     }
