@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-COMMANDS = ("sbatch", "scancel", "scontrol", "sinfo", "srun")
+COMMANDS = ("sbatch", "scancel", "scontrol", "sinfo", "squeue", "srun")
 START_S = 60
 """How long the daemons may take to start and report every node idle."""
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
@@ -233,10 +233,16 @@ class SlurmCluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Every job cancelled, then SIGTERM to each daemon by its pid (slurmd first, munged last),
-        SIGKILL after 30 s; the folder removed."""
+        """Every job cancelled (and gone from ``squeue``, for up to :data:`START_S` seconds), then
+        SIGTERM to each daemon by its pid (slurmd first, munged last), SIGKILL after 30 s; the
+        folder removed."""
         if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
             self.command("scancel", f"--user={getpass.getuser()}", check=False)
+            deadline = time.monotonic() + START_S
+            while self.command("squeue", "-h", check=False).strip():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
         for name in reversed(list(self.procs)):
             proc = self.procs[name]
             if proc.poll() is None:
