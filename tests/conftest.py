@@ -67,3 +67,15 @@ def tokenizer_file(tmp_path_factory):
     from hf_reference import small_tokenizer
 
     return small_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", SCALED_VOCAB)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each test's ``("log", text)`` user property after the run, also from pytest-xdist's workers
+    (``tests/test_slurm.py``: the test's wall seconds, the Slurm daemons' pids and ``sinfo``, added
+    at its teardown)."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) == "teardown":
+                for name, text in report.user_properties:
+                    if name == "log":
+                        terminalreporter.write_line(f"{report.nodeid}: {text}")
