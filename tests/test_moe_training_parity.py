@@ -1,20 +1,22 @@
-"""MoE training against transformers, step by step: for Qwen3-MoE, GPT-OSS and DeepSeek-V3 (the published
-configs scaled down, ``hf_published.py``), our model with random weights is exported through its state-dict
-adapter and loaded by ``Qwen3MoeForCausalLM`` / ``GptOssForCausalLM`` / ``DeepseekV3ForCausalLM``; both train
-20 steps on the same batches (4 batches of random tokens, cycled) with torch's AdamW (fp32, CPU, clip 1.0). Per step the losses, the grad norms and
-every MoE layer's expert counts agree, with the auxiliary loss off and on (DeepSeek-V3 also with its expert-bias
-update, applied to ``e_score_correction_bias`` with the same rule).
+"""MoE training against transformers, step by step: for Qwen3-MoE, GPT-OSS and DeepSeek-V3 (the
+published configs scaled down, ``hf_published.py``), our model with random weights is exported
+through its state-dict adapter and loaded by ``Qwen3MoeForCausalLM`` / ``GptOssForCausalLM`` /
+``DeepseekV3ForCausalLM``; both train 20 steps on the same batches (4 batches of random tokens,
+cycled) with torch's AdamW (fp32, CPU, clip 1.0). Per step the losses, the grad norms and every MoE
+layer's expert counts agree, with the auxiliary loss off and on (DeepSeek-V3 also with its
+expert-bias update, applied to ``e_score_correction_bias`` with the same rule).
 
-transformers adds no per-layer balance loss to these models' training graph: for the "on" cases the reference
-adds our formula (``models/common/balance_loss.py``, one loss per MoE layer, summed) computed from its own router
-logits and choices. Its own ``load_balancing_loss_func`` (Qwen3-MoE, GPT-OSS: counts and probabilities summed
-over all layers' tokens before the product) is computed beside ours at every step and checked equal to the same
-formula over our router outputs; which formula each published recipe uses: docs/models.md, "Balance losses
-against transformers".
+transformers' models have no per-layer balance loss (DeepSeek-V3's none at all): in the "on" cases
+the reference adds our formula (``models/common/balance_loss.py``, one loss per MoE layer, summed)
+computed from its own router logits and choices. Its own ``load_balancing_loss_func`` (Qwen3-MoE,
+GPT-OSS: counts and probabilities summed over all layers' tokens before the product) is computed
+beside ours at every step and checked equal to the same formula over our router outputs; which
+formula each published recipe uses: docs/models.md, "Balance losses against transformers".
 
-Measured bounds (CPU fp32, 20 steps, 128 tokens a step, torch 2.13, transformers 5.25): loss |diff| <= 1.9e-6,
-grad-norm relative diff <= 6.6e-6 (DeepSeek-V3; Qwen3-MoE and GPT-OSS <= 3.2e-7), expert counts identical at
-every step and layer; asserted: loss 1e-4, grad norm 1e-4 relative, counts exactly equal.
+Measured bounds (CPU fp32, 20 steps, 128 tokens a step, torch 2.13, transformers 5.25): loss |diff|
+<= 1.9e-6, grad-norm relative diff <= 6.6e-6 (DeepSeek-V3; Qwen3-MoE and GPT-OSS <= 3.2e-7), expert
+counts identical at every step and layer; asserted: loss 1e-4, grad norm 1e-4 relative, counts
+exactly equal.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ import torch.nn.functional as F
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
 from hf_reference import random_ours
-
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.balance_loss import load_balance_loss, sequence_balance_loss
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta, update_expert_bias
 from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
+
 from torchtitan_lite.components.hf.export import hf_tensors, write_safetensors
 from torchtitan_lite.init.apply import canonical_name, named_state_tensors
-from torchtitan_lite.models import get_model_spec
 
 STEPS = 20
 BATCH, SEQLEN = 4, 32
@@ -52,8 +54,9 @@ CASES = {  # id: (published name, aux_loss_coeff, bias_update_speed)
 
 
 def build_pair(name: str, aux: float, bias_speed: float | None, folder):
-    """``(ours, theirs, config)``: our model of the scaled config with random weights (seed 1), and
-    transformers' loaded from their export (safetensors + the adapter's ``config.json``); both train mode."""
+    """``(ours, theirs, config)``: our model of the scaled config with random weights (seed 1),
+    and transformers' loaded from its export (safetensors + the adapter's ``config.json``);
+    both in train mode."""
     config, family = scaled(name), PUBLISHED[name][1]
     spec = get_model_spec(family)
     extra = {"aux_loss_coeff": aux}
@@ -78,7 +81,8 @@ def build_pair(name: str, aux: float, bias_speed: float | None, folder):
 
 def record_routers(model: torch.nn.Module) -> list:
     """Per router call, in order, ``(scores, indices)``: transformers' routers return
-    ``(logits, weights, indices)`` (their logits recorded), ours a ``RouterOutput`` (its probabilities)."""
+    ``(logits, weights, indices)`` (the logits recorded), ours a ``RouterOutput`` (its
+    probabilities)."""
     calls = []
     for module in model.modules():
         name = type(module).__name__
@@ -92,7 +96,8 @@ def record_routers(model: torch.nn.Module) -> list:
 
 
 def their_aux(family: str, calls: list, config: dict, seqlen: int) -> torch.Tensor:
-    """Our per-layer balance loss (summed over layers, unweighted) from transformers' router outputs."""
+    """Our per-layer balance loss (summed over layers, unweighted) from transformers' router
+    outputs."""
     total = torch.zeros(())
     for logits, indices in calls:
         counts = torch.bincount(indices.reshape(-1), minlength=logits.shape[-1]).float()
@@ -104,8 +109,8 @@ def their_aux(family: str, calls: list, config: dict, seqlen: int) -> torch.Tens
 
 
 def global_switch_loss(probs: list[torch.Tensor], top_k: int) -> torch.Tensor:
-    """transformers' ``load_balancing_loss_func`` written from router probabilities: the counts and the
-    probability sums of all layers' tokens together, then ``E * sum_e f_e P_e``."""
+    """transformers' ``load_balancing_loss_func`` written from router probabilities: the counts
+    and the probability sums of all layers' tokens together, then ``E * sum_e f_e P_e``."""
     stacked = torch.cat(probs)
     counts = torch.bincount(
         stacked.topk(top_k, -1).indices.reshape(-1), minlength=stacked.shape[-1]
@@ -114,8 +119,8 @@ def global_switch_loss(probs: list[torch.Tensor], top_k: int) -> torch.Tensor:
 
 
 def train(name: str, aux: float, bias_speed: float | None, folder) -> dict[str, list]:
-    """Both models trained :data:`STEPS` steps; per step and side: loss, grad norm, counts per layer, and
-    (Qwen3-MoE, GPT-OSS) transformers' global loss from each side's routers."""
+    """Both models trained :data:`STEPS` steps; per step and side: loss, grad norm, counts per
+    layer, and (Qwen3-MoE, GPT-OSS) transformers' global loss from each side's routers."""
     torch.manual_seed(0)
     ours, theirs, config = build_pair(name, aux, bias_speed, folder)
     family = PUBLISHED[name][1]
@@ -157,7 +162,7 @@ def train(name: str, aux: float, bias_speed: float | None, folder) -> dict[str, 
         if bias_speed:
             routers = [m for m in theirs.modules() if type(m).__name__.endswith("TopkRouter")]
             with torch.no_grad():
-                for router, counts in zip(routers, their_counts):
+                for router, counts in zip(routers, their_counts, strict=True):
                     router.e_score_correction_bias += expert_bias_delta(counts, bias_speed)
         if family != "deepseek_v3":
             their_probs = [torch.softmax(logits.detach().float(), -1) for logits, _ in their_calls]
@@ -190,8 +195,11 @@ def test_training_matches_transformers_step_by_step(case, tmp_path):
     assert loss_diff <= LOSS_TOL and norm_rdiff <= GRAD_NORM_RTOL
     for step, (mine, theirs) in enumerate(out["counts"], 1):
         assert len(mine) == len(theirs) > 0
-        for layer, (a, b) in enumerate(zip(mine, theirs)):
+        for layer, (a, b) in enumerate(zip(mine, theirs, strict=True)):
             assert torch.equal(a, b), (step, layer, a, b)
     assert out["loss"][-1][0] < out["loss"][0][0] - 0.05  # it trained
     if out["their_global"]:
-        assert max(abs(a - b) for a, b in zip(out["our_global"], out["their_global"])) <= 1e-5
+        assert (
+            max(abs(a - b) for a, b in zip(out["our_global"], out["their_global"], strict=True))
+            <= 1e-5
+        )
