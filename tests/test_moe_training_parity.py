@@ -14,9 +14,10 @@ beside ours at every step and checked equal to the same formula over our router 
 formula each published recipe uses: docs/models.md, "Balance losses against transformers".
 
 Measured bounds (CPU fp32, 20 steps, 128 tokens a step, torch 2.13, transformers 5.25): loss |diff|
-<= 1.9e-6, grad-norm relative diff <= 6.6e-6 (DeepSeek-V3; Qwen3-MoE and GPT-OSS <= 3.2e-7), expert
-counts identical at every step and layer; asserted: loss 1e-4, grad norm 1e-4 relative, counts
-exactly equal.
+<= 1.9e-6, grad-norm relative diff <= 6.6e-6 (DeepSeek-V3; Qwen3-MoE and GPT-OSS <= 3.2e-7); with
+scalar kernels (``ATEN_CPU_CAPABILITY=default``, CI's first run) <= 2.9e-6 and <= 1.7e-5; expert
+counts identical at every step and layer in both. Asserted: loss 1e-4, grad norm 1e-4 relative,
+counts exactly equal.
 """
 
 from __future__ import annotations
