@@ -14,6 +14,7 @@ from test_expert_bias import STEP, TINY, biases, build
 
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta
+from torchtitan_lite.models.common import moe_hooks
 from torchtitan_lite.models.common.moe import moe_layers
 from torchtitan_lite.models.common.moe_hooks import (
     DEAD_EXPERT_STEPS,
@@ -180,3 +181,27 @@ def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
         f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)"
         for name in layers
     )
+
+
+def test_under_pipeline_parallelism_the_report_gathers_each_stage_s_layers(monkeypatch):
+    model = build(dataclasses.replace(TINY, aux_loss_coeff=0.01))
+    model.train()
+    hooks = MoETrainingHooks(
+        model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1
+    )
+    tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
+    model(tokens)
+    hooks.after_optimizer_step(1)
+    aux = {name: m.aux_loss.item() for name, m in moe_layers(model).items()}
+    expected = expert_load_report(1, hooks.loads, hooks.window, None, aux)
+    stages = []
+
+    def two_stages(local, group):  # layers.1 on stage 0, layers.2 on stage 1
+        stages.append(group)
+        return [{k: v for k, v in local.items() if k == name} for name in sorted(local)]
+
+    monkeypatch.setattr(moe_hooks, "gather_stages", two_stages)
+    hooks.pp_group = "pp"
+    report = hooks.report(1)
+    assert stages == ["pp"] and report.summary == expected.summary
+    assert report.scalars == expected.scalars and "moe/layers.2.moe/aux_loss" in report.scalars
