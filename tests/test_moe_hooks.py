@@ -3,8 +3,10 @@ update, expert-load report written and printed by the engine."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
+import pytest
 import torch
 from model_helpers import is_moe
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -12,6 +14,7 @@ from test_expert_bias import STEP, TINY, biases, build
 
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta
+from torchtitan_lite.models.common import moe_hooks
 from torchtitan_lite.models.common.moe import moe_layers
 from torchtitan_lite.models.common.moe_hooks import (
     DEAD_EXPERT_STEPS,
@@ -69,10 +72,58 @@ def test_hooks_scale_the_aux_loss_then_sum_the_step_and_move_the_biases():
             bias, expert_bias_delta(expected[name.removesuffix(".router.expert_bias")], STEP)
         ), name
     report = hooks.report(1)
+    n = next(iter(expected.values())).numel()
     assert set(report.scalars) == {
-        f"moe/layers.{i}.moe/{k}_load" for i in (1, 2) for k in ("min", "max")
-    }
+        f"moe/layers.{i}.moe/{k}" for i in (1, 2) for k in ("min_load", "max_load", "idle_experts")
+    } | {f"moe/layers.{i}.moe/load/{e}" for i in (1, 2) for e in range(n)}
     assert report.summary.startswith("step   1  expert load min/max  layers.1.moe ")
+    assert " idle " in report.summary and " moved " not in report.summary  # no earlier window
+
+
+def test_the_report_counts_idle_experts_and_moved_assignments_over_the_window():
+    loads = {"layers.1.moe": torch.tensor([6.0, 2.0, 0.0, 0.0])}
+    window = {"layers.1.moe": torch.tensor([10.0, 6.0, 4.0, 0.0])}
+    previous = {"layers.1.moe": torch.tensor([5.0, 5.0, 5.0, 5.0])}
+    report = expert_load_report(3, loads, window, previous, {"layers.1.moe": 0.0125})
+    # shares 0.5/0.3/0.2/0 against 0.25 each: |0.25| + |0.05| + |0.05| + |0.25| = 0.6, half moved
+    assert report.summary == (
+        "step   3  expert load min/max  layers.1.moe 0.00/3.00 idle 1 moved 0.30 aux 0.0125"
+    )
+    assert report.scalars["moe/layers.1.moe/idle_experts"] == 1
+    assert abs(report.scalars["moe/layers.1.moe/routing_moved"] - 0.3) < 1e-6
+    assert [report.scalars[f"moe/layers.1.moe/load/{e}"] for e in range(4)] == [
+        2.0,
+        pytest.approx(1.2),
+        pytest.approx(0.8),
+        0.0,
+    ]
+
+
+def test_hooks_report_the_window_since_the_last_report_and_the_balance_loss():
+    model = build(dataclasses.replace(TINY, aux_loss_coeff=0.01))
+    model.train()
+    hooks = MoETrainingHooks(
+        model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1
+    )
+    layers = moe_layers(model)
+    n = next(iter(layers.values())).tokens_per_expert.numel()
+    for step, counts in enumerate(([0.0] + [4.0] * (n - 1), [4.0] * (n - 1) + [0.0]), 1):
+        for layer in layers.values():
+            layer.tokens_per_expert.copy_(torch.tensor(counts))
+        hooks.after_optimizer_step(step)
+    first = hooks.report(2)  # both steps: every expert got tokens in one of them
+    assert all(first.scalars[f"moe/{name}/idle_experts"] == 0 for name in layers)
+    tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
+    model(tokens)  # a training forward sets each layer's aux_loss
+    for layer in layers.values():
+        layer.tokens_per_expert.copy_(torch.tensor([8.0] + [0.0] * (n - 1)))
+    hooks.after_optimizer_step(3)
+    second = hooks.report(3)
+    for name, layer in layers.items():
+        assert second.scalars[f"moe/{name}/idle_experts"] == n - 1
+        # expert 0 had 4 of the 8 (n - 1) assignments of the window before, now all of them
+        assert second.scalars[f"moe/{name}/routing_moved"] == pytest.approx(1 - 1 / (2 * (n - 1)))
+        assert second.scalars[f"moe/{name}/aux_loss"] == layer.aux_loss.item() > 0
 
 
 def test_dense_families_have_the_no_op_hooks_and_moe_families_the_moe_hooks():
@@ -130,3 +181,27 @@ def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
         f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)"
         for name in layers
     )
+
+
+def test_under_pipeline_parallelism_the_report_gathers_each_stage_s_layers(monkeypatch):
+    model = build(dataclasses.replace(TINY, aux_loss_coeff=0.01))
+    model.train()
+    hooks = MoETrainingHooks(
+        model, SimpleNamespace(loss_group=None, loss_degree=1, pp=1), micro_batches=1
+    )
+    tokens = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
+    model(tokens)
+    hooks.after_optimizer_step(1)
+    aux = {name: m.aux_loss.item() for name, m in moe_layers(model).items()}
+    expected = expert_load_report(1, hooks.loads, hooks.window, None, aux)
+    stages = []
+
+    def two_stages(local, group):  # layers.1 on stage 0, layers.2 on stage 1
+        stages.append(group)
+        return [{k: v for k, v in local.items() if k == name} for name in sorted(local)]
+
+    monkeypatch.setattr(moe_hooks, "gather_stages", two_stages)
+    hooks.pp_group = "pp"
+    report = hooks.report(1)
+    assert stages == ["pp"] and report.summary == expected.summary
+    assert report.scalars == expected.scalars and "moe/layers.2.moe/aux_loss" in report.scalars

@@ -14,31 +14,66 @@ from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
-def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:
-    """Each layer's least and most loaded expert, relative to the balanced share (1.0 = perfectly balanced).
+def expert_load_report(
+    step: int,
+    loads: dict[str, torch.Tensor],
+    window: dict[str, torch.Tensor] | None = None,
+    previous: dict[str, torch.Tensor] | None = None,
+    aux: dict[str, float] | None = None,
+) -> HookReport:
+    """Each layer's least and most loaded expert, relative to the balanced share (1.0 = perfectly
+    balanced), and, when given, what happened since the last report.
 
     Args:
         step: 1-based step.
-        loads: layer name -> fp32 ``(num_experts,)`` (token, expert) counts (:func:`collect_expert_load`).
+        loads: layer name -> fp32 ``(num_experts,)`` (token, expert) counts of the step
+            (:func:`collect_expert_load`).
+        window: layer name -> the counts summed over the steps since the last report.
+        previous: layer name -> the previous report's ``window`` (absent: no change is shown).
+        aux: layer name -> the layer's weighted balance loss of the last forward.
 
     Returns:
-        Scalars ``moe/<layer>/min_load`` and ``moe/<layer>/max_load`` (the expert's share of the assignments
-        times ``num_experts``), and the line ``step  12  expert load min/max  layers.1.moe 0.52/1.80  ...``.
-        Reads the counts on the host.
+        Scalars ``moe/<layer>/min_load``, ``moe/<layer>/max_load`` (the expert's share of the
+        assignments times ``num_experts``); with ``window``: ``moe/<layer>/idle_experts`` (experts
+        with no token in the window), ``moe/<layer>/load/<e>`` (each expert's relative load over
+        the window) and, with ``previous``, ``moe/<layer>/routing_moved`` (half the L1 distance of
+        the two windows' load shares: the share of assignments that changed expert); with ``aux``,
+        ``moe/<layer>/aux_loss``. The line ``step  12  expert load min/max  layers.1.moe
+        0.52/1.80 idle 0 moved 0.12 aux 0.0021  ...`` (the extras when given). Reads the counts on
+        the host. See docs/debugging.md, "Reading the expert-load line".
     """
     scalars, parts = {}, []
     for layer, counts in loads.items():
         relative = counts * counts.numel() / counts.sum().clamp_min(1)
         low, high = relative.min().item(), relative.max().item()
         scalars[f"moe/{layer}/min_load"], scalars[f"moe/{layer}/max_load"] = low, high
-        parts.append(f"{layer} {low:.2f}/{high:.2f}")
+        part = f"{layer} {low:.2f}/{high:.2f}"
+        if window is not None:
+            seen = window[layer].cpu().float()
+            share = seen / seen.sum().clamp_min(1)
+            idle = int((seen == 0).sum())
+            scalars[f"moe/{layer}/idle_experts"] = idle
+            for e, value in enumerate((share * seen.numel()).tolist()):
+                scalars[f"moe/{layer}/load/{e}"] = value
+            part += f" idle {idle}"
+            if previous is not None and layer in previous:
+                before = previous[layer].cpu().float()
+                moved = 0.5 * (share - before / before.sum().clamp_min(1)).abs().sum().item()
+                scalars[f"moe/{layer}/routing_moved"] = moved
+                part += f" moved {moved:.2f}"
+        if aux is not None and layer in aux:
+            scalars[f"moe/{layer}/aux_loss"] = aux[layer]
+            part += f" aux {aux[layer]:.4f}"
+        parts.append(part)
     return HookReport(scalars, f"step {step:>3}  expert load min/max  " + "  ".join(parts))
 
 
-DEAD_EXPERT_STEPS = 10
-"""An expert that has received no token for this many consecutive optimizer steps is named in the log: with the
-debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignments per expert and step when balanced)
-that is no passing fluctuation, and a router rarely revives such an expert unaided."""
+DEAD_EXPERT_STEPS = 50
+"""An expert that has received no token for this many consecutive optimizer steps is named in the
+log: with the debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignments per
+expert and step when balanced) that is no passing fluctuation. A router that flips between steps
+leaves experts idle a step or a few at a time; the ``idle`` count of the expert-load line shows
+that instead."""
 
 
 def dead_expert_notes(
@@ -99,6 +134,8 @@ class MoETrainingHooks(TrainingHooks):
         self.pp_group = parallel_dims.pp_mesh.get_group() if parallel_dims.pp > 1 else None
         self.loads: dict[str, torch.Tensor] = {}
         self.idle: dict[str, torch.Tensor] = {}
+        self.window: dict[str, torch.Tensor] = {}
+        self.previous: dict[str, torch.Tensor] | None = None
         self._named_dead: dict[str, set[int]] = {}
         for moe in moe_layers(model).values():
             moe.aux_loss_scale = 1.0 / (parallel_dims.loss_degree * micro_batches)
@@ -111,19 +148,31 @@ class MoETrainingHooks(TrainingHooks):
         for name, counts in self.loads.items():
             idle = self.idle.get(name, torch.zeros_like(counts, dtype=torch.int64))
             self.idle[name] = torch.where(counts == 0, idle + 1, 0)
+            self.window[name] = self.window.get(name, torch.zeros_like(counts)) + counts
 
     def report(self, step: int) -> HookReport:
-        """The step's expert-load scalars (min/max vs balanced per layer), summary line and dead-expert warnings,
-        gathered over stages."""
-        loads, idle = self.loads, self.idle
+        """The step's expert-load scalars and summary line (:func:`expert_load_report`, with the
+        counts since the last report, the previous report's and each layer's balance loss) and
+        the dead-expert warnings, gathered over stages; starts the next window."""
+        aux = {
+            name: m.aux_loss.item()
+            for name, m in moe_layers(self.model).items()
+            if m.aux_loss is not None
+        }
+        loads, idle, window = self.loads, self.idle, self.window
         if self.pp_group is not None:
-            local = {name: (counts.cpu(), idle[name].cpu()) for name, counts in loads.items()}
-            stages = [
+            local = {
+                name: (counts.cpu(), idle[name].cpu(), window[name].cpu(), aux.get(name))
+                for name, counts in loads.items()
+            }
+            stages = dict(
                 item for stage in gather_stages(local, self.pp_group) for item in stage.items()
-            ]
-            loads, idle = (
-                {name: pair[0] for name, pair in stages},
-                {name: pair[1] for name, pair in stages},
             )
-        report = expert_load_report(step, loads)
+            loads, idle, window = (
+                {name: entry[i] for name, entry in stages.items()} for i in range(3)
+            )
+            aux = {name: entry[3] for name, entry in stages.items() if entry[3] is not None}
+        window = {name: counts.cpu() for name, counts in window.items()}
+        report = expert_load_report(step, loads, window, self.previous, aux)
+        self.previous, self.window = window, {}
         return report._replace(notes=dead_expert_notes(step, idle, self._named_dead))
