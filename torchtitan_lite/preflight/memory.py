@@ -154,24 +154,14 @@ def meta_parameter_count(model_cls, args) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
-    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`estimate_rank_memory`)
-    against its device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default:
-    all); ``warning: ...`` when tight, else ``None``.
-
-    Raises:
-        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not
-            available.
-    """
+def run_estimate(run: ResolvedRun, world_size: int, kind: str) -> MemoryEstimate:
+    """:func:`estimate_rank_memory` of ``run`` on ``world_size`` ranks of device type ``kind``
+    (``compute_dtype = "auto"``: fp32 on ``cpu``, else bf16)."""
     config, args = run.config, run.model_args
-    try:
-        kind = device_type(config.training.device)
-    except LaunchError as err:
-        raise ConfigError(f"training.device: {err}") from None
     n_params = meta_parameter_count(run.spec.model_cls, args)
     dtype = config.training.compute_dtype
     fp32 = dtype == "float32" or (dtype == "auto" and kind == "cpu")
-    estimate = estimate_rank_memory(
+    return estimate_rank_memory(
         n_params,
         args,
         world_size=world_size,
@@ -182,6 +172,23 @@ def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = 
         dense_scores=config.model.attn_backend == "reference",
         cp=config.parallelism.context_parallel_degree,
     )
+
+
+def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`run_estimate`)
+    against its device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default:
+    all); ``warning: ...`` when tight, else ``None``.
+
+    Raises:
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not
+            available.
+    """
+    try:
+        kind = device_type(run.config.training.device)
+    except LaunchError as err:
+        raise ConfigError(f"training.device: {err}") from None
+    n_params = meta_parameter_count(run.spec.model_cls, run.model_args)
+    estimate = run_estimate(run, world_size, kind)
     total, available, name = memory_limit(kind)
     sharing = (ranks_sharing or world_size) if kind == "cpu" else 1
     problem = fit_problem(
