@@ -33,6 +33,7 @@ if __name__ == "__main__":  # before torch starts its thread pool, as run_train.
     thread_env(os.environ, os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 
 import torch  # noqa: E402
@@ -70,23 +71,38 @@ SXM and PCIe), taken as 80 GiB; ``cpu``: this host's memory. An Ascend 910B is `
 --device-memory 64``."""
 
 
-def _count_cpu_attention() -> None:
-    """Give ``FlopCounterMode`` the FLOPs of SDPA's CPU flash kernels (forward and backward), which
-    torch registers only for its CUDA kernels; the same formulas (``sdpa_flop``,
-    ``sdpa_backward_flop``: the whole ``s x s`` product, as ``num_flops_per_token``)."""
+def _grouped_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``_grouped_mm``: 2 per multiply-add of each group's product. ``(M, K) x (E, K, N)``
+    and ``(E, M, K) x (E, K, N)``: ``2 x |out| x K``; ``(K, R) x (R, N)`` with offsets over ``R``
+    (a weight's gradient, ``(E, K, N)`` out): ``2 K R N``. The rows include each group's padding
+    (``token_dispatch.ALIGN``)."""
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+    numel = 1
+    for n in out_shape:
+        numel *= n
+    return 2 * numel * a_shape[-1]
+
+
+def _count_unregistered_ops() -> None:
+    """Give ``FlopCounterMode`` the FLOPs of the kernels torch 2.13 registers no formula for: SDPA's
+    CPU flash kernels (forward and backward; torch's own ``sdpa_flop``, ``sdpa_backward_flop``, the
+    whole ``s x s`` product as ``num_flops_per_token``) and the experts' ``_grouped_mm``."""
     aten = torch.ops.aten
-    for op, formula in (
-        (aten._scaled_dot_product_flash_attention_for_cpu, flop_counter.sdpa_flop),
+    for op, formula, raw in (
+        (aten._scaled_dot_product_flash_attention_for_cpu, flop_counter.sdpa_flop, True),
         (
             aten._scaled_dot_product_flash_attention_for_cpu_backward,
             flop_counter.sdpa_backward_flop,
+            True,
         ),
+        (aten._grouped_mm, _grouped_mm_flop, False),
     ):
         if op not in flop_counter.flop_registry:
-            flop_counter.register_flop_formula(op, get_raw=True)(formula)
+            flop_counter.register_flop_formula(op, get_raw=raw)(formula)
 
 
-_count_cpu_attention()
+_count_unregistered_ops()
 
 STEPS = 2
 """Training steps simulated: the second one has the optimizer's states from the first."""
@@ -210,6 +226,23 @@ class CollectiveCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class RoutingShapes(TorchDispatchMode):
+    """The MoE routing's ``bincount(indices, minlength=E)`` on fake tensors: an ``(E,)`` int64
+    tensor, the shape it has whenever every expert id is below ``E`` (fake tensors hold no ids, so
+    ``FakeTensorMode`` cannot tell). The counts' values are as fake as every other value; the
+    buffers the dispatch sizes from the shapes alone (``tokens x top_k`` rows plus each expert's
+    alignment, ``models/common/token_dispatch.py``) are exact for any routing."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.bincount.default:
+            weights = args[1] if len(args) > 1 else kwargs.get("weights")
+            minlength = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
+            if weights is None and minlength > 0:
+                return args[0].new_empty((minlength,))
+        return func(*args, **kwargs)
+
+
 class StepTracker(MemTracker):
     """``MemTracker`` whose module statistics start again at each top-level forward: the trainer
     calls the model once per micro-batch (and a pipeline stage once per pipeline micro-batch),
@@ -295,7 +328,11 @@ def run_rank(run: ResolvedRun, options: Options, rank: int, dims, stage: int | N
         for step in range(1, STEPS + 1):
             if step == STEPS:
                 tracker.reset_mod_stats()
-            with FlopCounterMode(display=False) as flops, CollectiveCounter() as comms:
+            with (
+                FlopCounterMode(display=False) as flops,
+                CollectiveCounter() as comms,
+                RoutingShapes() if not options.real else nullcontext(),
+            ):
                 trainer.train_step(batches, step, sync=False)
     peak_snapshot = tracker.get_tracker_snapshot("peak")
     by_phase = {"states": states, **_phase_peaks(tracker)}
@@ -471,7 +508,7 @@ def main(argv: list[str]) -> int:
     except (DataDependentOutputException, DynamicOutputShapeException) as err:
         print(
             f"error: the step reads a value that depends on the data ({err.func}), which fake "
-            "tensors do not have: MoE token routing is not simulated yet (docs/simulate.md)",
+            "tensors do not have: this layout is not simulated yet (docs/simulate.md)",
             file=sys.stderr,
         )
         return 1
