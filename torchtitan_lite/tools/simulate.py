@@ -9,8 +9,8 @@ parallelism, else rank 0) it builds the run with the trainer's functions
 (:meth:`~torchtitan_lite.train.Trainer.for_steps`: model on meta, the family's parallelize,
 ``to_empty``, hooks, optimizer, lr schedule), checks the init plan's coverage and each tensor's
 local box (nothing drawn), runs two :meth:`~torchtitan_lite.train.Trainer.train_step` calls under
-``torch.distributed._tools.MemTracker``, ``FlopCounterMode`` and ``CommDebugMode``, and makes a DCP
-save plan of the checkpointer's state dict (no bytes written).
+``torch.distributed._tools.MemTracker``, ``FlopCounterMode`` and a count of the collectives, and
+makes a DCP save plan of the checkpointer's state dict (no bytes written).
 
 Output: per rank, the peak memory by kind and phase, the FLOPs of a step beside
 ``num_flops_per_token``, the collectives per step and the wall seconds; the last line is ``simulated
