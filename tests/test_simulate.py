@@ -82,6 +82,10 @@ def test_flop_counter_matches_num_flops_per_token(family, device):
 LAYOUTS = {
     "fsdp 2": (2, []),
     "cp 2": (2, ["--parallelism.context_parallel_degree=2"]),
+    "hsdp 2x2": (
+        4,
+        ["--parallelism.data_parallel_replicate_degree=2", "--training.local_batch_size=4"],
+    ),
 }
 """Layouts checked against the real run (docs/simulate.md names the ones not simulated yet)."""
 
