@@ -405,6 +405,20 @@ def test_fit_problem_errors_when_clearly_impossible_and_warns_when_tight():
     )
 
 
+def test_fit_problem_names_only_changes_that_would_help():
+    kw = dict(total=10 * GIB, available=8 * GIB, name="host memory", world_size=1)
+    activations = MemoryEstimate(1 * GIB, 20 * GIB)
+    _, text = fit_problem(activations, ranks_sharing=1, ac_mode="none", local_batch_size=2, **kw)
+    assert text.endswith(
+        "use a smaller model, more ranks, a smaller training.local_batch_size, a smaller "
+        'training.seq_len, or activation_checkpoint.mode = "full"'
+    )
+    _, text = fit_problem(activations, ranks_sharing=1, ac_mode="full", local_batch_size=1, **kw)
+    assert text.endswith("use a smaller model, more ranks, or a smaller training.seq_len")
+    _, text = fit_problem(MemoryEstimate(11 * GIB, 0), ranks_sharing=1, ac_mode="none", **kw)
+    assert text.endswith("use a smaller model, or more ranks")
+
+
 def test_check_memory_refuses_a_model_that_cannot_fit_and_passes_the_debug_model():
     assert check_memory(parse_run([]), world_size=1) is None
     huge = parse_run(["--model.overrides.dim=65536", "--model.overrides.hidden_dim=262144"])

@@ -207,6 +207,27 @@ class Trainer:
         )
         self._open_run_folder(console, deterministic_line)
 
+    @classmethod
+    def for_steps(cls, run: ResolvedRun, info: DistInfo, startup: StartupLog) -> Trainer:
+        """The parts of a trainer that :meth:`train_step` needs, on ``info``'s mesh (its process
+        group started by the caller): the model parallelized and materialized, uninitialized (the
+        caller initializes it), its hooks, optimizer and lr schedule; no data, checkpoint folder
+        or run folder, so the caller passes :meth:`train_step` its own batches
+        (``tools/simulate.py``, which runs it under fake tensors and a fake process group)."""
+        self = cls.__new__(cls)
+        self.run, self.config, self.spec, self.args = run, run.config, run.spec, run.model_args
+        self.startup, self.stop, self.info = startup, None, info
+        self._configure_rank()
+        self.whole = build_meta_model(run)
+        self.model = self._parallelize()
+        self.optimizer, self.scheduler = self._build_optimizer()
+        training = self.config.training
+        self.guard = NonFiniteGuard(
+            training.nonfinite_policy, training.max_skipped_steps, 0, device=info.device
+        )
+        self.tensorboard = False
+        return self
+
     def _start_process_group(self) -> None:
         """``self.info``: device, process group and mesh (:func:`init_distributed`); on several
         nodes, their configs agree."""

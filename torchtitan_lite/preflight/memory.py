@@ -119,11 +119,14 @@ def fit_problem(
     available: int,
     name: str,
     world_size: int,
+    ac_mode: str = "none",
+    local_batch_size: int = 1,
 ) -> tuple[str, str] | None:
     """``("error" | "warning", text)`` when ``ranks_sharing`` ranks of ``estimate`` each do not fit
     in the memory (``total`` bytes; ``available`` now), or ``None``: an error when even the
     parameters, gradients and optimizer moments exceed the total, or everything exceeds it twice; a
-    warning above :data:`TIGHT` of what is available."""
+    warning above :data:`TIGHT` of what is available. The error names only changes that would help
+    (:func:`helpful_changes`)."""
     need = estimate.total * ranks_sharing
     states = estimate.states * ranks_sharing
     numbers = (
@@ -134,16 +137,29 @@ def fit_problem(
         + f") of {total / GIB:,.1f} GiB {name}"
     )
     if states > total or need > 2 * total:
-        return "error", (
-            f"the run needs {numbers}; use a smaller model, more ranks, a smaller "
-            "training.local_batch_size or training.seq_len, or "
-            'activation_checkpoint.mode = "full"'
+        changes = helpful_changes(
+            states_fit=states <= total, ac_mode=ac_mode, local_batch_size=local_batch_size
         )
+        return "error", f"the run needs {numbers}; use {changes}"
     if need > TIGHT * available:
         return "warning", (
             f"the run may not fit: it needs {numbers} ({available / GIB:,.1f} GiB available now)"
         )
     return None
+
+
+def helpful_changes(*, states_fit: bool, ac_mode: str, local_batch_size: int) -> str:
+    """The changes that shrink what does not fit, as one phrase: a smaller model or more ranks
+    always; when the model states fit and activations do not, also a smaller local batch (if above
+    1), a shorter ``seq_len`` and full activation checkpointing (if not already on)."""
+    changes = ["a smaller model", "more ranks"]
+    if states_fit:
+        if local_batch_size > 1:
+            changes.append("a smaller training.local_batch_size")
+        changes.append("a smaller training.seq_len")
+        if ac_mode != "full":
+            changes.append('activation_checkpoint.mode = "full"')
+    return ", ".join(changes[:-1]) + ", or " + changes[-1]
 
 
 def meta_parameter_count(model_cls, args) -> int:
@@ -154,24 +170,14 @@ def meta_parameter_count(model_cls, args) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
-    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`estimate_rank_memory`)
-    against its device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default:
-    all); ``warning: ...`` when tight, else ``None``.
-
-    Raises:
-        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not
-            available.
-    """
+def run_estimate(run: ResolvedRun, world_size: int, kind: str) -> MemoryEstimate:
+    """:func:`estimate_rank_memory` of ``run`` on ``world_size`` ranks of device type ``kind``
+    (``compute_dtype = "auto"``: fp32 on ``cpu``, else bf16)."""
     config, args = run.config, run.model_args
-    try:
-        kind = device_type(config.training.device)
-    except LaunchError as err:
-        raise ConfigError(f"training.device: {err}") from None
     n_params = meta_parameter_count(run.spec.model_cls, args)
     dtype = config.training.compute_dtype
     fp32 = dtype == "float32" or (dtype == "auto" and kind == "cpu")
-    estimate = estimate_rank_memory(
+    return estimate_rank_memory(
         n_params,
         args,
         world_size=world_size,
@@ -182,6 +188,23 @@ def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = 
         dense_scores=config.model.attn_backend == "reference",
         cp=config.parallelism.context_parallel_degree,
     )
+
+
+def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = None) -> str | None:
+    """The memory one rank of a ``world_size``-rank ``run`` needs (:func:`run_estimate`)
+    against its device's memory, or on CPU the host's, shared by ``ranks_sharing`` ranks (default:
+    all); ``warning: ...`` when tight, else ``None``.
+
+    Raises:
+        ConfigError: clearly impossible (the numbers in the message), or ``training.device`` is not
+            available.
+    """
+    try:
+        kind = device_type(run.config.training.device)
+    except LaunchError as err:
+        raise ConfigError(f"training.device: {err}") from None
+    n_params = meta_parameter_count(run.spec.model_cls, run.model_args)
+    estimate = run_estimate(run, world_size, kind)
     total, available, name = memory_limit(kind)
     sharing = (ranks_sharing or world_size) if kind == "cpu" else 1
     problem = fit_problem(
@@ -191,6 +214,8 @@ def check_memory(run: ResolvedRun, world_size: int, ranks_sharing: int | None = 
         available=available,
         name=name,
         world_size=world_size,
+        ac_mode=run.config.activation_checkpoint.mode,
+        local_batch_size=run.config.training.local_batch_size,
     )
     if problem is None:
         return None
