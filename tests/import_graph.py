@@ -23,7 +23,8 @@ FLOORS = (
     ("preflight",),
     ("builder",),
     ("inference",),
-    ("train", "tools", "generate", "evaluate"),
+    ("train", "generate", "evaluate"),
+    ("tools",),
     ("launch",),
 )
 """Bottom up: a package imports only from floors below its own, never beside or above."""

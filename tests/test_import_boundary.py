@@ -198,7 +198,14 @@ def test_the_engine_has_no_function_local_imports_and_config_loading_is_the_base
         assert [module for module in imported if module not in base] == [], name
 
 
-ENTRY_POINTS = {"train.py", "generate.py", "evaluate.py", "inference.py", "tools/inspect_init.py"}
+ENTRY_POINTS = {
+    "train.py",
+    "generate.py",
+    "evaluate.py",
+    "inference.py",
+    "tools/inspect_init.py",
+    "tools/simulate.py",
+}
 """The modules above the preflight: they resolve a run (``generate``/``evaluate`` through ``inference``)."""
 
 
@@ -216,7 +223,16 @@ def test_config_is_the_ground_floor_and_only_the_entry_points_import_the_preflig
         if path.parent.name != "preflight"
         and any(m.startswith("torchtitan_lite.preflight") for m in engine_imports(path)[0])
     }
-    assert users == {"train.py", "inference.py", "tools/inspect_init.py"} and users <= ENTRY_POINTS
+    assert (
+        users
+        == {
+            "train.py",
+            "inference.py",
+            "tools/inspect_init.py",
+            "tools/simulate.py",
+        }
+        and users <= ENTRY_POINTS
+    )
 
 
 def test_a_rank_and_the_preflight_start_without_the_datasets_library():

@@ -15,6 +15,7 @@ ENTRY_POINTS = (
     "torchtitan_lite.data.prepare",
     "torchtitan_lite.tools.inspect_init",
     "torchtitan_lite.tools.compare_runs",
+    "torchtitan_lite.tools.simulate",
 )
 """The ``python -m`` modules that get :func:`thread_env` for one rank from the package's import
 (the launcher and the trainer's workers get it from ``launch``)."""
@@ -40,7 +41,8 @@ def entry_point(argv: list[str]) -> str | None:
 
 
 def apply_to_entry_point() -> None:
-    """:func:`thread_env` of one rank into ``os.environ`` when this process is an entry point; the
-    package's ``__init__`` calls it, so it runs before the entry point imports torch."""
+    """:func:`thread_env` into ``os.environ`` when this process is an entry point, for one rank or
+    torchrun's ``LOCAL_WORLD_SIZE``; the package's ``__init__`` calls it, so it runs before the
+    entry point imports torch."""
     if entry_point(sys.orig_argv):
-        thread_env(os.environ, "1")
+        thread_env(os.environ, os.environ.get("LOCAL_WORLD_SIZE", "1"))

@@ -6,6 +6,9 @@ import os
 
 from torchtitan_lite.config.cli import ConfigError
 
+DEFAULT_CONFIG = "train_configs/qwen3_debug.toml"
+"""run_train.sh's config when ``CONFIG_FILE`` is unset (the launcher and tools.simulate)."""
+
 
 def check_exists(key: str, path: str | None) -> None:
     """``path`` (the value of ``key``; ``None``: unset) is an existing file or folder.

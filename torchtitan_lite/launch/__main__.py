@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from torchtitan_lite.config.paths import DEFAULT_CONFIG
 from torchtitan_lite.launch.ending import (
     KEPT,
     agent_log_tail,
@@ -39,7 +40,6 @@ from torchtitan_lite.lifecycle.control import (
 )
 from torchtitan_lite.threads import thread_env
 
-DEFAULT_CONFIG = "train_configs/qwen3_debug.toml"
 # Read by the preflight (preflight/checks.py, preflight/resolved.py) and config/load.py; torch-free
 # copies of their names (tests/test_launch.py checks they agree).
 WORLD_SIZE_ENV = "TORCHTITAN_LITE_WORLD_SIZE"

@@ -26,44 +26,39 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 
-from torchtitan_lite.launch.__main__ import DEFAULT_CONFIG, thread_env
-
-if __name__ == "__main__":  # before torch starts its thread pool, as run_train.sh does
-    thread_env(os.environ, os.environ.get("LOCAL_WORLD_SIZE", "1"))
-
-import time  # noqa: E402
-from contextlib import nullcontext  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch._subclasses.fake_tensor import (  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensorMode,
     unset_fake_temporarily,
 )
-from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
-from torch.distributed.checkpoint.default_planner import DefaultSavePlanner  # noqa: E402
-from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
-from torch.utils import flop_counter  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
-from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer  # noqa: E402
-from torchtitan_lite.components.metrics import StartupLog  # noqa: E402
-from torchtitan_lite.components.startup import layout_text  # noqa: E402
-from torchtitan_lite.config.cli import ConfigError  # noqa: E402
-from torchtitan_lite.distributed.checks import check_world_size  # noqa: E402
-from torchtitan_lite.distributed.process_group import DistInfo  # noqa: E402
-from torchtitan_lite.errors import UserError  # noqa: E402
-from torchtitan_lite.init.apply import resolve_plan  # noqa: E402
-from torchtitan_lite.init.keyed import local_box  # noqa: E402
-from torchtitan_lite.preflight.checks import parse_run  # noqa: E402
-from torchtitan_lite.preflight.memory import GIB, run_estimate  # noqa: E402
-from torchtitan_lite.preflight.run import ResolvedRun  # noqa: E402
-from torchtitan_lite.train import Trainer  # noqa: E402
+from torchtitan_lite.components.checkpoint.checkpointer import Checkpointer
+from torchtitan_lite.components.metrics import StartupLog
+from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.paths import DEFAULT_CONFIG
+from torchtitan_lite.distributed.checks import check_world_size
+from torchtitan_lite.distributed.process_group import DistInfo, init_distributed
+from torchtitan_lite.errors import UserError
+from torchtitan_lite.init.apply import init_weights, resolve_plan
+from torchtitan_lite.init.keyed import local_box
+from torchtitan_lite.lifecycle.startup import layout_text
+from torchtitan_lite.preflight.checks import parse_run
+from torchtitan_lite.preflight.memory import GIB, run_estimate
+from torchtitan_lite.preflight.run import ResolvedRun
+from torchtitan_lite.train import Trainer
 
 DEVICE_MEMORY_GIB = {"cuda": 80.0}
 """``--device-memory`` default per simulated device: an H100's 80 GB of HBM3 (NVIDIA H100 datasheet,
@@ -355,8 +350,6 @@ def run_rank(run: ResolvedRun, options: Options, rank: int, dims, stage: int | N
 
 def _real_init(trainer: Trainer, plan) -> None:
     """``--real``: the init plan drawn into the real tensors (the trainer's ``init_weights``)."""
-    from torchtitan_lite.init.apply import init_weights
-
     init_weights(
         trainer.model,
         plan,
@@ -415,8 +408,6 @@ def simulate(run: ResolvedRun, options: Options) -> list[RankResult]:
 def real(run: ResolvedRun, options: Options) -> list[RankResult]:
     """``--real``: this process's rank with real tensors, under torchrun's process group (gloo) or a
     1-rank one."""
-    from torchtitan_lite.distributed.process_group import init_distributed
-
     info = init_distributed(run.config)
     try:
         stage = info.dims.pp_rank if info.dims.pp > 1 else None
