@@ -2,18 +2,23 @@
 compiler (about half a second, no torch headers), loaded with ctypes, run on threads (ctypes
 releases the GIL).
 
-The library lives in :func:`cache_dir` under a name that hashes the source, the compiler's version
-and the flags, so the ranks of a node share one build and a changed source builds anew; a build goes
-to a temporary name and is renamed into place (atomic), so ranks that race each build it or load a
-whole one. No C compiler (or a failed build): :func:`library` is ``None`` and the draw uses eager
-torch ops (the same values), with one warning. Design note: docs/design.md, "why a C file".
+The library lives in :func:`cache_dir` under a name that hashes the source, the compiler (its
+resolved path, size and modification time), the flags, the machine and, for ``-march=native``,
+:func:`cpu_identity`: nodes of different CPUs that share one home never load each other's build, and
+a cached start runs no compiler. The ranks of a machine build under a lock, to a temporary name
+renamed into place (atomic); a failed build leaves a ``.failed`` marker of the same name, so each
+build is tried once per machine. No C compiler (or a failed build): :func:`library` is ``None`` and
+the draw uses eager torch ops (the same values), with one warning. Design notes: docs/design.md,
+"why a C file" and "the kernel cache on a shared home".
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -30,13 +35,38 @@ FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math", "-s
 ``-fno-trapping-math`` lets selects vectorize on AVX2 (it changes no value)."""
 ISA_FLAGS = {"default": (), "avx2": ("-mavx2",)}
 """Vector ISA by ``ATEN_CPU_CAPABILITY`` (as torch's kernels and inductor pick theirs); otherwise
-``-march=native``, or no ISA flag where the compiler rejects it (the same IEEE results)."""
+``-march=native`` where :func:`cpu_identity` is known, or no ISA flag where it is not or the
+compiler rejects it (the same IEEE results)."""
+ISA_NEEDS = {"avx2": "avx2"}
+"""The ``/proc/cpuinfo`` flag that each ``ISA_FLAGS`` build executes."""
+CPU_FIELDS = (
+    "vendor_id",
+    "cpu family",
+    "model",
+    "flags",
+    "CPU implementer",
+    "CPU architecture",
+    "CPU variant",
+    "CPU part",
+    "Features",
+)
+"""The ``/proc/cpuinfo`` fields of :func:`cpu_identity`: what ``-march=native`` resolves from
+(x86: vendor, family, model, feature flags; Arm: implementer, architecture, variant, part,
+features)."""
 CACHE_ENV = "TORCHTITAN_LITE_KERNEL_CACHE"
-"""Environment variable naming the kernels' folder (default ``~/.cache/torchtitan_lite/kernels``)."""
+"""Environment variable naming the kernels' folder (default
+``~/.cache/torchtitan_lite/kernels``)."""
 MIN_PART = 2**14
 """Fewest values per thread: smaller calls run on one thread."""
 
-_STATE: dict = {"library": None, "tried": False, "build_seconds": 0.0, "pool": None, "workers": 0}
+_STATE: dict = {
+    "library": None,
+    "path": None,
+    "tried": False,
+    "build_seconds": 0.0,
+    "pool": None,
+    "workers": 0,
+}
 _U32, _I64 = ctypes.c_uint32, ctypes.c_int64
 
 
@@ -46,49 +76,137 @@ def cache_dir() -> Path:
     return Path(folder) if folder else Path.home() / ".cache" / "torchtitan_lite" / "kernels"
 
 
-def _compiler() -> str | None:
+def cpu_identity() -> str | None:
+    """The distinct :data:`CPU_FIELDS` lines of ``/proc/cpuinfo`` over all processors, sorted;
+    ``None`` where that file is missing or has none of them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    lines = {" ".join(line.split()) for line in text.splitlines()}
+    return "\n".join(sorted(line for line in lines if line.split(" :")[0] in CPU_FIELDS)) or None
+
+
+def _cpu_flags(identity: str) -> set[str]:
+    """The feature flags of a :func:`cpu_identity` (its ``flags`` and ``Features`` lines)."""
+    return {
+        word
+        for line in identity.splitlines()
+        if line.split(" :")[0] in ("flags", "Features")
+        for word in line.split(":", 1)[1].split()
+    }
+
+
+def _compiler() -> tuple[str, str] | None:
+    """``(command, identity)`` of the first of ``$CC``, ``cc``, ``gcc``, ``clang`` on PATH; the
+    identity is its resolved path, size and modification time (read without running it)."""
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
+        found = shutil.which(name) if name else None
+        if found:
+            real = os.path.realpath(found)
+            stat = os.stat(real)
+            return found, f"{real} {stat.st_size} {stat.st_mtime_ns}"
     return None
 
 
-def _compile(cc: str, flags: tuple[str, ...], path: Path, last: bool) -> bool:
-    """Build ``path`` with ``flags`` (to a temporary name, then renamed: atomic); ``False`` on a
-    compiler error unless ``last`` (then it raises)."""
-    begin = time.perf_counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        subprocess.run(
-            [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, check=True
+def _isa(identity: str | None) -> tuple[str, ...]:
+    """The vector ISA flags of this process's build (:data:`ISA_FLAGS`); an ``ATEN_CPU_CAPABILITY``
+    build whose instructions this CPU lacks is replaced by none, with one warning."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    if capability not in ISA_FLAGS:
+        return ("-march=native",) if identity is not None else ()
+    need = ISA_NEEDS.get(capability)
+    if need is not None and identity is not None and need not in _cpu_flags(identity):
+        warnings.warn(
+            f"init: ATEN_CPU_CAPABILITY={capability} but this CPU has no {need} (/proc/cpuinfo); "
+            "the init kernels are built without vector ISA flags (the same values)",
+            stacklevel=4,
         )
-        os.replace(tmp, path)
-    except subprocess.CalledProcessError:
-        if last:
-            raise
-        return False
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        _STATE["build_seconds"] += time.perf_counter() - begin
-    return True
+        return ()
+    return ISA_FLAGS[capability]
+
+
+def _first_error(stderr: str) -> str:
+    """The compiler's first line that names an error (else its first line)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()] or ["no output"]
+    return next((line for line in lines if "error" in line), lines[0])
+
+
+def _cached(path: Path) -> tuple[bool, str | None]:
+    """``(found, error)``: whether the cache holds ``path`` (``error`` ``None``) or its ``.failed``
+    marker (``error``: the marker's line)."""
+    if path.exists():
+        return True, None
+    failed = path.with_suffix(".failed")
+    if failed.exists():
+        return True, f"{failed.read_text().strip()} (an earlier build; delete {failed} to retry)"
+    return False, None
+
+
+def _compile(cc: str, flags: tuple[str, ...], path: Path) -> str | None:
+    """Build ``path`` with ``flags`` unless the cache has it or a ``.failed`` marker of the same
+    name; ``None`` on success, else the compiler's error line (written to the marker)."""
+    found, error = _cached(path)
+    if found:
+        return error
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        # A file system without locks (NFS without lockd) builds unlocked: the rename is atomic.
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        found, error = _cached(path)  # built or failed while this process waited
+        if found:
+            return error
+        begin = time.perf_counter()
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+        try:
+            result = subprocess.run(
+                [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True
+            )
+            if result.returncode == 0:
+                os.replace(tmp, path)
+                return None
+            error = _first_error(result.stderr)
+            fd, note = tempfile.mkstemp(suffix=".failed", dir=path.parent)
+            with os.fdopen(fd, "w") as file:
+                file.write(f"{' '.join(flags)}: {error}\n")
+            os.replace(note, path.with_suffix(".failed"))
+            return error
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            _STATE["build_seconds"] += time.perf_counter() - begin
+
+
+def library_path(cc_identity: str, flags: tuple[str, ...], cpu: str | None) -> Path:
+    """The cache file of a build: :func:`cache_dir` / ``init_kernels_<hash>.so``, the hash (blake2b,
+    8 bytes) of the source, ``cc_identity``, ``flags``, the machine and, with ``-march=native``,
+    ``cpu`` (:func:`cpu_identity`)."""
+    native = (cpu or "") if "-march=native" in flags else ""
+    key = "\0".join((cc_identity, " ".join(flags), platform.machine(), native))
+    digest = hashlib.blake2b(SOURCE.read_bytes() + key.encode(), digest_size=8).hexdigest()
+    return cache_dir() / f"init_kernels_{digest}.so"
 
 
 def _build() -> ctypes.CDLL:
     """Load the library, building it first if the cache has none (raises on any failure)."""
-    cc = _compiler()
-    if cc is None:
+    found = _compiler()
+    if found is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
-    isa = ISA_FLAGS.get(os.environ.get("ATEN_CPU_CAPABILITY", ""), ("-march=native",))
-    for flags in dict.fromkeys((FLAGS + isa, FLAGS)):
-        key = SOURCE.read_bytes() + version.encode() + " ".join(flags).encode()
-        path = cache_dir() / f"init_kernels_{hashlib.blake2b(key, digest_size=8).hexdigest()}.so"
-        if path.exists() or _compile(cc, flags, path, last=flags == FLAGS):
+    cc, cc_identity = found
+    cpu = cpu_identity()
+    for flags in dict.fromkeys((FLAGS + _isa(cpu), FLAGS)):
+        path = library_path(cc_identity, flags, cpu)
+        error = _compile(cc, flags, path)
+        if error is None:
             break
+    if error is not None:
+        raise RuntimeError(error)
     lib = ctypes.CDLL(str(path))
+    _STATE["path"] = path
     pointer, f64 = ctypes.c_void_p, ctypes.c_double
     for suffix, real in (("f32", ctypes.c_float), ("f64", f64)):
         head = [pointer, _I64, _U32, _U32, _U32, _U32, real, real, real, real]
@@ -107,10 +225,9 @@ def library() -> ctypes.CDLL | None:
         _STATE["tried"] = True
         try:
             _STATE["library"] = _build()
-        except (OSError, RuntimeError, subprocess.CalledProcessError) as err:
-            detail = getattr(err, "stderr", "") or err
+        except (OSError, RuntimeError) as err:
             warnings.warn(
-                f"init: the CPU kernels could not be built ({detail}); drawing with eager "
+                f"init: the CPU kernels could not be built ({err}); drawing with eager "
                 "torch ops (the same values, slower)",
                 stacklevel=2,
             )
