@@ -80,6 +80,7 @@ def decode_tokens_per_s(new_tokens: int) -> tuple[float, float]:
     """Greedy tokens/s of the Qwen3 debug model (random init) for ``new_tokens`` after an 8-token prompt, with and
     without the KV cache."""
     from torchtitan_lite.models import get_model_spec
+
     from torchtitan_lite.components.generation import generate
     from torchtitan_lite.init.apply import init_weights, materialize
 

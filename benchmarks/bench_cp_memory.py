@@ -34,8 +34,8 @@ import statistics
 
 from bench_scaling import parse_tps, run
 from machine_load import reported_load
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.preflight.memory import GIB, estimate_rank_memory, meta_parameter_count
 
 MEM = re.compile(r"\[rank(\d+)\]:step\s+\d+\s+loss\s+\S+.*?\bmem ([\d.]+)GiB")

@@ -37,7 +37,6 @@ def write_folder(folder: Path, vocab: int, dim: int) -> None:
 
     import torch
     from safetensors.torch import save_file
-
     from torchtitan_lite.models import get_model_spec
 
     spec = get_model_spec("qwen3")
@@ -66,8 +65,8 @@ def worker(folder: str, mode: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-
     from torchtitan_lite.models import get_model_spec
+
     from torchtitan_lite.components.hf.args import HF_FLAVOR, model_args_from_hf, state_dict_adapter
     from torchtitan_lite.components.hf.folder import SafetensorsFolder
     from torchtitan_lite.components.hf.load import import_hf

@@ -20,11 +20,11 @@ import time
 import torch
 from machine_load import reported_load
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.devices import device_module
 from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 
 def _init(spec, args, seed: int, device: str) -> tuple[torch.nn.Module, float]:

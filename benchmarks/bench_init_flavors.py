@@ -40,8 +40,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.init.apply import init_weights, materialize
 

@@ -36,9 +36,9 @@ from machine_load import reported_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.loss import build_loss_fn
 from torchtitan_lite.components.optimizer import build_optimizer
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.distributed.compile import compile_available
 from torchtitan_lite.init.apply import init_weights
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer, build_model
 
 AC_VARIANTS = [("none", "op"), ("full", "op"), ("selective", "2"), ("selective", "op")]

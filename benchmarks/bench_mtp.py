@@ -19,8 +19,8 @@ import time
 
 import torch
 from machine_load import reported_load
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.init.apply import init_weights, materialize

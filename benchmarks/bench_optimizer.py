@@ -36,8 +36,8 @@ from machine_load import reported_load
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.components.muon import owners
 from torchtitan_lite.components.optimizer import build_optimizer
 from torchtitan_lite.distributed.fsdp import apply_fsdp

@@ -36,7 +36,6 @@ import statistics
 import sys
 
 from bench_scaling import parse_options, parse_tps, run
-
 from torchtitan_lite.models import get_model_spec
 
 MEM = re.compile(r"step\s+\d+\s+loss\s+\S+.*?\bmem ([\d.]+)GiB")

@@ -26,8 +26,8 @@ import torch
 from machine_load import reported_load
 
 from torchtitan_lite.components.loss import cross_entropy_sum
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 
 

@@ -30,8 +30,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from torchtitan_lite.components.checkpoint import storage
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.pipeline import gather_stages
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.train import Trainer
 
 

@@ -19,12 +19,12 @@ from dist_helpers import leave_together, write_result
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
-
 from torchtitan_lite.models.common.experts import (
     GroupedExperts,
     GroupedSwiGLUExperts,
     clamped_swiglu,
 )
+
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
 
 NUM_EXPERTS, TOKENS, TOP_K = 4, 16, 2

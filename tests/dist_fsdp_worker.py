@@ -16,8 +16,8 @@ from dist_helpers import leave_together, write_result
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
-
 from torchtitan_lite.models.common.norm import RMSNorm
+
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.fsdp import apply_fsdp

@@ -18,13 +18,13 @@ import torch.distributed as dist
 from dist_helpers import leave_together, write_result
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torchtitan_lite.models import get_model_spec
 
 import torchtitan_lite.init.apply as init_module
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import parse_run
 
 
 def digests(model) -> dict[str, str]:

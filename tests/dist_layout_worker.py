@@ -23,13 +23,13 @@ import torch.distributed as dist
 from dist_helpers import leave_together, write_result
 from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
-
-import torchtitan_lite.train as train_module
 from torchtitan_lite.models import model_names
 from torchtitan_lite.models.common.moe import moe_layers
-from torchtitan_lite.preflight.checks import parse_run
+
+import torchtitan_lite.train as train_module
 from torchtitan_lite.init import keyed
 from torchtitan_lite.init.apply import canonical_name
+from torchtitan_lite.preflight.checks import parse_run
 
 STEPS = 10
 CASES = {

@@ -21,8 +21,8 @@ from dist_helpers import leave_together, write_result
 from torch.distributed.tensor import DTensor
 
 from torchtitan_lite.components.faults import NonFiniteError, StopRequest
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.init.apply import tensor_groups
+from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.train import Trainer
 
 

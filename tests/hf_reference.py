@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 import transformers
 from torch import nn
-
 from torchtitan_lite.models import get_model_spec
+
 from scripts.train_tokenizer import train_tokenizer
 from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family, model_args_from_hf
 from torchtitan_lite.components.hf.load import load_hf_folder

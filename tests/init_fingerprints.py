@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.name for p in (REPO / "train_configs").glob("*_debug.toml"))

@@ -6,19 +6,20 @@ math the float64 models are written with (RMSNorm, rotate-half RoPE, SwiGLU, gro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fnmatch import fnmatch
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from dist_helpers import REPO
 from torch import nn
-
 from torchtitan_lite.models import get_model_spec, model_names
-from torchtitan_lite.preflight.checks import parse_args
-from torchtitan_lite.preflight.model_args import build_model_args
+
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 
 # ---------------------------------------------------------------- families
 

@@ -16,17 +16,17 @@ import pytest
 import test_qwen3
 import torch
 from model_helpers import build_planned, build_random, is_moe
-
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.models.common.moe import collect_expert_load
+
 from torchtitan_lite.components.activation_memory import ActivationMemory
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.activation_checkpoint import (
     apply_activation_checkpointing,
     recomputing,
 )
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import parse_args
 
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
 TINY = {  # every family's test args (TINY of tests/test_<family>.py), MoE auxiliary losses on so their recompute runs

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from torchtitan_lite.models.common.attention_backends import (
     InnerAttention,
     attention,
     resolve_backend,
 )
 from torchtitan_lite.models.common.blockwise import block_attention
+
 from torchtitan_lite.components.attention import set_attn_backend
 from torchtitan_lite.data.documents import document_ids_from_eos, document_positions
 

@@ -11,14 +11,14 @@ import torch
 from test_data_prepared import _prepare
 from test_kv_cache import tiny_model
 from test_tokenizer import _word_level
-
 from torchtitan_lite.models import model_names
-from torchtitan_lite.preflight.checks import load_run
+
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.memory import estimate_rank_memory
 from torchtitan_lite.data.documents import document_ids_from_eos, document_inputs
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.streams import collate_windows
+from torchtitan_lite.preflight.checks import load_run
+from torchtitan_lite.preflight.memory import estimate_rank_memory
 
 EOS = 0
 toy_tokenizer = (

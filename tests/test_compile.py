@@ -12,10 +12,9 @@ import pytest
 import test_qwen3
 import torch
 from model_helpers import build_random
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.components.loss import build_loss_fn, cross_entropy_sum
-from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed import compile as compile_module
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
@@ -23,6 +22,7 @@ from torchtitan_lite.distributed.compile import apply_compile, compile_available
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.process_group import DistInfo
 from torchtitan_lite.init.apply import init_weights
+from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.train import build_model
 
 CPU = torch.device("cpu")

@@ -14,10 +14,10 @@ import pytest
 import tomli
 from dist_helpers import REPO, env, launcher_copy, run_train
 
-from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config import schema
 from torchtitan_lite.config.cli import BadValue, coerce, field_docs, toml_line
 from torchtitan_lite.launch.__main__ import thread_env
+from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.preflight.resolved import read_resolved, write_resolved
 

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
 
 from torchtitan_lite.components.faults import StopRequest
-from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.config.cli import config_dict
 from torchtitan_lite.config.load import CONFIG_FILE_FROM_ENV
+from torchtitan_lite.preflight import checks as cfg
 from torchtitan_lite.train import Trainer
 
 DEBUG = "train_configs/qwen3_debug.toml"

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchtitan_lite.models.common.blockwise import block_attention
+from torchtitan_lite.models.common.flex import flex_attention_op
+from torchtitan_lite.models.common.sink_attention import sink_attention
 
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.context_parallel import chunk_positions, split_sequence
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.errors import LaunchError
-from torchtitan_lite.models.common.blockwise import block_attention
-from torchtitan_lite.models.common.flex import flex_attention_op
-from torchtitan_lite.models.common.sink_attention import sink_attention
 from torchtitan_lite.preflight.checks import load_run
 from torchtitan_lite.preflight.memory import estimate_rank_memory
 

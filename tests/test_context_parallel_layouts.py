@@ -21,7 +21,6 @@ import torch
 from ckpt_helpers import TINY_RUN, _plays_text, text_file, worker_result
 from dist_helpers import REPO, launch
 from dist_layout_worker import run_layouts, run_worker
-
 from torchtitan_lite.models import model_names
 
 pytestmark = pytest.mark.multiprocess

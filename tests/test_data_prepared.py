@@ -14,13 +14,13 @@ import pytest
 import test_data
 import torch
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.data import prepare, prepared
 from torchtitan_lite.data.loader import build_dataloader, build_dataloaders
 from torchtitan_lite.data.mixing import BLOCK, Mixture
 from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.data.windows import document_ids
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 toy_tokenizer = (
     test_data.toy_tokenizer

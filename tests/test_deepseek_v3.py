@@ -22,7 +22,6 @@ from model_helpers import (
     swiglu,
 )
 from test_mla import reference_mla
-
 from torchtitan_lite.models.common.balance_loss import sequence_balance_loss
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.models.common.routers import TokenChoiceTopKRouter

@@ -19,11 +19,11 @@ from ckpt_helpers import text_file
 from dist_helpers import run_train
 from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.streams import rank_chunk
 from torchtitan_lite.distributed.checks import check_world_size
 from torchtitan_lite.distributed.deterministic import PairwiseSum
+from torchtitan_lite.preflight.checks import parse_args
 
 STEPS = 20
 RUN = [

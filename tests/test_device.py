@@ -16,9 +16,9 @@ import torch.distributed as dist
 from dist_helpers import REPO
 
 from torchtitan_lite.components import peak_flops as flops_table
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.distributed import devices as D
 from torchtitan_lite.distributed import process_group as PG
+from torchtitan_lite.preflight.checks import parse_args
 
 TORCHRUN_VARS = (
     "RANK",

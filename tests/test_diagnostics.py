@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import (
     SCALARS,
     EventAccumulator,
 )
-
 from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.components.profiling import StepProfiler

@@ -30,16 +30,16 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from dist_helpers import REPO, env
 
 from torchtitan_lite.components.lr_schedule import wsd_lr_factor
-from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 from torchtitan_lite.config.schema import LRScheduler
 from torchtitan_lite.distributed.checks import check_world_size
+from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 
 PAGES = [
     REPO / "README.md",

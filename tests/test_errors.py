@@ -6,8 +6,8 @@ import pytest
 import torch.distributed as dist
 from ckpt_helpers import text_file, tiny_job
 from dist_helpers import launcher_copy, run_train
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite import train
 
 BUG = """

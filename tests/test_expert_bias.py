@@ -11,7 +11,6 @@ import dataclasses
 import pytest
 import torch
 from dist_helpers import launch, leave_together, write_result
-
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta, update_expert_bias
 from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
@@ -21,6 +20,7 @@ from torchtitan_lite.models.deepseek_v3 import (
     DeepSeekV3ModelArgs,
     deepseek_v3_init_plan,
 )
+
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.init.apply import init_weights, materialize
 

@@ -19,7 +19,6 @@ import torch
 from dist_layout_worker import run_layouts
 from model_helpers import moe_families
 from torch import nn
-
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.moe import moe_layers
 

@@ -18,8 +18,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from ckpt_helpers import text_file, tiny_job, worker_result
-
 from torchtitan_lite.models import get_model_spec
+
+from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.float8 import (
     Float8Settings,
     convert_to_float8,
@@ -27,11 +28,10 @@ from torchtitan_lite.distributed.float8 import (
     float8_linear_names,
     high_precision,
 )
-from torchtitan_lite.preflight.checks import parse_args
-from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 
 LOSS_GAP = 0.03
 """Largest per-step loss gap float8 vs fp32 the tests accept: the measured 0.020 (module docstring) plus margin."""

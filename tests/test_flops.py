@@ -31,7 +31,6 @@ import torch
 from model_helpers import build_random
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
-
 from torchtitan_lite.models import model_names
 from torchtitan_lite.models.common.token_dispatch import ALIGN
 from torchtitan_lite.models.deepseek_v3 import DeepSeekV3Model, deepseek_v3_flavors

@@ -27,7 +27,6 @@ from model_helpers import (
     rotate_half,
     softmax_attention,
 )
-
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_freq
 from torchtitan_lite.models.gpt_oss import (
@@ -37,6 +36,7 @@ from torchtitan_lite.models.gpt_oss import (
     gpt_oss_init_plan,
 )
 from torchtitan_lite.models.gpt_oss.flops import num_active_params, num_flops_per_token
+
 from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = GptOssModelArgs(

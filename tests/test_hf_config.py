@@ -15,11 +15,11 @@ import pytest
 import transformers
 from dist_helpers import REPO
 from hf_published import PUBLISHED, scaled
-
 from torchtitan_lite.models import get_model_spec, model_names
+
 from torchtitan_lite.components.hf.quant import Quantization, quantization
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 

@@ -13,9 +13,9 @@ import torch
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
 from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
+from torchtitan_lite.models import get_model_spec
 
 import torchtitan_lite.init.apply as init_module
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite import generate
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import Tokenizer

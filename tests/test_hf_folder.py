@@ -18,17 +18,17 @@ from dist_helpers import run_train
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
 from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 from safetensors.torch import load_file, save_file
+from torchtitan_lite.models import get_model_spec, model_names
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 import torchtitan_lite.components.hf.checks as hf_checks
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
-from torchtitan_lite.preflight.checks import check_paths, load_run_or_exit, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
+from torchtitan_lite.preflight.checks import check_paths, load_run_or_exit, parse_run
 
 
 def saved(tmp_path, name: str, seed: int = 0):

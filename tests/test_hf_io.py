@@ -17,9 +17,9 @@ from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import HFError
-from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.init.apply import named_state_tensors
+from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.train import Trainer
 
 transformers = pytest.importorskip("transformers")

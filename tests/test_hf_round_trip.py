@@ -12,8 +12,8 @@ import pytest
 import torch
 import transformers
 from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
-
 from torchtitan_lite.models import get_model_spec, model_names
+
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
-from model_helpers import assert_plan_covers_exactly
-
 import torchtitan_lite.models as models
+from model_helpers import assert_plan_covers_exactly
 from torchtitan_lite.models import get_model_spec, hf_family, model_names
+
 from torchtitan_lite import protocols
 from torchtitan_lite.protocols import ModelSpec, StateDictAdapter
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 from dist_helpers import REPO, env
 from model_helpers import build_planned
-
 from torchtitan_lite.models import get_model_spec, model_names
 
 sys.path.insert(0, str(REPO / "benchmarks"))

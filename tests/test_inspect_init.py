@@ -11,12 +11,12 @@ import pytest
 import torch
 from dist_helpers import REPO
 from model_helpers import train_to_the_end
-
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
+
 from torchtitan_lite.components.startup import STEP1_TERMS
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
 DEBUG = ["--job.config_file", "train_configs/qwen3_debug.toml"]

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 from model_helpers import build_planned, build_random
-
 from torchtitan_lite.models import get_model_spec, model_names
+
 from torchtitan_lite.components.generation import generate
 from torchtitan_lite.protocols.attention import KVCache
 

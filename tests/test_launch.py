@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from torchtitan_lite.components.faults import ERROR_FILE_ENV, record_error

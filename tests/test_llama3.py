@@ -12,8 +12,6 @@ import torch
 import torch.nn.functional as F
 import transformers
 from model_helpers import build_planned, build_random, random_token_loss
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.rope import rope_cos_sin
 from torchtitan_lite.models.llama3 import (
@@ -25,6 +23,7 @@ from torchtitan_lite.models.llama3 import (
 from torchtitan_lite.models.llama3.flops import llama3_num_params, num_flops_per_token
 from torchtitan_lite.models.llama3.model import llama3_inv_freq
 from torchtitan_lite.models.llama3.state_dict_adapter import Llama3StateDictAdapter
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 TINY = Llama3ModelArgs(
     dim=32,

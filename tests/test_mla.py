@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 from model_helpers import assert_matches_float64_reference, rms_norm, rotate_half
-
 from torchtitan_lite.models.common.rope import rope_cos_sin
 from torchtitan_lite.models.common.yarn import yarn_inv_freq
 from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors

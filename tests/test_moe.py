@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import checkpoint
-
 from torchtitan_lite.models.common.balance_loss import load_balance_loss, switch_aux_loss
 from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.models.common.routers import TopKRouter
+
 from torchtitan_lite.distributed.activation_checkpoint import checkpoint_contexts
 
 DIM, HIDDEN, EXPERTS, TOP_K = 8, 6, 4, 2

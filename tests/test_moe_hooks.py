@@ -9,7 +9,6 @@ import torch
 from model_helpers import is_moe
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_expert_bias import STEP, TINY, biases, build
-
 from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta
 from torchtitan_lite.models.common.moe import moe_layers
@@ -19,6 +18,7 @@ from torchtitan_lite.models.common.moe_hooks import (
     dead_expert_notes,
     expert_load_report,
 )
+
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 

@@ -14,15 +14,15 @@ import torch.nn.functional as F
 from ckpt_helpers import text_file
 from hf_reference import random_ours
 from model_helpers import assert_plan_covers_exactly, build_random, rms_norm, train_to_the_end
-
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
+
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
+from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 
 SPEC = get_model_spec("deepseek_v3")
 TINY = dataclasses.replace(

@@ -10,8 +10,8 @@ import pytest
 import torch
 from model_helpers import build_random
 from torch import nn
-
 from torchtitan_lite.models import get_model_spec
+
 from torchtitan_lite.components.muon import MuonWithAdamW, newton_schulz
 from torchtitan_lite.components.optimizer import build_optimizer
 from torchtitan_lite.preflight.checks import parse_args

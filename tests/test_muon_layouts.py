@@ -18,8 +18,8 @@ from ckpt_helpers import text_file
 from dist_helpers import REPO, launch
 from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.tools.compare_runs import load_scalars
 
 STEPS = 6

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.norm import RMSNorm
+
 from torchtitan_lite.components.lr_schedule import (
     build_lr_scheduler,
     warmup_clipped_line,

@@ -19,7 +19,6 @@ from ckpt_helpers import text_file
 from dist_helpers import run_train
 from dist_layout_worker import run_layouts, run_worker
 from model_helpers import is_moe, moe_families
-
 from torchtitan_lite.models import model_names
 
 pytestmark = pytest.mark.multiprocess

@@ -10,8 +10,8 @@ import torch
 from model_helpers import is_moe
 from safetensors.torch import save_file
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
-
 from torchtitan_lite.models import get_model_spec, model_names
+
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import hf_tensors
 from torchtitan_lite.components.hf.folder import SafetensorsFolder

@@ -16,12 +16,12 @@ from model_helpers import (
     softmax_attention,
     swiglu,
 )
-
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.attention_backends import causal_attention
 from torchtitan_lite.models.common.rope import rope_cos_sin
 from torchtitan_lite.models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.models.qwen3.flops import num_flops_per_token, qwen3_num_params
+
 from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = Qwen3ModelArgs(

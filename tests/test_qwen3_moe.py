@@ -19,7 +19,6 @@ from model_helpers import (
     softmax_attention,
     swiglu,
 )
-
 from torchtitan_lite.models.common.moe import collect_expert_load
 from torchtitan_lite.models.qwen3_moe import (
     Qwen3MoeModel,

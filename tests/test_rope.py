@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from torchtitan_lite.models.common.rope import apply_rope, rope_cos_sin
 
 

@@ -11,9 +11,9 @@ from ckpt_helpers import TINY_MODEL, text_file, tiny_job
 from model_helpers import train_to_the_end
 
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.data.corpus import shakespeare_plays
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 
 PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")

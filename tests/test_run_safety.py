@@ -43,8 +43,9 @@ from torchtitan_lite.components.lr_schedule import (
     follow_schedule,
     wsd_lr_factor,
 )
-from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.preflight.checks import parse_args, parse_run
 from torchtitan_lite.preflight.memory import (
     GIB,
     MemoryEstimate,
@@ -52,7 +53,6 @@ from torchtitan_lite.preflight.memory import (
     estimate_rank_memory,
     fit_problem,
 )
-from torchtitan_lite.config.schema import JobConfig
 from torchtitan_lite.train import Trainer
 
 

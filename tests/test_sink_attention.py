@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from torchtitan_lite.models.common.sink_attention import sink_attention, sliding_window_causal_mask
 
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from ckpt_helpers import TINY_RUN, text_file
 from dist_layout_worker import run_worker
 from sync_helpers import HostReads
-
 from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
+
 from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 

@@ -7,7 +7,6 @@ import functools
 import torch
 from sync_helpers import HostReads
 from test_moe import reference_experts
-
 from torchtitan_lite.models.common.experts import (
     GroupedExperts,
     GroupedSwiGLUExperts,

@@ -18,11 +18,11 @@ from test_hf_io import close
 from torchtitan_lite import evaluate, generate
 from torchtitan_lite.components.faults import StopRequest
 from torchtitan_lite.components.generation import generate as continue_ids
-from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.data.windows import PackedWindows
+from torchtitan_lite.preflight.checks import check_paths, parse_run
 from torchtitan_lite.train import Trainer
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.attention_backends import InnerAttention
 from torchtitan_lite.models.common.kv_cache import LayerKV, cached_attention
 from torchtitan_lite.models.common.norm import RMSNorm

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from torchtitan_lite.models.common.attention_checks import check_qkv
 from torchtitan_lite.models.common.blockwise import block_attention
 from torchtitan_lite.models.common.flex import flex_attention_op
 from torchtitan_lite.models.common.sink_attention import sink_attention, sink_causal_attention
+
 from torchtitan_lite.protocols.attention import ATTN_BACKENDS, AttentionKernel
 
 

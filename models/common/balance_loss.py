@@ -4,10 +4,9 @@ takes: the Switch-Transformer loss (GPT-OSS, Qwen3-MoE) and DeepSeek-V3's sequen
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-
 from torchtitan_lite.models.common.routers import RouterOutput
 
 WindowSum = Callable[[torch.Tensor], torch.Tensor]

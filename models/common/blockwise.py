@@ -20,8 +20,8 @@ output returned in the dtype of ``q``.
 from __future__ import annotations
 
 import torch
-
 from torchtitan_lite.models.common.attention_checks import check_qkv
+
 from torchtitan_lite.data.documents import document_positions
 
 BLOCK_SIZE = 256

@@ -10,15 +10,16 @@ factory and, where its positions are not plain RoPE (YaRN, a separate rope head 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.kv_cache import LayerKV
 from torchtitan_lite.models.common.mtp import MTP
 from torchtitan_lite.models.common.norm import RMSNorm
 from torchtitan_lite.models.common.rope import rope_cos_sin
+
 from torchtitan_lite.protocols.attention import KVCache
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.attention import Attention
 from torchtitan_lite.models.common.ffn import FeedForward
 from torchtitan_lite.models.common.norm import RMSNorm

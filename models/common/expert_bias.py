@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.moe import moe_layers
 
 

@@ -9,13 +9,12 @@ forward runs the rank's experts (:func:`local_experts`) on the rows sent to them
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
-
 from torchtitan_lite.models.common.token_dispatch import (
     combine,
     dispatch,

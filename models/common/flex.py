@@ -15,7 +15,6 @@ import warnings
 
 import torch
 from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
-
 from torchtitan_lite.models.common.attention_checks import check_qkv
 
 

@@ -10,9 +10,11 @@ Names (HF ``modeling_<family>.py``): ``model.embed_tokens`` = ``tok_embeddings``
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torchtitan_lite.models.common.hf_config import ConfigFields
+
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Same, Stacked
 from torchtitan_lite.protocols.state_dict_adapter import StateDictAdapter
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-
 from torchtitan_lite.models.common.balance_loss import AuxLoss
+
 from torchtitan_lite.distributed.activation_checkpoint import recomputing
 from torchtitan_lite.init.apply import canonical_name
 from torchtitan_lite.protocols.attention import WindowAware

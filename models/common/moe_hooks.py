@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.expert_bias import update_expert_bias
 from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
+
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks

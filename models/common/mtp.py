@@ -21,15 +21,15 @@ The detached per-depth sums accumulate in ``MTP.stats`` for the log.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-
 from torchtitan_lite.models.common.moe import AddAuxiliaryLoss
 from torchtitan_lite.models.common.norm import RMSNorm
+
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 

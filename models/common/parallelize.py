@@ -4,7 +4,7 @@ activation checkpointing -> compile -> FSDP2 (torchtitan's order), through the e
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -14,12 +14,12 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-
 from torchtitan_lite.models.common.moe import moe_layers
-from torchtitan_lite.distributed.float8 import convert_to_float8
+
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
+from torchtitan_lite.distributed.float8 import convert_to_float8
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions

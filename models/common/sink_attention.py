@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from torchtitan_lite.models.common.attention_checks import check_qkv
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from torchtitan_lite.models.common.rope import rope_cos_sin
 
 

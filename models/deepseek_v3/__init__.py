@@ -7,7 +7,6 @@ and init plans.
 """
 
 from torch import nn
-
 from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks
 from torchtitan_lite.models.common.mtp import MTPTrainingHooks, mtp_module
 from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs, deepseek_v3_flavors
@@ -16,6 +15,7 @@ from torchtitan_lite.models.deepseek_v3.init_plan import deepseek_v3_init_plan
 from torchtitan_lite.models.deepseek_v3.model import DeepSeekV3Model
 from torchtitan_lite.models.deepseek_v3.parallelize import parallelize_deepseek_v3
 from torchtitan_lite.models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
+
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
 

@@ -14,6 +14,7 @@ Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits h
 from __future__ import annotations
 
 from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
+
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_deepseek_v3.py _init_weights, initializer_range"

@@ -19,7 +19,6 @@ import math
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.attention_backends import InnerAttention
 from torchtitan_lite.models.common.balance_loss import sequence_aux_loss
 from torchtitan_lite.models.common.decoder import Decoder

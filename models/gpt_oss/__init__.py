@@ -10,6 +10,7 @@ from torchtitan_lite.models.gpt_oss.init_plan import gpt_oss_init_plan
 from torchtitan_lite.models.gpt_oss.model import GptOssModel
 from torchtitan_lite.models.gpt_oss.parallelize import parallelize_gpt_oss
 from torchtitan_lite.models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
+
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(

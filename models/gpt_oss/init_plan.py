@@ -13,6 +13,7 @@ Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits h
 from __future__ import annotations
 
 from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
+
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_gpt_oss.py _init_weights, initializer_range"

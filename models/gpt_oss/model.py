@@ -20,7 +20,6 @@ import functools
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common import attention as common_attention
 from torchtitan_lite.models.common.attention_backends import InnerAttention
 from torchtitan_lite.models.common.balance_loss import switch_aux_loss

@@ -27,6 +27,7 @@ from torchtitan_lite.models.common.hf_adapter import (
     same,
 )
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields, rope_parameters
+
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Transposed
 
 _LAYER_NAMES = {

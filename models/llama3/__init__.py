@@ -7,6 +7,7 @@ from torchtitan_lite.models.llama3.init_plan import llama3_init_plan
 from torchtitan_lite.models.llama3.model import Llama3Model
 from torchtitan_lite.models.llama3.parallelize import parallelize_llama3
 from torchtitan_lite.models.llama3.state_dict_adapter import Llama3StateDictAdapter
+
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 __all__ = ["Llama3Model", "Llama3ModelArgs", "llama3_flavors", "llama3_init_plan", "model_spec"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from torchtitan_lite.models.llama3.args import Llama3ModelArgs
+
 from torchtitan_lite.init.spec import InitPlan, normal, ones, trunc_normal
 
 

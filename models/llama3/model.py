@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from torchtitan_lite.models.common.decoder import Decoder
 from torchtitan_lite.models.common.dense_block import DenseBlock
 from torchtitan_lite.models.common.rope import rope_cos_sin

@@ -7,6 +7,7 @@ from torchtitan_lite.models.qwen3.init_plan import qwen3_init_plan
 from torchtitan_lite.models.qwen3.model import Qwen3Model
 from torchtitan_lite.models.qwen3.parallelize import parallelize_qwen3
 from torchtitan_lite.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
+
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 __all__ = ["Qwen3Model", "Qwen3ModelArgs", "model_spec", "qwen3_flavors", "qwen3_init_plan"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from torchtitan_lite.models.qwen3.args import Qwen3ModelArgs
+
 from torchtitan_lite.init.spec import InitPlan, ones, trunc_normal
 
 

@@ -10,6 +10,7 @@ from torchtitan_lite.models.qwen3_moe.init_plan import qwen3_moe_init_plan
 from torchtitan_lite.models.qwen3_moe.model import Qwen3MoeModel
 from torchtitan_lite.models.qwen3_moe.parallelize import parallelize_qwen3_moe
 from torchtitan_lite.models.qwen3_moe.state_dict_adapter import Qwen3MoeStateDictAdapter
+
 from torchtitan_lite.protocols.model_spec import ModelSpec
 
 model_spec = ModelSpec(

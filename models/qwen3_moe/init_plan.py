@@ -11,6 +11,7 @@ Expected step-1 loss: logits std about ``0.02 * sqrt(dim)`` after the final RMSN
 from __future__ import annotations
 
 from torchtitan_lite.models.qwen3_moe.args import Qwen3MoeModelArgs
+
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
 
 _HF = "HF modeling_qwen3_moe.py _init_weights, initializer_range"

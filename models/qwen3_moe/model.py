@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
 from torchtitan_lite.models.common.attention import Attention
 from torchtitan_lite.models.common.balance_loss import switch_aux_loss
 from torchtitan_lite.models.common.decoder import Decoder

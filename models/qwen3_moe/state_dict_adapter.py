@@ -28,6 +28,7 @@ from torchtitan_lite.models.common.hf_attention import (
     read_attention,
 )
 from torchtitan_lite.models.common.hf_config import FILE_FIELDS, ConfigFields
+
 from torchtitan_lite.protocols.hf_tensors import HFTensor
 
 HF_DEFAULTS = {

@@ -3,7 +3,7 @@ see the note on the loss over a global batch in ``train.py``); evaluation uses t
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

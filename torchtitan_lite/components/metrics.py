@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from torch.utils.tensorboard import SummaryWriter
 

@@ -8,9 +8,9 @@ https://pytorch.org/memory_viz, on CUDA-like devices only (``memory._record_memo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function

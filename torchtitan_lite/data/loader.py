@@ -22,8 +22,9 @@ runs in the main process.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset

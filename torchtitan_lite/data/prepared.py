@@ -26,9 +26,9 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 

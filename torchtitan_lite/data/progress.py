@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
-
 
 LINES_AFTER_S = 5.0
 """Seconds a phase runs before :class:`ProgressLines` prints its first line (a shorter phase prints none)."""

@@ -7,7 +7,8 @@ The global stream's state is a global position, so it resumes exactly on any wor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset

@@ -15,7 +15,8 @@ the op policy cannot avoid.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from typing import ContextManager
 
 import torch
 from torch import nn

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist

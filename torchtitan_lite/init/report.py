@@ -17,9 +17,9 @@ import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Sequence
 
 import torch
 from torch import nn

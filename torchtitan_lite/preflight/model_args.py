@@ -13,7 +13,6 @@ import os
 import typing
 from typing import Any
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family, model_args_from_hf
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.config.cli import (
@@ -26,6 +25,7 @@ from torchtitan_lite.config.cli import (
 )
 from torchtitan_lite.config.load import Sources, precedence, where
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.models import get_model_spec, model_names
 
 
 def resolve_model(config: JobConfig, sources: Sources) -> Any:

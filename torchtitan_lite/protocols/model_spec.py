@@ -31,8 +31,9 @@ come after). The trainer then calls the :class:`TrainingHooks` methods on every 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from torch import nn
 

@@ -30,9 +30,9 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

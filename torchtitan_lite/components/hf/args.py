@@ -14,13 +14,13 @@ import dataclasses
 import os
 from typing import Any
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.folder import (
     HFError,
     family_of,
     folder_quantization,
     read_config,
 )
+from torchtitan_lite.models import get_model_spec
 
 HF_FLAVOR = "hf"
 """``model.flavor`` of a model whose sizes all come from ``checkpoint.initial_load_hf`` (the default then)."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.components.hf.load import check_hf_folder
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.config.paths import check_writable
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.models import get_model_spec
 
 
 def check_export(config: JobConfig) -> None:

@@ -27,9 +27,9 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from torchtitan_lite.distributed.float8 import high_precision
 from torchtitan_lite.components.hf.folder import INDEX_FILE, HFError, read_config
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.distributed.float8 import high_precision
 from torchtitan_lite.init.apply import canonical_name
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from torchtitan_lite.models import get_model_spec, hf_family, model_names
 from torchtitan_lite.components.hf.quant import (
     Box,
     Quantization,
@@ -27,6 +26,7 @@ from torchtitan_lite.components.hf.quant import (
     read_mxfp4,
 )
 from torchtitan_lite.errors import UserError
+from torchtitan_lite.models import get_model_spec, hf_family, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.folder import (
     HFError,
@@ -33,6 +32,7 @@ from torchtitan_lite.components.hf.folder import (
 )
 from torchtitan_lite.init.apply import named_state_tensors
 from torchtitan_lite.init.keyed import local_box
+from torchtitan_lite.models import get_model_spec
 
 
 @dataclass

@@ -17,8 +17,9 @@ Both read only the blocks that overlap the requested box and return fp32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
