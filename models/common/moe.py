@@ -1,9 +1,12 @@
-"""The mixture-of-experts layer every MoE family uses: route, run the experts, add the auxiliary loss, count.
+"""The mixture-of-experts layer every MoE family uses: route, run the experts, add the auxiliary
+loss, count.
 
-:class:`MoE` takes a router (``models/common/routers.py``), grouped experts (``models/common/experts.py``),
-optional shared experts and an auxiliary loss (``models/common/balance_loss.py``): GPT-OSS is
-:class:`~torchtitan_lite.models.common.routers.TopKRouter` + :class:`~torchtitan_lite.models.common.experts.GroupedExperts` + the Switch loss;
-Qwen3-MoE the V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
+:class:`MoE` takes a router (``models/common/routers.py``), grouped experts
+(``models/common/experts.py``), optional shared experts and an auxiliary loss
+(``models/common/balance_loss.py``): GPT-OSS is
+:class:`~torchtitan_lite.models.common.routers.TopKRouter` +
+:class:`~torchtitan_lite.models.common.experts.GroupedExperts` + the Switch loss; Qwen3-MoE the
+V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
 shared experts + the sequence-wise loss.
 
 Note: on the auxiliary loss without touching the forward output. The auxiliary loss of each
@@ -18,8 +21,8 @@ convention), set ``aux_loss_scale = 1 / (dp_degree * micro_batches)`` to add the
 Note: on counting tokens under activation checkpointing. ``tokens_per_expert`` is updated in
 forward; a checkpointed block runs its forward a second time during backward (recompute), which
 would count every token twice. The engine checkpoints blocks with a recompute context that makes
-:func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` true (torch.utils.checkpoint's public
-``context_fn``); a recompute does not count, nor does it replace :attr:`MoE.aux_loss`.
+:func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` true (torch.utils.checkpoint's
+public ``context_fn``); a recompute does not count, nor does it replace :attr:`MoE.aux_loss`.
 """
 
 from __future__ import annotations
@@ -55,26 +58,29 @@ class AddAuxiliaryLoss(torch.autograd.Function):
 class MoE(WindowAware):
     """A mixture-of-experts feed-forward layer: ``out = routed(x) + shared_experts(x)``.
 
-    ``routed(x)`` sends each token to the experts its router chose (``sum_j weights_j * expert_j(x)``);
-    shared experts, when given, run on every token (DeepSeek-V3 report eq. 12; reference ``MoE.forward``).
+    ``routed(x)`` sends each token to the experts its router chose
+    (``sum_j weights_j * expert_j(x)``); shared experts, when given, run on every token (DeepSeek-V3
+    report eq. 12; reference ``MoE.forward``).
 
     Args:
         router: maps ``(T, dim)`` to a :class:`~torchtitan_lite.models.common.routers.RouterOutput`.
-        experts: grouped experts with a ``num_experts`` attribute, called as ``experts(x, indices, weights)``.
+        experts: grouped experts with a ``num_experts`` attribute, called as
+            ``experts(x, indices, weights)``.
         shared_experts: a module ``(T, dim) -> (T, dim)`` run on every token, or ``None``.
         aux_loss: an :data:`~torchtitan_lite.models.common.balance_loss.AuxLoss`, or ``None``.
-        aux_loss_coeff: its weight, added to the training loss through :class:`AddAuxiliaryLoss` (training
-            mode only); 0 turns it off.
+        aux_loss_coeff: its weight, added to the training loss through :class:`AddAuxiliaryLoss`
+            (training mode only); 0 turns it off.
 
     Attributes:
         tokens_per_expert: persistent fp32 buffer ``(num_experts,)``: (token, expert) assignments
             counted in training forwards since the last :func:`collect_expert_load` (not recounted
             in activation-checkpoint recomputes).
-        aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None`` before one
-            ran or when the coefficient is 0.
+        aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None``
+            before one ran or when the coefficient is 0.
         aux_loss_scale: gradient the aux loss receives in backward (see the module note), default 1.
         cp: under context parallelism the rank's share of the windows (set by the engine): the
-            aux loss is that of the whole windows, its statistics summed over the ranks sharing them.
+            aux loss is that of the whole windows, its statistics summed over the ranks sharing
+            them.
 
     Raises:
         ValueError: a negative ``aux_loss_coeff``, or a positive one without ``aux_loss``.
@@ -131,8 +137,8 @@ class MoE(WindowAware):
 
 
 def moe_layers(model: nn.Module) -> dict[str, MoE]:
-    """Canonical module name (wrapper prefixes stripped, e.g. ``"layers.0.moe"``) -> every :class:`MoE` of
-    ``model``, in module order."""
+    """Canonical module name (wrapper prefixes stripped, e.g. ``"layers.0.moe"``) -> every
+    :class:`MoE` of ``model``, in module order."""
     return {canonical_name(name): m for name, m in model.named_modules() if isinstance(m, MoE)}
 
 
@@ -149,8 +155,8 @@ def collect_expert_load(
         group: the data-parallel process group (default: the world).
 
     Returns:
-        :func:`moe_layers` name -> fp32 ``(num_experts,)`` token-assignment counts (a copy); ``{}`` when the
-        model has no MoE layer.
+        :func:`moe_layers` name -> fp32 ``(num_experts,)`` token-assignment counts (a copy); ``{}``
+        when the model has no MoE layer.
     """
     layers = moe_layers(model)
     if not layers:
@@ -160,7 +166,9 @@ def collect_expert_load(
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     result = {}
-    for name, counts, counter in zip(layers, flat.split([c.numel() for c in counters]), counters):
+    for name, counts, counter in zip(
+        layers, flat.split([c.numel() for c in counters]), counters, strict=True
+    ):
         result[name] = counts.clone()
         counter.zero_()
     return result

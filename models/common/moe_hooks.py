@@ -1,6 +1,6 @@
 """The training hooks of the MoE families (``ModelSpec.training_hooks``, contract in
-``torchtitan_lite/protocols/model_spec.py``): the auxiliary-loss gradient scale, the per-step expert-load sum and
-expert-bias update, expert-load metrics."""
+``torchtitan_lite/protocols/model_spec.py``): the auxiliary-loss gradient scale, the per-step
+expert-load sum and expert-bias update, expert-load metrics."""
 
 from __future__ import annotations
 
@@ -15,16 +15,19 @@ from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
 def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:
-    """Each layer's least and most loaded expert, relative to the balanced share (1.0 = perfectly balanced).
+    """Each layer's least and most loaded expert, relative to the balanced share (1.0 = perfectly
+    balanced).
 
     Args:
         step: 1-based step.
-        loads: layer name -> fp32 ``(num_experts,)`` (token, expert) counts (:func:`collect_expert_load`).
+        loads: layer name -> fp32 ``(num_experts,)`` (token, expert) counts
+            (:func:`collect_expert_load`).
 
     Returns:
-        Scalars ``moe/<layer>/min_load`` and ``moe/<layer>/max_load`` (the expert's share of the assignments
-        times ``num_experts``), and the line ``step  12  expert load min/max  layers.1.moe 0.52/1.80  ...``.
-        Reads the counts on the host.
+        Scalars ``moe/<layer>/min_load`` and ``moe/<layer>/max_load`` (the expert's share of the
+        assignments times ``num_experts``), and the line
+        ``step  12  expert load min/max  layers.1.moe 0.52/1.80  ...``. Reads the counts on the
+        host.
     """
     scalars, parts = {}, []
     for layer, counts in loads.items():
@@ -36,9 +39,10 @@ def expert_load_report(step: int, loads: dict[str, torch.Tensor]) -> HookReport:
 
 
 DEAD_EXPERT_STEPS = 10
-"""An expert that has received no token for this many consecutive optimizer steps is named in the log: with the
-debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignments per expert and step when balanced)
-that is no passing fluctuation, and a router rarely revives such an expert unaided."""
+"""An expert that has received no token for this many consecutive optimizer steps is named in the
+log: with the debug configs' batches (4,096 tokens, top-2 of 8 experts: about 1,000 assignments per
+expert and step when balanced) that is no passing fluctuation, and a router rarely revives such an
+expert unaided."""
 
 
 def dead_expert_notes(
@@ -47,14 +51,17 @@ def dead_expert_notes(
     named: dict[str, set[int]],
     steps: int = DEAD_EXPERT_STEPS,
 ) -> tuple[str, ...]:
-    """A warning line per layer in which experts have just reached ``steps`` optimizer steps without a token, e.g.
-    ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps; raise the load
-    balancing (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
+    """A warning line per layer in which experts have just reached ``steps`` optimizer steps without
+    a token, e.g.
+    ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps;
+    raise the load balancing
+    (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
     updated here: an expert that gets tokens again leaves it) are not named again.
 
     Args:
         step: 1-based step.
-        idle: layer name -> int ``(num_experts,)`` consecutive steps each expert has had no token (host or device).
+        idle: layer name -> int ``(num_experts,)`` consecutive steps each expert has had no token
+            (host or device).
     """
     notes = []
     for layer, counts in idle.items():
@@ -64,7 +71,8 @@ def dead_expert_notes(
         if new:
             notes.append(
                 f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
-                f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the load "
+                f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the "
+                "load "
                 "balancing (model.overrides.aux_loss_coeff)"
             )
     return tuple(notes)
@@ -80,17 +88,18 @@ class MoETrainingHooks(TrainingHooks):
     After each optimizer step the counts of every layer are summed over
     ``parallel_dims.loss_group`` (the data-parallel and context-parallel ranks: every token once;
     one all-reduce, :func:`collect_expert_load`) and move the expert biases
-    (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
-    the device, as does each expert's count of consecutive steps without a token (since this process started).
-    :meth:`report` reads the last step's counts (:func:`expert_load_report`) and warns of experts without a token
-    for :data:`DEAD_EXPERT_STEPS` steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts
-    its own layers and the report gathers them from every stage.
+    (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are
+    left alone); both stay on the device, as does each expert's count of consecutive steps without a
+    token (since this process started). :meth:`report` reads the last step's counts
+    (:func:`expert_load_report`) and warns of experts without a token for :data:`DEAD_EXPERT_STEPS`
+    steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts its own layers
+    and the report gathers them from every stage.
 
     Args:
         model: the parallelized model.
         parallel_dims: the run's layout.
-        micro_batches: model forwards per rank per optimizer step (gradient-accumulation micro-batches times
-            pipeline micro-batches).
+        micro_batches: model forwards per rank per optimizer step (gradient-accumulation
+            micro-batches times pipeline micro-batches).
     """
 
     def __init__(self, model: nn.Module, parallel_dims: ParallelDims, micro_batches: int):
@@ -113,8 +122,8 @@ class MoETrainingHooks(TrainingHooks):
             self.idle[name] = torch.where(counts == 0, idle + 1, 0)
 
     def report(self, step: int) -> HookReport:
-        """The step's expert-load scalars (min/max vs balanced per layer), summary line and dead-expert warnings,
-        gathered over stages."""
+        """The step's expert-load scalars (min/max vs balanced per layer), summary line and
+        dead-expert warnings, gathered over stages."""
         loads, idle = self.loads, self.idle
         if self.pp_group is not None:
             local = {name: (counts.cpu(), idle[name].cpu()) for name, counts in loads.items()}
