@@ -1,9 +1,9 @@
 """DeepSeek-V3 (arXiv 2412.19437): multi-head latent attention, DeepSeekMoE with shared experts and
-auxiliary-loss-free load balancing (the expert biases move once per optimizer step, in the training hooks), and
-optional multi-token prediction (``mtp_num_layers``, ``models/common/mtp.py``).
+auxiliary-loss-free load balancing (the expert biases move once per optimizer step, in the training
+hooks), and optional multi-token prediction (``mtp_num_layers``, ``models/common/mtp.py``).
 
-``debug`` trains on CPU; the 16b (Moonlight-16B-A3B) and 671b flavors give the published parameter counts
-and init plans.
+``debug`` trains on CPU; the 16b (Moonlight-16B-A3B) and 671b flavors give the published parameter
+counts and init plans.
 """
 
 from torch import nn
@@ -23,8 +23,8 @@ from torchtitan_lite.protocols.model_spec import ModelSpec, TrainingHooks
 def deepseek_v3_training_hooks(
     model: nn.Module, parallel_dims: ParallelDims, micro_batches: int
 ) -> TrainingHooks:
-    """The MoE hooks (expert loads, expert biases, aux-loss scale); with MTP modules inside the MTP hooks (MTP loss
-    scale and log)."""
+    """The MoE hooks (expert loads, expert biases, aux-loss scale); with MTP modules inside the MTP
+    hooks (MTP loss scale and log)."""
     hooks = MoETrainingHooks(model, parallel_dims, micro_batches)
     if mtp_module(model) is None:
         return hooks

@@ -3,8 +3,8 @@
 
 Tensor parallelism (torchtitan's qwen3 plan, Megatron layout; see the notes in
 ``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention with its QK-norm
-(:func:`torchtitan_lite.models.common.parallelize.attention_plan`), the SwiGLU column-wise ``w1``/``w3`` and row-wise ``w2``,
-sequence-parallel norms.
+(:func:`torchtitan_lite.models.common.parallelize.attention_plan`), the SwiGLU column-wise
+``w1``/``w3`` and row-wise ``w2``, sequence-parallel norms.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from torchtitan_lite.distributed.tensor_parallel import norm_plan, swiglu_plan
 def block_plan(
     block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
 ) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of one dense Qwen3 block: the attention with QK-norm, ``ffn_norm``, the SwiGLU."""
+    """The tensor-parallel plan of one dense Qwen3 block: the attention with QK-norm, ``ffn_norm``,
+    the SwiGLU."""
     return {
         **attention_plan(sequence_parallel, qk_norm=True),
         **norm_plan("ffn_norm", sequence_parallel),
