@@ -1,2 +1,2 @@
-"""Pieces of a training run: optimizer, LR schedule, checkpoints, Hugging Face import/export, metrics
-and TensorBoard, faults, profiling."""
+"""Pieces of a training run: optimizer, LR schedule, checkpoints, Hugging Face import/export,
+metrics and TensorBoard, faults, profiling."""

@@ -1,5 +1,6 @@
 """The checks of ``checkpoint.export_hf`` and ``checkpoint.initial_load_hf`` before any work starts
-(``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the key). They read only headers."""
+(``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the key). They read only
+headers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from torchtitan_lite.models import get_model_spec
 
 
 def check_export(config: JobConfig) -> None:
-    """``checkpoint.export_hf`` (if set) can be created, and the family has a state-dict adapter to export with."""
+    """``checkpoint.export_hf`` (if set) can be created, and the family has a state-dict adapter to
+    export with."""
     export = config.checkpoint.export_hf
     if export is None:
         return
@@ -27,8 +29,8 @@ def check_export(config: JobConfig) -> None:
 
 
 def check_import(config: JobConfig, args: Any) -> None:
-    """``checkpoint.initial_load_hf`` (if set) holds, with the right shapes, every tensor the model ``args`` needs
-    (:func:`~torchtitan_lite.components.hf.load.check_hf_folder`)."""
+    """``checkpoint.initial_load_hf`` (if set) holds, with the right shapes, every tensor the model
+    ``args`` needs (:func:`~torchtitan_lite.components.hf.load.check_hf_folder`)."""
     cp = config.checkpoint
     if cp.initial_load_hf is None:
         return
