@@ -32,7 +32,8 @@ ISA_FLAGS = {"default": (), "avx2": ("-mavx2",)}
 """Vector ISA by ``ATEN_CPU_CAPABILITY`` (as torch's kernels and inductor pick theirs); otherwise
 ``-march=native``, or no ISA flag where the compiler rejects it (the same IEEE results)."""
 CACHE_ENV = "TORCHTITAN_LITE_KERNEL_CACHE"
-"""Environment variable naming the kernels' folder (default ``~/.cache/torchtitan_lite/kernels``)."""
+"""Environment variable naming the kernels' folder (default
+``~/.cache/torchtitan_lite/kernels``)."""
 MIN_PART = 2**14
 """Fewest values per thread: smaller calls run on one thread."""
 
