@@ -1,11 +1,13 @@
-"""The errors a user fixes, printed as their one-line message without a traceback: every :class:`UserError`.
+"""The errors a user fixes, printed as their one-line message without a traceback: every
+:class:`UserError`.
 
-Subclasses: ``ConfigError`` (``config/cli.py``), :class:`LaunchError`, :class:`InputError`, ``CheckpointError``
-(``components/checkpoint/storage.py``), ``HFError`` (``components/hf/folder.py``), ``NonFiniteError``
-(``components/faults.py``), ``InitCheckError`` (``init/step1.py``), ``TrainingError`` (``train.py``); each also
-derives from the builtin it replaces (``ValueError`` or ``RuntimeError``). ``train.main`` prints one raised
-while building the run as ``input error: ...`` (exit 2), while training as ``error: ...`` (exit 1); any other
-exception is a bug and propagates with its traceback (exit 1).
+Subclasses: ``ConfigError`` (``config/cli.py``), :class:`LaunchError`, :class:`InputError`,
+``CheckpointError`` (``components/checkpoint/storage.py``), ``HFError``
+(``components/hf/folder.py``), ``NonFiniteError`` (``components/faults.py``), ``InitCheckError``
+(``init/step1.py``), ``TrainingError`` (``train.py``); each also derives from the builtin it
+replaces (``ValueError`` or ``RuntimeError``). ``train.main`` prints one raised while building the
+run as ``input error: ...`` (exit 2), while training as ``error: ...`` (exit 1); any other exception
+is a bug and propagates with its traceback (exit 1).
 """
 
 

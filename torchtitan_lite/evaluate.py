@@ -107,7 +107,7 @@ def _evaluate(argv: list[str]) -> int:
     count = count if options.max_batches is None else min(count, options.max_batches)
     loss_sum, tokens = 0.0, 0
     with progress(count, "evaluating", unit="batch") as bar:
-        for _, (inputs, labels) in zip(range(count), stream):
+        for _, (inputs, labels) in zip(range(count), stream, strict=False):
             with loaded.autocast():
                 logits = loaded.model(inputs.to(loaded.device))
             loss_sum += cross_entropy_sum(logits, labels.to(loaded.device)).item()
@@ -115,7 +115,8 @@ def _evaluate(argv: list[str]) -> int:
             bar.update(1)
     loss = loss_sum / tokens
     print(
-        f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, perplexity "
+        f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, "
+        "perplexity "
         f"{math.exp(loss):.2f}",
         flush=True,
     )
