@@ -4,7 +4,8 @@ Every rank builds the same toy transformer-shaped model twice: a full reference 
 and a copy built on meta, sharded with ``apply_fsdp`` (optionally after activation checkpointing),
 materialized with ``to_empty`` and filled from the reference's state dict. Each rank feeds its
 slice of one global batch with loss = local token-loss sum / GLOBAL token count; the reference
-feeds the whole batch. Rank 0 returns (``dist_helpers.write_result``) the largest differences of each mode.
+feeds the whole batch. Rank 0 returns (``dist_helpers.write_result``) the largest differences of
+each mode.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A user error is one line (exit 2 while building the run, 1 while training); a bug shows its traceback (exit 1)."""
+"""A user error is one line (exit 2 while building the run, 1 while training); a bug shows its
+traceback (exit 1)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _args(tmp_path, *extra: str) -> list[str]:
 
 
 def _error_lines(stderr: str) -> tuple[str, list[str]]:
-    """The last line of ``stderr`` and its error lines; a traceback fails the test (progress bars may precede)."""
+    """The last line of ``stderr`` and its error lines; a traceback fails the test (progress bars
+    may precede)."""
     assert "Traceback" not in stderr, stderr
     lines = stderr.strip().splitlines()
     return lines[-1], [line for line in lines if line.startswith(("error: ", "input error: "))]

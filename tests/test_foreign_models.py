@@ -1,6 +1,6 @@
-"""Every entry point runs from a folder that holds a user's own ``models`` package: ours is imported as
-``torchtitan_lite.models`` (setup.py), so a ``models/`` in the working directory, first on ``sys.path`` under
-``python -m``, shadows nothing of ours."""
+"""Every entry point runs from a folder that holds a user's own ``models`` package: ours is imported
+as ``torchtitan_lite.models`` (setup.py), so a ``models/`` in the working directory, first on
+``sys.path`` under ``python -m``, shadows nothing of ours."""
 
 import os
 import subprocess
@@ -21,7 +21,8 @@ HELP = [
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A user's project folder: its own ``models`` package, which has none of our registry's names."""
+    """A user's project folder: its own ``models`` package, which has none of our registry's
+    names."""
     folder = tmp_path_factory.mktemp("project")
     (folder / "models").mkdir()
     (folder / "models" / "__init__.py").write_text('"""A user\'s own models."""\nNAME = "theirs"\n')

@@ -1,7 +1,8 @@
-"""config.json -> model args: the published files give our flavors, transformers' defaults fill what a config leaves
-out, transformers 5's way of writing a config reads the same, every field we do not implement is refused by name,
-and ``--checkpoint.initial_load_hf=DIR`` alone picks the family and the sizes (a flavor or override that disagrees
-is a config error naming the field and both values)."""
+"""config.json -> model args: the published files give our flavors, transformers' defaults fill what
+a config leaves out, transformers 5's way of writing a config reads the same, every field we do not
+implement is refused by name, and ``--checkpoint.initial_load_hf=DIR`` alone picks the family and
+the sizes (a flavor or override that disagrees is a config error naming the field and both
+values)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def test_every_family_has_a_published_config_and_the_published_configs_cover_eve
 
 @pytest.mark.parametrize("family", list(CONFIG_CLASSES))
 def test_defaults_for_missing_keys_are_those_of_the_transformers_config_class(family):
-    """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives (Llama's head
-    counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same way)."""
+    """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives
+    (Llama's head counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same
+    way)."""
     module = importlib.import_module(f"torchtitan_lite.models.{family}.state_dict_adapter")
     declared = {f.name: f.default for f in dataclasses.fields(CONFIG_CLASSES[family])}
     reference = CONFIG_CLASSES[family]()
@@ -200,7 +202,8 @@ def test_a_field_the_model_does_not_implement_is_refused_by_name(name, change, m
 
 
 def hf_folder(tmp_path: Path, name: str, **changes) -> Path:
-    """A folder with the scaled config.json of ``name`` (no weights: parsing reads only the config)."""
+    """A folder with the scaled config.json of ``name`` (no weights: parsing reads only the
+    config)."""
     folder = tmp_path / name
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**scaled(name), **changes}))
