@@ -1,5 +1,6 @@
-"""Packages: ``torchtitan_lite`` and the repo's top-level ``models/`` folder installed as ``torchtitan_lite.models``
-(a name of ours: a user's own ``models`` package cannot shadow it). The rest of the metadata is pyproject.toml's."""
+"""Packages: ``torchtitan_lite`` and the repo's top-level ``models/`` folder installed as
+``torchtitan_lite.models`` (a name of ours: a user's own ``models`` package cannot shadow it). The
+rest of the metadata is pyproject.toml's."""
 
 from setuptools import find_packages, setup
 
