@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -181,11 +180,10 @@ def _call(
         out = kernel(padded, *args, **static)
     except Exception as err:  # noqa: BLE001 - any compiler failure: draw eagerly instead (same values)
         _STATE["eager_only"] = True
-        warnings.warn(
-            f"init: torch.compile of the keyed init kernels failed ({type(err).__name__}); drawing "
-            "with "
-            "eager ops (the same values, slower)",
-            stacklevel=3,
+        print(
+            "warning: init: torch.compile of the keyed init kernels failed "
+            f"({type(err).__name__}); drawing with eager ops (the same values, slower)",
+            flush=True,
         )
         return list(fn(x, *args, **static))
     if not first:

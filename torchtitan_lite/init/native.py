@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -102,18 +101,19 @@ def _build() -> ctypes.CDLL:
 
 
 def library() -> ctypes.CDLL | None:
-    """The loaded kernels, built on first use; ``None`` (after one warning) where they cannot be
-    built."""
+    """The loaded kernels, built on first use; ``None`` where they cannot be built, after one line
+    ``warning: init: the CPU kernels could not be built (<reason>); ...`` on stdout."""
     if not _STATE["tried"]:
         _STATE["tried"] = True
         try:
             _STATE["library"] = _build()
         except (OSError, RuntimeError, subprocess.CalledProcessError) as err:
-            detail = getattr(err, "stderr", "") or err
-            warnings.warn(
-                f"init: the CPU kernels could not be built ({detail}); drawing with eager "
+            text = str(getattr(err, "stderr", "") or err).strip()
+            detail = text.splitlines()[0] if text else type(err).__name__
+            print(
+                f"warning: init: the CPU kernels could not be built ({detail}); drawing with eager "
                 "torch ops (the same values, slower)",
-                stacklevel=2,
+                flush=True,
             )
     return _STATE["library"]
 
