@@ -44,7 +44,8 @@ def check_attention_config(config: Any, args: Any, sources: Sources) -> None:
       ``data/tokenizer.py``.)
 
     Args:
-        config: the job config; ``args``: the model's args (``config.model_args.build_model_args``);
+        config: the job config; ``args``: the model's args
+            (``preflight.model_args.build_model_args``);
             ``sources``: where each key was set (``config.load.read_config``), named in the message.
     """
     if config.model.attn_backend == "flex" and device_type(config.training.device) == "cpu":
