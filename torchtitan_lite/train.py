@@ -17,16 +17,7 @@ for a :class:`~torchtitan_lite.errors.UserError` raised while reading the config
 torchrun then stops the other workers; under ``run_train.sh`` the line also goes to the launcher
 (``faults.report_outcome``). Nothing is written to disk before the inputs are checked.
 
-Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
-the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches.
-Each micro-batch adds its summed token cross-entropy divided by the GLOBAL token count of the step
-to the loss, and FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is
-that of the mean loss over all tokens of the global batch, exactly as one process would compute it.
-Under context parallelism each rank of a cp group adds the cross-entropy of its positions of the
-windows (``distributed/context_parallel.py``) and FSDP2 sums over ``dp_shard x cp``: the same
-gradient. Under pipeline parallelism a micro-batch runs through the schedule in pipeline
-micro-batches, each adding its summed cross-entropy over the same global count
-(``distributed/pipeline.py``, the note on the loss).
+Note: docs/design.md, "on the loss over a global batch".
 """
 
 from __future__ import annotations

@@ -1,42 +1,8 @@
 """Faults during a run: stop requests (SIGTERM/SIGINT), a launcher that dies, non-finite losses or
 gradient norms.
 
-Note: on stopping. The launcher (``torchtitan_lite.launch``) does not pass SIGTERM/SIGINT to
-torchrun (which would SIGKILL the workers after its ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and print a
-traceback): torchrun ignores both, and the launcher creates the file ``stop`` in the run's control
-folder (:data:`CONTROL_ENV`). :class:`StopRequest` turns a signal that reaches a worker directly (a
-scheduler that signals every process, or ``kill`` of a worker) and that file into one request. At
-safe points the ranks agree on it (one all-reduce on a CPU group: the request may reach them at
-different moments): after each step, after a save, and between the start-up phases; then the worker
-saves (or, before the first step, has nothing to save), prints one line and exits 0. The time a stop
-needs is measured (the longest step and save so far) and written to the control folder
-(:meth:`StopRequest.publish_budget`): the launcher waits that long before it kills the workers.
-
-Note: on orphans. torchrun starts each worker in a new session, so a ``kill -9`` of the launcher's
-process group does not reach them. :func:`exit_with_launcher` makes the kernel SIGKILL a worker when
-its parent (torchrun) dies (``PR_SET_PDEATHSIG``, Linux) and starts a watchdog thread that ends the
-worker within a second or two when its parent changes or the launcher process
-(:data:`LAUNCHER_PID_ENV`) is gone.
-
-Note: on failing workers. A worker that fails exits non-zero (2 for a user error found before
-training, 1 for one during training or a bug), so torchrun's fail-fast stops the others. A user
-error is printed as one line and also written to the control folder (:func:`report_outcome`) for the
-launcher to repeat; a bug or a lost peer goes to the worker's error file (:func:`record_error`),
-which torchrun's agent reads. The other workers are usually waiting in a collective for the failed
-one: with gloo the closed connection raises in them at once, and ``train.main`` ends them silently
-with status 1 when a peer's outcome says it failed (:func:`peer_failed`); torchrun sends them
-SIGTERM, which only records a stop request while they block, and kills them 30 s later; the watchdog
-of :func:`exit_with_launcher` ends them a few seconds after the peer's outcome appears. The run
-therefore ends within seconds with the failed worker's line and status.
-
-Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device,
-with tensor ops only, the first step whose local loss or global gradient norm was not finite; the
-ranks agree on it (one all-reduce, one host read) at log steps, before every save, and every step
-under ``skip``. ``stop`` then raises :class:`NonFiniteError` naming that step: with ``log_freq = 1``
-before its update is applied, otherwise after the updates up to the sync step (the error says so);
-saving checks first, so no checkpoint holds a non-finite state. ``skip`` drops the update (weights
-and moments unchanged, data and LR move on) up to ``max_skipped_steps`` times in the run, at one
-host sync per step.
+Notes in docs/design.md: "on stopping", "on orphans", "on failing workers", "on non-finite steps
+without a sync per step".
 """
 
 from __future__ import annotations
@@ -308,15 +274,15 @@ def announce_failure(what: str) -> None:
 
 
 def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
-    """Let this worker not outlive torchrun, the launcher or a failed peer (see the module notes):
-    ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread that every
-    ``poll_s`` seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV` (gone:
-    prints one line and ends the process, status 1), and the control folder: when another worker of
-    this node failed (:func:`peer_failed`), or one of this worker's siblings (torchrun's other
-    workers) ended without an outcome while this one runs (a worker killed, which reports nothing),
-    and this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for the
-    failed rank, or for a rank on another node waiting for it), it ends silently with status 1 (the
-    failed worker's line is the run's; a sibling's end is also announced to the other nodes,
+    """Let this worker not outlive torchrun, the launcher or a failed peer (docs/design.md, "on
+    orphans"): ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread
+    that every ``poll_s`` seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV`
+    (gone: prints one line and ends the process, status 1), and the control folder: when another
+    worker of this node failed (:func:`peer_failed`), or one of this worker's siblings (torchrun's
+    other workers) ended without an outcome while this one runs (a worker killed, which reports
+    nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for
+    the failed rank, or for a rank on another node waiting for it), it ends silently with status 1
+    (the failed worker's line is the run's; a sibling's end is also announced to the other nodes,
     :func:`announce_failure`). Without this, torchrun's SIGTERM to such a worker only records a stop
     request, and torchrun kills it 30 s later. When a worker of any node announced a failure in
     torchrun's store, this one ends ``peer_grace_s`` seconds later with the line
@@ -377,8 +343,8 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
 
 
 class NonFiniteGuard:
-    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm (see the module
-    notes).
+    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm (docs/design.md,
+    "Note: on non-finite steps without a sync per step").
 
     Args:
         policy: ``"stop"`` or ``"skip"``.

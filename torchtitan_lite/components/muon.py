@@ -7,17 +7,7 @@ momentum buffer ``B <- lerp(B, G, 1 - momentum)``, the update ``U = lerp(G, B, m
 (Moonlight's update RMS matched to AdamW's). The op sequence is ``torch.optim.Muon``'s (torch 2.13
 ``torch/optim/_muon.py``); ``tests/test_muon.py`` holds it bitwise equal.
 
-Note: on whole matrices. The elementwise steps (momentum, Nesterov, weight decay, the update) run on
-each rank's FSDP2 row shard; Newton-Schulz needs the whole matrix. A 3-D expert stack is sharded by
-whole experts (FSDP2's dim 0 is the expert dimension), so each rank orthogonalizes the experts it
-holds, with no communication. A 2-D matrix has an owner among the ranks of its shard dimension
-(largest matrix first, each to the least loaded rank so far, ties to the lower rank: the same on
-every rank, from the shapes): one ``all_to_all_single`` sends every rank's bfloat16 shard of ``U``
-to its owner, the owner runs Newton-Schulz on the whole matrix, and a second ``all_to_all_single``
-sends each rank its rows of the result. The whole matrix is the concatenation of the shards, the
-same bits on every layout, and Newton-Schulz runs on it with the same ops wherever it runs, so
-``training.deterministic = "layout"`` stays bitwise (HSDP replicas each do this within their shard
-group, with the same result). Memory and bytes: ``docs/optimizers.md``.
+Note: docs/design.md, "on whole matrices".
 """
 
 from __future__ import annotations
@@ -190,7 +180,7 @@ def orthogonalize_sharded(
     eps: float,
 ) -> list[torch.Tensor]:
     """Newton-Schulz of whole matrices held as row shards over ``group``, each on its owner
-    (:func:`owners`): see the module note.
+    (:func:`owners`): docs/design.md, "Note: on whole matrices".
 
     Args:
         updates: this rank's row shards, bfloat16, ``(rows of this rank, cols)`` each.
@@ -262,7 +252,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
     shaped and sharded as the parameter. Muon parameters are 2-D matrices or 3-D
     ``(experts, rows, cols)`` stacks, each expert's matrix orthogonalized and learning-rate-scaled
     on its own; FSDP2 / HSDP row shards of 2-D matrices are orthogonalized whole
-    (:func:`orthogonalize_sharded`), every rank taking part in every step (see the module note).
+    (:func:`orthogonalize_sharded`), every rank taking part in every step (docs/design.md, "Note: on
+    whole matrices").
 
     Args:
         muon_params: the matrices (same order on every rank).

@@ -1,17 +1,7 @@
 """Activation checkpointing per block: modes none / full / selective (every k-th block, or an op
 policy).
 
-Note: on telling a forward from its recompute. A checkpointed block runs its forward again in
-backward; state a module updates in forward (MoE token counters) must not count twice. Every block
-is checkpointed with :func:`checkpoint_contexts` as ``torch.utils.checkpoint``'s ``context_fn`` (its
-public hook for this), whose recompute context makes :func:`recomputing` true; a module asks it.
-Under ``torch.compile`` a block traced whole is recomputed by AOTAutograd from the graph, not by
-re-running Python: the contexts are then only the selective-checkpointing modes torch.compile needs,
-and the flag stays false. A block that is checkpointed whole and compiled gets no ``context_fn`` at
-all: torch.compile then recomputes it as it does any checkpoint (its own always-recompute policy),
-and logs no warning; a ``context_fn`` under compile makes torch log "Detected that context_fn is
-passed to torch.utils.checkpoint under torch.compile" (``torch/_higher_order_ops/wrap.py``), which
-the op policy cannot avoid.
+Note: docs/design.md, "on telling a forward from its recompute".
 """
 
 from __future__ import annotations

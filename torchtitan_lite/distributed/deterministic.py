@@ -1,17 +1,6 @@
 """``training.deterministic``: runs that are bitwise the same twice (``run``) or on any
 data-parallel layout (``layout``).
 
-Note: on the canonical order of cross-micro-batch sums. A step trains on ``M`` global micro-batches
-of ``local_batch_size`` windows; data-parallel rank ``d`` of ``D`` runs the aligned block
-``[d * m, (d + 1) * m)`` (``m = M / D``, see ``GlobalWindowStream`` in ``data/streams.py``). A
-micro-batch's forward and backward is the same computation on whichever rank runs it: same shapes,
-weights all-gathered exactly, its loss divided by the step's global token count (an integer). Only
-the order of the sums over micro-batches depends on the layout, so in ``layout`` mode every such sum
-follows ONE tree over the global micro-batch index, the pairwise tree that :class:`PairwiseSum`
-builds (binary-counter accumulation, ``log2 m`` buffers). An aligned block of ``2**j`` micro-batches
-is a complete subtree of it, so a rank sums its own block, and the block sums combine in the same
-tree as level-``j`` items, whatever ``D`` is. ``m`` must be a power of two when ``D > 1``.
-
 Gradients (FSDP2, through its public hooks): each FSDP module's reduce-scatter is replaced by
 :class:`_Exchange` (``FSDPModule.set_custom_reduce_scatter``), an ``all_to_all`` over the
 data-parallel ranks that hands each shard's owner every rank's contribution to it (the bytes of a
@@ -25,6 +14,8 @@ sums zeros and its result is overwritten. The loss sum follows the same tree
 expert-load counts are integers in fp32 (exact). AdamW runs ``foreach``: torch's fused CPU kernel
 takes another rounding path in a tensor's tail elements, so a parameter's update depends on where
 its shard ends (``tests/test_deterministic.py``).
+
+Note: docs/design.md, "on the canonical order of cross-micro-batch sums".
 """
 
 from __future__ import annotations

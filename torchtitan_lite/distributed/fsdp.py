@@ -2,11 +2,7 @@
 
 Apply after activation checkpointing and compile (torchtitan's order), on the model built on meta.
 
-Note: on gradient reduction semantics. Each rank's loss is divided by the GLOBAL token count, so
-gradients are SUMMED over ranks: every FSDP module gets ``set_gradient_divide_factor(1.0)`` and
-``set_force_sum_reduction_for_comms(True)``, which in torch 2.13 (``_fsdp_collectives.py``,
-``_get_gradient_divide_factors``) is ``ReduceOp.SUM`` without division on every backend (the default
-is AVG; a divide factor alone gives ``PREMUL_SUM``, which gloo rejects).
+Note: docs/design.md, "on gradient reduction semantics".
 """
 
 from __future__ import annotations

@@ -10,20 +10,7 @@ compile, FSDP2) is applied to each stage, which a ``PipelineStage`` wraps. A loo
 (``Interleaved1F1B``) gives pipeline rank ``r`` the stages ``r, r + pp, r + 2 pp, ...``; ``1F1B``
 and ``GPipe`` one stage per rank.
 
-Note: on the loss under pipeline parallelism. The last stage computes each pipeline micro-batch's
-summed token cross-entropy, adds it to :attr:`PipelineLoss.total` and returns it times
-:attr:`PipelineLoss.scale` (1 / the step's global token count) for backward; the schedule is built
-with ``scale_grads=False``. The gradient is then the trainer's 1-process gradient (``train.py``, the
-note on the loss over a global batch). Other stages' total is 0: the trainer sums it over the
-pipeline group to log the last stage's loss on every rank.
-
-Note: on stage metadata. Each stage is told the shapes and dtypes it receives and sends
-(``PipelineStage``'s static mode): int64 tokens ``(microbatch_size, seq_len)`` into the first stage,
-hidden states ``(microbatch_size, seq_len, dim)`` in the compute dtype between stages (a block
-returns its input's dtype) and logits ``(microbatch_size, seq_len, vocab_size)`` out of the last.
-PyTorch's dynamic mode would instead run every stage once on uninitialized tensors before the first
-step and after each switch between training and validation, and so count tokens into the MoE load
-counters.
+Notes in docs/design.md: "on the loss under pipeline parallelism", "on stage metadata".
 """
 
 from __future__ import annotations

@@ -3,31 +3,8 @@ the pieces a family's ``parallelize.py`` assembles into its plan, all of them Py
 ``torch.distributed.tensor.parallel`` styles applied by ``parallelize_module`` (torchtitan's
 ``apply_non_moe_tp`` / ``apply_moe_ep_tp`` layouts).
 
-Note: on the activations between blocks. The residual stream is a plain tensor on every rank,
-``(bs, seqlen / tp, dim)`` sharded along the sequence with sequence parallelism (``Shard(1)``: norms
-run on their shard) or whole without (``Replicate()``); :func:`residual_layout` says which. Each
-sub-layer gathers its input (``PrepareModuleInput`` to ``Replicate``), works on its share of the
-heads or of the hidden width (column-wise q/k/v and w1/w3, local head counts) and reduces
-(-scatters) its output back to the residual layout (row-wise wo and w2). Parameters that every head
-uses, such as QK-norm weights, MLA's low-rank projections and the norms, stay whole on every rank
-(``Replicate`` DTensors); their gradients come out partial (each rank's heads or tokens) and are
-summed over the tensor-parallel ranks before use (FSDP2 redistributes a gradient to its parameter's
-placements).
-
-Note: on MoE layers under tensor parallelism. The experts are not split by tensor parallelism
-(expert parallelism, issue 14, will split them by whole experts): an MoE layer takes its input
-gathered to ``Replicate`` (as torchtitan does when EP is off), every tensor-parallel rank routes and
-runs all tokens of its data-parallel batch with whole (``fully_shard``-ed, not TP-split) router and
-experts, and keeps its sequence shard of the output (:func:`replicated_module_plan`). The
-computation of an MoE layer is thus repeated on each of the ``tp`` ranks, its results and gradients
-are identical on them, and routing, expert loads and the auxiliary losses are those of one process.
-
-Note: on the embedding's output under compile. ``RowwiseParallel`` reduce-scatters the embedding's
-output asynchronously and hands back an ``AsyncCollectiveTensor``; the first block,
-``torch.compile``-d with AOTAutograd (``aot_eager``, ``inductor``; torch 2.13, gloo), then computes
-a wrong (zero) gradient for that input, so the embedding would learn nothing. A forward hook on
-``tok_embeddings`` makes its output a plain tensor (one copy of ``(bs, seqlen / tp, dim)``; any op
-on an ``AsyncCollectiveTensor`` waits for it and keeps its autograd history).
+Notes in docs/design.md: "on the activations between blocks", "on MoE layers under tensor
+parallelism", "on the embedding's output under compile".
 """
 
 from __future__ import annotations

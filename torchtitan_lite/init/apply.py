@@ -1,20 +1,12 @@
 """Apply a model family's :class:`~torchtitan_lite.init.spec.InitPlan`: :func:`init_weights`,
 :func:`materialize`.
 
-Note: on canonical names. Tensors are named over ``named_parameters(remove_duplicate=False)`` plus
-the persistent buffers, without the wrapper components of :data:`WRAPPER_NAMES`, so the plan, the
-sampling keys and the fingerprint are the same with or without wrappers.
-
-Note: on tied weights. One tensor under several names is one group, initialized once: the last plan
-entry matching any of its names wins, and the alphabetically first name it matches keys the random
-stream (plans list ``output.weight`` after ``tok_embeddings.weight``: see
-:mod:`torchtitan_lite.init.spec`). ``model.to_empty`` unties a tie made on meta; :func:`materialize`
-re-ties it.
-
 Persistent buffers (MoE load-balancing bias, counters) are state, covered by the plan;
 non-persistent ones (RoPE tables) are derived and recomputed by
 ``model.init_buffers(buffer_device)``. Tensors in ``skip`` (loaded from a checkpoint or HF) are
 never drawn.
+
+Notes in docs/design.md: "on canonical names", "on tied weights".
 """
 
 from __future__ import annotations

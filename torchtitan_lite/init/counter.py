@@ -5,30 +5,11 @@ Every function here maps integer tensors to values elementwise, with no generato
 at a counter is the same whichever elements are computed with it, in which order, in what chunks, on
 which device.
 
-Note: on counters. A keyed stream has a 64-bit Philox key ``(k0, k1)`` and a 32-bit ``salt`` (both
-from a blake2b hash of the seed and the tensor's canonical name, :func:`stream_words`). Element
-``i`` (row-major global index) of a tensor takes its ``k``-th candidate from the Philox block at
-counter ``(block_lo, block_hi, k, salt)``: ``block = i // 4`` for normal candidates (a block gives
-four normals: :func:`block_normals`), ``block = i`` where a candidate needs two uniforms of its own
-(:func:`element_words`).
-
-Note: on the same bits everywhere. Philox is integer arithmetic (exact on every device: 32-bit words
-held in int64, ``32 x 32 -> 64``-bit products that wrap as two's complement). The float stage uses
-only IEEE-754 operations that are correctly rounded in float64 on every CPU ISA and accelerator:
-``+ - * /``, comparisons, exact conversions from integers below 2**53, selections and bit-casts.
-There is no vendor ``log``/``sin``/``cos`` (their last bit differs between libm, SLEEF's
-AVX2/AVX-512 kernels and CUDA), and no ``sqrt`` (torch's eager CPU one is SLEEF's and misrounds some
-float64 values): :func:`log_word_uniform` and :func:`sincos_2pi_turns` are Taylor series of fixed
-length evaluated by Horner's rule, :func:`sqrt_positive` a fixed number of Newton steps. Each
-operation is its own torch op in eager mode; compiled, inductor's C++ is built with
-``-ffp-contract=off`` and without unsafe math (torch 2.13's defaults, also forced by
-:data:`EXACT_COMPILE_OPTIONS`), and Triton's FMA fusion is turned off (``emulate_precision_casts``),
-so no multiply-add is contracted and no operation is reassociated: eager, compiled, CPU and GPU give
-the same bits.
-
 Philox4x32-10: Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011
 (the multipliers and Weyl constants below are theirs, as in Random123 and cuRAND). Box-Muller: Box &
 Muller, "A note on the generation of random normal deviates", Ann. Math. Stat. 29 (1958).
+
+Notes in docs/design.md: "on counters", "on the same bits everywhere".
 """
 
 from __future__ import annotations

@@ -7,23 +7,7 @@ start and end on multiples of 4 are drawn a Philox block (four normals) at a tim
 element by element (each element computes its own block: the same values, 4x the Philox work). Both
 are cut into chunks, so temporaries stay bounded whatever the shard.
 
-Note: on exact truncation per element. Element ``i``'s value is its first candidate
-``k = 0, 1, ...`` that lies in ``[lo, hi]`` after rounding to the work dtype
-(:mod:`torchtitan_lite.init.counter`: candidate ``k`` comes from counter ``(i, k)``), so it is an
-exact draw of the truncated law and a function of ``(key, i)`` only: the first pass draws candidate
-0 of every element, each later pass only the elements still out of bounds. Where the in-bounds mass
-is below :data:`MIN_REJECTION_MASS` the candidates come from a proposal instead of the normal, with
-the same per-element counter (Robert, "Simulation of truncated normal variables", Stat. Comput. 5,
-1995: a uniform proposal on the interval, or a translated exponential one with rate
-``(alpha + sqrt(alpha^2 + 4)) / 2`` in a tail, whichever accepts more), accepted by
-``ln u <= log density ratio`` so that only :func:`counter.log_word_uniform` is needed.
-
-Note: on where values are computed. On CPU, CUDA and XPU the values are computed on the tensor's
-device; other accelerators (NPU, MPS) compute on the host CPU and copy each chunk over. On the CPU
-the C kernels of :mod:`torchtitan_lite.init.native` compute them (eager torch ops without a C
-compiler, or with ``compiled=False``); elsewhere torch ops, compiled (:func:`_compiled`, static
-chunk shapes: one compile per device type and dtype, kept by inductor's cache) for large draws.
-Every path gives the same bits (:mod:`torchtitan_lite.init.counter`).
+Notes in docs/design.md: "on exact truncation per element", "on where values are computed".
 """
 
 from __future__ import annotations

@@ -11,18 +11,7 @@ tensor ops (multiplication and addition wrap mod 2**64). The sum does not depend
 elements, tensors or ranks, so it is bitwise the same for every world size, layout and wrapper; no
 tensor is gathered.
 
-Note: on who counts an element. Each rank hashes every element it holds: a DTensor's local shard at
-the global indices of its placements (:func:`_global_indices`: the local box of ``Shard``, also
-uneven, ``_StridedShard`` and ``Replicate`` placements on any mesh, from
-:func:`torchtitan_lite.init.keyed.local_box`; anything else is refused rather than guessed), a plain
-tensor whole. It sums them per tensor into one pair (box key, sum), the box key a hash of the tensor
-key and the box (global offset and local shape). Copies of a shard held by several ranks
-(``Replicate`` mesh dimensions; a module kept whole outside its mesh, such as an MoE layer or a norm
-on every tensor-parallel rank; plain tensors) give the same pair, and a tensor of one pipeline stage
-only exists there: the ranks gather their pairs (16 bytes per tensor: one ``all_reduce`` of the pair
-count, one ``all_gather_single``) and add the sums of the distinct pairs, so every element counts
-once whatever the layout. Copies that differ (a bug: ranks that should agree do not) count
-separately and change the fingerprint.
+Note: docs/design.md, "on who counts an element".
 """
 
 from __future__ import annotations

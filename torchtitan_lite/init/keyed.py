@@ -5,13 +5,7 @@ The value of every element of a keyed tensor is a function of (seed, canonical n
 global row-major index, the distribution) only (:mod:`torchtitan_lite.init.counter`,
 :mod:`torchtitan_lite.init.draw`), whatever the device, host CPU, world size or parallel layout.
 
-Note: on local boxes. The local shard of every DTensor placement this project uses (``Shard`` and
-``_StridedShard`` on any dimension, ``Replicate``, on 1-D to 3-D meshes: FSDP2, tensor, expert and
-pipeline parallelism) is a box in global index space (``compute_local_shape_and_global_offset``).
-Its elements, in local row-major order, are runs of consecutive global indices
-(:func:`element_runs`): one run for a ``Shard(0)`` box, one per row for a column shard. A rank
-computes the values of exactly those elements, on its own device
-(:func:`torchtitan_lite.init.draw.fill_local`).
+Note: docs/design.md, "on local boxes".
 """
 
 from __future__ import annotations

@@ -8,9 +8,7 @@ plus a keyword ``key``. With ``key=InitKey(seed, name)`` every element's value d
 (:mod:`torchtitan_lite.init.draw`: exact per-element rejection, a proposal where the in-bounds mass
 is small) for both.
 
-Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the
-target dtype; a value that rounds outside ``[a, b]`` is clamped onto the nearest representable value
-inside (torch 2.13's bf16 result can exceed ``b`` by half an ulp).
+Note: docs/design.md, "on casting".
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@ A model family declares an :class:`InitPlan`, an ordered table of (name pattern,
 that :mod:`torchtitan_lite.init.apply` applies. Patterns are ``fnmatch`` globs over canonical names,
 and ``*`` matches dots too (``layers.*.attention.wq.weight`` covers every layer).
 
-Note: on tied weights. Among the entries matching any name of a tied tensor the *last* wins. Plans
-put ``output.weight`` after ``tok_embeddings.weight`` so the output's small std wins: each token's
-own embedding stays in the residual stream, so a tied model's step-1 logits grow with std * dim.
+Note: docs/design.md, "on tied weights".
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
 """The expected step-1 loss of a freshly initialized model and the step-1 check.
 
-Note: on the expected step-1 loss. At init the next token ``y`` is independent of the logits, so the
-expected cross-entropy is ``E[ln sum_v exp z_v] - E[z_y]`` with ``E[z_y] = 0``. The logits are
-``z_v = h . w_v`` where ``h`` is the final RMSNorm output (weight ``g``, so ``|h|^2 = g^2 dim``) and
-``w_v`` the rows of ``output.weight``, drawn with effective std ``s`` (the spec's std times the
-truncated-normal std factor, 0.98658 at +-3 sigma). Rows independent of ``h`` give logits
-``N(0, sigma^2)`` with ``sigma = g sqrt(dim) s``. The mean log-partition function of ``n`` iid
-``exp(sigma X)`` terms is that of Derrida's random energy model (B. Derrida, "Random-energy model:
-an exactly solvable model of disordered systems", Phys. Rev. B 24, 2613, 1981):
-``ln n + sigma^2 / 2`` (the log of the log-normal mean) for ``sigma <= sqrt(2 ln n)``, and
-``sigma sqrt(2 ln n)`` (the largest of the ``n`` logits dominates) above. Untied:
-``E[loss] = ln V + sigma^2 / 2`` for small sigma.
-
 Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in the
 residual stream ``x = e_t + B`` (``B`` the sum of the blocks' branch outputs), so the self-logit is
 ``z_t = h . e_t = g sqrt(dim) (|e_t|^2 + B . e_t) / |x|`` with ``|e_t|^2 = dim s^2``. ``B`` is
@@ -40,6 +28,8 @@ target logit, ``E[z_y] = E[z_t] >= 0`` instead of 0, so real text with a share `
 partition is at least ``low``, the target logit at most ``mu`` on average).
 :meth:`Step1Expectation.with_repeats` widens the range down to that, given ``r`` measured on the
 step-1 batch; untied outputs have no self-logit and keep their value.
+
+Note: docs/design.md, "on the expected step-1 loss".
 """
 
 from __future__ import annotations
