@@ -6,11 +6,7 @@ if underloaded" (Wang et al. 2024, arXiv 2408.15664, Algorithm 1:
 ``b += gamma * sign(mean load - load)``). The delta is mean-centred as in torchtitan's ``MoE`` (so
 the biases keep summing to their initial 0; a uniform shift would change no top-k choice).
 
-Note: on when to call. :class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` calls
-:func:`update_expert_bias` ONCE per optimizer step, after ``optimizer.step()``, with the counts
-:func:`torchtitan_lite.models.common.moe.collect_expert_load` returns (summed over the data-parallel
-ranks, covering every micro-batch of the step, never a checkpoint recompute).
-Every rank then applies the same delta to its replicated fp32 buffer, so the ranks stay identical.
+Note: docs/design.md, "on when to call".
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
 
     A layer is balanced when its router has an ``expert_bias`` buffer; its step size is the router's
     ``bias_update_speed`` (from the model args; 0 leaves the bias unchanged). Layers without a bias
-    (e.g. GPT-OSS) are skipped. See "Note: on when to call" in this module.
+    (e.g. GPT-OSS) are skipped. See "Note: on when to call" in docs/design.md.
 
     Args:
         model: the model (FSDP/checkpoint/compile wrappers allowed).

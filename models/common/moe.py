@@ -9,20 +9,8 @@ loss, count.
 V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
 shared experts + the sequence-wise loss.
 
-Note: on the auxiliary loss without touching the forward output. The auxiliary loss of each
-MoE layer is attached to the layer's output by :class:`AddAuxiliaryLoss` (the trick of the
-DeepSeek-V2/V3 reference ``modeling_deepseek.py``): the forward value is unchanged and in backward
-the loss receives a gradient of ``aux_loss_scale`` (1 by default), exactly as if it had been added
-to the training loss. The trainer needs nothing special, and activation checkpointing and FSDP see
-an ordinary graph. With gradients SUMMED over ranks and micro-batches (torchtitan_lite's
-convention), set ``aux_loss_scale = 1 / (dp_degree * micro_batches)`` to add the mean
-(:class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` does).
-
-Note: on counting tokens under activation checkpointing. ``tokens_per_expert`` is updated in
-forward; a checkpointed block runs its forward a second time during backward (recompute), which
-would count every token twice. The engine checkpoints blocks with a recompute context that makes
-:func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` true (torch.utils.checkpoint's
-public ``context_fn``); a recompute does not count, nor does it replace :attr:`MoE.aux_loss`.
+Notes in docs/design.md: "on the auxiliary loss without touching the forward output", "on counting
+tokens under activation checkpointing".
 """
 
 from __future__ import annotations
@@ -40,7 +28,7 @@ from torchtitan_lite.protocols.attention import WindowAware
 class AddAuxiliaryLoss(torch.autograd.Function):
     """Return ``x`` unchanged; in backward give ``aux`` (a scalar) the gradient ``scale``.
 
-    See "Note: on the auxiliary loss without touching the forward output" in this module.
+    See "Note: on the auxiliary loss without touching the forward output" in docs/design.md.
     """
 
     @staticmethod
@@ -77,7 +65,8 @@ class MoE(WindowAware):
             in activation-checkpoint recomputes).
         aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None``
             before one ran or when the coefficient is 0.
-        aux_loss_scale: gradient the aux loss receives in backward (see the module note), default 1.
+        aux_loss_scale: gradient the aux loss receives in backward (docs/design.md, "Note: on the
+            auxiliary loss without touching the forward output"), default 1.
         cp: under context parallelism the rank's share of the windows (set by the engine): the
             aux loss is that of the whole windows, its statistics summed over the ranks sharing
             them.

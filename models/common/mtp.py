@@ -14,12 +14,7 @@ norm, and the concatenation puts the embedding first: the order of the published
 positions whose target is in the window, and ``T`` is the window's ``bs * seqlen`` tokens (the
 report's ``1/T``).
 
-Note: on the MTP loss without touching the forward output. As the MoE auxiliary loss
-(``models/common/moe.py``), ``L_MTP`` is attached to the main head's input by
-:class:`~torchtitan_lite.models.common.moe.AddAuxiliaryLoss`: it is unchanged and in backward
-``L_MTP`` gets the gradient ``MTP.loss_scale`` (:class:`MTPTrainingHooks` sets
-``1 / (dp_degree * micro_batches)``), so the gradient is that of ``lambda / D sum_k L^k`` over the
-global batch. The detached per-depth sums accumulate in ``MTP.stats`` for the log.
+Note: docs/design.md, "on the MTP loss without touching the forward output".
 """
 
 from __future__ import annotations

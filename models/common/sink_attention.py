@@ -11,17 +11,7 @@ softmax denominator as one extra column with no value::
 
 so a head can put weight "nowhere" (the probabilities of the real keys sum to less than one).
 
-Note: on computing the sink exactly with SDPA. SDPA returns no log-sum-exp, so the sink is folded
-into the inputs instead: one extra key ``k_sink`` with value zero, and one extra feature column.
-Queries get ``sinks[h] / scale`` in that column, real keys get 0 and ``k_sink`` gets 1 (all its
-other features 0), so ``scale * q_aug . k_aug_j = s_ij`` for real keys and ``= sinks[h]`` for the
-sink key. The value row of ``k_sink`` is zero, so it only adds ``exp(sinks[h])`` to the denominator:
-the output is exactly the formula above, and autograd gives exact gradients for q, k, v and
-``sinks`` through any SDPA backend (fused flash on CPU, memory-efficient or math elsewhere). The
-head dimension is padded with zeros to a multiple of 8 (the alignment fused kernels want; zero
-features change no dot product), and v to the same size (CPU flash attention needs equal q/k/v head
-dims). The sink key is shared by all query heads, so grouped-query attention keeps its
-``n_kv_heads`` keys.
+Note: docs/design.md, "on computing the sink exactly with SDPA".
 """
 
 from __future__ import annotations
@@ -91,8 +81,8 @@ def sink_attention(
     scale: float | None = None,
     document_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Causal grouped-query attention with per-head sinks (see the note in this module), by a dense
-    mask.
+    """Causal grouped-query attention with per-head sinks (docs/design.md, "Note: on computing the
+    sink exactly with SDPA"), by a dense mask.
 
     Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)`` (the grouping of HF
     ``repeat_kv`` and of the reference's ``(n_kv_heads, q_mult)`` query layout).

@@ -1,17 +1,7 @@
 """Sending (token, expert) pairs to stacked expert weights without a host sync: one grouped matmul
 per layer.
 
-Note: on dispatch without a host sync. A loop over experts needs each expert's token count on the
-host (``bincount(...).tolist()``), which waits for the device once per MoE layer and micro-batch.
-Here the pairs are sorted by expert and copied into a buffer whose size depends only on the shapes:
-every expert's group is padded to a multiple of :data:`ALIGN` rows (grouped GEMM kernels want
-aligned group starts; torchtitan pads to 8/16/32 rows for bf16/fp8/mxfp8) and the last expert's
-group runs to the end of the buffer, so no row is outside a group. Group ends go to
-``torch.nn.functional.grouped_mm`` as an int32 device tensor (``offs``). Padding rows hold zeros in,
-finite values out, and are never read back, so they add no gradient. The buffer has
-``T * k + E * ALIGN`` rows: at most ``E * ALIGN`` rows of extra work. Rows are gathered with
-``index_select`` (backward: ``index_add``), not ``tensor[index]``, whose backward is an accumulating
-``index_put``, much slower on CPU (``docs/models.md``).
+Note: docs/design.md, "on dispatch without a host sync".
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ def dispatch(indices: torch.Tensor, num_experts: int) -> Dispatch:
     """Plan the buffer for routing ``indices`` ``(T, k)`` (int64 expert ids in
     ``[0, num_experts)``).
 
-    Tensor ops only: no host sync (see "Note: on dispatch without a host sync").
+    Tensor ops only: no host sync (docs/design.md, "Note: on dispatch without a host sync").
     """
     num_tokens, top_k = indices.shape
     flat = indices.reshape(-1)  # (T * k,)

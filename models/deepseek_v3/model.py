@@ -7,10 +7,7 @@ Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + ffn(
     (:func:`build_moe`) in the others (report sec. 2.1.2, reference ``Block``);
   * RMSNorm everywhere; untied ``output`` after a final RMSNorm.
 
-Note: on the RoPE layout. The reference rotates adjacent pairs (``view_as_complex``); we use the
-shared rotate-half layout (``models/common/rope.py``). The two differ by a fixed permutation of the
-``qk_rope_head_dim`` rows of ``wq``/``wq_b`` (per head) and ``wkv_a``: identical for training from
-scratch, and a pretrained import permutes those rows.
+Note: docs/design.md, "on the RoPE layout".
 """
 
 from __future__ import annotations

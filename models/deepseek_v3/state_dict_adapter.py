@@ -12,13 +12,6 @@ weight, never re-initialized), the routed experts one tensor per expert
 (:func:`torchtitan_lite.models.common.hf_adapter.per_expert`) and ``mlp.shared_experts.*`` =
 ``moe.shared_experts.w1/w3/w2``.
 
-Note: on the RoPE rows. DeepSeek's checkpoints pair RoPE features ``(2i, 2i+1)``
-(``rope_interleave: true``, transformers' default for this model type); our MLA pairs
-``(i, i + qk_rope_head_dim/2)`` (``models/deepseek_v3/ model.py``). Import permutes the RoPE rows of
-``wq``/``wq_b`` (in every head) and ``wkv_a`` (the shared RoPE key) with
-:func:`interleaved_to_half`; export writes them back interleaved, so the exported folder has the
-published layout. A config with ``rope_interleave: false`` maps one to one.
-
 Multi-token prediction (``models/common/mtp.py``): with ``mtp_num_layers`` = D > 0 our
 ``mtp.layers.{k}`` is the folder's ``model.layers.{n_layers + k}`` (the published
 ``model.layers.61``, as vLLM's ``deepseek_mtp.py`` reads it): ``enorm``, ``hnorm``, ``eh_proj``,
@@ -35,6 +28,8 @@ default and the reference's), and YaRN needs
 ``max_position_embeddings > original_max_position_embeddings`` (our model turns it on by that rule,
 the reference's). Training-only keys (``aux_loss_alpha``, ``seq_aux``) and the original parallel
 layout (``ep_size``, ``pretraining_tp``) change no output.
+
+Note: docs/design.md, "on the RoPE rows".
 """
 
 from __future__ import annotations
