@@ -32,8 +32,7 @@ def check_qkv(
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
         raise ValueError(
             f"{name}: q, k, v must agree on (bs, seqlen), k and v on n_kv_heads, q and k on "
-            "head_dim; "
-            f"got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            f"head_dim; got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     bs, seqlen, n_heads, head_dim = q.shape
     if n_heads % k.shape[2]:

@@ -144,8 +144,7 @@ class Decoder(nn.Module):
         if start + seqlen > self.args.max_seq_len:
             raise ValueError(
                 f"{name}: sequence length {start + seqlen} exceeds max_seq_len "
-                f"{self.args.max_seq_len}; "
-                "raise model max_seq_len or lower training.seq_len"
+                f"{self.args.max_seq_len}; raise model max_seq_len or lower training.seq_len"
             )
         if positions is None:
             cos, sin = (

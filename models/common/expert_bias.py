@@ -58,8 +58,7 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
     if unknown:
         raise ValueError(
             f"update_expert_bias: {unknown} are not MoE layers of the model (known: "
-            f"{sorted(layers)}); "
-            "pass the dict collect_expert_load(model) returns"
+            f"{sorted(layers)}); pass the dict collect_expert_load(model) returns"
         )
     updated = 0
     for name, counts in counts_by_layer.items():

@@ -72,8 +72,7 @@ def dead_expert_notes(
             notes.append(
                 f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
                 f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the "
-                "load "
-                "balancing (model.overrides.aux_loss_coeff)"
+                "load balancing (model.overrides.aux_loss_coeff)"
             )
     return tuple(notes)
 

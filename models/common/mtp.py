@@ -118,8 +118,7 @@ class MTP(nn.Module):
         if seqlen <= self.depth:
             raise ValueError(
                 f"MTP: mtp_num_layers {self.depth} needs sequences longer than {self.depth} "
-                "tokens, "
-                f"got {seqlen}; raise training.seq_len"
+                f"tokens, got {seqlen}; raise training.seq_len"
             )
         sums = []
         h_k = h

@@ -94,8 +94,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     if tuple(cos.shape) != expected or tuple(sin.shape) != expected:
         raise ValueError(
             f"apply_rope: cos and sin must be (seqlen, head_dim) = {expected}, got "
-            f"{tuple(cos.shape)} and "
-            f"{tuple(sin.shape)}; slice the tables with [:seqlen]"
+            f"{tuple(cos.shape)} and {tuple(sin.shape)}; slice the tables with [:seqlen]"
         )
     x32 = x.float()
     x1, x2 = x32.chunk(2, dim=-1)

@@ -136,8 +136,7 @@ class DeepSeekV3ModelArgs:
             if self.num_limited_groups * per_group < self.top_k:
                 raise ValueError(
                     f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} "
-                    "experts "
-                    f"hold fewer than top_k ({self.top_k}); raise num_limited_groups"
+                    f"experts hold fewer than top_k ({self.top_k}); raise num_limited_groups"
                 )
         if self.score_func not in ("sigmoid", "softmax"):
             raise ValueError(

@@ -353,8 +353,7 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
                 )
             return (
                 f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's "
-                "mtp_num_layers "
-                f"{depth}: set --model.overrides.mtp_num_layers={mtp} to train it"
+                f"mtp_num_layers {depth}: set --model.overrides.mtp_num_layers={mtp} to train it"
             )
         return super().skipped(hf_name)
 

@@ -79,8 +79,7 @@ class Llama3ModelArgs:
                 "Llama3ModelArgs: RoPE scaling needs rope_factor >= 1 and 0 < "
                 "rope_low_freq_factor < "
                 f"rope_high_freq_factor, got {self.rope_factor!r}, {self.rope_low_freq_factor!r} "
-                "and "
-                f"{self.rope_high_freq_factor!r}"
+                f"and {self.rope_high_freq_factor!r}"
             )
         check.positive(self, "norm_eps", "init_std")
 
