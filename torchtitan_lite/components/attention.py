@@ -51,8 +51,7 @@ def check_attention_config(config: Any, args: Any, sources: Sources) -> None:
     if config.model.attn_backend == "flex" and device_type(config.training.device) == "cpu":
         raise ConfigError(
             f"{where(sources, 'model.attn_backend')}: flex has no backward on CPU (torch 2.13); "
-            "use "
-            "auto or blockwise for training on CPU"
+            "use auto or blockwise for training on CPU"
         )
     window = getattr(args, "sliding_window", None)
     if window is not None and window > args.max_seq_len:

@@ -98,8 +98,7 @@ class StopRequest:
         if self.agreed(group):
             raise Stopped(
                 f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, "
-                "before the "
-                "first step; nothing to save"
+                "before the first step; nothing to save"
             )
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:

@@ -104,8 +104,7 @@ def warmup_clipped_line(*, warmup_steps: int, steps: int, decay_ratio: float) ->
         f"lr schedule: warming up for {fitted} step{'s' * (fitted != 1)}, "
         f"not lr_scheduler.warmup_steps {warmup_steps}, so that "
         f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio "
-        f"{decay_ratio}) "
-        f"fit in training.steps {steps}"
+        f"{decay_ratio}) fit in training.steps {steps}"
     )
 
 

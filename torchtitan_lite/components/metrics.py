@@ -60,8 +60,7 @@ def format_step_line(
         f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f} "
         " "
         f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms "
-        " "
-        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
+        f" elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
         + (f"  {cpu_hint}" if cpu_hint else "")
     )
 

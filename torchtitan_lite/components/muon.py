@@ -40,8 +40,7 @@ def check_muon_config(config, sources) -> None:
         if degree > 1:
             raise ConfigError(
                 f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / "
-                "HSDP "
-                f"shards only, but parallelism.{name} = {degree}; set it to 1 (use data "
+                f"HSDP shards only, but parallelism.{name} = {degree}; set it to 1 (use data "
                 "parallelism) "
                 'or optimizer.name = "AdamW"'
             )
@@ -133,8 +132,7 @@ def _shard_group(param: torch.Tensor) -> tuple[dist.ProcessGroup | None, int, in
     if len(sharded) > 1 or param.placements[sharded[0]] != Shard(0):
         raise ValueError(
             "Muon needs parameters row-sharded on one mesh dimension (FSDP2 / HSDP), got "
-            "placements "
-            f"{param.placements} of shape {tuple(param.shape)}"
+            f"placements {param.placements} of shape {tuple(param.shape)}"
         )
     dim = sharded[0]
     mesh = param.device_mesh

@@ -36,10 +36,8 @@ def check_compatible(
         if saved.get(key) != now[key]:
             raise CheckpointError(
                 f"checkpoint {os.path.join(path, META_FILE)}: {key} = {saved.get(key)!r} but this "
-                "run has "
-                f"{now[key]!r}; run with the checkpoint's model settings, or use another "
-                "job.dump_folder / "
-                "checkpoint.folder (or checkpoint.enable=false) to start fresh"
+                f"run has {now[key]!r}; run with the checkpoint's model settings, or use another "
+                "job.dump_folder / checkpoint.folder (or checkpoint.enable=false) to start fresh"
             )
 
 
@@ -64,6 +62,5 @@ def check_data_parallel_degree(meta: dict[str, Any], path: str, dp_degree: int) 
             f"{dp_degree}: "
             "the data loader state of a streaming dataset is per data-parallel rank; pass "
             "--checkpoint.exclude_from_loading=dataloader to load model, optimizer, scheduler and "
-            "step "
-            f"(the data order then restarts), or run with {saved} data-parallel ranks"
+            f"step (the data order then restarts), or run with {saved} data-parallel ranks"
         )

@@ -97,8 +97,7 @@ def resume_line(
     if reset:
         return (
             f"resumed with settings changed since the checkpoint{listed}; this run's values apply, "
-            "the LR "
-            f"schedule too (checkpoint.reset_lr_schedule: from step {step})"
+            f"the LR schedule too (checkpoint.reset_lr_schedule: from step {step})"
         )
     kept = ", ".join(
         f"{SCHEDULE_KEYS[name]} {_text(value)}"
@@ -109,8 +108,7 @@ def resume_line(
         f"warning: resumed with settings changed since the checkpoint{listed}; this run's values "
         "apply except "
         f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule "
-        "to follow "
-        f"this run's from step {step}"
+        f"to follow this run's from step {step}"
     )
 
 

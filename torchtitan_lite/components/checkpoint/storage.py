@@ -62,8 +62,7 @@ def others_hint(path: str) -> str:
         return "delete this folder to start fresh (no other complete checkpoint in its folder)"
     return (
         f"load another step with --checkpoint.load_step={others[-1].removeprefix('step-')} "
-        "(complete: "
-        f"{', '.join(others)}) or delete this folder"
+        f"(complete: {', '.join(others)}) or delete this folder"
     )
 
 

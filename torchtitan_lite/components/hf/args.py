@@ -83,8 +83,7 @@ def model_args_from_hf(folder: str, family: str, flavor: str, changes: dict[str,
         if name in changes and name not in free and changes[name] != value:
             raise HFError(
                 f"{config_path} has {name} = {value!r} but model.overrides.{name} = "
-                f"{changes[name]!r}; "
-                "drop the override (the folder's weights have its value)"
+                f"{changes[name]!r}; drop the override (the folder's weights have its value)"
             )
     return dataclasses.replace(base, **{**values, **changes})
 
@@ -100,7 +99,6 @@ def state_dict_adapter(model_name: str, args: Any, hf_config: dict[str, Any] | N
     if build is None:
         raise HFError(
             f"model {model_name} has no Hugging Face state-dict adapter "
-            "(ModelSpec.state_dict_adapter); "
-            "HF import/export is not available for it"
+            "(ModelSpec.state_dict_adapter); HF import/export is not available for it"
         )
     return build(args, hf_config)

@@ -130,8 +130,7 @@ class SafetensorsFolder:
                 if not os.path.isfile(os.path.join(folder, file)):
                     raise HFError(
                         f"{index} puts {name} in {file}, which {folder} does not hold; copy the "
-                        "file or "
-                        "fix the index"
+                        "file or fix the index"
                     )
             self._file_of = {name: os.path.join(folder, file) for name, file in weight_map.items()}
             return

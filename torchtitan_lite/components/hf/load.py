@@ -129,8 +129,7 @@ def import_plan(
             if tuple(available[hf]) != tuple(shape):
                 raise HFError(
                     f"{reader.folder}: {hf} has shape {tuple(available[hf])} but {name} needs "
-                    f"{tuple(shape)}; "
-                    "the folder's files and its config.json disagree"
+                    f"{tuple(shape)}; the folder's files and its config.json disagree"
                 )
         load.append(name)
     skipped, unexpected = {}, []
@@ -148,8 +147,7 @@ def unexpected_error(folder: str, unexpected: list[str]) -> HFError:
     shown = ", ".join(unexpected[:5]) + (", ..." if len(unexpected) > 5 else "")
     return HFError(
         f"{folder}: {len(unexpected)} tensors have no place in the model ({shown}); check the "
-        "model "
-        "settings, or set checkpoint.initial_load_hf_allow_unexpected=true to ignore them"
+        "model settings, or set checkpoint.initial_load_hf_allow_unexpected=true to ignore them"
     )
 
 
