@@ -46,8 +46,7 @@ def check_data_settings(config: JobConfig, sources: Sources) -> None:
     if config.validation.sample_prompt is not None and not config.validation.enable:
         raise ConfigError(
             f"{where(sources, 'validation.sample_prompt')}: samples are written at each "
-            "validation, "
-            "and validation.enable is false; enable validation or unset the prompt"
+            "validation, and validation.enable is false; enable validation or unset the prompt"
         )
     if training.streaming and training.dataset_path is not None and config.validation.enable:
         raise ConfigError(

@@ -169,8 +169,7 @@ class DataLoaders:
             + (f"{self.total.describe(self.seq_len).split(' = ')[0]}; " if self.total else "")
             + f"train {self.train_size.describe(self.seq_len)}, "
             f"{steps:,} step{'s' * (steps != 1)} x "
-            f"{global_batch:,} window{'s' * (global_batch != 1)} = "
-            f"{epochs:.3g} epochs"
+            f"{global_batch:,} window{'s' * (global_batch != 1)} = {epochs:.3g} epochs"
         )
         if self.validation_size is not None:
             where = "the last " if self.total else ""
@@ -590,8 +589,7 @@ def build_dataloaders(
             f"{source} (validation) has {val_size.tokens:,} tokens = {val_size.windows} windows of "
             f"{seq_len}, fewer "
             f"than one global batch ({need} windows){share}; use more data, a smaller seq_len or "
-            "global batch, or "
-            "--validation.enable=false"
+            "global batch, or --validation.enable=false"
         )
         return result
     result.validation = _loader(

@@ -40,8 +40,7 @@ def quotas(weights: list[float]) -> list[int]:
     if (result == 0).any():
         raise InputError(
             f"training.dataset_weights {weights}: a weight below {1 / BLOCK:.1%} of the total gets "
-            "no "
-            "window; raise it or drop that source"
+            "no window; raise it or drop that source"
         )
     return result.tolist()
 

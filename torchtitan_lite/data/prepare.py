@@ -145,8 +145,7 @@ def input_documents(
         )
     print(
         f"prepare: {source} has {len(files)} file{'s' * (len(files) > 1)} for {num_shards} shards: "
-        "counting its "
-        "documents to split them (one pass, no tokenizing)",
+        "counting its documents to split them (one pass, no tokenizing)",
         flush=True,
     )
     stream, column, _ = local_dataset(source, text_column, streaming=True)
@@ -154,8 +153,7 @@ def input_documents(
     if n_documents < num_shards:
         raise InputError(
             f"{source} holds {n_documents} documents, fewer than --num_shards {num_shards}; use at "
-            "most "
-            f"{max(n_documents, 1)} shards"
+            f"most {max(n_documents, 1)} shards"
         )
     begin, end = contiguous_range(n_documents, num_shards, shard_index)
     print(
@@ -216,8 +214,7 @@ def verify(path: str) -> str:
     what = f"{len(shards)} shards, each whole, " if len(shards) > 1 else ""
     return (
         f"{path}: {what}{docs:,} documents, {tokens:,} tokens ({shards[0][1].dtype}), tokenizer "
-        f"{tok['path']} "
-        f"(sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})"
+        f"{tok['path']} (sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})"
     )
 
 

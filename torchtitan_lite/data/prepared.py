@@ -164,8 +164,7 @@ def check_files(folder: str | Path) -> Manifest:
     if m.n_tokens == 0:
         raise InputError(
             f"{folder / MANIFEST}: the prepared corpus holds no tokens (empty input); prepare "
-            "non-empty "
-            "data"
+            "non-empty data"
         )
     if m.dtype not in ("uint16", "uint32") or m.max_token_id >= np.iinfo(m.dtype).max + 1:
         raise InputError(
@@ -212,8 +211,7 @@ def check_tokenizer(
             f"{path}: token id {manifest.max_token_id} exceeds the model's vocab_size "
             f"{vocab_size}; set "
             f"--model.overrides.vocab_size={manifest.max_token_id + 1} (or more) or prepare with "
-            "the "
-            "model's tokenizer"
+            "the model's tokenizer"
         )
 
 
@@ -324,8 +322,7 @@ def _write(
             if max_id > np.iinfo(dtype).max:
                 raise InputError(
                     f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its "
-                    "vocab_size "
-                    f"{tokenizer.vocab_size} is wrong (ids must be below it)"
+                    f"vocab_size {tokenizer.vocab_size} is wrong (ids must be below it)"
                 )
             ids.astype(dtype).tofile(tokens_file)
             (n_tokens + np.cumsum(lengths) - lengths).tofile(documents_file)

@@ -58,8 +58,7 @@ def check_shard_args(num_shards: int, shard_index: int | None) -> None:
     if num_shards > 1 and (shard_index is None or not 0 <= shard_index < num_shards):
         raise InputError(
             f"--num_shards {num_shards} needs --shard_index in 0..{num_shards - 1}, got "
-            f"{shard_index} "
-            "(on a Slurm array: --shard_index $SLURM_ARRAY_TASK_ID)"
+            f"{shard_index} (on a Slurm array: --shard_index $SLURM_ARRAY_TASK_ID)"
         )
 
 
@@ -111,8 +110,7 @@ def check_set(path: str | Path) -> list[tuple[Path, Manifest]]:
         raise InputError(
             f"{path} misses {len(missing)} of its {count} shards ({shard_name(missing[0], count)} "
             f"first); run prepare with --num_shards {count} --shard_index {missing[0]} (and each "
-            "other "
-            "missing index)"
+            "other missing index)"
         )
     shards = [(found[i, count], check_files(found[i, count])) for i in range(count)]
     first_folder, first = shards[0]
@@ -121,25 +119,21 @@ def check_set(path: str | Path) -> list[tuple[Path, Manifest]]:
             raise InputError(
                 f"{folder / 'manifest.json'} records shard {m.shard and m.shard.get('index')} of "
                 f"{m.shard and m.shard.get('count')}, not {i} of {count} (a folder renamed or "
-                "copied "
-                "in); prepare it again in place"
+                "copied in); prepare it again in place"
             )
         tok, tok0 = m.tokenizer, first.tokenizer
         if (tok.get("sha256"), tok.get("eos_id")) != (tok0.get("sha256"), tok0.get("eos_id")):
             raise InputError(
                 f"{folder} was prepared with tokenizer {tok.get('path')} (sha256 "
                 f"{str(tok.get('sha256'))[:12]}, eos {tok.get('eos_id')}), {first_folder.name} "
-                "with "
-                f"{tok0.get('path')} (sha256 {str(tok0.get('sha256'))[:12]}, eos "
-                f"{tok0.get('eos_id')}); "
-                "prepare every shard with the same --tokenizer"
+                f"with {tok0.get('path')} (sha256 {str(tok0.get('sha256'))[:12]}, eos "
+                f"{tok0.get('eos_id')}); prepare every shard with the same --tokenizer"
             )
         if m.shard.get("input") != first.shard.get("input"):
             raise InputError(
                 f"{folder} was prepared from another input than {first_folder.name} (input hash "
                 f"{m.shard.get('input')} vs {first.shard.get('input')}); prepare every shard from "
-                "the "
-                "same --input"
+                "the same --input"
             )
     return shards
 

@@ -156,7 +156,6 @@ def local_texts(path: str, text_column: str) -> Iterator[str]:
         if text_column not in row:
             raise InputError(
                 f"dataset_path {path} has no text column '{text_column}' (columns: "
-                f"{', '.join(row)}); "
-                "set text_column"
+                f"{', '.join(row)}); set text_column"
             )
         yield row[text_column]

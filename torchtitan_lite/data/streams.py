@@ -185,14 +185,12 @@ class OrderedWindows(IterableDataset):
         if batch_windows % (local_batch_size * dp_world_size):
             raise ValueError(
                 f"OrderedWindows: batch_windows {batch_windows} is not a multiple of "
-                "local_batch_size "
-                f"{local_batch_size} * dp_world_size {dp_world_size}"
+                f"local_batch_size {local_batch_size} * dp_world_size {dp_world_size}"
             )
         if len(windows) < batch_windows:
             raise InputError(
                 f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer "
-                "than "
-                f"one global batch = {batch_windows}; "
+                f"than one global batch = {batch_windows}; "
                 "use more validation data, a smaller seq_len or a smaller global batch"
             )
         n_chunks = len(windows) // batch_windows * (batch_windows // local_batch_size)

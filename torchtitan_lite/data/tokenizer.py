@@ -52,8 +52,7 @@ class Tokenizer:
                 f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; use a "
                 "tokenizer.json whose vocab "
                 "has one (the data pipeline puts it between documents), or from Python name its "
-                "end-of-text token "
-                "with eos_token=..."
+                "end-of-text token with eos_token=..."
             )
         self.eos_token, self.eos_id = found[0], vocab[found[0]]
 

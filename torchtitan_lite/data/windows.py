@@ -144,8 +144,7 @@ class PackedWindows:
         if tokens.numel() < seq_len + 1:
             raise InputError(
                 f"{name} has {tokens.numel()} tokens, fewer than one window of seq_len + 1 = "
-                f"{seq_len + 1}; "
-                "use more data or a smaller seq_len"
+                f"{seq_len + 1}; use more data or a smaller seq_len"
             )
         if documents and starts is None:
             raise ValueError(f"{name}: document ids asked for, but the document starts are unknown")
