@@ -120,8 +120,7 @@ def check_nodes_agree(config: JobConfig, group: dist.ProcessGroup | None = None)
     others = sum(1 for d, _ in seen if d not in (seen[0][0], seen[first][0]))
     raise ConfigError(
         f"the nodes do not run the same config and code: {_ranks_text(ranks)} (host "
-        f"{seen[first][1]}) differ from "
-        f"rank 0 (host {seen[0][1]}) in {shown}"
+        f"{seen[first][1]}) differ from rank 0 (host {seen[0][1]}) in {shown}"
         + (f"; {others} more ranks differ otherwise" if others else "")
         + "; start every node with the same CONFIG_FILE, overrides and code version"
     )

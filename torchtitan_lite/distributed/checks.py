@@ -31,8 +31,7 @@ def check_degrees(config: JobConfig, sources: Sources) -> None:
     if dp != -1 and dp < 1:
         raise ConfigError(
             f"{where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks "
-            "left "
-            f"by the other degrees) or >= 1, got {dp}"
+            f"left by the other degrees) or >= 1, got {dp}"
         )
 
 
@@ -97,8 +96,7 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
         if par.enable_sequence_parallel and config.training.seq_len % tp:
             raise ConfigError(
                 f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} "
-                "(sequence "
-                f"parallelism splits the sequence); pick a multiple of {tp} or "
+                f"(sequence parallelism splits the sequence); pick a multiple of {tp} or "
                 "--parallelism.enable_sequence_parallel=false"
             )
     ep = par.expert_parallel_degree
@@ -113,8 +111,7 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
         if experts % ep:
             raise ConfigError(
                 f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank "
-                "holds "
-                "whole experts); pick an expert_parallel_degree that divides it"
+                "holds whole experts); pick an expert_parallel_degree that divides it"
             )
     mtp = getattr(args, "mtp_num_layers", 0)
     missing = {  # what each layout would need for the MTP modules (models/common/mtp.py)
@@ -195,8 +192,7 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
         raise ConfigError(
             f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
             f"tok_embeddings, the last the output), but {config.model.name} flavor "
-            f"{config.model.flavor} "
-            "ties them; use an untied flavor or --model.tie_embeddings=false"
+            f"{config.model.flavor} ties them; use an untied flavor or --model.tie_embeddings=false"
         )
     if config.checkpoint.export_hf is not None:
         raise ConfigError(
@@ -327,8 +323,7 @@ def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
         raise ConfigError(
             f"{where}: pure replication (data_parallel_replicate_degree = {dims.dp_replicate}, "
             "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard "
-            "instead "
-            "(data_parallel_shard_degree > 1)"
+            "instead (data_parallel_shard_degree > 1)"
         )
     local, dp = training.local_batch_size, dims.dp_degree
     global_bs = local * dp if training.global_batch_size == -1 else training.global_batch_size

@@ -59,8 +59,7 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
         if not any(shutil.which(c) for c in compilers):
             return (
                 f"inductor compiles C++ on CPU and found none of {compilers} on PATH; install g++ "
-                "or set CXX "
-                f"to a C++ compiler, or {avoid}"
+                f"or set CXX to a C++ compiler, or {avoid}"
             )
     try:
         torch.compile(_probe, backend=backend, fullgraph=True)(torch.ones(4, device=device_type))
@@ -71,8 +70,7 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
         detail = (str(err).strip().splitlines() or [""])[0]
         return (
             f"torch.compile(backend={backend!r}) failed on a probe: {type(err).__name__}: "
-            f"{detail}; fix the "
-            f"backend's toolchain, or {avoid}"
+            f"{detail}; fix the backend's toolchain, or {avoid}"
         )
     return None
 

@@ -60,8 +60,7 @@ class ExpertParallel(ParallelStyle):
         if module.num_experts % ep:
             raise ValueError(
                 f"expert_parallel_degree {ep} does not divide num_experts {module.num_experts} "
-                "(each "
-                "rank holds whole experts); pick a divisor"
+                "(each rank holds whole experts); pick a divisor"
             )
         self.num_experts, self.ep = module.num_experts, ep
         self.group = device_mesh.get_group()

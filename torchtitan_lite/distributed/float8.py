@@ -247,8 +247,7 @@ def float8_line(model: nn.Module, settings: Float8Settings) -> str:
         f"float8 ({settings.recipe_name}, float8 all-gather {gather}): "
         f"{len(float8_linear_names(model))} linear "
         f"layers converted; high precision: names containing {kept or 'nothing'}, dimensions not "
-        "multiples of "
-        f"{_ALIGNMENT}, grouped MoE experts"
+        f"multiples of {_ALIGNMENT}, grouped MoE experts"
     )
 
 

@@ -298,6 +298,5 @@ class ParallelDims:
     def __repr__(self) -> str:
         return (
             f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, "
-            f"tp={self.tp}, "
-            f"pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})"
+            f"tp={self.tp}, pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})"
         )

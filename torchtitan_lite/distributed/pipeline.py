@@ -98,8 +98,7 @@ def stage_layer_ids(
             )
             raise ValueError(
                 f"{n_stages} pipeline stages ({made}) but the model has {n_layers} layers; use at "
-                "most "
-                f"{n_layers} stages"
+                f"most {n_layers} stages"
             )
         base, extra = divmod(n_layers, n_stages)
         bounds = [0]
@@ -115,21 +114,18 @@ def stage_layer_ids(
     if _single_stage(schedule) and per_rank != 1:
         raise ValueError(
             f"{n_stages} stages on {pp} ranks are {per_rank} per rank but {schedule} runs one per "
-            "rank; "
-            "use Interleaved1F1B or one stage per rank"
+            "rank; use Interleaved1F1B or one stage per rank"
         )
     if not _single_stage(schedule) and per_rank < 2:
         raise ValueError(
             f"{schedule} runs several stages per rank but {n_stages} stages on {pp} ranks are one "
-            "per "
-            "rank; use 1F1B or GPipe, or more stages"
+            "per rank; use 1F1B or GPipe, or more stages"
         )
     if schedule == "1F1B" and n_microbatches < n_stages:
         raise ValueError(
             f"1F1B needs at least as many micro-batches as stages: {n_microbatches} micro-batches "
             f"(local_batch_size / pipeline_parallel_microbatch_size) for {n_stages} stages; use "
-            "GPipe or "
-            "smaller micro-batches"
+            "GPipe or smaller micro-batches"
         )
     rounds = max(1, n_microbatches // pp)
     if not _single_stage(schedule) and n_microbatches % rounds:
@@ -154,8 +150,7 @@ def split_stage(
     if is_tied(model) and not (first and last):
         raise ValueError(
             "a tied model (output.weight is tok_embeddings.weight) cannot be split into pipeline "
-            "stages: "
-            "the first stage owns the embedding and the last the output"
+            "stages: the first stage owns the embedding and the last the output"
         )
     stage = copy.deepcopy(model)
     keep = {str(i) for i in layer_ids}
@@ -280,8 +275,7 @@ class Pipeline:
         return (
             f"pipeline {type(self.schedule).__name__.removeprefix('Schedule')}: "
             f"stage{'s' if len(self.stages) > 1 else ''} {held} of {n_stages}, "
-            f"{self.n_microbatches} "
-            "micro-batch(es) per local batch"
+            f"{self.n_microbatches} micro-batch(es) per local batch"
         )
 
     def _run(self, run, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:

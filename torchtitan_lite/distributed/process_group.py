@@ -87,8 +87,7 @@ def init_distributed(config: Any) -> DistInfo:
         if local_rank >= count:
             raise LaunchError(
                 f"local rank {local_rank} needs {kind} device {local_rank}, but this node has "
-                f"{count}; "
-                f"start at most {count} processes per node (NGPU={count})"
+                f"{count}; start at most {count} processes per node (NGPU={count})"
             )
         device = torch.device(kind, local_rank)
         torch.accelerator.set_device_index(local_rank)
