@@ -71,8 +71,7 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
         if not isinstance(placement, (Shard, _StridedShard, Replicate)):
             raise ValueError(
                 f"unsupported DTensor placement {placement}; only Shard, _StridedShard and "
-                "Replicate are supported "
-                "(initialize before making it Partial)"
+                "Replicate are supported (initialize before making it Partial)"
             )
     shape, offset = compute_local_shape_and_global_offset(
         tensor.shape, tensor.device_mesh, tensor.placements

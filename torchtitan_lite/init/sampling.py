@@ -141,8 +141,7 @@ def trunc_normal_(
         if isinstance(tensor, DTensor):
             raise ValueError(
                 "trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed "
-                "would "
-                "give every rank the same values (or depend on the world size)"
+                "would give every rank the same values (or depend on the world size)"
             )
         device = generator.device if generator is not None else "cpu"
         seed = torch.randint(

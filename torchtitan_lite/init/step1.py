@@ -132,14 +132,12 @@ class Step1Expectation:
                 f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: "
                 "cos(embedding, "
                 f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to "
-                "|e|^2 "
-                f"{self.embedding_norm_sq:.3g}"
+                f"|e|^2 {self.embedding_norm_sq:.3g}"
             )
             if self.repeat_rate > 0:
                 extra += (
                     f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, "
-                    "which lowers the "
-                    f"low end by {self.repeat_rate * self.self_logit:.3f}"
+                    f"which lowers the low end by {self.repeat_rate * self.self_logit:.3f}"
                 )
         return (
             f"terms of the expected step-1 loss: logit std {self.logit_std:.3g}{extra}; "
@@ -213,8 +211,7 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
         if norm_spec.kind not in ("ones", "constant"):
             raise ValueError(
                 f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the "
-                "formula "
-                "needs a constant fill (ones or constant)"
+                "formula needs a constant fill (ones or constant)"
             )
         gain = abs(norm_spec.value) if norm_spec.kind == "constant" else 1.0
     s = _effective_std(out_spec)
@@ -334,8 +331,7 @@ def check_step1_loss(
             f"step-1 loss {measured:.4f} is outside the {expected.span} expected from the init "
             "plan by more than "
             f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output "
-            "left at the "
-            f"embedding's std-1 init starts near dim nats)"
+            f"left at the embedding's std-1 init starts near dim nats)"
         )
     excess = expected.low - expected.ln_vocab
     if excess > max_excess:
