@@ -116,8 +116,7 @@ def _evaluate(argv: list[str]) -> int:
     loss = loss_sum / tokens
     print(
         f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, "
-        "perplexity "
-        f"{math.exp(loss):.2f}",
+        f"perplexity {math.exp(loss):.2f}",
         flush=True,
     )
     return 0

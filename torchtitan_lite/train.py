@@ -316,8 +316,7 @@ class Trainer:
             f"{info.backend}, world size {info.world_size}, "
             f"{layout_text(info.dims, config, self.loss_parallel)}; device "
             f"{info.device}, compute dtype "
-            f"{str(self.dtype).removeprefix('torch.')}, threads per rank "
-            f"{torch.get_num_threads()}",
+            f"{str(self.dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
         )
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         say.note(
@@ -336,8 +335,7 @@ class Trainer:
             "model",
             f"{model.name} flavor {model.flavor} on meta: "
             f"{self.n_params:,} parameters (tied embeddings: {tied}), "
-            f"vocab_size {self.args.vocab_size}, tokenizer vocab "
-            f"{self.tokenizer.vocab_size}",
+            f"vocab_size {self.args.vocab_size}, tokenizer vocab {self.tokenizer.vocab_size}",
         )
         return whole
 
@@ -903,8 +901,7 @@ class Trainer:
             self.metrics.log_text(
                 [
                     f"done: step {state.step} of {cfg.training.steps} in "
-                    f"{format_duration(time.perf_counter() - start)}; "
-                    f"run folder {self.run_folder}"
+                    f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"
                 ]
             )
         self.metrics.close()
@@ -929,8 +926,7 @@ class Trainer:
         if path is None:
             self.metrics.log_line(
                 f"checkpoint step {self.train_state.step}: writing in the "
-                f"background ({time.perf_counter() - begin:.1f} s of training "
-                "time)"
+                f"background ({time.perf_counter() - begin:.1f} s of training time)"
             )
         self._log_saved(path, time.perf_counter() - begin)
         return path

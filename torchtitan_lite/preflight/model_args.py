@@ -43,8 +43,7 @@ def resolve_model(config: JobConfig, sources: Sources) -> Any:
     if model.tie_embeddings is not None and "tie_embeddings" in model.overrides:
         raise ConfigError(
             f"{where(sources, 'model.tie_embeddings')}: also set as "
-            "model.overrides.tie_embeddings; "
-            "set it once"
+            "model.overrides.tie_embeddings; set it once"
         )
     if model.tie_embeddings is not None and "tie_embeddings" not in fields:
         raise ConfigError(

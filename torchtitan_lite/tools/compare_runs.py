@@ -320,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.assert_equal and failed:
         print(
             "error: --assert-equal: a run differs from run 0 beyond atol at a common step, or "
-            "shares no step with "
-            "it (see above)",
+            "shares no step with it (see above)",
             file=sys.stderr,
         )
         return 1

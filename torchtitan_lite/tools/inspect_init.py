@@ -231,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in full.parameters())
     print(
         f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, "
-        f"{args.n_layers} blocks, "
-        f"seed {config.training.seed}"
+        f"{args.n_layers} blocks, seed {config.training.seed}"
     )
     for line in _step1_lines(run, full, plan):
         print(line)
