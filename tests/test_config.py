@@ -174,8 +174,7 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: [parallelism] for world size 2 (NGPU x nodes): the world size 2 is not a "
         "multiple of "
         "data_parallel_replicate_degree 4 * tensor_parallel_degree 1 * pipeline_parallel_degree 1 "
-        "= 4; pick "
-        "degrees that divide it",
+        "= 4; pick degrees that divide it",
     ),
     "tp not dividing the kv heads": (
         "4",
@@ -191,8 +190,7 @@ IMPOSSIBLE_LAYOUTS = {
         "",
         ["--parallelism.tensor_parallel_degree=2", "--training.seq_len=255"],
         "config error: parallelism.tensor_parallel_degree (command line): 2 does not divide "
-        "training.seq_len 255 "
-        "(sequence parallelism splits the sequence); pick a multiple of 2 or "
+        "training.seq_len 255 (sequence parallelism splits the sequence); pick a multiple of 2 or "
         "--parallelism.enable_sequence_parallel=false",
     ),
     "expert parallelism on a dense model": (
@@ -200,8 +198,7 @@ IMPOSSIBLE_LAYOUTS = {
         "",
         ["--parallelism.expert_parallel_degree=2"],
         "config error: parallelism.expert_parallel_degree (command line): 2 needs a "
-        "mixture-of-experts model, but "
-        "qwen3 has no experts; set it to 1",
+        "mixture-of-experts model, but qwen3 has no experts; set it to 1",
     ),
     "ep not dividing the experts": (
         "3",
@@ -235,8 +232,7 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: parallelism.pipeline_parallel_degree (command line): 2 pipeline stages need "
         "untied embeddings "
         "(the first stage owns tok_embeddings, the last the output), but qwen3 flavor debug ties "
-        "them; use an untied "
-        "flavor or --model.tie_embeddings=false",
+        "them; use an untied flavor or --model.tie_embeddings=false",
     ),
     "fewer micro-batches than stages under 1F1B": (
         "2",
@@ -262,8 +258,7 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: parallelism.pipeline_parallel_layers_per_stage (command line) with "
         "pipeline_parallel_schedule "
         "1F1B: 4 stages on 2 ranks are 2 per rank but 1F1B runs one per rank; use Interleaved1F1B "
-        "or one stage per "
-        "rank",
+        "or one stage per rank",
     ),
     "hf export from pipeline stages": (
         "2",
@@ -304,8 +299,7 @@ IMPOSSIBLE_LAYOUTS = {
         "config error: parallelism.pipeline_parallel_split_points (command line) with "
         "pipeline_parallel_schedule 1F1B: "
         "pipeline_parallel_split_points [3, 1] must be increasing layer ids within 1..3 (the first "
-        "layer of each "
-        "stage after the first)",
+        "layer of each stage after the first)",
     ),
 }
 
@@ -498,8 +492,7 @@ def test_cross_field_rules(tmp_path):
     with pytest.raises(
         cfg.ConfigError,
         match=r"^lr_scheduler.warmup_steps \(command line\): 199 warmup steps \+ 2 "
-        r"decay steps .* exceed training.steps \(default\) 200; set "
-        r"warmup_steps <= 198,",
+        r"decay steps .* exceed training.steps \(default\) 200; set warmup_steps <= 198,",
     ):
         cfg.parse_args(["--lr_scheduler.warmup_steps=199", "--lr_scheduler.decay_ratio=0.01"])
     with pytest.raises(

@@ -118,8 +118,7 @@ KEY = r"parallelism.context_parallel_degree \(command line\): "
             None,
             KEY + r"each rank's 10 positions \(training.seq_len 20 / 2\) are not a multiple of "
             r"tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that "
-            r"is a "
-            r"multiple of 8$",
+            r"is a multiple of 8$",
         ),
         (
             [CP2, "--parallelism.pipeline_parallel_degree=2"],

@@ -332,8 +332,7 @@ def test_bad_prepared_folders_fail_preflight_with_one_line(toy_tokenizer, tmp_pa
     line = _preflight_error(tmp_path, capsys, arg)
     assert line == (
         f"config error: training.dataset_path: {good / prepared.TOKENS} is missing; prepare it "
-        "again with "
-        "python -m torchtitan_lite.data.prepare"
+        "again with python -m torchtitan_lite.data.prepare"
     )
     assert bundled.vocab_size == 2048
 
@@ -344,8 +343,7 @@ def test_bad_mixture_settings_fail_preflight(tmp_path, capsys):
     line = _preflight_error(tmp_path, capsys, paths, "--training.dataset_weights=1")
     assert line == (
         "config error: training.dataset_weights: 1 weights for 2 dataset_paths; give one weight "
-        "per path "
-        "(or none for equal weights)"
+        "per path (or none for equal weights)"
     )
     line = _preflight_error(tmp_path, capsys, paths, "--training.dataset_weights=1,0")
     assert line.startswith(
@@ -423,8 +421,7 @@ def test_prepare_says_its_worker_count_and_prints_a_line_per_ten_percent(
     assert lines[0] == (
         f"prepare: encoding in this process (default for {size / 2**20:,.1f} MiB on "
         f"{prepare.available_cpus()} CPU{'s' * (prepare.available_cpus() > 1)}: one worker per 16 "
-        "MiB, "
-        "none below 2; --workers N to choose)"
+        "MiB, none below 2; --workers N to choose)"
     )
     bars = [line for line in lines if line.startswith("preparing: ")]
     percents = [int(line.split()[1].rstrip("%")) for line in bars]

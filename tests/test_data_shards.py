@@ -126,8 +126,7 @@ def test_a_set_with_a_missing_shard_or_another_tokenizer_is_refused(
     assert prepare.main(["--verify", str(shards)]) == 2
     missing = (
         f"{shards} misses 1 of its 3 shards (shard-00001-of-00003 first); run prepare with "
-        "--num_shards 3 "
-        "--shard_index 1 (and each other missing index)"
+        "--num_shards 3 --shard_index 1 (and each other missing index)"
     )
     assert capsys.readouterr().err.strip() == f"prepare error: {missing}"
     line = tdp._preflight_error(
@@ -147,8 +146,7 @@ def test_a_set_with_a_missing_shard_or_another_tokenizer_is_refused(
     ) and err.endswith(
         f"shard-00000-of-00003 with {toy_tokenizer.path} (sha256 "
         f"{prepared.tokenizer_identity(toy_tokenizer)['sha256'][:12]}, eos 0); prepare every shard "
-        "with the same "
-        "--tokenizer"
+        "with the same --tokenizer"
     ), err
 
     shutil.rmtree(bundled)

@@ -141,8 +141,7 @@ def test_a_damaged_shard_exits_2_naming_it_and_load_step_resumes_the_older_one_b
     assert code == 2
     assert re.fullmatch(
         rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when "
-        r"it "
-        r"was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
+        r"it was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
         r"--checkpoint.load_step=2 \(complete: step-2\) or delete this folder",
         last_line(lines),
     )
@@ -406,8 +405,7 @@ def test_a_full_disk_during_a_save_says_so_keeps_the_last_checkpoint_and_it_resu
     assert any(
         re.search(
             rf"warning: [\d,]+ bytes free in {folder} but a checkpoint takes about [\d,]+ "
-            r"\(parameters "
-            r"and AdamW moments\): fewer than two fit",
+            r"\(parameters and AdamW moments\): fewer than two fit",
             line,
         )
         for line in lines
@@ -415,8 +413,7 @@ def test_a_full_disk_during_a_save_says_so_keeps_the_last_checkpoint_and_it_resu
     assert re.fullmatch(
         rf"error: no space left on device writing {folder}/step-4.tmp: [\d,]+ bytes needed, [\d,]+ "
         r"free; the last complete checkpoint step-2 is intact; free space or set checkpoint.folder "
-        r"to "
-        r"a larger disk, then run again to resume",
+        r"to a larger disk, then run again to resume",
         last_line(lines),
     )
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2"]
@@ -454,8 +451,7 @@ def test_a_full_disk_during_a_save_says_so_keeps_the_last_checkpoint_and_it_resu
             r"config error: memory: the model has [\d,]+ parameters and the run needs about "
             r"[\d,.]+ GiB \([\d,.]+ GiB "
             r"parameters, gradients and AdamW moments over 1 rank\(s\) \+ [\d,.]+ GiB "
-            r"activations\) of [\d,.]+ GiB host "
-            r"memory; use a smaller model, .*",
+            r"activations\) of [\d,.]+ GiB host memory; use a smaller model, .*",
         ),
     ],
 )
@@ -480,8 +476,7 @@ def test_an_empty_dump_folder_and_an_empty_config_file_exit_2_before_torchrun(da
     )
     assert code == 2 and lines == [
         f"config error: job.config_file: empty config file {empty}; remove CONFIG_FILE to "
-        "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
-        "[section] keys"
+        "train the defaults (train_configs/qwen3_debug.toml), or give the file some [section] keys"
     ]
     assert not (tmp_path / "out").exists()
 

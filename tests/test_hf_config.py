@@ -96,8 +96,7 @@ REFUSED = [
     (
         "Qwen3-0.6B",
         {"rope_scaling": {"type": "linear", "factor": 2.0}},
-        r"rope_scaling.rope_type = 'linear' is not "
-        r"supported by the qwen3 model",
+        r"rope_scaling.rope_type = 'linear' is not supported by the qwen3 model",
     ),
     ("Qwen3-0.6B", {"use_sliding_window": True}, r"use_sliding_window = True is not supported"),
     ("Qwen3-0.6B", {"attention_bias": True}, r"attention_bias = True is not supported"),
@@ -149,8 +148,7 @@ REFUSED = [
     (
         "DeepSeek-V3",
         {"max_position_embeddings": 4096},
-        r"original_max_position_embeddings = 4096 is not below "
-        r"max_position_embeddings = 4096",
+        r"original_max_position_embeddings = 4096 is not below max_position_embeddings = 4096",
     ),
     (
         "DeepSeek-V3",
@@ -175,14 +173,12 @@ REFUSED = [
     (
         "Llama-3.1-8B",
         {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-        r"rope_scaling.rope_type = 'dynamic' "
-        r"is not supported by the llama3 model",
+        r"rope_scaling.rope_type = 'dynamic' is not supported by the llama3 model",
     ),
     (
         "Llama-3.1-8B",
         {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-        r"config.json has no "
-        r"rope_scaling.low_freq_factor",
+        r"config.json has no rope_scaling.low_freq_factor",
     ),
     ("Llama-3.1-8B", {"mlp_bias": True}, r"mlp_bias = True is not supported"),
     ("Llama-3.1-8B", {"attention_bias": True}, r"attention_bias = True is not supported"),

@@ -29,8 +29,7 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
     assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
     assert (
         "expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; "
-        "init plan and "
-        "the step-1 batch; every term: the next line)\n"
+        "init plan and the step-1 batch; every term: the next line)\n"
         "terms of the expected step-1 loss: logit std 0.316, tied self-logit"
     ) in out
     # the trainer's range (docs/running.md), once
@@ -88,8 +87,7 @@ def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
     assert "layers.35.moe.experts.mlp1_weight" in out
     assert (
         "expected step-1 loss 12.7875 = ln V 12.2115 +0.5760 (one value: untied output; init plan; "
-        "every term: "
-        "the next line)\nterms of the expected step-1 loss: logit std"
+        "every term: the next line)\nterms of the expected step-1 loss: logit std"
     ) in out
 
 

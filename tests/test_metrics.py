@@ -52,8 +52,7 @@ def test_step_line_with_mfu_and_unknown_memory():
     )
     assert line == (
         "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu "
-        "31.25%  "
-        "mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
+        "31.25%  mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
     )
 
 

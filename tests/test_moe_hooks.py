@@ -93,8 +93,7 @@ def test_an_expert_without_tokens_for_dead_expert_steps_is_named_once_with_its_l
     idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 4, 0])}
     assert dead_expert_notes(10, idle, named) == (
         "warning: step  10  layers.1.moe: 2 of 4 experts (1, 2) received no tokens for "
-        f"{DEAD_EXPERT_STEPS} "
-        "steps; raise the load balancing (model.overrides.aux_loss_coeff)",
+        f"{DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)",
     )
     assert dead_expert_notes(11, idle, named) == ()  # named already
     idle = {
@@ -128,8 +127,7 @@ def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
     evens = ", ".join(str(e) for e in range(0, n, 2))
     assert notes == tuple(
         f"warning: step {DEAD_EXPERT_STEPS:>3}  {name}: {len(range(0, n, 2))} of {n} experts "
-        f"({evens}) received no "
-        f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing "
+        f"({evens}) received no tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing "
         "(model.overrides.aux_loss_coeff)"
         for name in layers
     )

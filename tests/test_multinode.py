@@ -263,16 +263,14 @@ def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_leavin
     assert all(code == 1 for code, _ in results), [lines[-5:] for _, lines in results]
     assert re.fullmatch(
         r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the "
-        r"last "
-        r"complete checkpoint is kept",
+        r"last complete checkpoint is kept",
         results[1][1][-1],
     ), results[1][1][-5:]
     assert re.fullmatch(
         r"error: training failed \(torchrun exit status 1\): a worker on another node failed or "
         r"was "
         r"killed \(rank \d here lost its connection to it; that node's last line names it\); the "
-        r"last "
-        r"complete checkpoint is kept",
+        r"last complete checkpoint is kept",
         results[0][1][-1],
     ), results[0][1][-5:]
     assert not alive(tree)
@@ -288,8 +286,7 @@ def test_a_node_with_another_config_and_code_is_refused_before_training_naming_b
         f"{socket.gethostname()}) differ from rank 0 (host {socket.gethostname()}) in "
         "training.seed 7 "
         "(rank 0: 42); code files torchtitan_lite/components/loss.py; start every node with the "
-        "same "
-        "CONFIG_FILE, overrides and code version"
+        "same CONFIG_FILE, overrides and code version"
     )
     assert [(code, last_line(lines)) for code, lines in results] == [(2, expected), (2, expected)]
     assert not (tmp_path / "out" / "checkpoint").exists()

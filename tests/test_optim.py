@@ -259,8 +259,7 @@ def test_warmup_longer_than_the_steps_before_decay_is_clipped_and_the_decay_kept
     ]
     assert warmup_clipped_line(warmup_steps=20, steps=20, decay_ratio=0.3) == (
         "lr schedule: warming up for 14 steps, not lr_scheduler.warmup_steps 20, so that the "
-        "warmup and the 6 decay "
-        "steps (lr_scheduler.decay_ratio 0.3) fit in training.steps 20"
+        "warmup and the 6 decay steps (lr_scheduler.decay_ratio 0.3) fit in training.steps 20"
     )
     assert warmup_clipped_line(warmup_steps=20, steps=400, decay_ratio=0.3) is None
     assert warmup_clipped_line(warmup_steps=5, steps=2, decay_ratio=0.3).startswith(

@@ -46,8 +46,7 @@ def test_start_up_prints_each_phase_with_its_seconds_then_the_run_folder(tmp_pat
     # 32
     assert by_phase["data"].endswith(
         f"dataset_path {data}: 1 document, 35,094 tokens; train 34,743 tokens = 1,085 windows of "
-        "32, "
-        "4 steps x 2 windows = 0.00737 epochs; no validation"
+        "32, 4 steps x 2 windows = 0.00737 epochs; no validation"
     )
     res = trainer.init_result
     assert KERNELS.sub("", by_phase["init"]).endswith(
@@ -83,8 +82,7 @@ def test_saves_print_step_folder_size_and_seconds_and_a_resume_says_where_it_res
     ]
     assert re.fullmatch(
         r"checkpoint saved: \S+step-4 "
-        rf"\({re.escape(format_bytes(folder_bytes(folder / 'step-4')))}\)"
-        r" in \d+\.\d s",
+        rf"\({re.escape(format_bytes(folder_bytes(folder / 'step-4')))}\) in \d+\.\d s",
         saved[1],
     )
     trainer, lines = run(tmp_path, capsys, "--training.steps=6", "--lr_scheduler.warmup_steps=0")

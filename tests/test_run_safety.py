@@ -348,8 +348,7 @@ def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked
         "warning: resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, "
         "training.steps 2 -> 4; this run's values apply except the LR schedule, which continues as "
         "saved (optimizer.lr 0.003, training.steps 2): pass --checkpoint.reset_lr_schedule to "
-        "follow "
-        "this run's from step 2"
+        "follow this run's from step 2"
     ]
     assert lr == 0.003 * wsd_lr_factor(3, **shape) and schedule == saved
     lines, lr, schedule = _resume(
@@ -409,8 +408,7 @@ def test_fit_problem_errors_when_clearly_impossible_and_warns_when_tight():
     level, text = fit_problem(MemoryEstimate(1 * GIB, 20 * GIB), ranks_sharing=1, **kw)
     assert level == "error" and text.startswith(
         "the run needs about 21.0 GiB (1.0 GiB parameters, gradients and AdamW moments over 1 "
-        "rank(s) + 20.0 GiB "
-        "activations) of 10.0 GiB host memory"
+        "rank(s) + 20.0 GiB activations) of 10.0 GiB host memory"
     )
 
 
@@ -514,7 +512,6 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
         running.release()
     assert re.fullmatch(
         rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when "
-        r"it "
-        r"was saved .*: the file is corrupt; delete this folder to start fresh .*",
+        r"it was saved .*: the file is corrupt; delete this folder to start fresh .*",
         capsys.readouterr().err.strip().splitlines()[-1],
     )
