@@ -118,8 +118,7 @@ def main() -> None:
         if options.seqlens:
             print(
                 f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, "
-                f"head_dim {HEAD_DIM}, "
-                "fp32 CPU, 1 thread"
+                f"head_dim {HEAD_DIM}, fp32 CPU, 1 thread"
             )
             print(
                 f"{'case':8} {'S':>6}  "

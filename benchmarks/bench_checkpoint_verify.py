@@ -74,8 +74,7 @@ def main() -> None:
             blake = seconds(blake2b, handle.name, opts.reps, cache == "cold") / gib
             print(
                 f"{cache:>4} page cache: read {read:.3f} s/GiB, xxh3_128 {xxh:.3f} s/GiB "
-                f"({xxh / read:.2f}x read), "
-                f"blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)"
+                f"({xxh / read:.2f}x read), blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)"
             )
 
 

@@ -50,8 +50,7 @@ def main() -> None:
             e, f = statistics.median(early), statistics.median(full)
             print(
                 f"{name:13s} keys and types first {e:.2f} s, after the torch import {f:.2f} s: "
-                f"{f / e:.1f}x faster "
-                f"(median of {reps})",
+                f"{f / e:.1f}x faster (median of {reps})",
                 flush=True,
             )
 

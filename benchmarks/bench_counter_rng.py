@@ -217,8 +217,7 @@ def main() -> None:
     ]
     print(
         f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over "
-        f"{args.reps} "
-        "back-to-back pairs with normal_"
+        f"{args.reps} back-to-back pairs with normal_"
     )
     print(f"{'part (compiled)':<38} {'compile s':>9} {'ms':>7} {'ns/elem':>8} {'x normal_':>10}")
     for label, fn, fn_args in cases:
@@ -233,8 +232,7 @@ def main() -> None:
     value_a, accept_a, value_b, accept_b = ziggurat_first_pass(0, 1, 2, widths, ratios)
     print(
         f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left "
-        "to a later pass "
-        "at +-2 sigma"
+        "to a later pass at +-2 sigma"
     )
     out = torch.empty(N)
     torch.set_num_threads(1)

@@ -103,8 +103,7 @@ def run(cli: argparse.Namespace) -> None:
         worst = max(range(cli.steps), key=gaps.__getitem__)
         print(
             f"  {recipe:<19} max |gap| {gaps[worst]:.4f} at step {worst + 1}, last step "
-            f"{gaps[-1]:.4f} "
-            f"(loss {got[-1]:.4f}; {seconds:.0f} s)",
+            f"{gaps[-1]:.4f} (loss {got[-1]:.4f}; {seconds:.0f} s)",
             flush=True,
         )
 

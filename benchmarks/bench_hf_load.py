@@ -163,8 +163,7 @@ def main() -> None:
                 print(f"{mode:>5} {ranks} rank(s): {per_rank}")
         print(
             f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on "
-            "1 rank, "
-            f"{rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
+            f"1 rank, {rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
             f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: "
             f"{rss['whole', 2] / rss['whole', 1]:.2f}"
         )

@@ -176,8 +176,7 @@ def main() -> None:
         )
         print(
             f"{label:<20} {t_torch * 1e3:>9.1f} {t_keyed * 1e3:>9.1f} {t_eager * 1e3:>9.1f} "
-            f"{r_torch:>14.2f} "
-            f"{r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}"
+            f"{r_torch:>14.2f} {r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}"
         )
 
     with torch.device("meta"):
@@ -196,13 +195,11 @@ def main() -> None:
     )
     print(
         f"whole model (12 layers, dim 768, vocab 32000, {numel / 1e6:.0f}M params, on meta then "
-        "CPU): "
-        f"init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_"
+        f"CPU): init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_"
     )
     print(
         f"build/compile: {draw.compile_seconds():.1f} s in all (native kernels built in this "
-        "process, first calls "
-        "of compiled kernels; not in the ratios)"
+        "process, first calls of compiled kernels; not in the ratios)"
     )
 
 

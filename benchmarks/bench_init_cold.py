@@ -104,8 +104,7 @@ def main() -> None:
     for label, seconds, build in (("fresh machine", cold, cold_build), ("warm", warm, warm_build)):
         print(
             f"init phase, {label}: {seconds:.2f} s = {seconds / fill:.2f}x the fill (kernels built "
-            "in "
-            f"{build:.2f} s)"
+            f"in {build:.2f} s)"
         )
 
 

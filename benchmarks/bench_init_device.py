@@ -74,10 +74,8 @@ def main() -> int:
     init_s, fill_s = sorted(times)[len(times) // 2], sorted(fills)[len(fills) // 2]
     print(
         f"{opts.config}: {numel:,} parameters; init on {opts.device}: {init_s:.3f} s (first call "
-        f"{first:.2f} s, of "
-        f"which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio "
-        f"{init_s / fill_s:.2f}; on cpu "
-        f"{cpu_s:.2f} s"
+        f"{first:.2f} s, of which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio "
+        f"{init_s / fill_s:.2f}; on cpu {cpu_s:.2f} s"
     )
     print(
         f"fingerprint on {opts.device} {on_device}, on cpu {on_cpu}: "

@@ -211,8 +211,7 @@ def report(opts: argparse.Namespace) -> None:
     budget = int(opts.max_shard_gib * 2**30 // 4)
     header = (
         f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} "
-        f"{'materialize s':>13} "
-        f"{'init s':>8} {'ns/element':>10}"
+        f"{'materialize s':>13} {'init s':>8} {'ns/element':>10}"
     )
     print(header)
     print("-" * len(header))

@@ -167,14 +167,12 @@ def main() -> None:
             f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} "
             "micro-batches), "
             f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} "
-            "warmup; "
-            f"compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks "
+            f"warmup; compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks "
             "(compiled)"
         )
         print(
             f"{'activation ckpt':<16}{'compile':>8}{'tokens/s':>10}{'ratio':>7}"
-            f"{'kept MiB':>10}{'ratio':>7}"
-            f"{'peak MiB':>10}{'ratio':>7}"
+            f"{'kept MiB':>10}{'ratio':>7}{'peak MiB':>10}{'ratio':>7}"
         )
         for name, comp, speed, kept, peak in rows:
             mark = "*" if comp == "on" else " "
@@ -185,8 +183,7 @@ def main() -> None:
             )
             print(
                 f"{name:<16}{comp:>8}{speed:>10,.0f}{speed / ref_speed:>7.2f}"
-                f"{kept / 2**20:>9.1f}{mark}"
-                f"{kept / ref_kept:>7.2f}{peak_cells}"
+                f"{kept / 2**20:>9.1f}{mark}{kept / ref_kept:>7.2f}{peak_cells}"
             )
         trainer.metrics.close()
         torch.distributed.destroy_process_group()

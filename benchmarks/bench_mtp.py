@@ -95,8 +95,7 @@ def main() -> None:
     (t0, p0, a0), (t1, p1, a1) = results["off"], results["mtp1"]
     print(
         f"mtp1 / off: step time {t1 / t0:.3f}x, parameters {p1 / p0:.3f}x, activation peak "
-        f"{a1 / a0:.3f}x "
-        f"({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})"
+        f"{a1 / a0:.3f}x ({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})"
     )
 
 

@@ -176,8 +176,7 @@ def report(opts: argparse.Namespace) -> None:
         )
     header = (
         f"{'setting':<44} {'optimizer':<6} {'params/rank':>12} {'step s':>8} {'ratio':>6} "
-        f"{'state GiB':>10} "
-        f"{'peak+ GiB':>10} {'NS mats':>8} {'a2a MiB':>8}"
+        f"{'state GiB':>10} {'peak+ GiB':>10} {'NS mats':>8} {'a2a MiB':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -199,8 +198,7 @@ def report(opts: argparse.Namespace) -> None:
                 f"{name:<44} {optimizer:<6} {m['params']:>12,} {m['step_s']:>8.3f} "
                 f"{m['step_s'] / base:>6.2f} "
                 f"{_gib(m['state_bytes']):>10} {_gib(m['peak_growth_bytes']):>10} "
-                f"{m['owned_matrices']:>8} "
-                f"{m['sent_bytes'] / 2**20:>8.1f}",
+                f"{m['owned_matrices']:>8} {m['sent_bytes'] / 2**20:>8.1f}",
                 flush=True,
             )
     print(

@@ -126,8 +126,7 @@ def main() -> None:
         a2a = f" {all_to_all_bytes(ranks, layout, opts.seq_len) / 1e6:>16.1f}" if moe else ""
         print(
             f"{name:>28} {ranks:>5} {tps:>10,.0f} {total:>11,.0f} {mem:>7.2f} "
-            f"{total / base[0]:>7.2f} "
-            f"{mem / base[1]:>6.2f}{a2a}",
+            f"{total / base[0]:>7.2f} {mem / base[1]:>6.2f}{a2a}",
             flush=True,
         )
         print(f"      command: {' '.join(command)}")

@@ -28,8 +28,7 @@ def load_line(
     if one > n_cores:
         line += (
             f"; warning: the load exceeds the {n_cores} cores: other processes compete with the "
-            "benchmark, its "
-            "timings and ratios are not reliable"
+            "benchmark, its timings and ratios are not reliable"
         )
     return line
 
