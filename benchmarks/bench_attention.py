@@ -1,16 +1,18 @@
-"""Benchmark (not a test): time and peak memory of one attention layer's forward + backward per backend, side by side
-with the dense reference, and tokens/s of greedy decoding with and without the KV cache.
+"""Benchmark (not a test): time and peak memory of one attention layer's forward + backward per
+backend, side by side with the dense reference, and tokens/s of greedy decoding with and without the
+KV cache.
 
-Attention shapes are the GPT-OSS debug model's (4 query heads, 2 key/value heads, head_dim 64, batch 1, fp32 on
-CPU): ``sliding`` = GPT-OSS's even layers (128-key window + sinks), ``full`` = its odd layers (sinks), ``plain`` =
-Qwen3-style causal attention (no sinks). Backends: ``reference`` (dense ``(S, S + 1)`` mask through SDPA),
-``blockwise`` (``models/common/blockwise.py``), ``sdpa`` (``is_causal``; with sinks the sink folded in as the first key,
-``models/common/sink_attention.py``). Each measurement runs in its own
-process: ``peak`` is that process's peak RSS above its RSS once the inputs exist (``ru_maxrss``), so it counts
-every transient of forward and backward. The reference is skipped at a length where its peak, extrapolated as
+Attention shapes are the GPT-OSS debug model's (4 query heads, 2 key/value heads, head_dim 64, batch
+1, fp32 on CPU): ``sliding`` = GPT-OSS's even layers (128-key window + sinks), ``full`` = its odd
+layers (sinks), ``plain`` = Qwen3-style causal attention (no sinks). Backends: ``reference`` (dense
+``(S, S + 1)`` mask through SDPA), ``blockwise`` (``models/common/blockwise.py``), ``sdpa``
+(``is_causal``; with sinks the sink folded in as the first key,
+``models/common/sink_attention.py``). Each measurement runs in its own process: ``peak`` is that
+process's peak RSS above its RSS once the inputs exist (``ru_maxrss``), so it counts every transient
+of forward and backward. The reference is skipped at a length where its peak, extrapolated as
 ``S^2`` from the previous length, would exceed ``--ref-limit-gib``.
 
-    python benchmarks/bench_attention.py                       # S = 1k, 4k, 16k, 32k; decoding of 256 tokens
+    python benchmarks/bench_attention.py              # S = 1k, 4k, 16k, 32k; decoding of 256 tokens
     python benchmarks/bench_attention.py --seqlens 1024 4096
     python benchmarks/bench_attention.py --seqlens              # decoding only
 """
@@ -52,7 +54,8 @@ def rss_bytes() -> int:
 
 
 def measure(case: str, backend: str, seqlen: int) -> dict:
-    """One forward + backward (after one warm-up at ``seqlen <= 4096``) in this process: seconds and peak bytes."""
+    """One forward + backward (after one warm-up at ``seqlen <= 4096``) in this process: seconds and
+    peak bytes."""
     from torchtitan_lite.models.common.attention_backends import attention
 
     window, with_sinks = CASES[case]
@@ -80,11 +83,11 @@ def measure(case: str, backend: str, seqlen: int) -> dict:
 
 
 def decode_tokens_per_s(new_tokens: int) -> tuple[float, float]:
-    """Greedy tokens/s of the Qwen3 debug model (random init) for ``new_tokens`` after an 8-token prompt, with and
-    without the KV cache."""
-    from torchtitan_lite.models import get_model_spec
+    """Greedy tokens/s of the Qwen3 debug model (random init) for ``new_tokens`` after an 8-token
+    prompt, with and without the KV cache."""
     from torchtitan_lite.components.generation import generate
     from torchtitan_lite.init.apply import init_weights, materialize
+    from torchtitan_lite.models import get_model_spec
 
     spec = get_model_spec("qwen3")
     args = spec.flavors["debug"]
@@ -116,8 +119,8 @@ def main() -> None:
     with reported_load():
         if options.seqlens:
             print(
-                f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, head_dim {HEAD_DIM}, "
-                "fp32 CPU, 1 thread"
+                f"one attention layer fwd+bwd, bs 1, {N_HEADS} heads / {N_KV_HEADS} kv heads, "
+                f"head_dim {HEAD_DIM}, fp32 CPU, 1 thread"
             )
             print(
                 f"{'case':8} {'S':>6}  "
@@ -160,11 +163,15 @@ def main() -> None:
                 ratio = ""
                 if ref_name in results:
                     ref, new = results[ref_name], results[name]
-                    ratio = f"  {ref['seconds'] / new['seconds']:7.1f}x  {ref['peak'] / max(new['peak'], 1):11.1f}x"
+                    ratio = (
+                        f"  {ref['seconds'] / new['seconds']:7.1f}x  "
+                        f"{ref['peak'] / max(new['peak'], 1):11.1f}x"
+                    )
                 print(f"{case:8} {seqlen:6}  {cells[0]}  {cells[1]} ({name}){ratio}", flush=True)
         cached, recompute = decode_tokens_per_s(options.decode_tokens)
         print(
-            f"decoding {options.decode_tokens} new tokens (qwen3 debug, greedy): {cached:.1f} tokens/s with the KV "
+            f"decoding {options.decode_tokens} new tokens (qwen3 debug, greedy): {cached:.1f} "
+            "tokens/s with the KV "
             f"cache, {recompute:.1f} tokens/s recomputing ({cached / recompute:.1f}x)"
         )
 

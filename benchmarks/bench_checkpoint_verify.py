@@ -1,11 +1,13 @@
 """Benchmark of checkpoint verification (not a test): seconds per GiB of
-:func:`torchtitan_lite.components.checkpoint.integrity.file_digest` (XXH3-128 over 8 MiB reads), the cost that
-``Checkpointer.finish`` adds to a save (the files just written, in the page cache) and that loading adds per rank
-(each rank reads its share of the files; cold when the checkpoint is not in the page cache). Side by side:
-``hashlib.blake2b`` over the same reads, and a plain read, which bounds any checksum on a cold file.
+:func:`torchtitan_lite.components.checkpoint.integrity.file_digest` (XXH3-128 over 8 MiB reads), the
+cost that ``Checkpointer.finish`` adds to a save (the files just written, in the page cache) and
+that loading adds per rank (each rank reads its share of the files; cold when the checkpoint is not
+in the page cache). Side by side: ``hashlib.blake2b`` over the same reads, and a plain read, which
+bounds any checksum on a cold file.
 
-Usage: ``python benchmarks/bench_checkpoint_verify.py [--gib 1] [--reps 3] [--folder /tmp]`` from the repo root.
-"Cold" evicts the file's pages with ``posix_fadvise(DONTNEED)`` before each read (this file only).
+Usage: ``python benchmarks/bench_checkpoint_verify.py [--gib 1] [--reps 3] [--folder /tmp]`` from
+the repo root. "Cold" evicts the file's pages with ``posix_fadvise(DONTNEED)`` before each read
+(this file only).
 """
 
 import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
@@ -74,8 +76,8 @@ def main() -> None:
             xxh = seconds(file_digest, handle.name, opts.reps, cache == "cold") / gib
             blake = seconds(blake2b, handle.name, opts.reps, cache == "cold") / gib
             print(
-                f"{cache:>4} page cache: read {read:.3f} s/GiB, xxh3_128 {xxh:.3f} s/GiB ({xxh / read:.2f}x read), "
-                f"blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)"
+                f"{cache:>4} page cache: read {read:.3f} s/GiB, xxh3_128 {xxh:.3f} s/GiB "
+                f"({xxh / read:.2f}x read), blake2b {blake:.3f} s/GiB ({blake / xxh:.1f}x xxh3_128)"
             )
 
 

@@ -1,9 +1,11 @@
-"""Benchmark of a config error's cost (not a test): wall seconds from starting ``python -m torchtitan_lite.preflight``
-with an unknown key, a value of the wrong type and a missing config file to its one ``config error:`` line, against
-the same errors found after importing the full checks (``preflight/checks.py``, which imports torch), the path every
-error took before ``preflight/__main__.py`` checked keys and types first.
+"""Benchmark of a config error's cost (not a test): wall seconds from starting
+``python -m torchtitan_lite.preflight`` with an unknown key, a value of the wrong type and a missing
+config file to its one ``config error:`` line, against the same errors found after importing the
+full checks (``preflight/checks.py``, which imports torch), the path every error took before
+``preflight/__main__.py`` checked keys and types first.
 
-Usage: ``python benchmarks/bench_config_error.py [--reps 5]`` from the repo root; the two are run alternately.
+Usage: ``python benchmarks/bench_config_error.py [--reps 5]`` from the repo root; the two are run
+alternately.
 """
 
 import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
@@ -22,7 +24,10 @@ ERRORS = {
     "bad type": ["--training.steps=abc"],
     "missing file": ["--job.config_file=no_such.toml"],
 }
-FULL_CHECKS = "import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; load_run_or_exit(sys.argv[1:])"
+FULL_CHECKS = (
+    "import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; "
+    "load_run_or_exit(sys.argv[1:])"
+)
 
 
 def seconds(command: list[str]) -> float:
@@ -47,8 +52,8 @@ def main() -> None:
                 full.append(seconds([sys.executable, "-c", FULL_CHECKS, *args]))
             e, f = statistics.median(early), statistics.median(full)
             print(
-                f"{name:13s} keys and types first {e:.2f} s, after the torch import {f:.2f} s: {f / e:.1f}x faster "
-                f"(median of {reps})",
+                f"{name:13s} keys and types first {e:.2f} s, after the torch import {f:.2f} s: "
+                f"{f / e:.1f}x faster (median of {reps})",
                 flush=True,
             )
 

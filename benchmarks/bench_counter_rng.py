@@ -1,24 +1,26 @@
-"""Benchmark of a counter-based normal generator's parts against ``tensor.normal_`` (not a test; issue 22's
-feasibility record).
+"""Benchmark of a counter-based normal generator's parts against ``tensor.normal_`` (not a test;
+issue 22's feasibility record).
 
-Issue 22 asks for keyed init values that are a function of (key, global element index) through a counter-based
-generator, evaluated with ``torch.compile`` at most 1.2x ``normal_`` per element at 1 thread. This measures the
-recipe the issue names, in plain torch integer ops compiled by inductor (static shapes, one 1M-element chunk):
-Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) at the pair index
-``i // 2`` of the elements, two 52-bit uniforms from its four 32-bit words (bit-cast into float64), and
-Box-Muller in float64 rounded to float32 (``r cos t`` for one element of the pair, ``r sin t`` for the other).
-Each part is timed alone and the whole in one kernel; then the first pass of a ziggurat on the same words (Marsaglia
-& Tsang, "The ziggurat method for generating random variables", J. Stat. Softw. 5(8), 2000: 128 layers and a sign
-bit, 64 bits per element; the pass that accepts the candidates inside their layer's rectangle and the +-2 sigma
-bounds, leaving the rest to a later pass). Last, the same Philox words and ziggurat first pass as a C++ loop
-(``torch.utils.cpp_extension.load_inline``, ``-O3 -march=native``, vectorized by the compiler with 256-bit and with
-512-bit vectors where the CPU has them), the kind of kernel torch ops cannot express, checked equal to the torch
-version. Ratios are medians of back-to-back pairs with ``normal_`` on the same number of float32 elements, 1 thread
-for the C++ loop. Compile seconds are reported separately (the first call; inductor's cache may hold the kernel
+Issue 22 asks for keyed init values that are a function of (key, global element index) through a
+counter-based generator, evaluated with ``torch.compile`` at most 1.2x ``normal_`` per element at 1
+thread. This measures the recipe the issue names, in plain torch integer ops compiled by inductor
+(static shapes, one 1M-element chunk): Philox4x32-10 (Salmon et al., "Parallel random numbers: as
+easy as 1, 2, 3", SC 2011) at the pair index ``i // 2`` of the elements, two 52-bit uniforms from
+its four 32-bit words (bit-cast into float64), and Box-Muller in float64 rounded to float32
+(``r cos t`` for one element of the pair, ``r sin t`` for the other). Each part is timed alone and
+the whole in one kernel; then the first pass of a ziggurat on the same words (Marsaglia & Tsang,
+"The ziggurat method for generating random variables", J. Stat. Softw. 5(8), 2000: 128 layers and a
+sign bit, 64 bits per element; the pass that accepts the candidates inside their layer's rectangle
+and the +-2 sigma bounds, leaving the rest to a later pass). Last, the same Philox words and
+ziggurat first pass as a C++ loop (``torch.utils.cpp_extension.load_inline``, ``-O3 -march=native``,
+vectorized by the compiler with 256-bit and with 512-bit vectors where the CPU has them), the kind
+of kernel torch ops cannot express, checked equal to the torch version. Ratios are medians of
+back-to-back pairs with ``normal_`` on the same number of float32 elements, 1 thread for the C++
+loop. Compile seconds are reported separately (the first call; inductor's cache may hold the kernel
 already).
 
-Usage: ``python benchmarks/bench_counter_rng.py [--reps 20] [--threads 1]`` from the repo root (needs a C++
-compiler).
+Usage: ``python benchmarks/bench_counter_rng.py [--reps 20] [--threads 1]`` from the repo root
+(needs a C++ compiler).
 """
 
 import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
@@ -37,11 +39,13 @@ PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 MASK32 = 0xFFFFFFFF
 EXPONENT_52 = 0x4330000000000000
-"""The bits of the float64 2**52: OR-ing a 52-bit integer into its mantissa gives 2**52 + that integer exactly."""
+"""The bits of the float64 2**52: OR-ing a 52-bit integer into its mantissa gives 2**52 + that
+integer exactly."""
 
 
 def philox(c0, c1, c2, c3, k0: int, k1: int, rounds: int = 10):
-    """Philox4x32 on int64 tensors holding 32-bit words: the four output words, each int64 in ``[0, 2**32)``."""
+    """Philox4x32 on int64 tensors holding 32-bit words: the four output words, each int64 in
+    ``[0, 2**32)``."""
     for _ in range(rounds):
         p0, p1 = c0 * PHILOX_M[0], c2 * PHILOX_M[1]
         c0, c1, c2, c3 = (
@@ -74,12 +78,13 @@ def box_muller(u1, u2):
 
 
 ZIGGURAT_R, ZIGGURAT_V = 3.442619855899, 9.91256303526217e-3
-"""The 128-layer ziggurat's rightmost layer edge and layer area for ``exp(-x^2 / 2)`` (Marsaglia & Tsang 2000)."""
+"""The 128-layer ziggurat's rightmost layer edge and layer area for ``exp(-x^2 / 2)`` (Marsaglia &
+Tsang 2000)."""
 
 
 def ziggurat_tables() -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x, ratio)``: float64 ``(128,)`` layer widths (``x[0]`` the base strip's ``V / f(R)``) and ``x[i + 1] / x[i]``,
-    the share of layer ``i`` inside the curve's rectangle (``x[128] = 0``)."""
+    """``(x, ratio)``: float64 ``(128,)`` layer widths (``x[0]`` the base strip's ``V / f(R)``) and
+    ``x[i + 1] / x[i]``, the share of layer ``i`` inside the curve's rectangle (``x[128] = 0``)."""
     f = lambda x: math.exp(-0.5 * x * x)  # noqa: E731
     x = [ZIGGURAT_V / f(ZIGGURAT_R), ZIGGURAT_R]
     for i in range(1, 127):
@@ -91,7 +96,8 @@ def ziggurat_tables() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def ziggurat_element(hi, lo, widths, ratios, bound: float):
-    """One element from two words: layer (7 bits), sign (1 bit), a 52-bit uniform; ``(float32 value, accepted)``."""
+    """One element from two words: layer (7 bits), sign (1 bit), a 52-bit uniform;
+    ``(float32 value, accepted)``."""
     layer = hi & 127
     u = uniform52(hi >> 12, lo)
     value = torch.where((hi >> 7) & 1 == 1, -u * widths[layer], u * widths[layer]).float()
@@ -112,11 +118,13 @@ CPP_SOURCE = r"""
 #include <cmath>
 #include <cstdint>
 
-// Philox4x32-10 at pair indices start .. start + numel / 2 - 1 (attempt 0); with words_only the four words are
-// XOR-folded into out[pair - start], else out[2 pair + h] is the ziggurat's first-pass value of element h of the pair, or
-// NaN where a later pass must redo it. Returns the number of NaNs.
-int64_t philox_ziggurat(torch::Tensor out, int64_t start, int64_t k0, int64_t k1, torch::Tensor widths,
-                        torch::Tensor ratios, double bound, bool words_only) {
+// Philox4x32-10 at pair indices start .. start + numel / 2 - 1 (attempt 0); with words_only the
+// four words are XOR-folded into out[pair - start], else out[2 pair + h] is the ziggurat's
+// first-pass value of element h of the pair, or NaN where a later pass must redo it. Returns the
+// number of NaNs.
+int64_t philox_ziggurat(torch::Tensor out, int64_t start, int64_t k0, int64_t k1,
+                        torch::Tensor widths, torch::Tensor ratios, double bound,
+                        bool words_only) {
   float* o = out.data_ptr<float>();
   const double* X = widths.data_ptr<double>();
   const double* R = ratios.data_ptr<double>();
@@ -128,7 +136,8 @@ int64_t philox_ziggurat(torch::Tensor out, int64_t start, int64_t k0, int64_t k1
     #pragma omp simd
     for (int64_t j = 0; j < m; ++j) {
       const uint64_t pair = (uint64_t)(start + b + j);
-      uint32_t c0 = (uint32_t)pair, c1 = (uint32_t)(pair >> 32), c2 = 0, c3 = 0, a = (uint32_t)k0, c = (uint32_t)k1;
+      uint32_t c0 = (uint32_t)pair, c1 = (uint32_t)(pair >> 32), c2 = 0, c3 = 0;
+      uint32_t a = (uint32_t)k0, c = (uint32_t)k1;
       for (int r = 0; r < 10; ++r) {
         const uint64_t p0 = (uint64_t)c0 * 0xD2511F53u, p1 = (uint64_t)c2 * 0xCD9E8D57u;
         const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ a, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ c;
@@ -141,7 +150,8 @@ int64_t philox_ziggurat(torch::Tensor out, int64_t start, int64_t k0, int64_t k1
       continue;
     }
     #pragma omp simd reduction(+:redo)
-    for (int64_t j = 0; j < 2 * m; ++j) {  // no const locals here: with them GCC 12 vectorizes 2x slower code
+    // no const locals in this loop: with them GCC 12 vectorizes 2x slower code
+    for (int64_t j = 0; j < 2 * m; ++j) {
       uint32_t hi = (j & 1) ? w2[j >> 1] : w0[j >> 1], lo = (j & 1) ? w3[j >> 1] : w1[j >> 1];
       uint32_t layer = hi & 127;
       double u = ((double)(int64_t)(((uint64_t)(hi >> 12) << 32) | lo) + 0.5) * 0x1p-52;
@@ -158,7 +168,8 @@ int64_t philox_ziggurat(torch::Tensor out, int64_t start, int64_t k0, int64_t k1
 
 
 def cpp_kernel(width: int):
-    """:data:`CPP_SOURCE` built with ``width``-bit vectors preferred (the build is cached under a name per width)."""
+    """:data:`CPP_SOURCE` built with ``width``-bit vectors preferred (the build is cached under a
+    name per width)."""
     from torch.utils.cpp_extension import load_inline
 
     flags = ["-O3", "-march=native", "-fopenmp-simd", f"-mprefer-vector-width={width}"]
@@ -171,7 +182,8 @@ def cpp_kernel(width: int):
 
 
 def words_only(start: int, k0: int, k1: int):
-    """The words XOR-folded into one int32 per pair: the generator's cost without storing 16 bytes per pair."""
+    """The words XOR-folded into one int32 per pair: the generator's cost without storing 16 bytes
+    per pair."""
     w0, w1, w2, w3 = words(start, k0, k1)
     return (w0 ^ w1 ^ w2 ^ w3).to(torch.int32)
 
@@ -207,23 +219,23 @@ def main() -> None:
         ),
     ]
     print(
-        f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over {args.reps} "
-        "back-to-back pairs with normal_"
+        f"{N:,} float32 elements per call, {args.threads} thread(s); ratios: medians over "
+        f"{args.reps} back-to-back pairs with normal_"
     )
     print(f"{'part (compiled)':<38} {'compile s':>9} {'ms':>7} {'ns/elem':>8} {'x normal_':>10}")
     for label, fn, fn_args in cases:
         begin = time.perf_counter()
         fn(*fn_args)
         compile_s = time.perf_counter() - begin
-        t, ratio = median_ratio(lambda: fn(*fn_args), base, args.reps)
+        t, ratio = median_ratio(lambda fn=fn, fn_args=fn_args: fn(*fn_args), base, args.reps)
         print(f"{label:<38} {compile_s:>9.1f} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
     t, ratio = median_ratio(lambda: normals(0, 1, 2), base, max(1, args.reps // 5))
     print(f"{'the whole, eager':<38} {'':>9} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
     widths, ratios = ziggurat_tables()
     value_a, accept_a, value_b, accept_b = ziggurat_first_pass(0, 1, 2, widths, ratios)
     print(
-        f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left to a later pass "
-        "at +-2 sigma"
+        f"ziggurat: {1 - torch.cat([accept_a, accept_b]).float().mean():.4f} of the elements left "
+        "to a later pass at +-2 sigma"
     )
     out = torch.empty(N)
     torch.set_num_threads(1)
@@ -245,7 +257,9 @@ def main() -> None:
             (f"C++ {width}-bit: ziggurat, +-2", False),
         ):
             t, ratio = median_ratio(
-                lambda: kernel(out, 0, 1, 2, widths, ratios, 2.0, words), base, args.reps
+                lambda kernel=kernel, words=words: kernel(out, 0, 1, 2, widths, ratios, 2.0, words),
+                base,
+                args.reps,
             )
             print(f"{label:<38} {build_s:>9.1f} {t * 1e3:>7.2f} {t / N * 1e9:>8.2f} {ratio:>10.2f}")
         print(f"C++ {width}-bit ziggurat equals the torch ops' first pass: {same}")

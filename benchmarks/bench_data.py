@@ -1,19 +1,23 @@
-"""Benchmark (not a test): preparing a corpus, and the start-up and memory of a rank's loader on prepared data vs the
-in-memory path (every rank tokenizes the whole corpus and holds it as int32).
+"""Benchmark (not a test): preparing a corpus, and the start-up and memory of a rank's loader on
+prepared data vs the in-memory path (every rank tokenizes the whole corpus and holds it as int32).
 
 Two deterministic synthetic corpora (numpy seed 0):
 
-  * text (``--text_mb``): JSON lines of documents made of sentences drawn from the bundled plays, for prepare
-    throughput (tokens/s with 1 and 2 worker processes) and for the in-memory path, which must hold it all;
-  * tokens (``--gb``, the size of ``tokens.bin``): a prepared folder written directly (uint16 ids below the bundled
-    vocab, documents of 50-5000 tokens), the size a real corpus reaches, to measure what the loader costs at scale.
+  * text (``--text_mb``): JSON lines of documents made of sentences drawn from the bundled plays,
+    for prepare throughput (tokens/s with 1 and 2 worker processes) and for the in-memory path,
+    which must hold it all;
+  * tokens (``--gb``, the size of ``tokens.bin``): a prepared folder written directly (uint16 ids
+    below the bundled vocab, documents of 50-5000 tokens), the size a real corpus reaches, to
+    measure what the loader costs at scale.
 
-Per path and data-parallel size (1, 2: the ranks run as separate processes at the same time, as torchrun starts
-them; the loader needs no process group), each rank reports: ``start`` seconds from building the loaders
-(training + validation, the trainer's call) to its first batch; ``rss`` the growth of its peak resident memory
-(``ru_maxrss``) over that and the steps; ``data_wait`` the mean seconds per ``next()`` over ``--steps`` batches.
+Per path and data-parallel size (1, 2: the ranks run as separate processes at the same time, as
+torchrun starts them; the loader needs no process group), each rank reports: ``start`` seconds from
+building the loaders
+(training + validation, the trainer's call) to its first batch; ``rss`` the growth of its peak
+resident memory (``ru_maxrss``) over that and the steps; ``data_wait`` the mean seconds per
+``next()`` over ``--steps`` batches.
 
-    python benchmarks/bench_data.py                       # 2 GB of tokens, 40 MB of text: a few minutes
+    python benchmarks/bench_data.py                   # 2 GB of tokens, 40 MB of text: a few minutes
     python benchmarks/bench_data.py --gb 0.1 --text_mb 4  # quick
 """
 
@@ -45,7 +49,8 @@ SEQ_LEN, LOCAL_BATCH = 2048, 4
 
 
 def write_text(path: Path, megabytes: float) -> None:
-    """JSON lines of documents of 5-200 sentences drawn (seed 0) from the plays' lines, ``megabytes`` in all."""
+    """JSON lines of documents of 5-200 sentences drawn (seed 0) from the plays' lines,
+    ``megabytes`` in all."""
     from torchtitan_lite.data.corpus import shakespeare_plays
 
     lines = [
@@ -62,8 +67,8 @@ def write_text(path: Path, megabytes: float) -> None:
 
 
 def write_tokens(folder: Path, gigabytes: float, tokenizer) -> None:
-    """A prepared folder of ``gigabytes`` of uint16 ids (seed 0), written in blocks, then renamed (the format of
-    ``data/prepared.py``)."""
+    """A prepared folder of ``gigabytes`` of uint16 ids (seed 0), written in blocks, then renamed
+    (the format of ``data/prepared.py``)."""
     from torchtitan_lite.data import prepared
 
     n_tokens = int(gigabytes * 2**30) // 2
@@ -193,8 +198,8 @@ def run_ranks(mode: str, path: Path, world_size: int, steps: int) -> list[dict]:
 
 
 def prepare_rate(text: Path, out: Path, workers: int) -> tuple[float, int]:
-    """``(tokens/s, tokens)`` of ``python -m torchtitan_lite.data.prepare`` on ``text`` with ``workers`` processes
-    (the whole command, start-up of the workers included)."""
+    """``(tokens/s, tokens)`` of ``python -m torchtitan_lite.data.prepare`` on ``text`` with
+    ``workers`` processes (the whole command, start-up of the workers included)."""
     begin = time.perf_counter()
     subprocess.run(
         [
@@ -244,7 +249,8 @@ def main() -> None:
         for workers in (1, 2):
             rate, n = prepare_rate(text, tmp / f"prepared{workers}", workers)
             print(
-                f"prepare, {workers} worker{'s' * (workers > 1)}: {rate:,.0f} tokens/s ({n:,} tokens)",
+                f"prepare, {workers} worker{'s' * (workers > 1)}: {rate:,.0f} tokens/s ({n:,} "
+                "tokens)",
                 flush=True,
             )
         begin = time.perf_counter()
@@ -265,7 +271,8 @@ def main() -> None:
             for world_size in (1, 2):
                 for r, res in enumerate(run_ranks(mode, path, world_size, args.steps)):
                     print(
-                        f"  {label:<24} NGPU={world_size} rank {r}: start {res['start_s']:6.2f} s  rss "
+                        f"  {label:<24} NGPU={world_size} rank {r}: start {res['start_s']:6.2f} s  "
+                        "rss "
                         f"+{res['rss_mb']:7.1f} MB  data_wait {res['data_wait_ms']:.3f} ms/step",
                         flush=True,
                     )

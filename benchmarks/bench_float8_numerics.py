@@ -1,14 +1,17 @@
-"""Benchmark (not a test): the loss gap of float8 training against fp32 compute, step by step, on this machine.
+"""Benchmark (not a test): the loss gap of float8 training against fp32 compute, step by step, on
+this machine.
 
-Trains the same config (same init, same batches) with fp32 matmuls and with each float8 recipe (``[float8]``,
-torchao), one ``./run_train.sh`` each, reads every step's loss from the log lines (4 decimals) and prints, per
-recipe, the largest ``|loss_float8 - loss_fp32|`` over the steps, the step where it occurs and the last step's gap.
-On CPU this measures numerics only (``torch._scaled_mm`` on CPU is a slow reference kernel: the debug configs'
-16 x 256 tokens per step take minutes per float8 step there, so shrink the batch on CPU).
+Trains the same config (same init, same batches) with fp32 matmuls and with each float8 recipe
+(``[float8]``, torchao), one ``./run_train.sh`` each, reads every step's loss from the log lines (4
+decimals) and prints, per recipe, the largest ``|loss_float8 - loss_fp32|`` over the steps, the step
+where it occurs and the last step's gap. On CPU this measures numerics only (``torch._scaled_mm`` on
+CPU is a slow reference kernel: the debug configs' 16 x 256 tokens per step take minutes per float8
+step there, so shrink the batch on CPU).
 
-    python benchmarks/bench_float8_numerics.py                                  # qwen3_debug.toml, 30 steps
+    python benchmarks/bench_float8_numerics.py                          # qwen3_debug.toml, 30 steps
     python benchmarks/bench_float8_numerics.py --config train_configs/llama3_debug.toml
-    python benchmarks/bench_float8_numerics.py -- --training.local_batch_size=2 --training.global_batch_size=2 \
+    python benchmarks/bench_float8_numerics.py -- --training.local_batch_size=2
+    --training.global_batch_size=2 \
         --training.seq_len=32                                                   # a CPU-sized batch
 
 Arguments after ``--`` are config overrides, as for ``run_train.sh``.
@@ -68,7 +71,8 @@ def losses(
         seconds = time.perf_counter() - start
     if proc.returncode:
         sys.exit(
-            f"bench_float8_numerics: run failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            "bench_float8_numerics: run failed "
+            f"({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
         )
     found = {int(s): float(v) for s, v in STEP_LINE.findall(proc.stdout)}
     return [found[s] for s in range(1, steps + 1)], seconds
@@ -93,15 +97,16 @@ def run(cli: argparse.Namespace) -> None:
     """The fp32 reference, then each recipe against it."""
     ref, seconds = losses(cli.config, cli.steps, [], cli.overrides)
     print(
-        f"{cli.config}, {cli.steps} steps: fp32 loss {ref[0]:.4f} -> {ref[-1]:.4f} ({seconds:.0f} s)"
+        f"{cli.config}, {cli.steps} steps: fp32 loss {ref[0]:.4f} -> {ref[-1]:.4f} ({seconds:.0f} "
+        "s)"
     )
     for recipe in cli.recipes:
         got, seconds = losses(cli.config, cli.steps, RECIPES[recipe], cli.overrides)
-        gaps = [abs(a - b) for a, b in zip(got, ref)]
+        gaps = [abs(a - b) for a, b in zip(got, ref, strict=False)]
         worst = max(range(cli.steps), key=gaps.__getitem__)
         print(
-            f"  {recipe:<19} max |gap| {gaps[worst]:.4f} at step {worst + 1}, last step {gaps[-1]:.4f} "
-            f"(loss {got[-1]:.4f}; {seconds:.0f} s)",
+            f"  {recipe:<19} max |gap| {gaps[worst]:.4f} at step {worst + 1}, last step "
+            f"{gaps[-1]:.4f} (loss {got[-1]:.4f}; {seconds:.0f} s)",
             flush=True,
         )
 

@@ -1,17 +1,21 @@
-"""Benchmark (not a test): host memory of an HF import per rank, reading boxes vs reading whole tensors.
+"""Benchmark (not a test): host memory of an HF import per rank, reading boxes vs reading whole
+tensors.
 
-The checkpoint is a tied Qwen3 whose bf16 embedding (``--vocab`` x ``--dim``, default 65536 x 1024 = 128 MiB) is
-nearly all of its bytes, so on 2 ranks the embedding is twice a rank's share. Each run launches ``torchrun`` with
-1 or 2 ranks (gloo, 1 thread); every rank builds the model on meta, shards it with FSDP2 (``Shard(0)``, the
-trainer's cut), materializes it, then imports the folder and reports:
+The checkpoint is a tied Qwen3 whose bf16 embedding (``--vocab`` x ``--dim``, default 65536 x 1024 =
+128 MiB) is nearly all of its bytes, so on 2 ranks the embedding is twice a rank's share. Each run
+launches ``torchrun`` with 1 or 2 ranks (gloo, 1 thread); every rank builds the model on meta,
+shards it with FSDP2 (``Shard(0)``, the trainer's cut), materializes it, then imports the folder and
+reports:
 
-  * ``rss``: growth of the process's peak resident memory (``ru_maxrss``) over the import: the parameters' pages
-    written for the first time, the box copies, and the file pages the reads touch (the files are memory-mapped);
+  * ``rss``: growth of the process's peak resident memory (``ru_maxrss``) over the import: the
+    parameters' pages written for the first time, the box copies, and the file pages the reads touch
+    (the files are memory-mapped);
   * ``read``: bytes copied out of the files (``SafetensorsFolder.bytes_read``).
 
-Modes: ``boxes`` = the loader (each rank reads its shard's box); ``whole`` = each rank reads every tensor whole,
-converts it to the parameters' dtype and copies its shard out of it (the import before it read boxes:
-``get_tensor``, ``.to(dtype)``, ``distribute_tensor``). Printed per mode and world size, and the ratios.
+Modes: ``boxes`` = the loader (each rank reads its shard's box); ``whole`` = each rank reads every
+tensor whole, converts it to the parameters' dtype and copies its shard out of it (the import before
+it read boxes: ``get_tensor``, ``.to(dtype)``, ``distribute_tensor``). Printed per mode and world
+size, and the ratios.
 
     python benchmarks/bench_hf_load.py                 # about a minute on 2 cores
     python benchmarks/bench_hf_load.py --vocab 32768
@@ -35,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def write_folder(folder: Path, vocab: int, dim: int) -> None:
-    """A tied 2-layer Qwen3 HF folder with random bf16 weights (names and config from our adapter)."""
+    """A tied 2-layer Qwen3 HF folder with random bf16 weights (names and config from our
+    adapter)."""
     import dataclasses
 
     import torch
@@ -70,11 +75,11 @@ def worker(folder: str, mode: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from torchtitan_lite.models import get_model_spec
     from torchtitan_lite.components.hf.args import HF_FLAVOR, model_args_from_hf, state_dict_adapter
     from torchtitan_lite.components.hf.folder import SafetensorsFolder
     from torchtitan_lite.components.hf.load import import_hf
     from torchtitan_lite.init.apply import materialize
+    from torchtitan_lite.models import get_model_spec
 
     class WholeTensors(SafetensorsFolder):
         """Reads each tensor whole in fp32, then cuts the box out of it."""
@@ -161,9 +166,10 @@ def main() -> None:
                 )
                 print(f"{mode:>5} {ranks} rank(s): {per_rank}")
         print(
-            f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on 1 rank, "
-            f"{rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
-            f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: {rss['whole', 2] / rss['whole', 1]:.2f}"
+            f"peak rss growth per rank, boxes / whole: {rss['boxes', 1] / rss['whole', 1]:.2f} on "
+            f"1 rank, {rss['boxes', 2] / rss['whole', 2]:.2f} on 2 ranks; boxes 2 ranks / 1 rank: "
+            f"{rss['boxes', 2] / rss['boxes', 1]:.2f}, whole 2 ranks / 1 rank: "
+            f"{rss['whole', 2] / rss['whole', 1]:.2f}"
         )
 
 

@@ -1,16 +1,19 @@
 """Benchmark of :func:`torchtitan_lite.init.sampling.trunc_normal_` (not a test).
 
-Prints median times on one 16M-element fp32 tensor (viewed as 4096 x 4096), as ratios to ``tensor.normal_`` and to
-``torch.nn.init.trunc_normal_``, for the issue's regimes: the keyed draw as ``init_weights`` runs it (the native CPU
-kernels, :mod:`torchtitan_lite.init.native`) and with eager torch ops (``compiled=False``: the path of a CPU without a
-C compiler); then a whole-model line: a 12-layer dim-768 vocab-32000 model built on meta, ``init_weights`` vs filling
-the same tensors with ``normal_``. Build seconds of the native kernels (none when the cache holds them) are printed
-apart and excluded from the ratios. The CPU, torch's kernel ISA and the load are printed with the numbers.
+Prints median times on one 16M-element fp32 tensor (viewed as 4096 x 4096), as ratios to
+``tensor.normal_`` and to ``torch.nn.init.trunc_normal_``, for the issue's regimes: the keyed draw
+as ``init_weights`` runs it (the native CPU kernels, :mod:`torchtitan_lite.init.native`) and with
+eager torch ops (``compiled=False``: the path of a CPU without a C compiler); then a whole-model
+line: a 12-layer dim-768 vocab-32000 model built on meta, ``init_weights`` vs filling the same
+tensors with ``normal_``. Build seconds of the native kernels (none when the cache holds them) are
+printed apart and excluded from the ratios. The CPU, torch's kernel ISA and the load are printed
+with the numbers.
 
-Usage: ``python benchmarks/bench_init.py [--reps 5] [--threads 1] [--model-only]`` from the repo root;
-``ATEN_CPU_CAPABILITY=avx2`` (or ``default``) selects torch's kernels and the native kernels' ISA alike.
-Targets (issue 42): the whole model <= 2.0x ``normal_`` at 1 thread and <= 1.0x at 2 threads; keyed +-3 sigma
-<= 1.5x at 1 thread; eager <= 5x.
+Usage: ``python benchmarks/bench_init.py [--reps 5] [--threads 1] [--model-only]`` from the repo
+root; ``ATEN_CPU_CAPABILITY=avx2`` (or ``default``) selects torch's kernels and the native kernels'
+ISA alike.
+Targets (issue 42): the whole model <= 2.0x ``normal_`` at 1 thread and <= 1.0x at 2 threads; keyed
++-3 sigma <= 1.5x at 1 thread; eager <= 5x.
 """
 
 import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
@@ -103,8 +106,8 @@ PLAN = InitPlan(
 
 
 def timing_args(doc: str, script: str, reps: int, model_only: bool = False) -> argparse.Namespace:
-    """``--reps`` (default ``reps``) and ``--threads`` (default 1) of a timing benchmark (and ``--model-only``
-    where ``model_only``): sets torch's threads and prints the command line."""
+    """``--reps`` (default ``reps``) and ``--threads`` (default 1) of a timing benchmark (and
+    ``--model-only`` where ``model_only``): sets torch's threads and prints the command line."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--reps", type=int, default=reps)
     parser.add_argument("--threads", type=int, default=1)
@@ -128,7 +131,10 @@ def cpu_line() -> str:
         platform.processor(),
     )
     forced = os.environ.get("ATEN_CPU_CAPABILITY", "unset")
-    return f"CPU {model}; torch kernels {torch.backends.cpu.get_cpu_capability()} (ATEN_CPU_CAPABILITY={forced})"
+    return (
+        f"CPU {model}; torch kernels {torch.backends.cpu.get_cpu_capability()} "
+        f"(ATEN_CPU_CAPABILITY={forced})"
+    )
 
 
 def main() -> None:
@@ -141,7 +147,8 @@ def main() -> None:
     trunc_normal_(matrix, key=InitKey(0, "warm-up"))  # builds or loads the native kernels
     print(
         f"16M fp32, {args.threads} thread(s): normal_ {median_time(base, args.reps) * 1e3:.1f} ms; "
-        f"ratios are medians over {args.reps} back-to-back pairs (torch's tail regime and eager: 1 pair)"
+        f"ratios are medians over {args.reps} back-to-back pairs (torch's tail regime and eager: 1 "
+        "pair)"
     )
     print(
         f"{'regime':<20} {'torch ms':>9} {'keyed ms':>9} {'eager ms':>9} {'torch/normal_':>14} "
@@ -150,19 +157,29 @@ def main() -> None:
     for label, mean, std, a, b in [] if args.model_only else REGIMES:
         torch_reps = 1 if label.startswith("tail") else args.reps
         t_torch, r_torch = median_ratio(
-            lambda: torch.nn.init.trunc_normal_(x, mean, std, a, b, generator=gen), base, torch_reps
+            lambda mean=mean, std=std, a=a, b=b: torch.nn.init.trunc_normal_(
+                x, mean, std, a, b, generator=gen
+            ),
+            base,
+            torch_reps,
         )
         t_keyed, r_keyed = median_ratio(
-            lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w")), base, args.reps
+            lambda mean=mean, std=std, a=a, b=b: trunc_normal_(
+                matrix, mean, std, a, b, key=InitKey(0, "w")
+            ),
+            base,
+            args.reps,
         )
         t_eager, r_eager = median_ratio(
-            lambda: trunc_normal_(matrix, mean, std, a, b, key=InitKey(0, "w"), compiled=False),
+            lambda mean=mean, std=std, a=a, b=b: trunc_normal_(
+                matrix, mean, std, a, b, key=InitKey(0, "w"), compiled=False
+            ),
             base,
             1,
         )
         print(
-            f"{label:<20} {t_torch * 1e3:>9.1f} {t_keyed * 1e3:>9.1f} {t_eager * 1e3:>9.1f} {r_torch:>14.2f} "
-            f"{r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}"
+            f"{label:<20} {t_torch * 1e3:>9.1f} {t_keyed * 1e3:>9.1f} {t_eager * 1e3:>9.1f} "
+            f"{r_torch:>14.2f} {r_keyed:>14.2f} {r_eager:>14.2f} {r_keyed / r_torch:>12.3f}"
         )
 
     with torch.device("meta"):
@@ -180,12 +197,12 @@ def main() -> None:
         lambda: init_weights(model, PLAN, seed=0), fill_normal, max(1, args.reps // 2)
     )
     print(
-        f"whole model (12 layers, dim 768, vocab 32000, {numel / 1e6:.0f}M params, on meta then CPU): "
-        f"init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_"
+        f"whole model (12 layers, dim 768, vocab 32000, {numel / 1e6:.0f}M params, on meta then "
+        f"CPU): init_weights {t_init:.2f} s, {r_init:.2f}x filling the same tensors with normal_"
     )
     print(
-        f"build/compile: {draw.compile_seconds():.1f} s in all (native kernels built in this process, first calls "
-        "of compiled kernels; not in the ratios)"
+        f"build/compile: {draw.compile_seconds():.1f} s in all (native kernels built in this "
+        "process, first calls of compiled kernels; not in the ratios)"
     )
 
 

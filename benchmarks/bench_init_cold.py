@@ -1,12 +1,15 @@
-"""Benchmark (not a test): a config's init phase on a fresh machine and on a warm one, against a ``normal_`` fill.
+"""Benchmark (not a test): a config's init phase on a fresh machine and on a warm one, against a
+``normal_`` fill.
 
-Runs the init phase of ``inspect_init`` and the trainer (build on meta, ``materialize`` on the CPU, ``init_weights``)
-in a child process twice with a new empty ``HOME``, ``TMPDIR`` and ``TORCHINDUCTOR_CACHE_DIR`` (the first run: cold,
-nothing built; the second: warm, the same folders), then fills the same tensors with ``normal_`` in this process, on
-the same thread count. The CPU, its kernel ISA and the load are printed with the numbers.
+Runs the init phase of ``inspect_init`` and the trainer (build on meta, ``materialize`` on the CPU,
+``init_weights``) in a child process twice with a new empty ``HOME``, ``TMPDIR`` and
+``TORCHINDUCTOR_CACHE_DIR`` (the first run: cold, nothing built; the second: warm, the same
+folders), then fills the same tensors with ``normal_`` in this process, on the same thread count.
+The CPU, its kernel ISA and the load are printed with the numbers.
 
-Usage: ``python benchmarks/bench_init_cold.py [--config train_configs/qwen3_0.6b.toml] [--threads 2]`` from the
-repo root. Targets (issue 42, Qwen3 0.6B at 2 threads): cold <= 2.0x the fill, warm <= 1.2x.
+Usage: ``python benchmarks/bench_init_cold.py [--config train_configs/qwen3_0.6b.toml] [--threads
+2]`` from the repo root. Targets (issue 42, Qwen3 0.6B at 2 threads): cold <= 2.0x the fill, warm <=
+1.2x.
 """
 
 import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
@@ -40,7 +43,8 @@ def child(config_file: str) -> None:
 
 
 def run_child(config_file: str, threads: int, folder: str) -> tuple[float, float]:
-    """``(init seconds, build seconds)`` of a child process with ``folder`` as HOME, TMPDIR and caches."""
+    """``(init seconds, build seconds)`` of a child process with ``folder`` as HOME, TMPDIR and
+    caches."""
     env = dict(
         os.environ,
         HOME=folder,
@@ -71,7 +75,8 @@ def main() -> None:
         child(args.config)
         return
     print(
-        f"command: python benchmarks/bench_init_cold.py --config {args.config} --threads {args.threads}"
+        f"command: python benchmarks/bench_init_cold.py --config {args.config} --threads "
+        f"{args.threads}"
     )
     print(cpu_line())
     with tempfile.TemporaryDirectory() as folder:
@@ -91,12 +96,13 @@ def main() -> None:
     fill = sorted(fills)[1]
     numel = sum(p.numel() for p in params)
     print(
-        f"{args.config}: {numel:,} parameters, {args.threads} thread(s); normal_ fill {fill:.2f} s (median of 3)"
+        f"{args.config}: {numel:,} parameters, {args.threads} thread(s); normal_ fill {fill:.2f} s "
+        "(median of 3)"
     )
     for label, seconds, build in (("fresh machine", cold, cold_build), ("warm", warm, warm_build)):
         print(
-            f"init phase, {label}: {seconds:.2f} s = {seconds / fill:.2f}x the fill (kernels built in "
-            f"{build:.2f} s)"
+            f"init phase, {label}: {seconds:.2f} s = {seconds / fill:.2f}x the fill (kernels built "
+            f"in {build:.2f} s)"
         )
 
 

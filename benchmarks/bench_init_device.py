@@ -1,12 +1,15 @@
-"""Benchmark and check (not a test): the init drawn on a device against the same init drawn on the host CPU.
+"""Benchmark and check (not a test): the init drawn on a device against the same init drawn on the
+host CPU.
 
-Builds a config's model on meta, materializes it on ``--device`` and runs ``init_weights`` there (the values are
-computed on that device: :mod:`torchtitan_lite.init.draw`), then the same on the CPU, and prints both fingerprints
-(they must be equal: the counter-based values are the same bits on every device), the device's init seconds
-(compile seconds apart: the first call of each compiled kernel), and a ``normal_`` fill of the same tensors on the
-device, side by side in this process. Exits 1 when the fingerprints differ.
+Builds a config's model on meta, materializes it on ``--device`` and runs ``init_weights`` there
+(the values are computed on that device: :mod:`torchtitan_lite.init.draw`), then the same on the
+CPU, and prints both fingerprints (they must be equal: the counter-based values are the same bits on
+every device), the device's init seconds (compile seconds apart: the first call of each compiled
+kernel), and a ``normal_`` fill of the same tensors on the device, side by side in this process.
+Exits 1 when the fingerprints differ.
 
-    python benchmarks/bench_init_device.py --device cuda [--config train_configs/qwen3_0.6b.toml] [--reps 3]
+    python benchmarks/bench_init_device.py --device cuda [--config train_configs/qwen3_0.6b.toml]
+    [--reps 3]
 
 ``benchmarks/gpu_check.sh`` runs it with ``INIT=1``.
 """
@@ -23,11 +26,11 @@ import time
 import torch
 from machine_load import reported_load
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.distributed.devices import device_module
 from torchtitan_lite.init import draw
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 
 def _init(spec, args, seed: int, device: str) -> tuple[torch.nn.Module, float]:
@@ -73,12 +76,13 @@ def main() -> int:
     on_cpu = model_fingerprint(cpu_model)
     init_s, fill_s = sorted(times)[len(times) // 2], sorted(fills)[len(fills) // 2]
     print(
-        f"{opts.config}: {numel:,} parameters; init on {opts.device}: {init_s:.3f} s (first call {first:.2f} s, of "
-        f"which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio {init_s / fill_s:.2f}; on cpu "
-        f"{cpu_s:.2f} s"
+        f"{opts.config}: {numel:,} parameters; init on {opts.device}: {init_s:.3f} s (first call "
+        f"{first:.2f} s, of which compile {compile_s:.2f} s), normal_ fill {fill_s:.3f} s, ratio "
+        f"{init_s / fill_s:.2f}; on cpu {cpu_s:.2f} s"
     )
     print(
-        f"fingerprint on {opts.device} {on_device}, on cpu {on_cpu}: {'equal' if on_device == on_cpu else 'DIFFER'}"
+        f"fingerprint on {opts.device} {on_device}, on cpu {on_cpu}: "
+        f"{'equal' if on_device == on_cpu else 'DIFFER'}"
     )
     return 0 if on_device == on_cpu else 1
 

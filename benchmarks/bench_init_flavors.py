@@ -1,27 +1,30 @@
-"""Benchmark (not a test): init time per rank of every published flavor, meta -> FSDP2 -> materialize -> init.
+"""Benchmark (not a test): init time per rank of every published flavor, meta -> FSDP2 ->
+materialize -> init.
 
 For each flavor the model is built on meta and sharded as the trainer does
-(:func:`torchtitan_lite.distributed.fsdp.apply_fsdp` on a 1-D mesh of ``N`` ranks), then this process plays rank
-``r`` of ``N`` through a fake process group (``torch.testing._internal.distributed.fake_pg``: collectives
-return at once and move nothing), so only rank ``r``'s shard is allocated: ``materialize`` (``to_empty``)
-and ``init_weights`` with the family's real init plan (keyed sampling: the values are those of a real
-``N``-rank run, checked in ``tests/test_init_flavors_fake_pg.py``). The init engine runs no collective.
+(:func:`torchtitan_lite.distributed.fsdp.apply_fsdp` on a 1-D mesh of ``N`` ranks), then this
+process plays rank ``r`` of ``N`` through a fake process group
+(``torch.testing._internal.distributed.fake_pg``: collectives return at once and move nothing), so
+only rank ``r``'s shard is allocated: ``materialize`` (``to_empty``) and ``init_weights`` with the
+family's real init plan (keyed sampling: the values are those of a real ``N``-rank run, checked in
+``tests/test_init_flavors_fake_pg.py``). The init engine runs no collective.
 
-Each flavor runs in a child process of its own: a second fake group in one process can leave DTensors with
-the first group's mesh coordinate (torch 2.13 caches sharding specs by mesh value), and a fresh process
-also returns the shard's memory.
+Each flavor runs in a child process of its own: a second fake group in one process can leave
+DTensors with the first group's mesh coordinate (torch 2.13 caches sharding specs by mesh value),
+and a fresh process also returns the shard's memory.
 
-``N`` is the smallest power of two for which rank 0's shard fits ``--max-shard-gib`` (fp32). FSDP2 shards
-dim 0, which is the expert dimension of MoE weights: a rank holds at least one whole expert of every MoE
-tensor while ``N <= num_experts``, so for some flavors (gpt_oss 120b, deepseek_v3 671b) no ``N`` fits rank
-0; then the benchmark picks the smallest ``N`` where some rank fits and simulates the fitting rank with
-the largest shard (the ``rank`` column says which, and a note gives rank 0's size).
+``N`` is the smallest power of two for which rank 0's shard fits ``--max-shard-gib`` (fp32). FSDP2
+shards dim 0, which is the expert dimension of MoE weights: a rank holds at least one whole expert
+of every MoE tensor while ``N <= num_experts``, so for some flavors (gpt_oss 120b, deepseek_v3 671b)
+no ``N`` fits rank 0; then the benchmark picks the smallest ``N`` where some rank fits and simulates
+the fitting rank with the largest shard (the ``rank`` column says which, and a note gives rank 0's
+size).
 
     python benchmarks/bench_init_flavors.py                          # every flavor, 2 GiB shards
     python benchmarks/bench_init_flavors.py --flavors qwen3:0.6b gpt_oss:20b --max-shard-gib 1
 
-Columns: total parameters, ``N``, the simulated rank, its shard's parameters, seconds for ``materialize``
-and for ``init_weights``, and nanoseconds of ``init_weights`` per shard element.
+Columns: total parameters, ``N``, the simulated rank, its shard's parameters, seconds for
+``materialize`` and for ``init_weights``, and nanoseconds of ``init_weights`` per shard element.
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.models import get_model_spec
 
 FLAVORS = (
     "qwen3:0.6b",
@@ -66,7 +69,8 @@ MAX_WORLD_SIZE = 4096
 
 @dataclass(frozen=True)
 class InitTiming:
-    """One simulated rank's init: parameters of the whole model and of the shard, seconds of each phase."""
+    """One simulated rank's init: parameters of the whole model and of the shard, seconds of each
+    phase."""
 
     total_params: int
     shard_params: int
@@ -85,8 +89,9 @@ def build_meta(family: str, flavor: str) -> tuple[nn.Module, object]:
 
 
 def shard_numels(model: nn.Module, world_size: int) -> list[int]:
-    """Parameters each rank holds under FSDP2's Shard(0) (``torch.chunk`` of dim 0: ``ceil(d0 / N)`` rows per
-    rank, the last ranks fewer or none), for ``model`` built on meta; a tied tensor counts once."""
+    """Parameters each rank holds under FSDP2's Shard(0) (``torch.chunk`` of dim 0: ``ceil(d0 / N)``
+    rows per rank, the last ranks fewer or none), for ``model`` built on meta; a tied tensor counts
+    once."""
     counts = [0] * world_size
     for p in model.parameters():
         rows = p.shape[0] if p.dim() else 1
@@ -98,17 +103,18 @@ def shard_numels(model: nn.Module, world_size: int) -> list[int]:
 
 
 def choose_rank(model: nn.Module, max_shard_params: int) -> tuple[int, int, int]:
-    """``(N, rank, rank 0's shard size)``: the smallest power-of-two ``N`` whose rank-0 shard has at most
-    ``max_shard_params`` parameters (rank 0); if none does up to :data:`MAX_WORLD_SIZE`, the smallest ``N``
-    where some rank fits and the fitting rank with the largest shard.
+    """``(N, rank, rank 0's shard size)``: the smallest power-of-two ``N`` whose rank-0 shard has at
+    most ``max_shard_params`` parameters (rank 0); if none does up to :data:`MAX_WORLD_SIZE`, the
+    smallest ``N`` where some rank fits and the fitting rank with the largest shard.
 
     Raises:
-        ValueError: ``max_shard_params`` is not positive, or no rank of any ``N`` up to :data:`MAX_WORLD_SIZE`
-            fits (raise the budget).
+        ValueError: ``max_shard_params`` is not positive, or no rank of any ``N`` up to
+            :data:`MAX_WORLD_SIZE` fits (raise the budget).
     """
     if max_shard_params <= 0:
         raise ValueError(
-            f"the shard budget must be > 0 parameters, got {max_shard_params}; raise --max-shard-gib"
+            f"the shard budget must be > 0 parameters, got {max_shard_params}; raise "
+            "--max-shard-gib"
         )
     candidates = [2**i for i in range(MAX_WORLD_SIZE.bit_length())]
     for n in candidates:
@@ -129,10 +135,11 @@ def choose_rank(model: nn.Module, max_shard_params: int) -> tuple[int, int, int]
 def init_rank(
     family: str, flavor: str, world_size: int, rank: int, seed: int = 0
 ) -> tuple[nn.Module, InitTiming]:
-    """Build ``family:flavor`` on meta, ``apply_fsdp`` on ``world_size`` ranks, and as ``rank`` (fake process
-    group) materialize on CPU and init with the family's plan and ``seed``. Returns the model (its
-    parameters are DTensors holding rank ``rank``'s fp32 shard) and the timing. Call once per process (see
-    the module docstring); the fake group stays up (``dist.destroy_process_group()`` after use).
+    """Build ``family:flavor`` on meta, ``apply_fsdp`` on ``world_size`` ranks, and as ``rank``
+    (fake process group) materialize on CPU and init with the family's plan and ``seed``. Returns
+    the model (its parameters are DTensors holding rank ``rank``'s fp32 shard) and the timing. Call
+    once per process (see the module docstring); the fake group stays up
+    (``dist.destroy_process_group()`` after use).
 
     Raises:
         RuntimeError: a process group is already running in this process.
@@ -206,8 +213,8 @@ def report(opts: argparse.Namespace) -> None:
     """The table of every flavor in ``opts.flavors``, each measured in a child process."""
     budget = int(opts.max_shard_gib * 2**30 // 4)
     header = (
-        f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} {'materialize s':>13} "
-        f"{'init s':>8} {'ns/element':>10}"
+        f"{'flavor':<18} {'total params':>16} {'N':>5} {'rank':>5} {'shard params':>14} "
+        f"{'materialize s':>13} {'init s':>8} {'ns/element':>10}"
     )
     print(header)
     print("-" * len(header))

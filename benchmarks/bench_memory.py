@@ -1,23 +1,28 @@
-"""Benchmark (not a test): tokens/s and activation memory of each activation-checkpointing mode, compile off/on.
+"""Benchmark (not a test): tokens/s and activation memory of each activation-checkpointing mode,
+compile off/on.
 
 For a config (default ``train_configs/qwen3_debug.toml``), in ONE process, each variant
-``activation_checkpoint`` none / full / selective "2" / selective "op" x ``compile`` off / on (backend
-``inductor``, or eager after the one warning line when inductor cannot run here) builds its model with
-the trainer's :func:`~torchtitan_lite.train.build_model` (FSDP2 on a 1-rank mesh) and
-:func:`~torchtitan_lite.components.loss.build_loss_fn`, initializes it from the init plan, and runs the
-trainer's batches: forward, loss, backward per micro-batch, then the trainer's AdamW (``build_optimizer``).
+``activation_checkpoint`` none / full / selective "2" / selective "op" x ``compile`` off / on
+(backend ``inductor``, or eager after the one warning line when inductor cannot run here) builds its
+model with the trainer's :func:`~torchtitan_lite.train.build_model` (FSDP2 on a 1-rank mesh) and
+:func:`~torchtitan_lite.components.loss.build_loss_fn`, initializes it from the init plan, and runs
+the trainer's batches: forward, loss, backward per micro-batch, then the trainer's AdamW
+(``build_optimizer``).
 
 Reported per variant:
-  * tokens/s: median step time over ``--steps`` steps after ``--warmup`` steps (compile happens there);
+  * tokens/s: median step time over ``--steps`` steps after ``--warmup`` steps (compile happens
+    there);
   * kept: bytes kept for backward at the end of the first micro-batch's forward; eager: live tensor
     storages created by the forward (:class:`~torchtitan_lite.activation_memory.ActivationMemory`);
     compiled (marked ``*``): unique storages packed by ``saved_tensors_hooks`` and still alive (in a
     compiled block, checkpointing is part of the graph and its saved tensors go through the hooks);
-  * peak: eager only, the most live bytes at any op of one step's forward and backward (recomputes and
-    gradients included; optimizer excluded); RSS is no measure on CPU (it only grows in a process).
+  * peak: eager only, the most live bytes at any op of one step's forward and backward (recomputes
+    and gradients included; optimizer excluded); RSS is no measure on CPU (it only grows in a
+    process).
 
     python benchmarks/bench_memory.py                           # qwen3_debug.toml, 3 timed steps
-    python benchmarks/bench_memory.py --steps 5 -- --job.config_file train_configs/gpt_oss_debug.toml
+    python benchmarks/bench_memory.py --steps 5 -- --job.config_file
+    train_configs/gpt_oss_debug.toml
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ AC_VARIANTS = [("none", "op"), ("full", "op"), ("selective", "2"), ("selective",
 
 
 def saved_bytes(forward) -> int:
-    """Bytes of the unique storages that ``forward()`` saves for backward through autograd and that are
-    still alive when it returns (the result is kept alive meanwhile)."""
+    """Bytes of the unique storages that ``forward()`` saves for backward through autograd and that
+    are still alive when it returns (the result is kept alive meanwhile)."""
     seen: weakref.WeakSet = weakref.WeakSet()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -119,10 +124,10 @@ def main() -> None:
                 )
                 micro = [next(batches) for _ in range(trainer.accum)]
 
-                def forward(inputs, labels):
+                def forward(inputs, labels, model=model, loss_fn=loss_fn):
                     return loss_fn(model(inputs), labels) / tokens
 
-                def step() -> None:
+                def step(micro=micro, optimizer=optimizer) -> None:
                     for inputs, labels in micro:
                         forward(inputs, labels).backward()
                     optimizer.step()
@@ -136,7 +141,7 @@ def main() -> None:
                         times.append(time.perf_counter() - start)
                 is_compiled = compiled and compile_available(cli.backend, info.device.type)
                 if is_compiled:
-                    kept, peak = saved_bytes(lambda: forward(*micro[0])), None
+                    kept, peak = saved_bytes(lambda micro=micro: forward(*micro[0])), None
                 else:
                     with ActivationMemory() as memory:
                         loss = forward(*micro[0])
@@ -158,13 +163,15 @@ def main() -> None:
         ref_speed, ref_kept, ref_peak = rows[0][2], rows[0][3], rows[0][4]
         print(f"command: python {' '.join(sys.argv)}")
         print(
-            f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} micro-batches), "
-            f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} warmup; "
-            f"compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks (compiled)"
+            f"config {argv[1]} {' '.join(cli.overrides)}: {tokens:,} tokens/step ({trainer.accum} "
+            "micro-batches), "
+            f"{torch.get_num_threads()} threads, median of {cli.steps} steps after {cli.warmup} "
+            f"warmup; compile backend {cli.backend}; ratios to none/eager; * = saved-tensor hooks "
+            "(compiled)"
         )
         print(
-            f"{'activation ckpt':<16}{'compile':>8}{'tokens/s':>10}{'ratio':>7}{'kept MiB':>10}{'ratio':>7}"
-            f"{'peak MiB':>10}{'ratio':>7}"
+            f"{'activation ckpt':<16}{'compile':>8}{'tokens/s':>10}{'ratio':>7}"
+            f"{'kept MiB':>10}{'ratio':>7}{'peak MiB':>10}{'ratio':>7}"
         )
         for name, comp, speed, kept, peak in rows:
             mark = "*" if comp == "on" else " "
@@ -174,8 +181,8 @@ def main() -> None:
                 else f"{'n/a':>10}{'':>7}"
             )
             print(
-                f"{name:<16}{comp:>8}{speed:>10,.0f}{speed / ref_speed:>7.2f}{kept / 2**20:>9.1f}{mark}"
-                f"{kept / ref_kept:>7.2f}{peak_cells}"
+                f"{name:<16}{comp:>8}{speed:>10,.0f}{speed / ref_speed:>7.2f}"
+                f"{kept / 2**20:>9.1f}{mark}{kept / ref_kept:>7.2f}{peak_cells}"
             )
         trainer.metrics.close()
         torch.distributed.destroy_process_group()

@@ -25,10 +25,10 @@ import sys
 
 import torch
 from machine_load import reported_load
-from torchtitan_lite.models.common import moe_hooks
-from torchtitan_lite.models.common.moe import moe_layers
 
 from torchtitan_lite import train
+from torchtitan_lite.models.common import moe_hooks
+from torchtitan_lite.models.common.moe import moe_layers
 
 
 def common_share(x: torch.Tensor) -> float:

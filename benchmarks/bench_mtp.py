@@ -1,12 +1,14 @@
-"""Benchmark (not a test): what multi-token prediction costs a training step, MTP off vs ``mtp_num_layers`` = 1.
+"""Benchmark (not a test): what multi-token prediction costs a training step, MTP off vs
+``mtp_num_layers`` = 1.
 
-Builds the DeepSeek-V3 ``debug`` model (or ``--flavor``) twice on CPU from the same init plan and seed, without and
-with one MTP module, and runs bare steps (forward with labels, summed cross-entropy, backward, AdamW) on the same
-random batches, interleaved; reports per variant the median step seconds, the parameters (model, optimizer state:
-AdamW keeps two fp32 moments per parameter) and the activation peak of one forward + backward
+Builds the DeepSeek-V3 ``debug`` model (or ``--flavor``) twice on CPU from the same init plan and
+seed, without and with one MTP module, and runs bare steps (forward with labels, summed
+cross-entropy, backward, AdamW) on the same random batches, interleaved; reports per variant the
+median step seconds, the parameters (model, optimizer state: AdamW keeps two fp32 moments per
+parameter) and the activation peak of one forward + backward
 (:class:`torchtitan_lite.components.activation_memory.ActivationMemory`), and the ratios MTP / off.
 
-    python benchmarks/bench_mtp.py                 # debug flavor, 8 x 256 tokens, 10 timed steps each
+    python benchmarks/bench_mtp.py               # debug flavor, 8 x 256 tokens, 10 timed steps each
     python benchmarks/bench_mtp.py --steps 5 --batch 4
 """
 
@@ -23,10 +25,10 @@ import time
 import torch
 from machine_load import reported_load
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.activation_memory import ActivationMemory
 from torchtitan_lite.components.loss import cross_entropy_sum
 from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.models import get_model_spec
 
 GIB = 2**30
 
@@ -90,12 +92,13 @@ def main() -> None:
     for name, (seconds, params, peak) in results.items():
         print(
             f"{name:5s} step {seconds:.3f} s (median of {cli.steps}), {params:,} parameters "
-            f"({16 * params / GIB:.3f} GiB fp32 weights + grads + AdamW moments), activation peak {peak / GIB:.3f} GiB"
+            f"({16 * params / GIB:.3f} GiB fp32 weights + grads + AdamW moments), activation peak "
+            f"{peak / GIB:.3f} GiB"
         )
     (t0, p0, a0), (t1, p1, a1) = results["off"], results["mtp1"]
     print(
-        f"mtp1 / off: step time {t1 / t0:.3f}x, parameters {p1 / p0:.3f}x, activation peak {a1 / a0:.3f}x "
-        f"({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})"
+        f"mtp1 / off: step time {t1 / t0:.3f}x, parameters {p1 / p0:.3f}x, activation peak "
+        f"{a1 / a0:.3f}x ({cli.batch} x {cli.seq_len} tokens, flavor {cli.flavor})"
     )
 
 

@@ -1,21 +1,25 @@
-"""Benchmark (not a test): one optimizer step, Muon (+ AdamW for the rest) vs AdamW, seconds and memory per rank.
+"""Benchmark (not a test): one optimizer step, Muon (+ AdamW for the rest) vs AdamW, seconds and
+memory per rank.
 
-Two settings, each variant in a child process of its own (a fresh peak RSS, one fake process group per process):
+Two settings, each variant in a child process of its own (a fresh peak RSS, one fake process group
+per process):
 
 - ``debug``: a family's debug model on one process, plain CPU tensors (no process group);
-- ``16b``: rank ``r`` of ``N`` of DeepSeek-V3 16b (Moonlight-16B-A3B's shapes; ``--layers`` of its 27 blocks, the
-  first dense) sharded by FSDP2 on a fake process group (``torch.testing._internal.distributed.fake_pg``, as
-  ``bench_init_flavors.py``): only rank ``r``'s shard is allocated and the collectives move nothing, so the time
-  is this rank's compute (its elementwise steps, Newton-Schulz of the experts it holds and of the 2-D matrices it
-  owns), without the network.
-  The bytes Muon's two all-to-alls would move for this rank are computed from the shapes.
+- ``16b``: rank ``r`` of ``N`` of DeepSeek-V3 16b (Moonlight-16B-A3B's shapes; ``--layers`` of its
+  27 blocks, the first dense) sharded by FSDP2 on a fake process group
+  (``torch.testing._internal.distributed.fake_pg``, as ``bench_init_flavors.py``): only rank ``r``'s
+  shard is allocated and the collectives move nothing, so the time is this rank's compute (its
+  elementwise steps, Newton-Schulz of the experts it holds and of the 2-D matrices it owns), without
+  the network. The bytes Muon's two all-to-alls would move for this rank are computed from the
+  shapes.
 
-The gradients are set to a fixed multiple of the weights (the values do not change the work); denormals are
-flushed. Columns: the step's median seconds over ``--steps`` steps after one warm-up step, the optimizer state
-per rank (exact, from ``optimizer.state``), the peak RSS growth over the RSS before the first step (state plus the
-step's temporaries), and, for Muon, the matrices this rank orthogonalizes and the all-to-all bytes it sends.
+The gradients are set to a fixed multiple of the weights (the values do not change the work);
+denormals are flushed. Columns: the step's median seconds over ``--steps`` steps after one warm-up
+step, the optimizer state per rank (exact, from ``optimizer.state``), the peak RSS growth over the
+RSS before the first step (state plus the step's temporaries), and, for Muon, the matrices this rank
+orthogonalizes and the all-to-all bytes it sends.
 
-    python benchmarks/bench_optimizer.py                             # debug (deepseek_v3, qwen3) and 16b
+    python benchmarks/bench_optimizer.py                        # debug (deepseek_v3, qwen3) and 16b
     python benchmarks/bench_optimizer.py --settings 16b --world-size 64 --rank 5 --layers 27
 """
 
@@ -40,11 +44,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.muon import owners
 from torchtitan_lite.components.optimizer import build_optimizer
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.init.apply import init_weights, materialize
+from torchtitan_lite.models import get_model_spec
 
 MUON = {
     "momentum": 0.95,
@@ -74,8 +78,8 @@ def measure(
     rank: int,
     layers: int | None,
 ) -> dict:
-    """One variant in this process: the model built (and sharded on a fake group when ``world_size`` > 1), the
-    optimizer built, one warm-up step, then ``steps`` timed steps."""
+    """One variant in this process: the model built (and sharded on a fake group when ``world_size``
+    > 1), the optimizer built, one warm-up step, then ``steps`` timed steps."""
     spec = get_model_spec(family)
     args = spec.flavors[flavor]
     if layers is not None:
@@ -117,7 +121,7 @@ def measure(
             _local(p).shape[0] for p in stacks
         )  # the experts this rank holds, orthogonalized in place
         owner = owners([p.numel() for p in matrices], world_size)
-        for p, k in zip(matrices, owner):
+        for p, k in zip(matrices, owner, strict=True):
             owned += k == rank
             # out: this rank's bf16 shard to the owner; back: the owner's rows for the other ranks
             local = _local(p).numel()
@@ -174,8 +178,8 @@ def report(opts: argparse.Namespace) -> None:
             )
         )
     header = (
-        f"{'setting':<44} {'optimizer':<6} {'params/rank':>12} {'step s':>8} {'ratio':>6} {'state GiB':>10} "
-        f"{'peak+ GiB':>10} {'NS mats':>8} {'a2a MiB':>8}"
+        f"{'setting':<44} {'optimizer':<6} {'params/rank':>12} {'step s':>8} {'ratio':>6} "
+        f"{'state GiB':>10} {'peak+ GiB':>10} {'NS mats':>8} {'a2a MiB':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -194,14 +198,17 @@ def report(opts: argparse.Namespace) -> None:
             )
             base = base or m["step_s"]
             print(
-                f"{name:<44} {optimizer:<6} {m['params']:>12,} {m['step_s']:>8.3f} {m['step_s'] / base:>6.2f} "
-                f"{_gib(m['state_bytes']):>10} {_gib(m['peak_growth_bytes']):>10} {m['owned_matrices']:>8} "
-                f"{m['sent_bytes'] / 2**20:>8.1f}",
+                f"{name:<44} {optimizer:<6} {m['params']:>12,} {m['step_s']:>8.3f} "
+                f"{m['step_s'] / base:>6.2f} "
+                f"{_gib(m['state_bytes']):>10} {_gib(m['peak_growth_bytes']):>10} "
+                f"{m['owned_matrices']:>8} {m['sent_bytes'] / 2**20:>8.1f}",
                 flush=True,
             )
     print(
-        f"command: python benchmarks/bench_optimizer.py --settings {' '.join(opts.settings)} --steps {opts.steps} "
-        f"--world-size {opts.world_size} --rank {opts.rank} --layers {opts.layers} --threads {opts.threads}"
+        f"command: python benchmarks/bench_optimizer.py --settings {' '.join(opts.settings)} "
+        f"--steps {opts.steps} "
+        f"--world-size {opts.world_size} --rank {opts.rank} --layers {opts.layers} --threads "
+        f"{opts.threads}"
     )
 
 

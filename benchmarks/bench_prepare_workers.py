@@ -1,13 +1,14 @@
-"""Benchmark (not a test): the wall time of ``python -m torchtitan_lite.data.prepare`` (the whole command: imports,
-spawned workers' start-up, encoding, writing) for inputs of several sizes and worker counts, against the default
-the command chooses (``prepare.default_workers``), to see where encoding workers start to pay for their start-up.
+"""Benchmark (not a test): the wall time of ``python -m torchtitan_lite.data.prepare`` (the whole
+command: imports, spawned workers' start-up, encoding, writing) for inputs of several sizes and
+worker counts, against the default the command chooses (``prepare.default_workers``), to see where
+encoding workers start to pay for their start-up.
 
-The text is ``bench_data.write_text``'s (JSON lines of documents of sentences drawn from the bundled plays, seed 0).
-Each case runs ``--repeats`` times (the median is printed) in the order given, so a change of the machine's load
-affects neighbours alike; the load average is printed before and after.
+The text is ``bench_data.write_text``'s (JSON lines of documents of sentences drawn from the bundled
+plays, seed 0). Each case runs ``--repeats`` times (the median is printed) in the order given, so a
+change of the machine's load affects neighbours alike; the load average is printed before and after.
 
-    python benchmarks/bench_prepare_workers.py                              # 1, 16, 32 MiB; 0, 2 workers
-    python benchmarks/bench_prepare_workers.py --mib 1 --workers 0 2 8      # issue 36's 1 MB comparison
+    python benchmarks/bench_prepare_workers.py                         # 1, 16, 32 MiB; 0, 2 workers
+    python benchmarks/bench_prepare_workers.py --mib 1 --workers 0 2 8  # issue 36's 1 MB comparison
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from benchmarks.machine_load import cores, reported_load  # noqa: E402
 
 
 def prepare_seconds(text: Path, out: Path, workers: int | None) -> float:
-    """Wall seconds of one prepare of ``text`` into ``out`` with ``workers`` (``None``: the default)."""
+    """Wall seconds of one prepare of ``text`` into ``out`` with ``workers`` (``None``: the
+    default)."""
     argv = [
         sys.executable,
         "-m",
@@ -80,7 +82,8 @@ def main() -> None:
                 f"{w} workers {t:6.1f} s ({t / times[fastest]:.2f}x)" for w, t in times.items()
             )
             print(
-                f"{size / 2**20:5.1f} MiB on {cores()} cores: {cells}; fastest {fastest}, default {chosen}",
+                f"{size / 2**20:5.1f} MiB on {cores()} cores: {cells}; fastest {fastest}, default "
+                f"{chosen}",
                 flush=True,
             )
 

@@ -1,4 +1,5 @@
-"""Benchmark (not a test): data-parallel scaling on CPU, NGPU=1 vs NGPU=2 through ``./run_train.sh``.
+"""Benchmark (not a test): data-parallel scaling on CPU, NGPU=1 vs NGPU=2 through
+``./run_train.sh``.
 
 Three runs of the same config (default ``train_configs/qwen3_debug.toml``), same global batch of 16
 sequences of ``--seq-len`` (256) tokens (2 micro-batches of 8 on one rank, 1 on each of two), with
@@ -8,17 +9,19 @@ validation, TensorBoard and checkpoints off:
   * 1 rank x 2 threads  the same cores as the 2-rank run;
   * 2 ranks x 1 thread  FSDP2 over gloo.
 
-Each run's tokens/s is the median over the logged steps after ``--warmup`` (the trainer's ``tps`` field is
-per device; total = tps x ranks), and s/step = global tokens per step / total tokens/s. Printed:
+Each run's tokens/s is the median over the logged steps after ``--warmup`` (the trainer's ``tps``
+field is per device; total = tps x ranks), and s/step = global tokens per step / total tokens/s.
+Printed:
 
-  * scaling efficiency = total tokens/s (2 ranks x 1 thread) / (2 x total tokens/s (1 rank x 1 thread)):
-    1.0 = each added rank brings its full single-thread throughput;
-  * same-cores ratio = total tokens/s (2 ranks x 1 thread) / total tokens/s (1 rank x 2 threads): whether two
-    ranks use two cores better or worse than one rank's two threads.
+  * scaling efficiency = total tokens/s (2 ranks x 1 thread) / (2 x total tokens/s (1 rank x 1
+    thread)): 1.0 = each added rank brings its full single-thread throughput;
+  * same-cores ratio = total tokens/s (2 ranks x 1 thread) / total tokens/s (1 rank x 2 threads):
+    whether two ranks use two cores better or worse than one rank's two threads.
 
-Run it on a quiet machine (``uptime`` load < 1.5): two cores shared with anything else skew every number.
+Run it on a quiet machine (``uptime`` load < 1.5): two cores shared with anything else skew every
+number.
 
-    python benchmarks/bench_scaling.py                     # 30 steps each, about 3 minutes on 2 cores
+    python benchmarks/bench_scaling.py                   # 30 steps each, about 3 minutes on 2 cores
     python benchmarks/bench_scaling.py --steps 20 -- --model.flavor=debug_untied
 
 Arguments after ``--`` are config overrides passed to every run.
@@ -46,7 +49,8 @@ RUNS = ((1, 1), (1, 2), (2, 1))  # (ranks, threads per rank)
 
 
 def parse_tps(output: str, warmup: int) -> list[float]:
-    """Per-device tokens/s of each logged step after the first ``warmup`` steps, from the trainer's log lines.
+    """Per-device tokens/s of each logged step after the first ``warmup`` steps, from the trainer's
+    log lines.
 
     Raises:
         ValueError: no step line after ``warmup`` (the run failed or was shorter than the warmup).
@@ -66,7 +70,8 @@ def parse_tps(output: str, warmup: int) -> list[float]:
 def run(
     ranks: int, threads: int, steps: int, seq_len: int, overrides: list[str]
 ) -> tuple[str, list[str]]:
-    """Run ``./run_train.sh`` on ``ranks`` processes of ``threads`` threads; returns (output, command).
+    """Run ``./run_train.sh`` on ``ranks`` processes of ``threads`` threads; returns (output,
+    command).
 
     Raises:
         RuntimeError: the run failed (its output is in the message).
@@ -103,8 +108,8 @@ def run(
 
 
 def parse_options(description: str, steps: int) -> argparse.Namespace:
-    """``--steps`` (default ``steps``) per run, ``--seq-len``, ``--warmup`` and config overrides after ``--``; exits
-    when the steps do not exceed the warmup."""
+    """``--steps`` (default ``steps``) per run, ``--seq-len``, ``--warmup`` and config overrides
+    after ``--``; exits when the steps do not exceed the warmup."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -125,7 +130,8 @@ def main() -> None:
     tokens_per_step = 16 * opts.seq_len
     results = {}
     print(
-        f"{'ranks':>5} {'threads/rank':>12} {'s/step':>8} {'tokens/s/rank':>13} {'total tokens/s':>14}"
+        f"{'ranks':>5} {'threads/rank':>12} {'s/step':>8} {'tokens/s/rank':>13} "
+        f"{'total tokens/s':>14}"
     )
     for ranks, threads in RUNS:
         output, command = run(ranks, threads, opts.steps, opts.seq_len, opts.overrides)
@@ -133,7 +139,8 @@ def main() -> None:
         total = per_rank * ranks
         results[ranks, threads] = total
         print(
-            f"{ranks:>5} {threads:>12} {tokens_per_step / total:>8.3f} {per_rank:>13,.0f} {total:>14,.0f}",
+            f"{ranks:>5} {threads:>12} {tokens_per_step / total:>8.3f} {per_rank:>13,.0f} "
+            f"{total:>14,.0f}",
             flush=True,
         )
         print(f"      command: {' '.join(command)}")
@@ -142,10 +149,12 @@ def main() -> None:
         f"{results[2, 1] / (2 * results[1, 1]):.3f}"
     )
     print(
-        f"same-cores ratio (2 ranks x 1 thread) / (1 rank x 2 threads): {results[2, 1] / results[1, 2]:.3f}"
+        "same-cores ratio (2 ranks x 1 thread) / (1 rank x 2 threads): "
+        f"{results[2, 1] / results[1, 2]:.3f}"
     )
     print(
-        f"command: python benchmarks/bench_scaling.py --steps {opts.steps} --seq-len {opts.seq_len} "
+        f"command: python benchmarks/bench_scaling.py --steps {opts.steps} --seq-len "
+        f"{opts.seq_len} "
         f"--warmup {opts.warmup}" + (f" -- {' '.join(opts.overrides)}" if opts.overrides else "")
     )
 

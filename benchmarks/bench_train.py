@@ -1,16 +1,20 @@
 """Benchmark (not a test): training throughput of a config on this machine, in one process.
 
 Runs, interleaved step by step on the same batches:
-  * ``trainer``: the real :class:`torchtitan_lite.train.Trainer` step (FSDP2 on a 1-rank mesh, global-batch
-    loss, clipping, the non-finite guard, AdamW, LR schedule), syncing with the host every ``--log-freq``-th
-    step as the training loop does on its log steps (``nonfinite_policy = stop``);
-  * ``trainer_skip``: the same with ``nonfinite_policy = skip``, which syncs every step (the guard's cost);
-  * ``bare``: a bare step of the same model class without FSDP (forward, ``cross_entropy``, backward,
-    ``AdamW.step`` with the same AdamW kernels as the trainer's, fused or foreach);
-and reports the median time per step, tokens/s and the ratios to ``bare`` (the framework's overhead).
+  * ``trainer``: the real :class:`torchtitan_lite.train.Trainer` step (FSDP2 on a 1-rank mesh,
+    global-batch loss, clipping, the non-finite guard, AdamW, LR schedule), syncing with the host
+    every ``--log-freq``-th step as the training loop does on its log steps
+    (``nonfinite_policy = stop``);
+  * ``trainer_skip``: the same with ``nonfinite_policy = skip``, which syncs every step (the guard's
+    cost);
+  * ``bare``: a bare step of the same model class without FSDP (forward, ``cross_entropy``,
+    backward, ``AdamW.step`` with the same AdamW kernels as the trainer's, fused or foreach);
+and reports the median time per step, tokens/s and the ratios to ``bare`` (the framework's
+overhead).
 
-    python benchmarks/bench_train.py                                   # qwen3_debug.toml, 20 timed steps
-    python benchmarks/bench_train.py --steps 10 -- --job.config_file train_configs/gpt_oss_debug.toml
+    python benchmarks/bench_train.py                              # qwen3_debug.toml, 20 timed steps
+    python benchmarks/bench_train.py --steps 10 -- --job.config_file
+    train_configs/gpt_oss_debug.toml
 
 Arguments after ``--`` are config overrides, as for ``run_train.sh``.
 """
@@ -35,7 +39,8 @@ from torchtitan_lite.train import Trainer
 
 
 def bare_model(trainer: Trainer) -> torch.nn.Module:
-    """The same model family and args, materialized without FSDP and initialized from the same plan."""
+    """The same model family and args, materialized without FSDP and initialized from the same
+    plan."""
     return build_local_model(trainer.run, trainer.info.device).model
 
 
@@ -102,12 +107,14 @@ def main() -> None:
         )
         print(
             f"config {argv[1]}: {tokens:,} tokens/step, {torch.get_num_threads()} threads, AdamW "
-            f"{'fused' if fused else 'foreach'}, {cli.steps} timed steps of each kind interleaved (median)"
+            f"{'fused' if fused else 'foreach'}, {cli.steps} timed steps of each kind interleaved "
+            "(median)"
         )
         print(f"  {'step':<13} {'s/step':>8} {'tokens/s':>10} {'vs bare':>8}")
         for name, seconds in medians.items():
             print(
-                f"  {name:<13} {seconds:8.3f} {tokens / seconds:10,.0f} {seconds / medians['bare']:8.3f}"
+                f"  {name:<13} {seconds:8.3f} {tokens / seconds:10,.0f} "
+                f"{seconds / medians['bare']:8.3f}"
             )
         trainer.metrics.close()
         torch.distributed.destroy_process_group()

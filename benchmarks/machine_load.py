@@ -1,12 +1,12 @@
-"""The machine's load around a benchmark: the load average before and after it, with a warning when it exceeds the
-CPU cores this process may use (other processes then take cores from the benchmark and skew its timings and
-ratios)."""
+"""The machine's load around a benchmark: the load average before and after it, with a warning when
+it exceeds the CPU cores this process may use (other processes then take cores from the benchmark
+and skew its timings and ratios)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def cores() -> int:
@@ -19,15 +19,16 @@ def cores() -> int:
 def load_line(
     when: str, load: tuple[float, float, float] | None = None, n_cores: int | None = None
 ) -> str:
-    """``load average before: 0.42 (1 min), 0.80 (5 min) on 2 cores``, plus a warning when the 1-minute load
-    exceeds the cores; ``load`` defaults to ``os.getloadavg()``, ``n_cores`` to :func:`cores`."""
+    """``load average before: 0.42 (1 min), 0.80 (5 min) on 2 cores``, plus a warning when the
+    1-minute load exceeds the cores; ``load`` defaults to ``os.getloadavg()``, ``n_cores`` to
+    :func:`cores`."""
     one, five, _ = os.getloadavg() if load is None else load
     n_cores = cores() if n_cores is None else n_cores
     line = f"load average {when}: {one:.2f} (1 min), {five:.2f} (5 min) on {n_cores} cores"
     if one > n_cores:
         line += (
-            f"; warning: the load exceeds the {n_cores} cores: other processes compete with the benchmark, its "
-            "timings and ratios are not reliable"
+            f"; warning: the load exceeds the {n_cores} cores: other processes compete with the "
+            "benchmark, its timings and ratios are not reliable"
         )
     return line
 

@@ -1,10 +1,11 @@
-"""Model registry: a name maps to a :class:`~torchtitan_lite.protocols.model_spec.ModelSpec` of plain callables.
+"""Model registry: a name maps to a :class:`~torchtitan_lite.protocols.model_spec.ModelSpec` of
+plain callables.
 
-The contract a family implements lives in the engine (``torchtitan_lite/protocols``); ``models/`` imports the
-engine, and the engine imports from here only the registry lookup below (``get_model_spec``, ``model_names``,
-``hf_family``; ``tests/test_import_boundary.py`` checks both directions). Adding a family: a folder
-``models/<family>/`` whose ``__init__.py`` defines ``model_spec``, and its name in ``_FAMILIES`` below
-(``docs/models.md``).
+The contract a family implements lives in the engine (``torchtitan_lite/protocols``); ``models/``
+imports the engine, and the engine imports from here only the registry lookup below
+(``get_model_spec``, ``model_names``, ``hf_family``; ``tests/test_import_boundary.py`` checks both
+directions). Adding a family: a folder ``models/<family>/`` whose ``__init__.py`` defines
+``model_spec``, and its name in ``_FAMILIES`` below (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def get_model_spec(name: str) -> ModelSpec:
 
 
 def hf_family(model_type: str | None, architectures: list[str] | None) -> str | None:
-    """The family whose state-dict adapter reads a ``config.json`` of ``model_type`` (or, without one, whose
-    architecture is the first of ``architectures``); ``None`` when none does."""
+    """The family whose state-dict adapter reads a ``config.json`` of ``model_type`` (or, without
+    one, whose architecture is the first of ``architectures``); ``None`` when none does."""
     for name in _FAMILIES:
         adapter = get_model_spec(name).state_dict_adapter
         if adapter is not None and (

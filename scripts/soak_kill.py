@@ -1,20 +1,22 @@
 """Random kill -9 soak of ``./run_train.sh`` (not a test, not CI).
 
-Each of N trials launches the same run (a tiny 1-block model on 2 ranks, a constant LR, a checkpoint after every
-step and ``keep_latest_k = 2``, so a kill often lands in a save or in the deletion of an old checkpoint), waits for
-its first step, then SIGKILLs the launcher's whole process group at a random moment up to ``--max-delay`` seconds
-later and checks that no process of the run is left 10 s later. The next trial is the resume. Printed at the end:
+Each of N trials launches the same run (a tiny 1-block model on 2 ranks, a constant LR, a checkpoint
+after every step and ``keep_latest_k = 2``, so a kill often lands in a save or in the deletion of an
+old checkpoint), waits for its first step, then SIGKILLs the launcher's whole process group at a
+random moment up to ``--max-delay`` seconds later and checks that no process of the run is left 10 s
+later. The next trial is the resume. Printed at the end:
 
 * ``trials``: kills done; ``mid-save``: kills that left a ``step-N.tmp`` (a save in progress);
-* ``resumed``: runs after a kill (the next trial's, and a final one) that resumed from the latest complete
-  checkpoint the kill left, its checksums verified on load;
-* ``lost``: runs that could not resume from it (a damaged or missing checkpoint; should be 0); ``orphans``: trials
-  that left a process running after 10 s (should be 0);
-* ``bitwise``: whether the run's state after all trials, one step further, equals that of an uninterrupted run of
-  as many steps (the checksums of the DCP data files of both checkpoints).
+* ``resumed``: runs after a kill (the next trial's, and a final one) that resumed from the latest
+  complete checkpoint the kill left, its checksums verified on load;
+* ``lost``: runs that could not resume from it (a damaged or missing checkpoint; should be 0);
+  ``orphans``: trials that left a process running after 10 s (should be 0);
+* ``bitwise``: whether the run's state after all trials, one step further, equals that of an
+  uninterrupted run of as many steps (the checksums of the DCP data files of both checkpoints).
 
-Usage: ``python scripts/soak_kill.py [--trials 20] [--max-delay 4] [--folder /tmp/soak] [--seed 0]`` from the repo
-root. It launches runs with the helpers of the fault-injection tests (``tests/fault_helpers.py``).
+Usage: ``python scripts/soak_kill.py [--trials 20] [--max-delay 4] [--folder /tmp/soak] [--seed 0]``
+from the repo root. It launches runs with the helpers of the fault-injection tests
+(``tests/fault_helpers.py``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file
-from fault_helpers import CONSTANT_LR, Run, alive, descendants, shard_digests
+from ckpt_helpers import TINY_MODEL, TINY_RUN, text_file  # noqa: E402 (needs the sys.path above)
+from fault_helpers import (  # noqa: E402 (needs the sys.path above)
+    CONSTANT_LR,
+    Run,
+    alive,
+    descendants,
+    shard_digests,
+)
 
-from torchtitan_lite.components.checkpoint.storage import complete_steps
+from torchtitan_lite.components.checkpoint.storage import complete_steps  # noqa: E402
 
 
 def main() -> None:
@@ -123,8 +131,10 @@ def main() -> None:
         == shard_digests(reference / "checkpoint" / f"step-{final}")
     )
     print(
-        f"trials {opts.trials}, mid-save {counts['mid_save']}, resumed {counts['resumed']}, lost {counts['lost']}, "
-        f"orphans {counts['orphans']}; step {final}: bitwise equal to an uninterrupted run: {bitwise}"
+        f"trials {opts.trials}, mid-save {counts['mid_save']}, resumed {counts['resumed']}, lost "
+        f"{counts['lost']}, "
+        f"orphans {counts['orphans']}; step {final}: bitwise equal to an uninterrupted run: "
+        f"{bitwise}"
     )
 
 

@@ -33,10 +33,12 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
-    """A byte-level BPE trained on ``texts`` with ``vocab_size`` ids in total (special tokens included).
+    """A byte-level BPE trained on ``texts`` with ``vocab_size`` ids in total (special tokens
+    included).
 
     Raises:
-        ValueError: ``vocab_size`` leaves no room for merges (must exceed 256 bytes + special tokens).
+        ValueError: ``vocab_size`` leaves no room for merges (must exceed 256 bytes + special
+            tokens).
     """
     min_size = len(pre_tokenizers.ByteLevel.alphabet()) + len(SPECIAL_TOKENS)
     if vocab_size <= min_size:

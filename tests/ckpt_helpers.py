@@ -1,5 +1,5 @@
-"""Shared settings and data of the runs the checkpoint, resume, HF, fault and tool tests train, and the launcher of
-their worker (``tests/ckpt_worker.py``)."""
+"""Shared settings and data of the runs the checkpoint, resume, HF, fault and tool tests train, and
+the launcher of their worker (``tests/ckpt_worker.py``)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ TINY_RUN = [
     "--training.global_batch_size=-1",
     "--checkpoint.enable=true",
 ]
-"""Four short steps of one micro-batch per rank, one thread per rank, checkpoints on (the debug config has
-them off), no validation or TensorBoard."""
+"""Four short steps of one micro-batch per rank, one thread per rank, checkpoints on (the debug
+config has them off), no validation or TensorBoard."""
 
 
 @functools.cache
@@ -45,16 +45,17 @@ def _plays_text(n_plays: int) -> str:
 
 
 def text_file(folder: Path, n_plays: int = 2) -> Path:
-    """A local ``.txt`` dataset of the first ``n_plays`` training plays, ``folder / "data.txt"`` (tokenizes in well
-    under a second)."""
+    """A local ``.txt`` dataset of the first ``n_plays`` training plays, ``folder / "data.txt"``
+    (tokenizes in well under a second)."""
     path = folder / "data.txt"
     path.write_text(_plays_text(n_plays), encoding="utf-8")
     return path
 
 
 def tiny_job(folder: Path, *extra: str, dump: str | Path = "out") -> list[str]:
-    """The command line of a tiny run (:data:`TINY_MODEL`, :data:`TINY_RUN`) on ``folder / "data.txt"``
-    (:func:`text_file`) with its dump folder ``folder / dump``, then ``extra``."""
+    """The command line of a tiny run (:data:`TINY_MODEL`, :data:`TINY_RUN`) on
+    ``folder / "data.txt"`` (:func:`text_file`) with its dump folder ``folder / dump``, then
+    ``extra``."""
     return [
         *TINY_MODEL,
         *TINY_RUN,
@@ -65,15 +66,16 @@ def tiny_job(folder: Path, *extra: str, dump: str | Path = "out") -> list[str]:
 
 
 def worker_result(nproc: int | None, args: list[str], timeout: float = 240) -> dict:
-    """Rank 0's result of ``tests/ckpt_worker.py args`` launched on ``nproc`` ranks (one plain process for
-    ``None``)."""
+    """Rank 0's result of ``tests/ckpt_worker.py args`` launched on ``nproc`` ranks (one plain
+    process for ``None``)."""
     return launch(WORKER, args, nproc=nproc, timeout=timeout).result()
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file under ``folder`` (to show nothing was modified); a checkpoint folder's
-    ``.lock`` counts by its presence only: it records the latest holder, and a run takes the lock before it reads
-    the folder, so a run that refuses a damaged checkpoint has held it too."""
+    """Relative path -> sha256 of every file under ``folder`` (to show nothing was modified); a
+    checkpoint folder's ``.lock`` counts by its presence only: it records the latest holder, and a
+    run takes the lock before it reads the folder, so a run that refuses a damaged checkpoint has
+    held it too."""
     return {
         str(p.relative_to(folder)): "held"
         if p.name == ".lock"

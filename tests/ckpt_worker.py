@@ -3,15 +3,17 @@
     python tests/ckpt_worker.py MODE OUT [--section.key=value ...]
 
 Modes (rank 0 returns its result with ``dist_helpers.write_result``):
-  * ``train``: train as ``main`` does; rank 0 returns ``{"losses": {"<step>": float.hex}, "steps": [complete
-    checkpoint steps], "load_lines": [...]}`` and saves the gathered full model and optimizer state
-    (``torch.save``) to ``OUT``.
-  * ``gather``: build the Trainer (which loads the checkpoint), gather the full model and optimizer state
-    and, on rank 0, return ``{"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int,
-    "loaded_step": int}`` comparing it bitwise with the state saved in ``OUT``.
-  * ``resume``: ``gather`` (the state the Trainer loaded against ``OUT``), then ``train``; the result holds both.
-  * ``kill_before_rename``: train; at the first save after step 2 SIGKILL this process right after DCP wrote
-    ``step-N.tmp`` and before it is renamed (a crash in the middle of a save).
+  * ``train``: train as ``main`` does; rank 0 returns
+    ``{"losses": {"<step>": float.hex}, "steps": [complete checkpoint steps], "load_lines": [...]}``
+    and saves the gathered full model and optimizer state (``torch.save``) to ``OUT``.
+  * ``gather``: build the Trainer (which loads the checkpoint), gather the full model and optimizer
+    state and, on rank 0, return
+    ``{"model_equal": bool, "optim_equal": bool, "n_model": int, "n_optim": int, "loaded_step":
+    int}`` comparing it bitwise with the state saved in ``OUT``.
+  * ``resume``: ``gather`` (the state the Trainer loaded against ``OUT``), then ``train``; the
+    result holds both.
+  * ``kill_before_rename``: train; at the first save after step 2 SIGKILL this process right after
+    DCP wrote ``step-N.tmp`` and before it is renamed (a crash in the middle of a save).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from torchtitan_lite.train import Trainer
 
 
 def full_state(trainer: Trainer) -> dict:
-    """``{"model": {fqn: tensor}, "optim": {fqn.key: tensor}}`` of the whole model, on the CPU of every rank
-    (gathered within each pipeline stage, then over the stages)."""
+    """``{"model": {fqn: tensor}, "optim": {fqn.key: tensor}}`` of the whole model, on the CPU of
+    every rank (gathered within each pipeline stage, then over the stages)."""
     options = StateDictOptions(full_state_dict=True)
     model = get_model_state_dict(trainer.model, options=options)
     optim = get_optimizer_state_dict(trainer.model, trainer.optimizer, options=options)

@@ -1,8 +1,8 @@
 """Fixtures and settings shared by the whole test suite.
 
-Helpers that are plain functions and constants live in modules beside this one (``dist_helpers`` launches processes
-and collects their results, ``ckpt_helpers`` the tiny training runs, ``model_helpers`` builds models,
-``hf_reference``/``hf_published`` the transformers side).
+Helpers that are plain functions and constants live in modules beside this one (``dist_helpers``
+launches processes and collects their results, ``ckpt_helpers`` the tiny training runs,
+``model_helpers`` builds models, ``hf_reference``/``hf_published`` the transformers side).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch.distributed as dist
 
 
 def pytest_configure(config):
-    """One CPU thread from the start (collection and the first module's fixtures), as every launched worker has
-    (``dist_helpers.env``): what a test computes in its own process is computed as its workers compute, and the
-    test process does not compete with its workers for the cores. Raw text is prepared into a cache of this
-    session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched workers), not the user's. Signals as under a
-    shell (:func:`restore_signals`)."""
+    """One CPU thread from the start (collection and the first module's fixtures), as every launched
+    worker has (``dist_helpers.env``): what a test computes in its own process is computed as its
+    workers compute, and the test process does not compete with its workers for the cores. Raw text
+    is prepared into a cache of this session (``TORCHTITAN_LITE_DATA_CACHE``, inherited by launched
+    workers), not the user's. Signals as under a shell (:func:`restore_signals`)."""
     torch.set_num_threads(1)
     os.environ.setdefault(
         "TORCHTITAN_LITE_DATA_CACHE", tempfile.mkdtemp(prefix="torchtitan_lite_data_cache_")
@@ -30,9 +30,10 @@ def pytest_configure(config):
 
 
 def restore_signals():
-    """Give this process the signal handling of a process started from a shell: pytest-xdist's workers (``-n``)
-    start with SIGINT, SIGHUP and SIGQUIT ignored, and an ignored signal stays ignored across ``exec``, so the
-    ``run_train.sh`` that a test signals (Ctrl-C under a pseudo-terminal) would never see it."""
+    """Give this process the signal handling of a process started from a shell: pytest-xdist's
+    workers (``-n``) start with SIGINT, SIGHUP and SIGQUIT ignored, and an ignored signal stays
+    ignored across ``exec``, so the ``run_train.sh`` that a test signals (Ctrl-C under a
+    pseudo-terminal) would never see it."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
@@ -40,8 +41,8 @@ def restore_signals():
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """One CPU thread in every test, and again after it (a test or an in-process trainer may change it), so the
-    fixtures set up for the next module run with one thread too."""
+    """One CPU thread in every test, and again after it (a test or an in-process trainer may change
+    it), so the fixtures set up for the next module run with one thread too."""
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(1)
@@ -49,8 +50,8 @@ def one_thread():
 
 @pytest.fixture
 def one_rank_group():
-    """A process group of this process alone (gloo, rank 0 of 1, an in-memory store) for the test, destroyed after
-    it (unless the test did)."""
+    """A process group of this process alone (gloo, rank 0 of 1, an in-memory store) for the test,
+    destroyed after it (unless the test did)."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
     if dist.is_initialized():
@@ -59,8 +60,9 @@ def one_rank_group():
 
 @pytest.fixture(scope="session")
 def tokenizer_file(tmp_path_factory):
-    """A byte-level BPE ``tokenizer.json`` of :data:`hf_published.SCALED_VOCAB` ids, the vocabulary of the scaled
-    published configs (trained once per session; copy it into a folder that needs one)."""
+    """A byte-level BPE ``tokenizer.json`` of :data:`hf_published.SCALED_VOCAB` ids, the vocabulary
+    of the scaled published configs (trained once per session; copy it into a folder that needs
+    one)."""
     from hf_published import (
         SCALED_VOCAB,
     )  # here: hf_reference imports transformers, which most sessions never need

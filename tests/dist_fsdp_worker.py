@@ -4,7 +4,8 @@ Every rank builds the same toy transformer-shaped model twice: a full reference 
 and a copy built on meta, sharded with ``apply_fsdp`` (optionally after activation checkpointing),
 materialized with ``to_empty`` and filled from the reference's state dict. Each rank feeds its
 slice of one global batch with loss = local token-loss sum / GLOBAL token count; the reference
-feeds the whole batch. Rank 0 returns (``dist_helpers.write_result``) the largest differences of each mode.
+feeds the whole batch. Rank 0 returns (``dist_helpers.write_result``) the largest differences of
+each mode.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from torchtitan_lite.models.common.norm import RMSNorm
 from torchtitan_lite.components.optimizer import build_optimizer, clip_grad_norm_
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.fsdp import apply_fsdp
+from torchtitan_lite.models.common.norm import RMSNorm
 
 VOCAB, DIM, HIDDEN, N_LAYERS = 33, 16, 24, 2  # 33 rows: uneven Shard(0) over 2 ranks
 BATCH, SEQ = 4, 8

@@ -1,5 +1,5 @@
-"""Launched processes: their environment, ``./run_train.sh``, a test worker under torchrun (or as one plain process)
-and the results its ranks return through files, and a worker's clean end."""
+"""Launched processes: their environment, ``./run_train.sh``, a test worker under torchrun (or as
+one plain process) and the results its ranks return through files, and a worker's clean end."""
 
 from __future__ import annotations
 
@@ -8,21 +8,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_ENV = "TORCHTITAN_LITE_TEST_RESULTS"
-"""The environment variable naming the folder where a launched worker's ranks write their results."""
+"""The environment variable naming the folder where a launched worker's ranks write their
+results."""
 
 
 def env(**extra: str) -> dict[str, str]:
-    """Environment of launched processes: one thread, the repo importable, this interpreter for ``run_train.sh``,
-    then ``extra``."""
+    """Environment of launched processes: one thread, the repo importable, this interpreter for
+    ``run_train.sh``, then ``extra``."""
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -35,8 +37,8 @@ def env(**extra: str) -> dict[str, str]:
 def run_train(
     args: list[str], *, nproc: int = 1, cwd: Path = REPO, timeout: float = 240, **extra_env: str
 ) -> subprocess.CompletedProcess:
-    """``NGPU=nproc ./run_train.sh args`` in ``cwd`` to the end, its output captured; ``extra_env`` is added to
-    :func:`env`."""
+    """``NGPU=nproc ./run_train.sh args`` in ``cwd`` to the end, its output captured; ``extra_env``
+    is added to :func:`env`."""
     return subprocess.run(
         ["./run_train.sh", *args],
         cwd=cwd,
@@ -48,9 +50,10 @@ def run_train(
 
 
 def write_result(value: Any) -> None:
-    """Return ``value`` (tensors, or dicts, lists and scalars of them) to the test that launched this worker:
-    ``torch.save`` to ``rank<RANK>.pt`` in the folder of :data:`RESULTS_ENV`, through a temporary file renamed into
-    place, so the test reads a whole file or none (a worker killed while writing leaves no result)."""
+    """Return ``value`` (tensors, or dicts, lists and scalars of them) to the test that launched
+    this worker: ``torch.save`` to ``rank<RANK>.pt`` in the folder of :data:`RESULTS_ENV`, through a
+    temporary file renamed into place, so the test reads a whole file or none (a worker killed while
+    writing leaves no result)."""
     if RESULTS_ENV not in os.environ:
         raise RuntimeError(
             f"{RESULTS_ENV} names no folder for the results: launch this worker with "
@@ -65,7 +68,8 @@ def write_result(value: Any) -> None:
 
 @dataclass
 class Launch:
-    """A finished launch of a worker script: its process and what each rank wrote with :func:`write_result`."""
+    """A finished launch of a worker script: its process and what each rank wrote with
+    :func:`write_result`."""
 
     script: str
     nproc: int | None
@@ -77,9 +81,9 @@ class Launch:
         return self.results([rank])[0]
 
     def results(self, ranks: Iterable[int] | None = None) -> list[Any]:
-        """What each of ``ranks`` (default: every rank) wrote, in that order. Fails unless the launch exited 0 and
-        each of them wrote a result, showing the last output lines of the ranks without one (of every rank when
-        none is missing)."""
+        """What each of ``ranks`` (default: every rank) wrote, in that order. Fails unless the
+        launch exited 0 and each of them wrote a result, showing the last output lines of the ranks
+        without one (of every rank when none is missing)."""
         ranks = list(range(self.nproc or 1) if ranks is None else ranks)
         missing = [rank for rank in ranks if rank not in self.written]
         if self.proc.returncode != 0 or missing:
@@ -87,8 +91,9 @@ class Launch:
         return [self.written[rank] for rank in ranks]
 
     def output(self, rank: int | None = None) -> list[str]:
-        """The output lines (stdout, then stderr) of ``rank`` without torchrun's ``[default<rank>]:`` prefix, or
-        torchrun's own for ``None``; of a plain process, all of them."""
+        """The output lines (stdout, then stderr) of ``rank`` without torchrun's
+        ``[default<rank>]:`` prefix, or torchrun's own for ``None``; of a plain process, all of
+        them."""
         lines = (self.proc.stdout + self.proc.stderr).splitlines()
         if self.nproc is None:
             return lines
@@ -112,13 +117,15 @@ class Launch:
 def launch(
     script: str | Path, args: list[str] = (), *, nproc: int | None = None, timeout: float = 240
 ) -> Launch:
-    """Run ``script args`` from the repo root with :func:`env` under ``torchrun --standalone --nproc_per_node=nproc``
-    (as one plain process for ``nproc=None``); its ranks' :func:`write_result` go to a fresh folder, read back
-    when the launch has ended, then removed.
+    """Run ``script args`` from the repo root with :func:`env` under
+    ``torchrun --standalone --nproc_per_node=nproc`` (as one plain process for ``nproc=None``); its
+    ranks' :func:`write_result` go to a fresh folder, read back when the launch has ended, then
+    removed.
 
-    torchrun runs with ``--tee 3``: each rank's lines come whole, prefixed ``[default<rank>]:``, so a failure shows
-    the lines of the rank that failed (:meth:`Launch.output`); its log folder is a temporary one (without
-    ``--log-dir`` torchrun leaves a ``torchelastic_*`` folder behind).
+    torchrun runs with ``--tee 3``: each rank's lines come whole, prefixed ``[default<rank>]:``, so
+    a failure shows
+    the lines of the rank that failed (:meth:`Launch.output`); its log folder is a temporary one
+    (without ``--log-dir`` torchrun leaves a ``torchelastic_*`` folder behind).
     """
     with (
         tempfile.TemporaryDirectory(prefix="test_results_") as results,
@@ -168,9 +175,9 @@ def leave_together() -> None:
     """Barrier, destroy the process group, flush, then ``os._exit(0)``.
 
     The barrier is the trainer's own (``docs/design.md``, "Distributed: exiting together").
-    ``os._exit`` skips the interpreter's teardown, where torch 2.13's thread cleanup on gloo can abort (SIGABRT,
-    "terminate called without an active exception") after the results are written: a crash that says nothing about
-    what the test checks.
+    ``os._exit`` skips the interpreter's teardown, where torch 2.13's thread cleanup on gloo can
+    abort (SIGABRT, "terminate called without an active exception") after the results are written: a
+    crash that says nothing about what the test checks.
     """
     dist.barrier()
     dist.destroy_process_group()

@@ -1,11 +1,13 @@
-"""Worker of tests/test_hf_sharded.py, launched by torchrun: import an HF folder into a sharded model; every rank
-returns (``dist_helpers.write_result``) its rank, the sha256 of every full tensor, the bytes it read, the number of
-init draws, the tensors missing from the folder and the fingerprint.
+"""Worker of tests/test_hf_sharded.py, launched by torchrun: import an HF folder into a sharded
+model; every rank returns (``dist_helpers.write_result``) its rank, the sha256 of every full tensor,
+the bytes it read, the number of init draws, the tensors missing from the folder and the
+fingerprint.
 
-``python tests/dist_hf_worker.py LAYOUT FOLDER DUMP [--section.key=value ...]``: ``fsdp`` = the trainer's model
-(FSDP2 over all ranks, the folder imported by ``Trainer``), ``shard_last`` = every parameter a DTensor sharded on its last dimension over all
-ranks (a tensor-parallel-like cut, ``Shard(1)`` of matrices), imported by ``load_hf_folder``, the rest (token
-counters) initialized by the plan as the trainer does.
+``python tests/dist_hf_worker.py LAYOUT FOLDER DUMP [--section.key=value ...]``: ``fsdp`` = the
+trainer's model (FSDP2 over all ranks, the folder imported by ``Trainer``), ``shard_last`` = every
+parameter a DTensor sharded on its last dimension over all ranks (a tensor-parallel-like cut,
+``Shard(1)`` of matrices), imported by ``load_hf_folder``, the rest (token counters) initialized by
+the plan as the trainer does.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 import torchtitan_lite.init.apply as init_module
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.preflight.checks import parse_run
 
 
 def digests(model) -> dict[str, str]:

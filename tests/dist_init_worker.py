@@ -1,8 +1,8 @@
-"""torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results returned by rank 0
-(``dist_helpers.write_result``).
+"""torchrun worker of test_init_distributed.py: FSDP2-sharded init on gloo, results returned by rank
+0 (``dist_helpers.write_result``).
 
-Usage: ``TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_init_worker.py``. The shards of the
-255x66 parameter cut through its keyed tiles (16 rows each).
+Usage: ``TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_init_worker.py``.
+The shards of the 255x66 parameter cut through its keyed tiles (16 rows each).
 """
 
 import torch
@@ -88,7 +88,8 @@ class Pair(nn.Module):
 
 
 def _layout_fingerprints(world: int) -> dict[str, list[str]]:
-    """Fingerprints of one pair of tensors, plain and as DTensors on 1-D and 2-D meshes, on this rank."""
+    """Fingerprints of one pair of tensors, plain and as DTensors on 1-D and 2-D meshes, on this
+    rank."""
     gen = torch.Generator().manual_seed(SEED)
     a, b = torch.randn(7, 2 * world + 1, generator=gen), torch.randn(5, generator=gen).bfloat16()
     mesh_1d, mesh_2d = init_device_mesh("cpu", (world,)), init_device_mesh("cpu", (world, 1))

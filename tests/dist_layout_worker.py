@@ -1,17 +1,22 @@
-"""torchrun worker of test_parallel_layouts.py: the real Trainer of tiny models on one parallel layout.
+"""torchrun worker of test_parallel_layouts.py: the real Trainer of tiny models on one parallel
+layout.
 
-    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT DATA \
+    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_layout_worker.py OUT
+    DATA \
         [--cases=qwen3,...] [--section.key=value ...]
 
-For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout given (so the init,
-TP plan, FSDP2, loss parallelism, clipping and optimizer are the trainer's own; its runs go to ``OUT/runs``), counts
-the elements every rank draws per tensor (a spy on ``keyed.keyed_fill``), trains :data:`STEPS` steps, then two
-more as the trainer runs steps between log steps (``sync=False``) while counting host reads. Rank 0 returns
-(``dist_helpers.write_result``) per case: the gathered initial parameters, the gradients of step 1 before clipping
-(gathered) and the number of distinct meshes they live on, the global loss and gradient norm of every step, the init
-fingerprint, the host reads of the two quiet steps, per rank ``{tensor: [local elements, drawn]}``, the expert choices of every sequence of step 1
-(``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks) the MoE layers' expert loads of step 1 as the
-training hooks summed them (``{layer: (num_experts,)}``) and the routers' expert biases after the last step.
+For each model of :data:`CASES` (or those ``--cases`` names) it builds the Trainer with the layout
+given (so the init, TP plan, FSDP2, loss parallelism, clipping and optimizer are the trainer's own;
+its runs go to ``OUT/runs``), counts the elements every rank draws per tensor (a spy on
+``keyed.keyed_fill``), trains :data:`STEPS` steps, then two more as the trainer runs steps between
+log steps (``sync=False``) while counting host reads. Rank 0 returns (``dist_helpers.write_result``)
+per case: the gathered initial parameters, the gradients of step 1 before clipping (gathered) and
+the number of distinct meshes they live on, the global loss and gradient norm of every step, the
+init fingerprint, the host reads of the two quiet steps, per rank
+``{tensor: [local elements, drawn]}``, the expert choices of every sequence of step 1
+(``{token ids: {MoE layer: (seqlen, k) expert ids}}``, from all ranks) the MoE layers' expert loads
+of step 1 as the training hooks summed them (``{layer: (num_experts,)}``) and the routers' expert
+biases after the last step.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from sync_helpers import HostReads
 from torch.distributed.tensor import DTensor
 
 import torchtitan_lite.train as train_module
+from torchtitan_lite.init import keyed
+from torchtitan_lite.init.apply import canonical_name
 from torchtitan_lite.models import model_names
 from torchtitan_lite.models.common.moe import moe_layers
 from torchtitan_lite.preflight.checks import parse_run
-from torchtitan_lite.init import keyed
-from torchtitan_lite.init.apply import canonical_name
 
 STEPS = 10
 CASES = {
@@ -54,8 +59,9 @@ RUN = [
     "--checkpoint.enable=false",
     "--training.compute_dtype=float32",
 ]
-"""Eight sequences of 32 tokens per step in micro-batches of 2 (the same micro-batches on every layout, so MoE
-auxiliary losses and expert loads are those of one process), fp32, one thread per rank."""
+"""Eight sequences of 32 tokens per step in micro-batches of 2 (the same micro-batches on every
+layout, so MoE auxiliary losses and expert loads are those of one process), fp32, one thread per
+rank."""
 
 
 def count_draws() -> dict[str, list[int]]:
@@ -80,8 +86,9 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
-    """Hooks that record, in training forwards, each sequence's token ids and each MoE layer's expert choices
-    ``(seqlen, k)`` of it: returns the dict ``{token ids: {layer: choices}}`` they fill and the hook handles."""
+    """Hooks that record, in training forwards, each sequence's token ids and each MoE layer's
+    expert choices ``(seqlen, k)`` of it: returns the dict ``{token ids: {layer: choices}}`` they
+    fill and the hook handles."""
     routes, current = {}, []
     handles = [
         model.register_forward_pre_hook(
@@ -92,7 +99,7 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
 
         def hook(module, args, out, layer=layer):
             tokens = current[0]
-            for seq, choice in zip(tokens, out.indices.view(*tokens.shape, -1)):
+            for seq, choice in zip(tokens, out.indices.view(*tokens.shape, -1), strict=True):
                 routes.setdefault(tuple(seq.tolist()), {})[layer] = choice.clone()
 
         handles.append(moe.router.register_forward_hook(hook))
@@ -100,7 +107,8 @@ def record_routes(model: torch.nn.Module) -> tuple[dict, list]:
 
 
 def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) -> dict | None:
-    """Train case ``name``; what :func:`main` returns for it (on rank 0, ``None`` on the other ranks)."""
+    """Train case ``name``; what :func:`main` returns for it (on rank 0, ``None`` on the other
+    ranks)."""
     counts.clear()
     run = parse_run(
         [
@@ -178,8 +186,8 @@ def run_case(name: str, out: str, data: str, layout: list[str], counts: dict) ->
 def run_worker(
     folder, nproc: int, models: tuple[str, ...], options: list[str], timeout: float = 900
 ) -> dict[str, dict]:
-    """Launch this worker on ``nproc`` ranks for ``models`` with more ``options``, its runs under ``folder``, on one
-    play of text; returns ``model -> what the worker returned``."""
+    """Launch this worker on ``nproc`` ranks for ``models`` with more ``options``, its runs under
+    ``folder``, on one play of text; returns ``model -> what the worker returned``."""
     from ckpt_helpers import text_file
     from dist_helpers import REPO, launch
 
@@ -193,16 +201,17 @@ def run_worker(
 
 
 _ONE_PROCESS: dict[str, dict] = {}
-"""Model -> what the worker returned for it on one process without options, kept for the session: the single-process
-reference of test_parallel_layouts and test_expert_parallel_layouts, which share models."""
+"""Model -> what the worker returned for it on one process without options, kept for the session:
+the single-process reference of test_parallel_layouts and test_expert_parallel_layouts, which share
+models."""
 
 
 def run_layouts(
     folder, layouts: dict[str, tuple[int, list[str], tuple[str, ...]]]
 ) -> dict[str, dict[str, dict]]:
-    """:func:`run_worker` once per layout (``name: (processes, options, models)``) in ``folder / name``, except for
-    single-process runs already made in this session; returns ``layout -> model -> what the worker returned`` (for
-    the tests' module fixtures)."""
+    """:func:`run_worker` once per layout (``name: (processes, options, models)``) in
+    ``folder / name``, except for single-process runs already made in this session; returns
+    ``layout -> model -> what the worker returned`` (for the tests' module fixtures)."""
     results = {}
     for layout, (nproc, options, models) in layouts.items():
         (folder / layout).mkdir()

@@ -1,9 +1,12 @@
-"""torchrun worker for tests/test_muon_layouts.py: Muon on row shards that torch.chunk splits unevenly, vs one process.
+"""torchrun worker for tests/test_muon_layouts.py: Muon on row shards that torch.chunk splits
+unevenly, vs one process.
 
-Every rank builds the same matrices (seeded), row-shards them over a 1-D gloo mesh (``distribute_tensor``,
-``Shard(0)``: over 3 ranks 7 rows are 3 + 3 + 1, 2 rows are 1 + 1 + 0), and takes 3 Muon steps with the same seeded
-gradients as a plain-tensor copy on the rank. Rank 0 returns (``dist_helpers.write_result``) the names of the
-parameters whose gathered weights or momenta differ from the copy's.
+Every rank builds the same matrices (seeded), row-shards them over a 1-D gloo mesh
+(``distribute_tensor``,
+``Shard(0)``: over 3 ranks 7 rows are 3 + 3 + 1, 2 rows are 1 + 1 + 0), and takes 3 Muon steps with
+the same seeded gradients as a plain-tensor copy on the rank. Rank 0 returns
+(``dist_helpers.write_result``) the names of the parameters whose gathered weights or momenta differ
+from the copy's.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def main() -> None:
         for name, t in full.items()
     }
     opts = _optimizer(whole), _optimizer(sharded)
-    for step in range(3):
+    for _ in range(3):
         for name in SHAPES:
             grad = torch.randn(SHAPES[name], generator=gen)
             whole[name].grad = grad.clone()

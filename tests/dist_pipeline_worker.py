@@ -1,14 +1,17 @@
-"""torchrun worker of tests/test_pipeline_parallel.py: the real Trainer on any layout, its state returned per rank.
+"""torchrun worker of tests/test_pipeline_parallel.py: the real Trainer on any layout, its state
+returned per rank.
 
-    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_pipeline_worker.py [--section.key=value ...]
+    TORCHTITAN_LITE_TEST_RESULTS=DIR torchrun --nproc_per_node=N tests/dist_pipeline_worker.py
+    [--section.key=value ...]
 
-Each rank trains as ``main`` does and returns (``dist_helpers.write_result``): ``weights`` (canonical name -> the full
-initial tensor of every tensor it holds, gathered within its stage), ``grads`` (the same for the gradients of step
-1, before clipping), ``fingerprint`` (the one the trainer printed), ``losses`` (step -> the logged loss, exact),
-``validation`` (the last validation loss, or ``None``), ``has_last`` (whether it holds the last pipeline stage;
-``True`` without one) and ``error`` (the message of a ``NonFiniteError`` that stopped the run, or ``None``).
-With ``POISON_STEP=N`` in the environment the loss of step ``N`` is NaN (on the last stage only under pipeline
-parallelism).
+Each rank trains as ``main`` does and returns (``dist_helpers.write_result``): ``weights``
+(canonical name -> the full initial tensor of every tensor it holds, gathered within its stage),
+``grads`` (the same for the gradients of step 1, before clipping), ``fingerprint`` (the one the
+trainer printed), ``losses`` (step -> the logged loss, exact), ``validation`` (the last validation
+loss, or ``None``), ``has_last`` (whether it holds the last pipeline stage; ``True`` without one)
+and ``error`` (the message of a ``NonFiniteError`` that stopped the run, or ``None``). With
+``POISON_STEP=N`` in the environment the loss of step ``N`` is NaN (on the last stage only under
+pipeline parallelism).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from torchtitan_lite.train import Trainer
 
 
 def full_tensors(trainer: Trainer, of_grad: bool) -> dict[str, torch.Tensor]:
-    """First canonical name -> full tensor (or its gradient) of every tensor this rank holds (a collective)."""
+    """First canonical name -> full tensor (or its gradient) of every tensor this rank holds (a
+    collective)."""
     out = {}
     for names, tensor in tensor_groups(trainer.model):
         value = tensor.grad if of_grad else tensor

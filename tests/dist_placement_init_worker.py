@@ -1,7 +1,8 @@
-"""torchrun worker of test_keyed_boxes.py: keyed init of DTensors with every placement on a 2 x 2 gloo mesh.
+"""torchrun worker of test_keyed_boxes.py: keyed init of DTensors with every placement on a 2 x 2
+gloo mesh.
 
-Every rank returns (``dist_helpers.write_result``), per case, whether the gathered tensor equals the 1-process keyed
-init bitwise, this rank's local elements and the elements it drew.
+Every rank returns (``dist_helpers.write_result``), per case, whether the gathered tensor equals the
+1-process keyed init bitwise, this rank's local elements and the elements it drew.
 """
 
 import torch
@@ -27,7 +28,8 @@ CASES = {  # name: (global shape, placements on the (dp, tp) mesh)
 
 
 def counting():
-    """Patch ``keyed.keyed_fill`` to record the elements each call draws; returns the running list."""
+    """Patch ``keyed.keyed_fill`` to record the elements each call draws; returns the running
+    list."""
     drawn, real = [], keyed.keyed_fill
 
     def spy(tensor, key, law, cast, compiled):

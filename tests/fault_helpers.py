@@ -1,6 +1,6 @@
-"""Launching ``./run_train.sh`` for fault injection: a run whose output is read as it comes (wait for a line, with a
-timeout, instead of sleeping), its process tree, and the checksums that show a resumed run's state is bitwise
-the uninterrupted one's."""
+"""Launching ``./run_train.sh`` for fault injection: a run whose output is read as it comes (wait
+for a line, with a timeout, instead of sleeping), its process tree, and the checksums that show a
+resumed run's state is bitwise the uninterrupted one's."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ CONSTANT_LR = ["--lr_scheduler.warmup_steps=0", "--lr_scheduler.decay_ratio=0"]
 
 
 class Run:
-    """``./run_train.sh args`` in its own session (its process group is the launcher's), stdout and stderr merged
-    and read by a thread."""
+    """``./run_train.sh args`` in its own session (its process group is the launcher's), stdout and
+    stderr merged and read by a thread."""
 
     def __init__(
         self, args: list[str], *, nproc: int = 1, cwd: Path = REPO, extra_env: dict | None = None
@@ -57,7 +57,8 @@ class Run:
         self._queue.put(None)
 
     def wait_for(self, pattern: str, timeout: float = 240) -> re.Match:
-        """The first output line (from now on) matching ``pattern``; fails after ``timeout`` seconds or at the end."""
+        """The first output line (from now on) matching ``pattern``; fails after ``timeout`` seconds
+        or at the end."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -145,7 +146,8 @@ def alive(pids: set[int]) -> set[int]:
 
 
 def shard_digests(step_folder: Path) -> dict[str, str]:
-    """Checksum of each DCP data file of a checkpoint, from its ``meta.json`` (model, optimizer, scheduler, data
-    position, RNG states and counters are all in these files: equal digests = a bitwise equal training state)."""
+    """Checksum of each DCP data file of a checkpoint, from its ``meta.json`` (model, optimizer,
+    scheduler, data position, RNG states and counters are all in these files: equal digests = a
+    bitwise equal training state)."""
     files = json.loads((step_folder / "meta.json").read_text())["files"]
     return {name: info["xxh3_128"] for name, info in files.items() if name.endswith(".distcp")}

@@ -1,9 +1,10 @@
-"""The ``config.json`` of published checkpoints, copied as data (no hub access in tests), each with its source.
+"""The ``config.json`` of published checkpoints, copied as data (no hub access in tests), each with
+its source.
 
-Every key is as the file has it, ``architectures`` and the special token ids included (``auto_map`` of the
-DeepSeek files points at their remote code and is kept too). ``tests/test_hf_config.py`` checks that each maps
-to our flavor of the same name; ``tests/test_hf_fidelity.py`` scales them down (:func:`scaled`) and compares our
-model with transformers'.
+Every key is as the file has it, ``architectures`` and the special token ids included (``auto_map``
+of the DeepSeek files points at their remote code and is kept too). ``tests/test_hf_config.py``
+checks that each maps to our flavor of the same name; ``tests/test_hf_fidelity.py`` scales them down
+(:func:`scaled`) and compares our model with transformers'.
 """
 
 from __future__ import annotations
@@ -279,8 +280,10 @@ PUBLISHED = {  # name: (config, our family, our flavor)
 }
 
 _SCALED = {
-    # Width: model, heads, head sizes, FFN and expert widths, LoRA ranks; depth: layers (keeping a dense block
-    # before the MoE ones where the original has some); experts: fewer, keeping the group structure; vocab 512.
+    # Width: model, heads, head sizes, FFN and expert widths, LoRA ranks; depth: layers (keeping a
+    #     dense block
+    # before the MoE ones where the original has some); experts: fewer, keeping the group structure;
+    # vocab 512.
     "Qwen3-0.6B": dict(
         hidden_size=64,
         intermediate_size=96,
@@ -365,13 +368,14 @@ _SCALED = {
 }
 SCALED_VOCAB = 512
 SCALED_SPECIAL_IDS = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}
-"""The special ids of the scaled vocabulary (``<|endoftext|>`` and ``<|pad|>`` of the tests' tokenizer)."""
+"""The special ids of the scaled vocabulary (``<|endoftext|>`` and ``<|pad|>`` of the tests'
+tokenizer)."""
 
 
 def scaled(name: str) -> dict[str, Any]:
-    """The published config ``name`` with width, depth, expert count and vocabulary scaled down, its special token ids
-    moved into the smaller vocabulary (every other key as published), without ``quantization_config`` (the
-    random-weight reference model is not quantized)."""
+    """The published config ``name`` with width, depth, expert count and vocabulary scaled down, its
+    special token ids moved into the smaller vocabulary (every other key as published), without
+    ``quantization_config`` (the random-weight reference model is not quantized)."""
     config = copy.deepcopy(PUBLISHED[name][0])
     config.pop("quantization_config", None)
     config.update(copy.deepcopy(_SCALED[name]), vocab_size=SCALED_VOCAB)

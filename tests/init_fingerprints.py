@@ -1,6 +1,7 @@
-"""The init fingerprint of every debug config on one CPU process, as ``python tests/init_fingerprints.py`` prints it
-(one ``config fingerprint seconds`` line each): the subject of test_init_golden.py, run in a subprocess there so that
-``ATEN_CPU_CAPABILITY`` selects torch's CPU kernels."""
+"""The init fingerprint of every debug config on one CPU process, as
+``python tests/init_fingerprints.py`` prints it (one ``config fingerprint seconds`` line each): the
+subject of test_init_golden.py, run in a subprocess there so that ``ATEN_CPU_CAPABILITY`` selects
+torch's CPU kernels."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.name for p in (REPO / "train_configs").glob("*_debug.toml"))
@@ -20,7 +21,8 @@ CONFIGS = sorted(p.name for p in (REPO / "train_configs").glob("*_debug.toml"))
 
 
 def fingerprint(config_name: str) -> tuple[str, float]:
-    """``(fingerprint, init seconds)`` of ``train_configs/config_name`` on one CPU process, its own seed."""
+    """``(fingerprint, init seconds)`` of ``train_configs/config_name`` on one CPU process, its own
+    seed."""
     run = load_run_or_exit(["--job.config_file", str(REPO / "train_configs" / config_name)])
     config, spec, args = run.config, run.spec, run.model_args
     with torch.device("meta"):

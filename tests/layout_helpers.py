@@ -1,5 +1,6 @@
-"""Runs of ``./run_train.sh`` compared across data-parallel layouts (``training.deterministic``'s acceptance and
-Muon's): one run, its loss and gradient-norm curves against another's, the final checkpoint gathered."""
+"""Runs of ``./run_train.sh`` compared across data-parallel layouts (``training.deterministic``'s
+acceptance and Muon's): one run, its loss and gradient-norm curves against another's, the final
+checkpoint gathered."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ LAYOUTS = {  # name: (processes, options)
 
 
 def train(tmp_path: Path, name: str, config: str, nproc: int, options: list[str]) -> Path:
-    """``./run_train.sh`` of one run on ``tmp_path / "data.txt"`` (``ckpt_helpers.text_file``), which must end without
-    a warning; its dump folder ``tmp_path / name``."""
+    """``./run_train.sh`` of one run on ``tmp_path / "data.txt"`` (``ckpt_helpers.text_file``),
+    which must end without a warning; its dump folder ``tmp_path / name``."""
     dump = tmp_path / name
     proc = run_train(
         [f"--training.dataset_path={tmp_path / 'data.txt'}", f"--job.dump_folder={dump}", *options],
@@ -50,8 +51,9 @@ def assert_equal_curves(
     at: tuple[int, ...] | None = None,
     first: int = 1,
 ) -> None:
-    """``compare_runs --assert-equal`` of ``tags`` (default: the loss and the gradient norm): max |diff| 0 at each of
-    steps ``first..steps`` (a resumed run has those only), or at exactly the steps ``at``."""
+    """``compare_runs --assert-equal`` of ``tags`` (default: the loss and the gradient norm): max
+    |diff| 0 at each of steps ``first..steps`` (a resumed run has those only), or at exactly the
+    steps ``at``."""
     common = list(at) if at is not None else list(range(first, steps + 1))
     steps_said = f"{len(common)} common steps ({step_ranges(common)})"
     for tag in tags:
@@ -77,7 +79,8 @@ def assert_equal_curves(
 
 
 def final_state(dump: Path, step: int) -> dict[str, torch.Tensor]:
-    """The model parameters and optimizer state of the checkpoint of ``step``, gathered (``dcp_to_torch_save``)."""
+    """The model parameters and optimizer state of the checkpoint of ``step``, gathered
+    (``dcp_to_torch_save``)."""
     path = dump / f"step-{step}.pt"
     dcp_to_torch_save(dump / "checkpoint" / f"step-{step}", path)
     state = torch.load(path, weights_only=False)

@@ -1,22 +1,24 @@
-"""Shared pieces of the model-family tests (test_<family> for every registered family, test_mla): which families
-are mixtures of experts, building a model on meta with random or planned weights, init-plan coverage, model args
-from a train config, the step-1 loss on random tokens, the float64 forward/backward comparison, and the reference
-math the float64 models are written with (RMSNorm, rotate-half RoPE, SwiGLU, grouped-query softmax attention)."""
+"""Shared pieces of the model-family tests (test_<family> for every registered family, test_mla):
+which families are mixtures of experts, building a model on meta with random or planned weights,
+init-plan coverage, model args from a train config, the step-1 loss on random tokens, the float64
+forward/backward comparison, and the reference math the float64 models are written with (RMSNorm,
+rotate-half RoPE, SwiGLU, grouped-query softmax attention)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fnmatch import fnmatch
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from dist_helpers import REPO
 from torch import nn
-from torchtitan_lite.models import get_model_spec, model_names
 
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.spec import InitPlan
+from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.preflight.model_args import build_model_args
 
@@ -24,8 +26,8 @@ from torchtitan_lite.preflight.model_args import build_model_args
 
 
 def is_moe(family: str) -> bool:
-    """Whether ``family``'s blocks hold mixtures of experts: its args have ``num_experts`` (what the engine's
-    expert-parallel check reads)."""
+    """Whether ``family``'s blocks hold mixtures of experts: its args have ``num_experts`` (what the
+    engine's expert-parallel check reads)."""
     return hasattr(get_model_spec(family).flavors["debug"], "num_experts")
 
 
@@ -40,8 +42,9 @@ def moe_families() -> list[str]:
 def build_random(
     model_cls: type[nn.Module], args: Any, seed: int = 0, std: float = 0.3
 ) -> nn.Module:
-    """``model_cls(args)`` built on meta, materialized on CPU (ties kept), with N(0, std) weights and biases,
-    N(1, std) norm weights, zeroed buffers (MoE state) and fresh RoPE tables, all fp32."""
+    """``model_cls(args)`` built on meta, materialized on CPU (ties kept), with N(0, std) weights
+    and biases, N(1, std) norm weights, zeroed buffers (MoE state) and fresh RoPE tables, all
+    fp32."""
     with torch.device("meta"):
         model = model_cls(args)
     materialize(model, "cpu")
@@ -58,7 +61,8 @@ def build_random(
 def build_planned(
     model_cls: type[nn.Module], init_plan: Callable[[Any], InitPlan], args: Any, seed: int = 0
 ) -> nn.Module:
-    """``model_cls(args)`` built on meta, materialized on CPU and initialized by ``init_plan(args)`` with ``seed``."""
+    """``model_cls(args)`` built on meta, materialized on CPU and initialized by ``init_plan(args)``
+    with ``seed``."""
     with torch.device("meta"):
         model = model_cls(args)
     materialize(model, "cpu")
@@ -68,7 +72,8 @@ def build_planned(
 
 def poisoned_init(model: nn.Module, plan: InitPlan, seed: int) -> nn.Module:
     """Materializes the meta-built ``model`` on CPU, fills every parameter and buffer with NaN, runs
-    ``init_weights(model, plan, seed)`` and asserts that no tensor is left non-finite (names the first)."""
+    ``init_weights(model, plan, seed)`` and asserts that no tensor is left non-finite (names the
+    first)."""
     materialize(model, "cpu")
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
@@ -80,8 +85,9 @@ def poisoned_init(model: nn.Module, plan: InitPlan, seed: int) -> nn.Module:
 
 
 def assert_plan_covers_exactly(model: nn.Module, plan: InitPlan) -> list[str]:
-    """Asserts that every parameter (each tied name too) and persistent buffer of ``model`` matches an entry of
-    ``plan``, that every entry matches a name and that every entry has a source; returns the names."""
+    """Asserts that every parameter (each tied name too) and persistent buffer of ``model`` matches
+    an entry of ``plan``, that every entry matches a name and that every entry has a source; returns
+    the names."""
     names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     names += [n for n, _ in model.named_buffers() if "rope" not in n]
     patterns = [p for p, _ in plan.entries]
@@ -92,8 +98,8 @@ def assert_plan_covers_exactly(model: nn.Module, plan: InitPlan) -> list[str]:
 
 
 def config_model_args(config_name: str, *cli: str) -> Any:
-    """The model args the trainer builds from ``train_configs/<config_name>.toml`` and the command-line
-    arguments ``cli`` (e.g. ``"--model.overrides.swiglu_limit=0.5"``)."""
+    """The model args the trainer builds from ``train_configs/<config_name>.toml`` and the
+    command-line arguments ``cli`` (e.g. ``"--model.overrides.swiglu_limit=0.5"``)."""
     config_file = REPO / "train_configs" / f"{config_name}.toml"
     return build_model_args(parse_args(["--job.config_file", str(config_file), *cli]))
 
@@ -102,8 +108,8 @@ def config_model_args(config_name: str, *cli: str) -> Any:
 
 
 def random_token_loss(model: nn.Module, vocab_size: int, seed: int, seqlen: int = 256) -> float:
-    """Mean next-token cross-entropy (nats) of ``model`` on 2 uniform random sequences of ``seqlen + 1`` tokens,
-    without gradients: about ``ln(vocab_size)`` for a model at init."""
+    """Mean next-token cross-entropy (nats) of ``model`` on 2 uniform random sequences of
+    ``seqlen + 1`` tokens, without gradients: about ``ln(vocab_size)`` for a model at init."""
     tokens = torch.randint(
         0, vocab_size, (2, seqlen + 1), generator=torch.Generator().manual_seed(seed)
     )
@@ -113,8 +119,9 @@ def random_token_loss(model: nn.Module, vocab_size: int, seed: int, seqlen: int 
 
 
 def logit_change(model: nn.Module, tokens: torch.Tensor, position: int) -> torch.Tensor:
-    """Max absolute change of the logits at each position ``(seqlen,)`` when the token at ``position`` of the
-    single sequence ``tokens`` ``(1, seqlen)`` is replaced by the next id (mod ``model.args.vocab_size``)."""
+    """Max absolute change of the logits at each position ``(seqlen,)`` when the token at
+    ``position`` of the single sequence ``tokens`` ``(1, seqlen)`` is replaced by the next id (mod
+    ``model.args.vocab_size``)."""
     changed = tokens.clone()
     changed[0, position] = (tokens[0, position] + 1) % model.args.vocab_size
     return (model(tokens) - model(changed)).abs().amax(-1)[0]
@@ -127,9 +134,9 @@ def assert_matches_float64_reference(
     out_tol: float,
     grad_tol: float = 1e-4,
 ) -> None:
-    """Asserts that ``out`` (fp32, from ``module``) and the gradients of ``(out * target).sum()`` for a
-    N(0, 1) ``target`` (seed 2) equal those of ``reference(params)``, run on float64 copies of the
-    parameters (by name), within ``out_tol`` / ``grad_tol`` (absolute and relative)."""
+    """Asserts that ``out`` (fp32, from ``module``) and the gradients of ``(out * target).sum()``
+    for a N(0, 1) ``target`` (seed 2) equal those of ``reference(params)``, run on float64 copies of
+    the parameters (by name), within ``out_tol`` / ``grad_tol`` (absolute and relative)."""
     target = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     (out * target).sum().backward()
     params = {n: p.detach().double().requires_grad_() for n, p in module.named_parameters()}
@@ -142,7 +149,8 @@ def assert_matches_float64_reference(
         )
 
 
-# ---------------------------------------------------------------- reference math (written out, no model code)
+# ---------------------------------------------------------------- reference math (written out, no
+# model code)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -151,8 +159,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on ``x`` ``(..., d)`` pairing feature ``i`` with ``i + d/2`` (HF ``rotate_half``); ``cos``/``sin``
-    broadcast against ``(..., d/2)``."""
+    """RoPE on ``x`` ``(..., d)`` pairing feature ``i`` with ``i + d/2`` (HF ``rotate_half``);
+    ``cos``/``sin`` broadcast against ``(..., d/2)``."""
     x1, x2 = x.chunk(2, -1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
@@ -172,11 +180,11 @@ def softmax_attention(
     """Grouped-query attention by repeating kv heads, scores scaled by ``head_dim ** -0.5``.
 
     Args:
-        q: ``(bs, T, n_heads, head_dim)``; k, v: ``(bs, T, n_kv_heads, head_dim)`` (query head ``j`` reads kv
-            head ``j // (n_heads / n_kv_heads)``).
+        q: ``(bs, T, n_heads, head_dim)``; k, v: ``(bs, T, n_kv_heads, head_dim)`` (query head ``j``
+            reads kv head ``j // (n_heads / n_kv_heads)``).
         allowed: bool ``(T, T)``, ``[query, key]`` pairs that may attend.
-        sinks: optional ``(n_heads,)`` logits of one extra key without value per head (GPT-OSS): it joins
-            the softmax and is dropped after.
+        sinks: optional ``(n_heads,)`` logits of one extra key without value per head (GPT-OSS): it
+            joins the softmax and is dropped after.
 
     Returns:
         ``(bs, T, n_heads * head_dim)``.
@@ -195,8 +203,8 @@ def softmax_attention(
 
 
 def train_to_the_end(config):
-    """The :class:`~torchtitan_lite.train.Trainer` of ``config`` (a ``JobConfig``), trained to its last step in
-    this process (1 rank); the process group is destroyed after, also on an error."""
+    """The :class:`~torchtitan_lite.train.Trainer` of ``config`` (a ``JobConfig``), trained to its
+    last step in this process (1 rank); the process group is destroyed after, also on an error."""
     import torch.distributed as dist
 
     from torchtitan_lite.lifecycle.faults import StopRequest

@@ -1,4 +1,5 @@
-"""Counting host-device syncs on CPU: every ``.item()``, ``bool()``, ``float()`` or ``.tolist()`` of a tensor."""
+"""Counting host-device syncs on CPU: every ``.item()``, ``bool()``, ``float()`` or ``.tolist()`` of
+a tensor."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class HostReads(TorchDispatchMode):
-    """Counts ``aten._local_scalar_dense`` calls (the op behind ``.item()`` and its relatives, and the one
-    CUDA's sync debug mode reports) plus ``Tensor.tolist`` calls (which read memory directly).
+    """Counts ``aten._local_scalar_dense`` calls (the op behind ``.item()`` and its relatives, and
+    the one CUDA's sync debug mode reports) plus ``Tensor.tolist`` calls (which read memory
+    directly).
 
-    On a GPU each of them waits for the device; on CPU they cost nothing, so counting them is how a CPU test
-    proves that a code path would not stall a GPU.
+    On a GPU each of them waits for the device; on CPU they cost nothing, so counting them is how a
+    CPU test proves that a code path would not stall a GPU.
     """
 
     def __init__(self):

@@ -1,8 +1,9 @@
-"""Activation checkpointing modes none / full / selective k / selective op (torchtitan_lite.distributed).
+"""Activation checkpointing modes none / full / selective k / selective op
+(torchtitan_lite.distributed).
 
-Equality with no checkpointing is asserted BITWISE: a recompute runs the same CPU kernels on the same
-inputs in the same order, and a selective policy only decides which outputs are kept, so every value
-and gradient must be identical, not merely close. Memory is counted with
+Equality with no checkpointing is asserted BITWISE: a recompute runs the same CPU kernels on the
+same inputs in the same order, and a selective policy only decides which outputs are kept, so every
+value and gradient must be identical, not merely close. Memory is counted with
 :class:`torchtitan_lite.activation_memory.ActivationMemory` (live storages; see its module docstring
 for why not saved-tensor hooks).
 """
@@ -17,19 +18,21 @@ import test_qwen3
 import torch
 from model_helpers import build_planned, build_random, is_moe
 
-from torchtitan_lite.models import get_model_spec, model_names
-from torchtitan_lite.models.common.moe import collect_expert_load
 from torchtitan_lite.components.activation_memory import ActivationMemory
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.activation_checkpoint import (
     apply_activation_checkpointing,
     recomputing,
 )
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.models import get_model_spec, model_names
+from torchtitan_lite.models.common.moe import collect_expert_load
+from torchtitan_lite.preflight.checks import parse_args
 
 MODES = [("full", "op"), ("selective", "2"), ("selective", "op")]
-TINY = {  # every family's test args (TINY of tests/test_<family>.py), MoE auxiliary losses on so their recompute runs
+# every family's test args (TINY of tests/test_<family>.py), MoE auxiliary losses on so their
+# recompute runs
+TINY = {
     name: (
         dataclasses.replace(importlib.import_module(f"test_{name}").TINY, aux_loss_coeff=0.01)
         if is_moe(name)
@@ -130,8 +133,10 @@ def test_only_the_recompute_of_a_checkpointed_block_runs_under_recomputing(
 
 @pytest.mark.parametrize("mode,option", [("full", "op"), ("selective", "2"), ("selective", "op")])
 def test_only_the_op_policy_passes_a_context_fn_to_a_compiled_checkpoint(mode, option):
-    # torch.compile logs "Detected that context_fn is passed to torch.utils.checkpoint under torch.compile" for any
-    # context_fn but the default: blocks checkpointed whole and compiled get none, the op policy needs its own
+    # torch.compile logs "Detected that context_fn is passed to torch.utils.checkpoint under
+    # torch.compile" for any
+    # context_fn but the default: blocks checkpointed whole and compiled get none, the op policy
+    # needs its own
     model = build_random(
         get_model_spec("qwen3").model_cls, dataclasses.replace(test_qwen3.TINY, n_layers=2)
     )
@@ -150,7 +155,8 @@ def test_saved_memory_orders_full_below_selective_below_none_and_op_below_none()
         f"{mode} {option}": _train_step("qwen3", mode, option, args)[3].at_mark
         for mode, option in [("none", "op"), *MODES]
     }
-    # measured with torch 2.13 on CPU: none 1,680,900 B; full 148,996; selective 2 914,948; op 648,708
+    # measured with torch 2.13 on CPU: none 1,680,900 B; full 148,996; selective 2 914,948; op
+    # 648,708
     assert kept["full op"] < kept["selective 2"] < kept["none op"]
     assert kept["selective op"] < kept["none op"]
     assert (

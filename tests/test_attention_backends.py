@@ -1,21 +1,22 @@
-"""Every attention backend (models/common/attention_backends.py) equals the dense reference in fp32 on CPU within
-1e-5, forward and backward (FlexAttention: forward only, torch 2.13 has no CPU backward), for windows shorter and
-longer than the sequence, sequences that are not a multiple of the tile, documents shorter than a tile, a document
-that began in the previous window, and GQA, sink (GPT-OSS) and MLA (DeepSeek-V3: v_head_dim != head_dim) shapes."""
+"""Every attention backend (models/common/attention_backends.py) equals the dense reference in fp32
+on CPU within 1e-5, forward and backward (FlexAttention: forward only, torch 2.13 has no CPU
+backward), for windows shorter and longer than the sequence, sequences that are not a multiple of
+the tile, documents shorter than a tile, a document that began in the previous window, and GQA, sink
+(GPT-OSS) and MLA (DeepSeek-V3: v_head_dim != head_dim) shapes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from torchtitan_lite.components.attention import set_attn_backend
+from torchtitan_lite.data.documents import document_ids_from_eos, document_positions
 from torchtitan_lite.models.common.attention_backends import (
     InnerAttention,
     attention,
     resolve_backend,
 )
 from torchtitan_lite.models.common.blockwise import block_attention
-from torchtitan_lite.components.attention import set_attn_backend
-from torchtitan_lite.data.documents import document_ids_from_eos, document_positions
 
 SEQLEN, BLOCK = 37, 8  # 37 = 4 tiles of 8 and a partial one
 
@@ -71,31 +72,36 @@ def test_blockwise_equals_the_dense_reference_forward_and_backward(shape, slidin
     q, k, v, sinks, doc_ids, grad_out = inputs(shape, docs)
     scale = 0.3 if shape == "mla" else None  # MLA's own softmax scale (DeepSeek-V3 softmax_scale)
 
-    reference = lambda q, k, v, s: attention(
-        q,
-        k,
-        v,
-        sinks=s,
-        sliding_window=sliding_window,  # noqa: E731
-        document_ids=doc_ids,
-        scale=scale,
-        backend="reference",
-    )
+    def reference(q, k, v, s):
+        return attention(
+            q,
+            k,
+            v,
+            sinks=s,
+            sliding_window=sliding_window,
+            document_ids=doc_ids,
+            scale=scale,
+            backend="reference",
+        )
+
     ref_out, ref_grads = run(reference, q, k, v, sinks, grad_out)
-    blockwise = lambda q, k, v, s: block_attention(
-        q,
-        k,
-        v,
-        sinks=s,
-        sliding_window=sliding_window,  # noqa: E731
-        document_ids=doc_ids,
-        scale=scale,
-        block_size=BLOCK,
-    )
+
+    def blockwise(q, k, v, s):
+        return block_attention(
+            q,
+            k,
+            v,
+            sinks=s,
+            sliding_window=sliding_window,
+            document_ids=doc_ids,
+            scale=scale,
+            block_size=BLOCK,
+        )
+
     out, grads = run(blockwise, q, k, v, sinks, grad_out)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     assert len(grads) == len(ref_grads)
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -119,7 +125,7 @@ def test_plain_causal_auto_is_sdpa_and_equals_the_reference():
     )
     out, grads = run(lambda q, k, v, s: attention(q, k, v), q, k, v, None, grad_out)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -131,7 +137,7 @@ def test_full_causal_sinks_auto_is_sdpa_on_cpu_and_equals_the_reference():
     out, grads = run(lambda q, k, v, s: attention(q, k, v, sinks=s), q, k, v, sinks, grad_out)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     assert len(grads) == len(ref_grads) == 4
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 

@@ -1,7 +1,7 @@
-"""Document masking through whole models: a packed window with document masking gives each document the logits it
-gets alone (RoPE positions restarting per document; continuing positions equal up to rounding, since RoPE scores
-depend only on distances); and the attention config combinations no backend can run are config errors (one line,
-exit 2, before torchrun: ``preflight/checks.py``)."""
+"""Document masking through whole models: a packed window with document masking gives each document
+the logits it gets alone (RoPE positions restarting per document; continuing positions equal up to
+rounding, since RoPE scores depend only on distances); and the attention config combinations no
+backend can run are config errors (one line, exit 2, before torchrun: ``preflight/checks.py``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from test_data_prepared import _prepare
 from test_kv_cache import tiny_model
 from test_tokenizer import _word_level
 
-from torchtitan_lite.models import model_names
-from torchtitan_lite.preflight.checks import load_run
 from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.memory import estimate_rank_memory
 from torchtitan_lite.data.documents import document_ids_from_eos, document_inputs
 from torchtitan_lite.data.loader import build_dataloader
 from torchtitan_lite.data.streams import collate_windows
+from torchtitan_lite.models import model_names
+from torchtitan_lite.preflight.checks import load_run
+from torchtitan_lite.preflight.memory import estimate_rank_memory
 
 EOS = 0
 toy_tokenizer = (
@@ -33,8 +33,10 @@ DOCS = [
 
 @pytest.mark.parametrize("family", model_names())
 def test_each_document_of_a_packed_window_gets_its_logits_alone(family):
-    # The family's own init (logits <= 4.4): the packed and the separate forwards differ by <= 2.9e-6 on an AVX-512
-    # CPU, where random N(0, 0.1) weights (logits ~7) differ by up to 2.2e-5: past 1e-5 from rounding alone.
+    # The family's own init (logits <= 4.4): the packed and the separate forwards differ by <=
+    # 2.9e-6 on an AVX-512
+    # CPU, where random N(0, 0.1) weights (logits ~7) differ by up to 2.2e-5: past 1e-5 from
+    # rounding alone.
     model, _ = tiny_model(
         family, planned=True
     )  # GPT-OSS: sliding window 4, shorter than the first document
@@ -54,7 +56,8 @@ def test_each_document_of_a_packed_window_gets_its_logits_alone(family):
 def test_the_loader_gives_document_ids_from_the_document_starts_not_from_eos(
     toy_tokenizer, tmp_path
 ):
-    # Document 0's text holds the word "0", the EOS id: the prepared document starts still end it at its own EOS.
+    # Document 0's text holds the word "0", the EOS id: the prepared document starts still end it at
+    # its own EOS.
     folder = _prepare(
         tmp_path, toy_tokenizer, ["1 2 0 3", "4 5", "6 7 8 9 10", "11 12 13 14 15 16 17"]
     )
@@ -72,7 +75,8 @@ def test_the_loader_gives_document_ids_from_the_document_starts_not_from_eos(
     assert labels.tolist() == [[2, 0, 3, 0, 4, 5], [0, 6, 7, 8, 9, 10]]
     assert ids.dtype == torch.int32 and ids.tolist() == [[0, 0, 0, 0, 0, 1], [0, 0, 1, 1, 1, 1]]
     assert [len(batch) for batch in next(iter(loader))] == [2, 2, 2]
-    # Streamed data has no document starts: the ids come from the EOS the loader puts after each document, so the
+    # Streamed data has no document starts: the ids come from the EOS the loader puts after each
+    # document, so the
     # "0" inside document 0 starts a document there.
     stream = build_dataloader(
         dataset_path=str(tmp_path / "p.jsonl"),
@@ -106,8 +110,8 @@ def test_attention_combinations_no_backend_runs_are_config_errors(cli, message, 
 
 
 def test_document_masking_with_a_tokenizer_without_eos_is_one_config_error(tmp_path):
-    """Documents are cut at the EOS the data pipeline writes, so a tokenizer without one is refused before launch
-    (for every run: the pipeline needs it between documents)."""
+    """Documents are cut at the EOS the data pipeline writes, so a tokenizer without one is refused
+    before launch (for every run: the pipeline needs it between documents)."""
     noeos = _word_level(tmp_path / "noeos.json", {"<unk>": 0, "a": 1})
     with pytest.raises(
         ConfigError,

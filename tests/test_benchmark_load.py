@@ -1,4 +1,5 @@
-"""benchmarks/machine_load.py: the load-average lines every benchmark prints before and after it runs."""
+"""benchmarks/machine_load.py: the load-average lines every benchmark prints before and after it
+runs."""
 
 import importlib.util
 import os

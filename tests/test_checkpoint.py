@@ -1,5 +1,6 @@
-"""Checkpoint folders: atomic saves (SIGKILL mid-save), keep_latest_k, async saves, discovery, and one
-test per bad input (exit 2 before torchrun, one line naming the culprit, nothing on disk modified)."""
+"""Checkpoint folders: atomic saves (SIGKILL mid-save), keep_latest_k, async saves, discovery, and
+one test per bad input (exit 2 before torchrun, one line naming the culprit, nothing on disk
+modified)."""
 
 from __future__ import annotations
 
@@ -126,8 +127,8 @@ def saved(tmp_path_factory):
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    """The exit status and output of ``python -m torchtitan_lite.preflight args`` (what run_train.sh runs before
-    torchrun: :func:`load_run_or_exit`), run in this process."""
+    """The exit status and output of ``python -m torchtitan_lite.preflight args`` (what run_train.sh
+    runs before torchrun: :func:`load_run_or_exit`), run in this process."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -141,7 +142,10 @@ def preflight(*args: str) -> subprocess.CompletedProcess:
 def corrupt_truncate(step):
     shard = step / "__0_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
-    return r"checkpoint file .*step-2/__0_0.distcp is 100 bytes, expected \d+ \(truncated or overwritten\)"
+    return (
+        r"checkpoint file .*step-2/__0_0.distcp is 100 bytes, expected \d+ \(truncated or "
+        r"overwritten\)"
+    )
 
 
 def corrupt_meta(step):
@@ -175,7 +179,8 @@ def test_corrupt_checkpoint_exits_2_naming_the_file_and_changes_nothing(saved, t
         ),
         (
             ["--model.flavor=0.6b"],
-            r"config error: checkpoint .*step-2/meta.json: flavor = 'debug' but this run has '0.6b'",
+            r"config error: checkpoint .*step-2/meta.json: flavor = 'debug' but this run has "
+            r"'0.6b'",
         ),
         (
             ["--model.name=gpt_oss", "--model.overrides.n_layers=1"],

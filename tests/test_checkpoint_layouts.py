@@ -1,13 +1,14 @@
-"""Checkpoints across parallel layouts (issue 13 item 6, issue 14 item 5): a DCP checkpoint saved with one layout
-resumes with another, model, optimizer and buffers (MoE expert biases and loads) bitwise equal after the load, at the
-exact data position.
+"""Checkpoints across parallel layouts (issue 13 item 6, issue 14 item 5): a DCP checkpoint saved
+with one layout resumes with another, model, optimizer and buffers (MoE expert biases and loads)
+bitwise equal after the load, at the exact data position.
 
-A chain of runs in one checkpoint folder, 2 steps each: 4-way FSDP (steps 1-2) -> FSDP 2 x TP 2 (3-4) -> HSDP,
-replicate 2 x shard 2 (5-6) -> one process (7-8). Each run gathers the state it loaded and compares it bitwise with
-the state the previous run ended with; the RNG states are left out (another layout); the losses of all 8 steps
-equal those of one uninterrupted process up to the reduction order (1e-5 relative): the same windows were read.
-The same for a 2-block DeepSeek-V3 (a dense and an MoE block, expert biases moving) under expert parallelism:
-ep2 on 2 ranks (steps 1-2) -> ep4 on 4 ranks (3-4) -> one process (5-6).
+A chain of runs in one checkpoint folder, 2 steps each: 4-way FSDP (steps 1-2) -> FSDP 2 x TP 2
+(3-4) -> HSDP, replicate 2 x shard 2 (5-6) -> one process (7-8). Each run gathers the state it
+loaded and compares it bitwise with the state the previous run ended with; the RNG states are left
+out (another layout); the losses of all 8 steps equal those of one uninterrupted process up to the
+reduction order (1e-5 relative): the same windows were read. The same for a 2-block DeepSeek-V3 (a
+dense and an MoE block, expert biases moving) under expert parallelism: ep2 on 2 ranks (steps 1-2)
+-> ep4 on 4 ranks (3-4) -> one process (5-6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""compare_runs: per-step differences of TensorBoard scalars, --assert-equal exit status, the PNG."""
+"""compare_runs: per-step differences of TensorBoard scalars, --assert-equal exit status, the
+PNG."""
 
 import json
 
@@ -86,8 +87,8 @@ def test_runs_with_different_steps_are_compared_over_the_common_steps_with_the_r
     out = capsys.readouterr().out
     assert f"  run 1: b  ({b}; steps 1-3)" in out
     assert (
-        "run 1 (b) vs run 0 (a): 3 common steps (1-3): max |diff| 0 (atol 0), equal within atol; steps in one "
-        "of them only: 4-5"
+        "run 1 (b) vs run 0 (a): 3 common steps (1-3): max |diff| 0 (atol 0), equal within atol; "
+        "steps in one of them only: 4-5"
     ) in out
 
 
@@ -102,8 +103,8 @@ def test_a_resumed_run_equals_the_full_run_over_the_steps_after_the_resume(tmp_p
     assert main([full, str(resumed), "--assert-equal", "--names", "full", "resumed at 3"]) == 0
     out = capsys.readouterr().out
     assert (
-        "run 1 (resumed at 3) vs run 0 (full): 2 common steps (4-5): max |diff| 0 (atol 0), equal within atol; "
-        "steps in one of them only: 1-3"
+        "run 1 (resumed at 3) vs run 0 (full): 2 common steps (4-5): max |diff| 0 (atol 0), equal "
+        "within atol; steps in one of them only: 1-3"
     ) in out
     apart = write_run(tmp_path / "apart", [])
     with SummaryWriter(log_dir=str(tmp_path / "apart" / "tb")) as writer:

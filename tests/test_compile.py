@@ -1,9 +1,10 @@
-"""torch.compile of the blocks and the loss, and the fallback to eager (torchtitan_lite.distributed.compile, train).
+"""torch.compile of the blocks and the loss, and the fallback to eager
+(torchtitan_lite.distributed.compile, train).
 
-No inductor compile here: on this 2-core CPU one inductor compile of the tiny qwen3 model took 11.7 s
-with a warm cache (more when cold), too slow for the default suite. ``eager``/``aot_eager`` run the same
-dynamo capture and AOT autograd path; their results are asserted BITWISE equal to eager (same aten
-kernels, same order).
+No inductor compile here: on this 2-core CPU one inductor compile of the tiny qwen3 model took 11.7
+s with a warm cache (more when cold), too slow for the default suite. ``eager``/``aot_eager`` run
+the same dynamo capture and AOT autograd path; their results are asserted BITWISE equal to eager
+(same aten kernels, same order).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _fresh():
 
 
 def _step(backend: str | None, mode: str = "none"):
-    """Loss and gradients of the tiny qwen3 (next-token loss), compiled with ``backend`` (None = eager)."""
+    """Loss and gradients of the tiny qwen3 (next-token loss), compiled with ``backend`` (None =
+    eager)."""
     model = build_random(get_model_spec("qwen3").model_cls, test_qwen3.TINY)
     apply_activation_checkpointing(model, mode, "op", compiled=backend is not None)
     loss_fn = cross_entropy_sum
@@ -131,8 +133,8 @@ def test_a_backend_that_fails_at_its_first_call_falls_back_with_its_error_named(
     (line,) = capsys.readouterr().err.splitlines()
     assert "torch.compile(backend='broken_for_test') failed on a probe" in line
     assert (
-        "RuntimeError: toolchain exploded; fix the backend's toolchain, or set --compile.enable=false"
-        in line
+        "RuntimeError: toolchain exploded; fix the backend's toolchain, or set "
+        "--compile.enable=false" in line
     )
 
 

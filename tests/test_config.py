@@ -1,4 +1,5 @@
-"""Config: TOML + command line into typed sections; bad input is one line, exit 2, and nothing created."""
+"""Config: TOML + command line into typed sections; bad input is one line, exit 2, and nothing
+created."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ from torchtitan_lite.threads import thread_env
 
 
 def write_toml(tmp_path: Path, body: str) -> Path:
-    """A config file whose [job] dump_folder lies in tmp_path (so a test can check it is never created)."""
+    """A config file whose [job] dump_folder lies in tmp_path (so a test can check it is never
+    created)."""
     path = tmp_path / "job.toml"
     path.write_text(f'[job]\ndump_folder = "{tmp_path / "outputs"}"\n' + textwrap.dedent(body))
     return path
 
 
 def run(args: list[str], tmp_path: Path, **extra_env: str) -> subprocess.CompletedProcess:
-    """Run a command from the repo root (:func:`dist_helpers.env` with ``TMPDIR`` in ``tmp_path``)."""
+    """Run a command from the repo root (:func:`dist_helpers.env` with ``TMPDIR`` in
+    ``tmp_path``)."""
     return subprocess.run(
         args,
         cwd=REPO,
@@ -105,7 +108,8 @@ def check_in_process(
     argv: list[str], capsys, world_size: int | None = None
 ) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of the check ``python -m torchtitan_lite.preflight`` runs
-    (:func:`load_run_or_exit`), called in this process (the subprocess tests cover the entry points)."""
+    (:func:`load_run_or_exit`), called in this process (the subprocess tests cover the entry
+    points)."""
     with pytest.raises(SystemExit) as stop:
         cfg.load_run_or_exit(argv, world_size)
         sys.exit(0)
@@ -157,68 +161,78 @@ IMPOSSIBLE_LAYOUTS = {
         "2",
         "",
         ["--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=2"],
-        "config error: [parallelism] for world size 2 (NGPU x nodes): data_parallel_replicate_degree 1 * "
-        "data_parallel_shard_degree 2 * tensor_parallel_degree 2 * pipeline_parallel_degree 1 = 4, not the world "
+        "config error: [parallelism] for world size 2 (NGPU x nodes): "
+        "data_parallel_replicate_degree 1 * "
+        "data_parallel_shard_degree 2 * tensor_parallel_degree 2 * pipeline_parallel_degree 1 = 4, "
+        "not the world "
         "size 2; set data_parallel_shard_degree = -1 or degrees that multiply to the world size",
     ),
     "a world size that the other degrees do not divide, on two nodes": (
         "1",
         "--nnodes=2 --rdzv-backend=c10d",
         ["--parallelism.data_parallel_replicate_degree=4"],
-        "config error: [parallelism] for world size 2 (NGPU x nodes): the world size 2 is not a multiple of "
-        "data_parallel_replicate_degree 4 * tensor_parallel_degree 1 * pipeline_parallel_degree 1 = 4; pick "
-        "degrees that divide it",
+        "config error: [parallelism] for world size 2 (NGPU x nodes): the world size 2 is not a "
+        "multiple of "
+        "data_parallel_replicate_degree 4 * tensor_parallel_degree 1 * pipeline_parallel_degree 1 "
+        "= 4; pick degrees that divide it",
     ),
     "tp not dividing the kv heads": (
         "4",
         "",
         ["--parallelism.tensor_parallel_degree=4"],
-        "config error: parallelism.tensor_parallel_degree (command line): 4 does not divide the model's n_kv_heads 2 "
-        "(tensor parallelism splits it into 4 equal parts); pick a tensor_parallel_degree that divides it",
+        "config error: parallelism.tensor_parallel_degree (command line): 4 does not divide the "
+        "model's n_kv_heads 2 "
+        "(tensor parallelism splits it into 4 equal parts); pick a tensor_parallel_degree that "
+        "divides it",
     ),
     "tp not dividing the sequence under sequence parallelism": (
         "2",
         "",
         ["--parallelism.tensor_parallel_degree=2", "--training.seq_len=255"],
-        "config error: parallelism.tensor_parallel_degree (command line): 2 does not divide training.seq_len 255 "
-        "(sequence parallelism splits the sequence); pick a multiple of 2 or "
+        "config error: parallelism.tensor_parallel_degree (command line): 2 does not divide "
+        "training.seq_len 255 (sequence parallelism splits the sequence); pick a multiple of 2 or "
         "--parallelism.enable_sequence_parallel=false",
     ),
     "expert parallelism on a dense model": (
         "2",
         "",
         ["--parallelism.expert_parallel_degree=2"],
-        "config error: parallelism.expert_parallel_degree (command line): 2 needs a mixture-of-experts model, but "
-        "qwen3 has no experts; set it to 1",
+        "config error: parallelism.expert_parallel_degree (command line): 2 needs a "
+        "mixture-of-experts model, but qwen3 has no experts; set it to 1",
     ),
     "ep not dividing the experts": (
         "3",
         "",
         ["--parallelism.expert_parallel_degree=3", "--model.name=gpt_oss"],
-        "config error: parallelism.expert_parallel_degree (command line): 3 does not divide the model's num_experts 8 "
+        "config error: parallelism.expert_parallel_degree (command line): 3 does not divide the "
+        "model's num_experts 8 "
         "(each rank holds whole experts); pick an expert_parallel_degree that divides it",
     ),
     "ep beyond the ranks it borrows": (
         "2",
         "",
         ["--parallelism.expert_parallel_degree=4", "--model.name=gpt_oss"],
-        "config error: [parallelism] for world size 2 (NGPU x nodes): expert_parallel_degree 4 must divide "
-        "data_parallel_shard_degree 2 * tensor_parallel_degree 1 = 2 (expert parallelism borrows those ranks)",
+        "config error: [parallelism] for world size 2 (NGPU x nodes): expert_parallel_degree 4 "
+        "must divide "
+        "data_parallel_shard_degree 2 * tensor_parallel_degree 1 = 2 (expert parallelism borrows "
+        "those ranks)",
     ),
     "more stages than layers": (
         "8",
         "",
         ["--parallelism.pipeline_parallel_degree=8", "--model.tie_embeddings=false"],
-        "config error: parallelism.pipeline_parallel_degree (command line) with pipeline_parallel_schedule 1F1B: 8 "
+        "config error: parallelism.pipeline_parallel_degree (command line) with "
+        "pipeline_parallel_schedule 1F1B: 8 "
         "pipeline stages (8 ranks x 1) but the model has 4 layers; use at most 4 stages",
     ),
     "pipeline stages of a tied model": (
         "2",
         "",
         ["--parallelism.pipeline_parallel_degree=2"],
-        "config error: parallelism.pipeline_parallel_degree (command line): 2 pipeline stages need untied embeddings "
-        "(the first stage owns tok_embeddings, the last the output), but qwen3 flavor debug ties them; use an untied "
-        "flavor or --model.tie_embeddings=false",
+        "config error: parallelism.pipeline_parallel_degree (command line): 2 pipeline stages need "
+        "untied embeddings "
+        "(the first stage owns tok_embeddings, the last the output), but qwen3 flavor debug ties "
+        "them; use an untied flavor or --model.tie_embeddings=false",
     ),
     "fewer micro-batches than stages under 1F1B": (
         "2",
@@ -228,7 +242,8 @@ IMPOSSIBLE_LAYOUTS = {
             "--model.flavor=debug_untied",
             "--parallelism.pipeline_parallel_microbatch_size=8",
         ],
-        "config error: parallelism.pipeline_parallel_degree (command line) with pipeline_parallel_schedule 1F1B: 1F1B "
+        "config error: parallelism.pipeline_parallel_degree (command line) with "
+        "pipeline_parallel_schedule 1F1B: 1F1B "
         "needs at least as many micro-batches as stages: 1 micro-batches (local_batch_size / "
         "pipeline_parallel_microbatch_size) for 2 stages; use GPipe or smaller micro-batches",
     ),
@@ -240,9 +255,10 @@ IMPOSSIBLE_LAYOUTS = {
             "--model.flavor=debug_untied",
             "--parallelism.pipeline_parallel_layers_per_stage=1",
         ],
-        "config error: parallelism.pipeline_parallel_layers_per_stage (command line) with pipeline_parallel_schedule "
-        "1F1B: 4 stages on 2 ranks are 2 per rank but 1F1B runs one per rank; use Interleaved1F1B or one stage per "
-        "rank",
+        "config error: parallelism.pipeline_parallel_layers_per_stage (command line) with "
+        "pipeline_parallel_schedule "
+        "1F1B: 4 stages on 2 ranks are 2 per rank but 1F1B runs one per rank; use Interleaved1F1B "
+        "or one stage per rank",
     ),
     "hf export from pipeline stages": (
         "2",
@@ -252,8 +268,10 @@ IMPOSSIBLE_LAYOUTS = {
             "--model.flavor=debug_untied",
             "--checkpoint.export_hf=hf_out",
         ],
-        "config error: checkpoint.export_hf (command line): the Hugging Face export writes the whole model from one "
-        "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with pipeline_parallel_degree 1 "
+        "config error: checkpoint.export_hf (command line): the Hugging Face export writes the "
+        "whole model from one "
+        "rank, not from 2 pipeline stages; export from the run's DCP checkpoint with "
+        "pipeline_parallel_degree 1 "
         "(--checkpoint.load_path=<step-N folder> --training.steps=N trains nothing and exports)",
     ),
     "a global batch the data-parallel ranks cannot split": (
@@ -278,9 +296,10 @@ IMPOSSIBLE_LAYOUTS = {
             "--model.flavor=debug_untied",
             "--parallelism.pipeline_parallel_split_points=3,1",
         ],
-        "config error: parallelism.pipeline_parallel_split_points (command line) with pipeline_parallel_schedule 1F1B: "
-        "pipeline_parallel_split_points [3, 1] must be increasing layer ids within 1..3 (the first layer of each "
-        "stage after the first)",
+        "config error: parallelism.pipeline_parallel_split_points (command line) with "
+        "pipeline_parallel_schedule 1F1B: "
+        "pipeline_parallel_split_points [3, 1] must be increasing layer ids within 1..3 (the first "
+        "layer of each stage after the first)",
     ),
 }
 
@@ -454,12 +473,14 @@ def test_cross_field_rules(tmp_path):
         r"multiple of training.local_batch_size 8",
     ):
         cfg.parse_args(["--training.global_batch_size=12"])
-    # a shorter run than the warmup was written for: the schedule clips the warmup (tests/test_optim.py)
+    # a shorter run than the warmup was written for: the schedule clips the warmup
+    # (tests/test_optim.py)
     assert cfg.parse_args(["--training.steps=10"]).lr_scheduler.warmup_steps == 20
     toml = "[training]\nsteps = 25\n[lr_scheduler]\nwarmup_steps = 20\ndecay_ratio = 0.3\n"
     (tmp_path / "sched.toml").write_text(toml)
     assert cfg.parse_args(["--job.config_file", str(tmp_path / "sched.toml"), "--training.steps=5"])
-    # ... but a warmup set where the steps were set, or later, must fit: 20 + round(7.5) = 28 > 25, refused here,
+    # ... but a warmup set where the steps were set, or later, must fit: 20 + round(7.5) = 28 > 25,
+    # refused here,
     # before torchrun starts, not later inside the trainer
     with pytest.raises(
         cfg.ConfigError,
@@ -471,8 +492,7 @@ def test_cross_field_rules(tmp_path):
     with pytest.raises(
         cfg.ConfigError,
         match=r"^lr_scheduler.warmup_steps \(command line\): 199 warmup steps \+ 2 "
-        r"decay steps .* exceed training.steps \(default\) 200; set "
-        r"warmup_steps <= 198,",
+        r"decay steps .* exceed training.steps \(default\) 200; set warmup_steps <= 198,",
     ):
         cfg.parse_args(["--lr_scheduler.warmup_steps=199", "--lr_scheduler.decay_ratio=0.01"])
     with pytest.raises(
@@ -593,7 +613,10 @@ def test_cli_values_parse_by_field_type():
 
 
 def test_toml_line_finds_keys_in_tables_and_dotted_keys():
-    text = '# c\n[job]\ndump_folder = "x"\n\n[ model.overrides ]\nmax_seq_len = 5\n[training]\n"steps" = 3\n'
+    text = (
+        '# c\n[job]\ndump_folder = "x"\n\n[ model.overrides ]\nmax_seq_len = '
+        '5\n[training]\n"steps" = 3\n'
+    )
     assert toml_line(text, "job.dump_folder") == 3
     assert toml_line(text, "model.overrides.max_seq_len") == 6
     assert toml_line(text, "training.steps") == 8
@@ -612,7 +635,8 @@ from torchtitan_lite.distributed.process_group import init_distributed
 
 config = load_run_or_exit(sys.argv[1:]).config
 info = init_distributed(config)
-print(f"rank {info.rank} of {info.world_size} mesh {tuple(info.dims.mesh.shape)} threads {torch.get_num_threads()}",
+mesh = tuple(info.dims.mesh.shape)
+print(f"rank {info.rank} of {info.world_size} mesh {mesh} threads {torch.get_num_threads()}",
       flush=True)
 if config.job.description == "fail":
     print(f"error: failed on rank {info.rank}", flush=True)

@@ -1,5 +1,5 @@
-"""What the config prints: ``--help`` with the values a config file (and the command line) set, and a
-``--job.print_config`` output that loads as a config file and trains the same run."""
+"""What the config prints: ``--help`` with the values a config file (and the command line) set, and
+a ``--job.print_config`` output that loads as a config file and trains the same run."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def test_help_with_a_config_file_shows_its_values_beside_the_defaults(capsys):
         in text
     )
     assert (
-        f"  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      this run: 400 ({DEBUG} line 17)\n"
-        in text
+        f"  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      this run: 400 ({DEBUG} "
+        "line 17)\n" in text
     )
     assert f"  --checkpoint.enable  bool = true\n      this run: false ({DEBUG} line 58)\n" in text
     assert (
@@ -59,8 +59,8 @@ def test_help_names_a_config_file_that_does_not_read_and_still_shows_the_default
     text = _help(capsys, "--job.config_file", str(tmp_path / "missing.toml"))
     missing = tmp_path / "missing.toml"
     assert (
-        f"the values of this run are not shown: job.config_file (command line): no such file '{missing}'"
-        in text
+        "the values of this run are not shown: job.config_file (command line): no such file "
+        f"'{missing}'" in text
     )
     assert (
         "  --training.steps  int = 200  (>= 1, <= 1000000000000)\n      Optimizer steps to train."
@@ -76,7 +76,8 @@ def test_help_names_config_file_when_run_train_sh_supplied_the_file(capsys, monk
     assert (
         f'  --job.config_file  str | None = none\n      this run: "{DEBUG}" (CONFIG_FILE)\n' in text
     )
-    other = "train_configs/gpt_oss_debug.toml"  # given again after run_train.sh's: the command line's wins
+    # given again after run_train.sh's: the command line's wins
+    other = "train_configs/gpt_oss_debug.toml"
     text = _help(capsys, "--job.config_file", DEBUG, f"--job.config_file={other}")
     assert (
         f'  --job.config_file  str | None = none\n      this run: "{other}" (command line)\n'
@@ -89,7 +90,8 @@ def test_help_names_config_file_when_run_train_sh_supplied_the_file(capsys, monk
     [
         (
             ["--training.stepz=3"],
-            "config error: training.stepz (command line): unknown key (did you mean training.steps?)",
+            "config error: training.stepz (command line): unknown key (did you mean "
+            "training.steps?)",
         ),
         (
             ["--training.steps=abc"],
@@ -103,9 +105,9 @@ def test_help_names_config_file_when_run_train_sh_supplied_the_file(capsys, monk
 )
 def test_common_config_errors_exit_2_before_torch_is_imported(argv, error):
     probe = (
-        "import runpy, sys\nsys.argv[1:] = %r\ntry:\n    runpy.run_module('torchtitan_lite.preflight', "
-        "run_name='__main__')\nexcept SystemExit as stop:\n    print(stop.code, 'torch' in sys.modules)"
-        % argv
+        f"import runpy, sys\nsys.argv[1:] = {argv!r}\ntry:\n"
+        "    runpy.run_module('torchtitan_lite.preflight', run_name='__main__')\n"
+        "except SystemExit as stop:\n    print(stop.code, 'torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout == "2 False\n" and done.stderr.startswith(error)

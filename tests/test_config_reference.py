@@ -1,4 +1,5 @@
-"""The configuration reference ``docs/configuration.md`` is generated from the schema and kept up to date."""
+"""The configuration reference ``docs/configuration.md`` is generated from the schema and kept up to
+date."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The console output of a rank in the run folder (logs/rank<N>.log), progress lines, no torchrun leftovers."""
+"""The console output of a rank in the run folder (logs/rank<N>.log), progress lines, no torchrun
+leftovers."""
 
 from __future__ import annotations
 
@@ -63,14 +64,12 @@ def test_progress_lines_every_ten_percent_once_the_phase_is_slow(capsys):
             bar.update(done)
             if done == 150:
                 bar.set_postfix_str("83 documents/s")
-    assert (
-        capsys.readouterr().out.splitlines()
-        == [
-            "tokenizing: 30% (300 of 1,000 documents), 6.0 s",  # the first update after 5 s
-            "tokenizing: 50% (500 of 1,000 documents), 9.0 s",  # 33% and 35% are within 10% of the last line
-            "tokenizing: 100% (1,000 of 1,000 documents), 12.0 s, 83 documents/s",
-        ]
-    )
+    assert capsys.readouterr().out.splitlines() == [
+        "tokenizing: 30% (300 of 1,000 documents), 6.0 s",  # the first update after 5 s
+        # 33% and 35% are within 10% of the last line
+        "tokenizing: 50% (500 of 1,000 documents), 9.0 s",
+        "tokenizing: 100% (1,000 of 1,000 documents), 12.0 s, 83 documents/s",
+    ]
     with ProgressLines(10, "tokenizing", "document") as quick:  # done before 5 s: silent
         quick.update(10)
     assert capsys.readouterr().out == ""
@@ -110,7 +109,8 @@ def test_run_train_sh_writes_every_ranks_output_to_the_run_folder_and_leaves_no_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "out").iterdir() if p.name.startswith("qwen3-debug-")]
     assert sorted(p.name for p in (run / "logs").iterdir()) == ["rank0.log", "rank1.log"]
-    # lines end at "\n" only: a progress bar's "\r" updates (HF datasets) stay within their line on both sides
+    # lines end at "\n" only: a progress bar's "\r" updates (HF datasets) stay within their line on
+    # both sides
     console = [
         _strip_rank(line)
         for line in (proc.stdout + proc.stderr).split("\n")
@@ -118,7 +118,8 @@ def test_run_train_sh_writes_every_ranks_output_to_the_run_folder_and_leaves_no_
     ]
     with open(run / "logs" / "rank0.log", newline="") as handle:
         logged = handle.read().rstrip("\n").split("\n")
-    # torchrun tails a worker's stdout and stderr separately: lines of the two may come in another order there
+    # torchrun tails a worker's stdout and stderr separately: lines of the two may come in another
+    # order there
     assert sorted(logged) == sorted(console) and len(logged) > 10
     steps = [[line for line in lines if line.startswith("step ")] for lines in (logged, console)]
     assert steps[0] == steps[1]

@@ -65,7 +65,9 @@ def test_a_chunk_at_an_offset_equals_the_rows_of_the_whole_window(window, docume
     part = block_attention(q[:, start:], k, v, q_start=start, **kw)
     grads_part = torch.autograd.grad(part.square().sum(), inputs)
     torch.testing.assert_close(part, whole[:, start:], atol=1e-6, rtol=1e-6)
-    for a, b in zip(grads_part, grads_whole):  # q (zero before start), k, v (and sinks)
+    for a, b in zip(
+        grads_part, grads_whole, strict=True
+    ):  # q (zero before start), k, v (and sinks)
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)  # the tiles start at another row
     reference = sink_attention(q, k, v, sink, sliding_window=window, document_ids=ids)
     torch.testing.assert_close(part, reference[:, start:], atol=1e-5, rtol=1e-5)
@@ -115,8 +117,8 @@ KEY = r"parallelism.context_parallel_degree \(command line\): "
             ],
             None,
             KEY + r"each rank's 10 positions \(training.seq_len 20 / 2\) are not a multiple of "
-            r"tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that is a "
-            r"multiple of 8$",
+            r"tensor_parallel_degree 4 \(sequence parallelism splits them\); pick a seq_len that "
+            r"is a multiple of 8$",
         ),
         (
             [CP2, "--parallelism.pipeline_parallel_degree=2"],

@@ -1,6 +1,6 @@
-"""The counter-based generator (torchtitan_lite/init/counter.py) against outside references: Random123's Philox
-known-answer vectors, exact integer products, libm's log, sqrt, sin and cos, and the normal law (moments, KS on
-10M draws, tail mass)."""
+"""The counter-based generator (torchtitan_lite/init/counter.py) against outside references:
+Random123's Philox known-answer vectors, exact integer products, libm's log, sqrt, sin and cos, and
+the normal law (moments, KS on 10M draws, tail mass)."""
 
 import math
 
@@ -56,8 +56,9 @@ def test_mulhilo_from_16_bit_partial_products_is_the_exact_64_bit_product():
 
 
 def test_float32_log_sqrt_and_sincos_match_libm():
-    """Relative error of ``ln u`` below 3e-7 where ``|ln u| > 1/2`` (absolute 2e-7 closer to 1, where float32 ``u``
-    rounds); ``sqrt`` below 3e-7 relative; ``sin``/``cos`` of the 25-bit angle below 2e-7."""
+    """Relative error of ``ln u`` below 3e-7 where ``|ln u| > 1/2`` (absolute 2e-7 closer to 1,
+    where float32 ``u`` rounds); ``sqrt`` below 3e-7 relative; ``sin``/``cos`` of the 25-bit angle
+    below 2e-7."""
     words = _random_words(2**20)
     w32 = _as_int32(words)
     exact_log = torch.log((words.double() + 0.5) * 2.0**-32)
@@ -100,8 +101,8 @@ def test_block_normals_have_the_moments_of_a_standard_normal_and_elements_see_th
 
 
 def test_the_largest_reachable_normal_is_6_764():
-    """``r`` is largest at the smallest uniform, ``u = 2**-33`` (word 0): ``sqrt(66 ln 2) = 6.7638``, reached at the
-    angle of word 0 (``cos t`` just below 1)."""
+    """``r`` is largest at the smallest uniform, ``u = 2**-33`` (word 0):
+    ``sqrt(66 ln 2) = 6.7638``, reached at the angle of word 0 (``cos t`` just below 1)."""
     z_cos, _ = counter.box_muller(
         torch.tensor([0], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     )

@@ -48,8 +48,11 @@ def _local_loader(tokenizer, path, **kw):
 
 
 def _windows(batches) -> list[tuple[int, ...]]:
-    """Each sequence of each ``(input_ids, labels)`` batch as a hashable tuple of its seq_len+1 tokens."""
-    return [tuple(x.tolist()) + (y[-1].item(),) for x, y in batches for x, y in zip(x, y)]
+    """Each sequence of each ``(input_ids, labels)`` batch as a hashable tuple of its seq_len+1
+    tokens."""
+    return [
+        tuple(x.tolist()) + (y[-1].item(),) for x, y in batches for x, y in zip(x, y, strict=True)
+    ]
 
 
 # --- corpus -------------------------------------------------------------------------------------
@@ -59,7 +62,8 @@ def test_markdown_to_text_snippet():
     markdown = (
         "# The Tempest\n\n## ACT I\n\n### SCENE I. On a ship at sea.\n\n"
         "_Enter a Master and a Boatswain_\n\n**Master**  \nBoatswain!  \nfall to't, yarely,\n\n"
-        "__\\[Aside]_  \n*Exeunt lords.*\n'I would request you,'\\--or 1\\. _Enter TITANIA, with\nhers_\n"
+        "__\\[Aside]_  \n*Exeunt lords.*\n'I would request you,'\\--or 1\\. _Enter TITANIA, "
+        "with\nhers_\n"
     )
     assert markdown_to_text(markdown) == (
         "The Tempest\n\nACT I\n\nSCENE I. On a ship at sea.\n\n"
@@ -199,7 +203,8 @@ def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, wor
     got = list(islice(iter(resumed), 6))
     assert _windows(got) == _windows(expected)
     assert len(loader.dataset.windows) == 5
-    # the global position: 5 batches of 2 windows on each of world_size ranks, the same on every rank
+    # the global position: 5 batches of 2 windows on each of world_size ranks, the same on every
+    # rank
     assert state["dataset_state"] == {
         "windows_consumed": 5 * 2 * world_size,
         "n_windows": 5,
@@ -212,12 +217,14 @@ def test_loader_resumes_exactly_across_epochs(toy_tokenizer, tmp_path, rank, wor
 def test_state_saved_on_two_ranks_resumes_on_other_world_sizes_at_the_same_global_batch(
     toy_tokenizer, tmp_path, new_world_size, new_local_batch
 ):
-    # 79 windows, global batch 12: saved after 5 steps (60 windows); the 3 steps after it cross into epoch 1.
+    # 79 windows, global batch 12: saved after 5 steps (60 windows); the 3 steps after it cross into
+    # epoch 1.
     path = _write_jsonl(tmp_path / "d.jsonl", _docs(40))
     global_batch, saved_steps, steps = 12, 5, 3
 
     def step_batches(loaders, local_batch):
-        """The windows of one step over all ranks, as a sorted list (a set, but repeats would show)."""
+        """The windows of one step over all ranks, as a sorted list (a set, but repeats would
+        show)."""
         accum = global_batch // (local_batch * len(loaders))
         return sorted(_windows(next(it) for it in loaders for _ in range(accum)))
 

@@ -1,5 +1,5 @@
-"""Prepared corpora: the format, the prepare command, the cache of raw text, the global batches and resume on
-memory-mapped data, mixing, document starts, and the one-line errors of bad input."""
+"""Prepared corpora: the format, the prepare command, the cache of raw text, the global batches and
+resume on memory-mapped data, mixing, document starts, and the one-line errors of bad input."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import pytest
 import test_data
 import torch
 
-from torchtitan_lite.preflight.checks import load_run_or_exit
 from torchtitan_lite.data import prepare, prepared
 from torchtitan_lite.data.loader import build_dataloader, build_dataloaders
 from torchtitan_lite.data.mixing import BLOCK, Mixture
 from torchtitan_lite.data.sources import tokenize_documents
 from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.data.windows import document_ids
+from torchtitan_lite.preflight.checks import load_run_or_exit
 
 toy_tokenizer = (
     test_data.toy_tokenizer
@@ -34,7 +34,8 @@ def cache(tmp_path, monkeypatch):
 
 
 def _docs(n_docs: int, length: int = 7, first: int = 0) -> list[str]:
-    """Document d holds the words 100*d+1 .. 100*d+length (document lengths vary when ``length`` is a list)."""
+    """Document d holds the words 100*d+1 .. 100*d+length (document lengths vary when ``length`` is
+    a list)."""
     return [
         " ".join(str(100 * d + i) for i in range(1, length + 1 + d % 3))
         for d in range(first, first + n_docs)
@@ -62,10 +63,12 @@ def _prepare(tmp_path, tokenizer, docs, name="p", workers=0):
     return tmp_path / name
 
 
-# --- format and equality with the in-memory stream -------------------------------------------------------
+# --- format and equality with the in-memory stream
+# -------------------------------------------------------
 
 
-PLAY_STREAMS = {  # split: (tokens, sha256 of the int32 stream the in-memory path of main@53678a8 tokenized)
+# split: (tokens, sha256 of the int32 stream the in-memory path of main@53678a8 tokenized)
+PLAY_STREAMS = {
     "train": (1_759_944, "6c6a97b0d54a176ee343ed71539897715ad3612c5a90dc252ad6027d3ec7e6f9"),
     "validation": (36_778, "706f23cb097a47ff25695e6f33682c2853769eaaaaa945cad0816327fcdd8e0b"),
 }
@@ -163,13 +166,15 @@ def test_document_starts_and_ids_of_a_window(toy_tokenizer, tmp_path):
     assert document_ids(torch.tensor([0, 3], dtype=torch.int64), 5).tolist() == [0, 0, 0, 1, 1]
 
 
-# --- the global window stream on prepared data -----------------------------------------------------------
+# --- the global window stream on prepared data
+# -----------------------------------------------------------
 
 
 def _global_batches(
     folder, tokenizer, world_size, local_batch, steps, global_batch, state=None, **kw
 ):
-    """The windows of each step over all ranks, as rank-interleaved lists of first tokens (the global order)."""
+    """The windows of each step over all ranks, as rank-interleaved lists of first tokens (the
+    global order)."""
     loaders = [
         build_dataloader(
             dataset_path=str(folder),
@@ -215,7 +220,8 @@ def test_resume_mid_epoch_on_another_world_size_is_exact(toy_tokenizer, tmp_path
     assert first + rest == reference
 
 
-# --- mixing ---------------------------------------------------------------------------------------------
+# --- mixing
+# ---------------------------------------------------------------------------------------------
 
 
 def test_mixture_pattern_is_exact_per_block_and_locates_every_position():
@@ -242,7 +248,8 @@ def test_mixed_sources_proportions_resume_and_tokens_per_source(toy_tokenizer, t
     )
 
     def first_tokens(loader, n):
-        """The largest input id of each window of the next ``n`` batches (source b's are above 5000)."""
+        """The largest input id of each window of the next ``n`` batches (source b's are above
+        5000)."""
         return [int(t) for x, _ in islice(iter(loader), n) for t in x.max(dim=1).values]
 
     data = build_dataloaders(validation=True, min_val_windows=4, local_batch_size=2, **kw)
@@ -264,7 +271,8 @@ def test_mixed_sources_proportions_resume_and_tokens_per_source(toy_tokenizer, t
     assert head + first_tokens(resumed, 5) == reference
 
 
-# --- bad input: one line, exit 2 -------------------------------------------------------------------------
+# --- bad input: one line, exit 2
+# -------------------------------------------------------------------------
 
 
 def _preflight_error(tmp_path, capsys, *args) -> str:
@@ -323,8 +331,8 @@ def test_bad_prepared_folders_fail_preflight_with_one_line(toy_tokenizer, tmp_pa
     (good / prepared.TOKENS).unlink()
     line = _preflight_error(tmp_path, capsys, arg)
     assert line == (
-        f"config error: training.dataset_path: {good / prepared.TOKENS} is missing; prepare it again with "
-        "python -m torchtitan_lite.data.prepare"
+        f"config error: training.dataset_path: {good / prepared.TOKENS} is missing; prepare it "
+        "again with python -m torchtitan_lite.data.prepare"
     )
     assert bundled.vocab_size == 2048
 
@@ -334,8 +342,8 @@ def test_bad_mixture_settings_fail_preflight(tmp_path, capsys):
     paths = f"--training.dataset_paths={tmp_path / 'a.jsonl'},{tmp_path / 'a.jsonl'}"
     line = _preflight_error(tmp_path, capsys, paths, "--training.dataset_weights=1")
     assert line == (
-        "config error: training.dataset_weights: 1 weights for 2 dataset_paths; give one weight per path "
-        "(or none for equal weights)"
+        "config error: training.dataset_weights: 1 weights for 2 dataset_paths; give one weight "
+        "per path (or none for equal weights)"
     )
     line = _preflight_error(tmp_path, capsys, paths, "--training.dataset_weights=1,0")
     assert line.startswith(
@@ -368,7 +376,8 @@ def test_prepare_refuses_empty_input_and_an_existing_output(toy_tokenizer, tmp_p
     assert (tmp_path / "done" / "x").read_text() == "kept"
 
 
-# --- prepare's worker count and progress lines --------------------------------------------------------------
+# --- prepare's worker count and progress lines
+# --------------------------------------------------------------
 
 
 def test_prepare_default_workers_follow_the_input_size_and_the_cpu_count():
@@ -411,8 +420,8 @@ def test_prepare_says_its_worker_count_and_prints_a_line_per_ten_percent(
     size = (tmp_path / "c.jsonl").stat().st_size
     assert lines[0] == (
         f"prepare: encoding in this process (default for {size / 2**20:,.1f} MiB on "
-        f"{prepare.available_cpus()} CPU{'s' * (prepare.available_cpus() > 1)}: one worker per 16 MiB, "
-        "none below 2; --workers N to choose)"
+        f"{prepare.available_cpus()} CPU{'s' * (prepare.available_cpus() > 1)}: one worker per 16 "
+        "MiB, none below 2; --workers N to choose)"
     )
     bars = [line for line in lines if line.startswith("preparing: ")]
     percents = [int(line.split()[1].rstrip("%")) for line in bars]

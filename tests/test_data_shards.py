@@ -1,4 +1,5 @@
-"""Sets of prepared shards (``data/shards.py``): prepared on several machines, read by training as one corpus."""
+"""Sets of prepared shards (``data/shards.py``): prepared on several machines, read by training as
+one corpus."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def _prepare_shards(src, out, tokenizer_path, count, indices=None):
 
 
 def _all_batches(path, tokenizer, world_size=1, steps=14):
-    """Every rank's training batches (input_ids, labels, document_ids) for ``steps`` steps (more than an epoch), and
-    the validation batches, of ``path`` read with document ids."""
+    """Every rank's training batches (input_ids, labels, document_ids) for ``steps`` steps (more
+    than an epoch), and the validation batches, of ``path`` read with document ids."""
     out = []
     for rank in range(world_size):
         loaders = build_dataloaders(
@@ -124,8 +125,8 @@ def test_a_set_with_a_missing_shard_or_another_tokenizer_is_refused(
     capsys.readouterr()
     assert prepare.main(["--verify", str(shards)]) == 2
     missing = (
-        f"{shards} misses 1 of its 3 shards (shard-00001-of-00003 first); run prepare with --num_shards 3 "
-        "--shard_index 1 (and each other missing index)"
+        f"{shards} misses 1 of its 3 shards (shard-00001-of-00003 first); run prepare with "
+        "--num_shards 3 --shard_index 1 (and each other missing index)"
     )
     assert capsys.readouterr().err.strip() == f"prepare error: {missing}"
     line = tdp._preflight_error(
@@ -144,8 +145,8 @@ def test_a_set_with_a_missing_shard_or_another_tokenizer_is_refused(
         f"prepare error: {bundled} was prepared with tokenizer "
     ) and err.endswith(
         f"shard-00000-of-00003 with {toy_tokenizer.path} (sha256 "
-        f"{prepared.tokenizer_identity(toy_tokenizer)['sha256'][:12]}, eos 0); prepare every shard with the same "
-        "--tokenizer"
+        f"{prepared.tokenizer_identity(toy_tokenizer)['sha256'][:12]}, eos 0); prepare every shard "
+        "with the same --tokenizer"
     ), err
 
     shutil.rmtree(bundled)

@@ -58,7 +58,8 @@ TINY = DeepSeekV3ModelArgs(
     aux_loss_coeff=0.0,
 )
 
-# Published config.json values (deepseek-ai/DeepSeek-V3; moonshotai/Moonlight-16B-A3B), HF key names.
+# Published config.json values (deepseek-ai/DeepSeek-V3; moonshotai/Moonlight-16B-A3B), HF key
+# names.
 V3_CONFIG = dict(
     vocab_size=129280,
     hidden_size=7168,
@@ -122,7 +123,8 @@ MOONLIGHT_CONFIG = dict(
 
 
 def config_param_counts(c: dict) -> tuple[int, int]:
-    """(total, activated without the input embedding) from a config.json, tensor by tensor as HF names them."""
+    """(total, activated without the input embedding) from a config.json, tensor by tensor as HF
+    names them."""
     d, heads, L, dense = (
         c["hidden_size"],
         c["num_attention_heads"],
@@ -170,7 +172,8 @@ build_from_plan = functools.partial(
 
 
 def reference_route(s: torch.Tensor, bias: torch.Tensor, a: DeepSeekV3ModelArgs):
-    """Token by token: groups by the sum of their 2 best biased scores, top-k within the kept groups."""
+    """Token by token: groups by the sum of their 2 best biased scores, top-k within the kept
+    groups."""
     per_group = a.num_experts // a.num_expert_groups
     all_idx, all_w = [], []
     for t in range(s.shape[0]):
@@ -196,7 +199,8 @@ def reference_forward(
     a: DeepSeekV3ModelArgs,
     biases: dict[str, torch.Tensor],
 ) -> torch.Tensor:
-    """The whole model in float64: MLA (test_mla.reference_mla), dense or routed + shared SwiGLU experts."""
+    """The whole model in float64: MLA (test_mla.reference_mla), dense or routed + shared SwiGLU
+    experts."""
     inv = a.rope_theta ** (
         -torch.arange(0, a.qk_rope_head_dim, 2, dtype=torch.float64) / a.qk_rope_head_dim
     )
@@ -399,8 +403,10 @@ def test_sequence_balance_loss_values():
     scores = torch.full((4, 4), 0.5)
     indices = torch.tensor([[0, 1], [2, 3], [0, 1], [2, 3]])
     assert sequence_balance_loss(scores, indices, seqlen=4).item() == pytest.approx(1.0)
-    # Collapse in one sequence of 2 tokens, both on expert 0 (k = 1): f = [4, 0, 0, 0] (E / (k T) = 2),
-    # s' rows [0.7, 0.1, 0.1, 0.1] -> P_0 = 0.7, loss 2.8; the second sequence balanced on all -> ~1.
+    # Collapse in one sequence of 2 tokens, both on expert 0 (k = 1): f = [4, 0, 0, 0] (E / (k T) =
+    # 2),
+    # s' rows [0.7, 0.1, 0.1, 0.1] -> P_0 = 0.7, loss 2.8; the second sequence balanced on all ->
+    # ~1.
     scores = torch.tensor([[0.7, 0.1, 0.1, 0.1]] * 2 + [[0.25] * 4] * 2)
     indices = torch.tensor([[0], [0], [1], [2]])
     per_sequence = [4 * 0.7, 2 * 0.25 + 2 * 0.25]
@@ -506,7 +512,7 @@ def test_init_is_a_function_of_the_seed_only():
         build_from_plan(TINY, seed=3),
         build_from_plan(TINY, seed=4),
     )
-    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+    for (n, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q), n
     assert not torch.equal(a.layers["1"].moe.experts.w1, c.layers["1"].moe.experts.w1)
 

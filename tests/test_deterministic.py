@@ -1,11 +1,12 @@
-"""training.deterministic (issue 25): the canonical pairwise tree, the aligned micro-batch blocks, the refusals, and
-the acceptance runs through ``./run_train.sh``.
+"""training.deterministic (issue 25): the canonical pairwise tree, the aligned micro-batch blocks,
+the refusals, and the acceptance runs through ``./run_train.sh``.
 
-Acceptance (``layout``): for the qwen3 and qwen3_moe debug configs (1 block, seq_len 32, micro-batches of 1 window,
-global batch 4, 20 steps, fp32, one thread per rank), 1 process, dp_shard 2, dp_shard 4 and dp_replicate 2 x
-dp_shard 2 give bitwise the same loss and gradient norm at every step (``compare_runs --assert-equal``: max |diff| 0),
-bitwise the same validation losses (steps 10 and 20, 2 global batches each) and bitwise the same final parameters
-and AdamW moments. ``run``: two runs of dp_shard 2 are bitwise equal.
+Acceptance (``layout``): for the qwen3 and qwen3_moe debug configs (1 block, seq_len 32,
+micro-batches of 1 window, global batch 4, 20 steps, fp32, one thread per rank), 1 process, dp_shard
+2, dp_shard 4 and dp_replicate 2 x dp_shard 2 give bitwise the same loss and gradient norm at every
+step (``compare_runs --assert-equal``: max |diff| 0), bitwise the same validation losses (steps 10
+and 20, 2 global batches each) and bitwise the same final parameters and AdamW moments. ``run``: two
+runs of dp_shard 2 are bitwise equal.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from ckpt_helpers import text_file
 from dist_helpers import run_train
 from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.streams import rank_chunk
 from torchtitan_lite.distributed.checks import check_world_size
 from torchtitan_lite.distributed.deterministic import PairwiseSum
+from torchtitan_lite.preflight.checks import parse_args
 
 STEPS = 20
 RUN = [
@@ -40,7 +41,8 @@ RUN = [
     "--checkpoint.enable=true",
     "--checkpoint.interval=1000",
 ]
-"""Four micro-batches of one 32-token window per step: 4 per rank on 1 process, 2 on dp_shard 2, 1 on 4 ranks."""
+"""Four micro-batches of one 32-token window per step: 4 per rank on 1 process, 2 on dp_shard 2, 1
+on 4 ranks."""
 
 
 def test_pairwise_sum_of_aligned_blocks_is_the_sum_of_their_items_bitwise():
@@ -85,7 +87,8 @@ def test_ranks_take_aligned_blocks_of_consecutive_micro_batches():
 
 
 def test_sharded_foreach_adamw_updates_each_element_as_unsharded():
-    """Why layout mode runs AdamW foreach: each element's update must not depend on where its shard ends."""
+    """Why layout mode runs AdamW foreach: each element's update must not depend on where its shard
+    ends."""
     generator = torch.Generator().manual_seed(0)
     weights, grads = torch.randn(1037, generator=generator), torch.randn(1037, generator=generator)
 
@@ -93,7 +96,7 @@ def test_sharded_foreach_adamw_updates_each_element_as_unsharded():
         params = [torch.nn.Parameter(w.clone()) for w in weights.split(sizes)]
         optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
         for step in range(1, 4):
-            for param, grad in zip(params, (grads * step).split(sizes)):
+            for param, grad in zip(params, (grads * step).split(sizes), strict=True):
                 param.grad = grad.clone()
             optimizer.step()
         return torch.cat([p.detach() for p in params])
@@ -159,7 +162,8 @@ def test_layout_mode_refuses_what_it_cannot_hold(options, world_size, message):
 def test_layout_mode_trains_bitwise_the_same_on_every_data_parallel_layout(tmp_path, family):
     text_file(tmp_path)
     config = f"train_configs/{family}_debug.toml"
-    # the default thread count of layout mode (1) instead of RUN's; validation of 2 global batches at steps 10, 20
+    # the default thread count of layout mode (1) instead of RUN's; validation of 2 global batches
+    # at steps 10, 20
     run = [option for option in RUN if option != "--training.num_threads=1"] + [
         "--validation.enable=true",
         "--validation.freq=10",
@@ -204,8 +208,9 @@ VALIDATION_LINE = re.compile(r"^step +(\d+) +validation loss +([\d.]+) +\(([\d,]
 
 @pytest.mark.multiprocess
 def test_off_mode_validation_scores_the_same_windows_on_1_and_2_processes_within_rounding(tmp_path):
-    """The default mode (``off``): validation reads the same global batches on every layout, so 1 process and
-    dp_shard 2 score the same tokens and their losses differ only by the rounding of two training steps."""
+    """The default mode (``off``): validation reads the same global batches on every layout, so 1
+    process and dp_shard 2 score the same tokens and their losses differ only by the rounding of two
+    training steps."""
     text_file(tmp_path)
     run = [
         option
@@ -235,5 +240,6 @@ def test_off_mode_validation_scores_the_same_windows_on_1_and_2_processes_within
     ]  # 2 batches x 4 x 32
     assert [(step, tokens) for step, _, tokens in lines["dp_shard2"]] == [(1, "256"), (2, "256")]
     assert all(
-        abs(one - two) < 1e-4 for (_, one, _), (_, two, _) in zip(lines["1"], lines["dp_shard2"])
+        abs(one - two) < 1e-4
+        for (_, one, _), (_, two, _) in zip(lines["1"], lines["dp_shard2"], strict=False)
     ), lines

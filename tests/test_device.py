@@ -16,9 +16,9 @@ import torch.distributed as dist
 from dist_helpers import REPO
 
 from torchtitan_lite.components import peak_flops as flops_table
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.distributed import devices as D
 from torchtitan_lite.distributed import process_group as PG
+from torchtitan_lite.preflight.checks import parse_args
 
 TORCHRUN_VARS = (
     "RANK",
@@ -40,9 +40,9 @@ def no_gpu(monkeypatch):
 
 @pytest.fixture
 def fake_npu(monkeypatch, no_gpu):
-    """A stand-in ``torch_npu`` package with one Ascend 910B2, doing what importing the real one does: ``torch.npu``
-    (also as ``torch.get_device_module("npu")``) and npu as torch's accelerator (a namespace for its device:
-    ``torch.device("npu")`` needs the real torch_npu)."""
+    """A stand-in ``torch_npu`` package with one Ascend 910B2, doing what importing the real one
+    does: ``torch.npu`` (also as ``torch.get_device_module("npu")``) and npu as torch's accelerator
+    (a namespace for its device: ``torch.device("npu")`` needs the real torch_npu)."""
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     npu = types.SimpleNamespace(
         is_available=lambda: True,
@@ -151,7 +151,8 @@ def test_peak_flops_table(monkeypatch, name, bf16, fp32, fp8):
 
 
 def test_mixed_peak_runs_each_share_at_its_own_peak():
-    # half the FLOPs at 2000, half at 1000: 1 FLOP takes 0.5/2000 + 0.5/1000 = 0.00075 s -> 1333.3 FLOP/s
+    # half the FLOPs at 2000, half at 1000: 1 FLOP takes 0.5/2000 + 0.5/1000 = 0.00075 s -> 1333.3
+    # FLOP/s
     assert flops_table.mixed_peak_flops(1.0, 0.5, 1000.0, 2000.0) == pytest.approx(1000 / 0.75)
     assert flops_table.mixed_peak_flops(6.0, 0.0, 1000.0, None) == 1000.0
     assert flops_table.mixed_peak_flops(6.0, 6.0, 1000.0, 2000.0) == 2000.0
@@ -245,14 +246,18 @@ def test_init_distributed_rejects_a_shard_degree_other_than_the_world_before_sta
     config = parse_args(["--parallelism.data_parallel_shard_degree=2", "--training.num_threads=1"])
     with pytest.raises(
         RuntimeError,
-        match=r"data_parallel_shard_degree 2 .* = 2, not the world size 1; set data_parallel_shard_degree = -1",
+        match=(
+            r"data_parallel_shard_degree 2 .* = 2, not the world size 1; set "
+            r"data_parallel_shard_degree = -1"
+        ),
     ):
         PG.init_distributed(config)
     assert not dist.is_initialized()
 
 
 def _accelerator_uses(path: Path) -> list[int]:
-    """Lines of ``path`` whose code (not comments or strings) says ``torch.cuda``, ``torch.npu`` or ``torch.xpu``."""
+    """Lines of ``path`` whose code (not comments or strings) says ``torch.cuda``, ``torch.npu`` or
+    ``torch.xpu``."""
     tokens = [
         tok
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
@@ -260,7 +265,7 @@ def _accelerator_uses(path: Path) -> list[int]:
     ]
     return [
         a.start[0]
-        for a, b, c in zip(tokens, tokens[1:], tokens[2:])
+        for a, b, c in zip(tokens, tokens[1:], tokens[2:], strict=False)
         if (a.string, b.string) == ("torch", ".") and c.string in ("cuda", "npu", "xpu")
     ]
 

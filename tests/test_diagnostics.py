@@ -1,4 +1,5 @@
-"""Init diagnostics: expected step-1 loss vs measured, the strict check, report files, TB extras, profiler."""
+"""Init diagnostics: expected step-1 loss vs measured, the strict check, report files, TB extras,
+profiler."""
 
 import csv
 import dataclasses
@@ -15,7 +16,6 @@ from tensorboard.backend.event_processing.event_accumulator import (
     EventAccumulator,
 )
 
-from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.components.determinism import enable_deterministic
 from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.components.profiling import StepProfiler
@@ -36,6 +36,7 @@ from torchtitan_lite.init.step1 import (
     mean_log_partition,
     silu_square_mean,
 )
+from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 
 LN_V = math.log(2048)
 STD3 = 0.98657840  # std factor of a normal truncated at +-3 sigma
@@ -58,7 +59,8 @@ def step1_loss(model) -> float:
 
 
 def embedding_std1_wins(args) -> InitPlan:
-    """The tied-output bug as a plan: output.weight listed first, so the embedding's std-1 entry wins."""
+    """The tied-output bug as a plan: output.weight listed first, so the embedding's std-1 entry
+    wins."""
     entries = dict(qwen3_init_plan(args).entries)
     output = entries.pop("output.weight")
     entries["tok_embeddings.weight"] = trunc_normal(1.0)
@@ -85,7 +87,8 @@ def test_expected_step1_loss_of_debug_flavors_from_the_plan():
     assert e.output_names == ("output.weight", "tok_embeddings.weight")
     assert e.logit_std == pytest.approx(16 * 0.02 * STD3)
     assert e.low == pytest.approx(LN_V + 0.0498, abs=1e-4)
-    # 4 feed-forward branches (hidden 768, w2 at 0.02 / sqrt(8)) each add 256 * 768 * s2^2 * M(0.3157) * s3^2 * 256
+    # 4 feed-forward branches (hidden 768, w2 at 0.02 / sqrt(8)) each add 256 * 768 * s2^2 *
+    # M(0.3157) * s3^2 * 256
     s, s2 = 0.02 * STD3, 0.02 / math.sqrt(8) * STD3
     ffn = 4 * 256 * 768 * s2**2 * silu_square_mean(s * 16) * s**2 * 256
     assert e.ffn_norm_sq == pytest.approx(ffn) and ffn == pytest.approx(0.1016, abs=1e-4)
@@ -99,11 +102,15 @@ def test_expected_step1_loss_of_debug_flavors_from_the_plan():
 def test_silu_square_mean_matches_numerical_integration():
     from scipy import integrate
 
+    def density(z: float) -> float:
+        return math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+
+    def silu(a: float) -> float:
+        return a / (1 + math.exp(-a))
+
     for sigma in (0.05, 0.3157, 0.63, 2.0):
-        density = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # noqa: E731
-        silu = lambda a: a / (1 + math.exp(-a))  # noqa: E731
         reference = integrate.quad(
-            lambda z: silu(sigma * z) ** 2 * density(z), -12, 12, epsabs=1e-14
+            lambda z, sigma=sigma: silu(sigma * z) ** 2 * density(z), -12, 12, epsabs=1e-14
         )[0]
         assert silu_square_mean(sigma) == pytest.approx(reference, rel=1e-7)
     assert silu_square_mean(0.01) == pytest.approx(0.01**2 / 4, rel=1e-3)  # silu(a) ~ a / 2 near 0
@@ -121,8 +128,10 @@ def test_the_tied_06b_expectation_is_tight_where_cos_le_1_spanned_8_nats():
 
 @pytest.mark.parametrize("flavor,layers,vocab", [("debug", 4, 2048), ("0.6b", 6, 8192)])
 def test_measured_log_partition_and_loss_lie_in_the_tied_range(flavor, layers, vocab):
-    # 0.6b's shapes (dim 1024, hidden 3072, plan of the 28-layer model) on 6 blocks, the vocabulary cut to 8192
-    # so that the model fits a test; E[ln sum exp z] is the loss without the noise of the target logit.
+    # 0.6b's shapes (dim 1024, hidden 3072, plan of the 28-layer model) on 6 blocks, the vocabulary
+    # cut to 8192
+    # so that the model fits a test; E[ln sum exp z] is the loss without the noise of the target
+    # logit.
     full = dataclasses.replace(qwen3_flavors[flavor], vocab_size=vocab)
     plan = qwen3_init_plan(full)
     with torch.device("meta"):
@@ -169,8 +178,9 @@ def test_repeated_targets_lower_the_tied_range_by_rate_times_self_logit_and_leav
 
 
 def test_the_debug_runs_first_batch_repeats_93_targets_and_its_loss_is_inside_the_widened_range():
-    """The default run's step-1 batch (plays, seed 42, 16 windows of 256): 93 of its 4,096 targets repeat their input
-    token, and the step-1 loss (7.6465 in the run's log) lies under the partition range but inside the widened one."""
+    """The default run's step-1 batch (plays, seed 42, 16 windows of 256): 93 of its 4,096 targets
+    repeat their input token, and the step-1 loss (7.6465 in the run's log) lies under the partition
+    range but inside the widened one."""
     args = qwen3_flavors["debug"]
     with torch.device("meta"):
         model = Qwen3Model(args)
@@ -359,7 +369,8 @@ def test_deterministic_mode_turns_on_deterministic_algorithms():
 
 @pytest.mark.multiprocess
 def test_run_with_a_broken_tied_output_init_warns_and_strict_exits_naming_output_weight(tmp_path):
-    """The knob ``model.overrides.output_init_std = 1.0`` leaves a tied output at the embedding-like std 1."""
+    """The knob ``model.overrides.output_init_std = 1.0`` leaves a tied output at the embedding-like
+    std 1."""
     common = [
         "--model.overrides.output_init_std=1.0",
         "--training.steps=1",

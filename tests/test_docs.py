@@ -1,5 +1,5 @@
-"""README is the front door: it links every page of ``docs/``, every link between the pages lands on a file and a
-heading that exist, and its test command is the one CI runs."""
+"""README is the front door: it links every page of ``docs/``, every link between the pages lands on
+a file and a heading that exist, and its test command is the one CI runs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def anchors(markdown: str) -> set[str]:
-    """GitHub's anchors of the headings of ``markdown``: lowercased, punctuation dropped, spaces as hyphens, a
-    repeated heading suffixed ``-1``, ``-2``, ... (code blocks skipped)."""
+    """GitHub's anchors of the headings of ``markdown``: lowercased, punctuation dropped, spaces as
+    hyphens, a repeated heading suffixed ``-1``, ``-2``, ... (code blocks skipped)."""
     seen: dict[str, int] = {}
     out = set()
     in_code = False
@@ -31,7 +31,10 @@ def anchors(markdown: str) -> set[str]:
 
 
 def test_anchors_follow_github_rules():
-    text = "# Checkpoints, resume and faults\n## `[job]`\n```\n# not a heading\n```\n## FLOPs and MFU\n## FLOPs and MFU\n"
+    text = (
+        "# Checkpoints, resume and faults\n## `[job]`\n```\n# not a heading\n```\n## FLOPs and "
+        "MFU\n## FLOPs and MFU\n"
+    )
     assert anchors(text) == {
         "checkpoints-resume-and-faults",
         "job",

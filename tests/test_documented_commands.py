@@ -1,25 +1,28 @@
-"""Every ``./run_train.sh`` and ``python -m torchtitan_lite...`` / ``python -m scripts...`` command that README.md and
-docs/ show runs as written, and ``./run_train.sh --training.steps=N`` runs for N in {1, 5, 20} with every debug config.
+"""Every ``./run_train.sh`` and ``python -m torchtitan_lite...`` / ``python -m scripts...`` command
+that README.md and docs/ show runs as written, and ``./run_train.sh --training.steps=N`` runs for N
+in {1, 5, 20} with every debug config.
 
-:data:`HOW` says how each documented command is tried, and the first test fails when a page shows a command it does
-not list (or it lists one no page shows):
+:data:`HOW` says how each documented command is tried, and the first test fails when a page shows a
+command it does not list (or it lists one no page shows):
 
-* ``run``: in a shell, as written, in a scratch folder that links the repository's files (its ``outputs/`` and files
-  it writes stay there); a command that trains gets :data:`SHORT` appended (1 step, or its own steps when it sets
-  20 or fewer; 32-token windows; no validation);
-* ``check``: for commands that need GPUs or nodes this machine lacks (or that only change a value of a run made
-  here), the checks ``run_train.sh`` makes before
-  torchrun (``parse_args``, the parallel degrees against the command's ``NGPU`` x nodes world size, the
-  files it reads), but the memory estimate, which is of this machine's memory; with the reader's own files
-  (``/data/...``) not the files;
-* ``other``: not a whole command (a program named in prose, a placeholder such as ``<run>`` or ``N``) or one whose
-  run another test makes, named in the note.
+* ``run``: in a shell, as written, in a scratch folder that links the repository's files (its
+  ``outputs/`` and files it writes stay there); a command that trains gets :data:`SHORT` appended (1
+  step, or its own steps when it sets 20 or fewer; 32-token windows; no validation);
+* ``check``: for commands that need GPUs or nodes this machine lacks (or that only change a value of
+  a run made here), the checks ``run_train.sh`` makes before
+  torchrun (``parse_args``, the parallel degrees against the command's ``NGPU`` x nodes world size,
+  the
+  files it reads), but the memory estimate, which is of this machine's memory; with the reader's own
+  files (``/data/...``) not the files;
+* ``other``: not a whole command (a program named in prose, a placeholder such as ``<run>`` or
+  ``N``) or one whose run another test makes, named in the note.
 
-The N in {1, 5, 20} matrix: the config check for every debug config and N (what refused N = 20 before the warmup
-was clipped), and real runs: N = 1 of every debug config (for the qwen3, gpt_oss and deepseek_v3 configs their
-documented commands, shortened, are those runs) and N = 5 of qwen3_debug (running.md's example), whose step lines
-must show the LRs of :func:`wsd_lr_factor` with the warmup clipped. A 20-step run would add only steps: the schedule
-of every N is checked by tests/test_optim.py, and CI's time is better spent elsewhere.
+The N in {1, 5, 20} matrix: the config check for every debug config and N (what refused N = 20
+before the warmup was clipped), and real runs: N = 1 of every debug config (for the qwen3, gpt_oss
+and deepseek_v3 configs their documented commands, shortened, are those runs) and N = 5 of
+qwen3_debug (running.md's example), whose step lines must show the LRs of :func:`wsd_lr_factor` with
+the warmup clipped. A 20-step run would add only steps: the schedule of every N is checked by
+tests/test_optim.py, and CI's time is better spent elsewhere.
 """
 
 from __future__ import annotations
@@ -30,26 +33,28 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from dist_helpers import REPO, env
 
 from torchtitan_lite.components.lr_schedule import wsd_lr_factor
-from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 from torchtitan_lite.config.schema import LRScheduler
 from torchtitan_lite.distributed.checks import check_world_size
+from torchtitan_lite.preflight.checks import check_paths, load_run, parse_run
 
 PAGES = [
     REPO / "README.md",
     *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "configuration.md"),
 ]
 COMMAND = re.compile(
-    r"^(?:[A-Z_]+=(?:\"[^\"]*\"|\S+)\s+)*(?:\./run_train\.sh|python3? -m (?:torchtitan_lite|scripts)\b)"
+    r"^(?:[A-Z_]+=(?:\"[^\"]*\"|\S+)\s+)*(?:\./run_train\.sh|python3? -m "
+    r"(?:torchtitan_lite|scripts)\b)"
 )
 SHORT = ["--training.seq_len=32", "--validation.enable=false"]
-"""Appended to a documented command that trains, with ``--training.steps=1`` unless it sets 20 steps or fewer."""
+"""Appended to a documented command that trains, with ``--training.steps=1`` unless it sets 20 steps
+or fewer."""
 DEBUG_CONFIGS = sorted(
     p.relative_to(REPO).as_posix() for p in (REPO / "train_configs").glob("*debug*.toml")
 )
@@ -77,7 +82,8 @@ HOW: dict[str, tuple[str, str]] = {
         "other",
         "tests/test_muon_layouts.py runs it (the model cut to 1 block)",
     ),
-    "CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.mtp_num_layers=1": (
+    "CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh "
+    "--model.overrides.mtp_num_layers=1": (
         "run",
         "multi-token prediction",
     ),
@@ -92,15 +98,18 @@ HOW: dict[str, tuple[str, str]] = {
     ),
     "python -m torchtitan_lite.preflight": ("run", "the config check alone"),
     "NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": ("check", "8 GPUs"),
-    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+    "NGPU=8 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml "
+    "./run_train.sh": (
         "check",
         "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables",
     ),
-    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+    "NGPU=8 NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG_FILE=train_configs/qwen3_0.6b.toml "
+    "./run_train.sh": (
         "check",
         "2 nodes; tests/test_multinode.py launches 2 nodes on 127.0.0.1 from these variables",
     ),
-    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml ./run_train.sh": (
+    "NGPU=8 NNODES=2 RDZV_ENDPOINT=node0:29500 CONFIG_FILE=train_configs/qwen3_0.6b.toml "
+    "./run_train.sh": (
         "check",
         "2 nodes; tests/test_multinode.py launches 2 nodes on a c10d rendezvous on 127.0.0.1",
     ),
@@ -108,22 +117,29 @@ HOW: dict[str, tuple[str, str]] = {
         "check",
         "8 GPUs",
     ),
-    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=2 --rdzv-backend=c10d '
+    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=2 '
+    "--rdzv-backend=c10d "
     '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b" ./run_train.sh --model.flavor=32b '
     "--parallelism.tensor_parallel_degree=8": ("check", "2 nodes"),
-    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=4 --rdzv-backend=c10d '
+    'NGPU=8 CONFIG_FILE=train_configs/qwen3_0.6b.toml TORCHRUN_ARGS="--nnodes=4 '
+    "--rdzv-backend=c10d "
     '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=qwen3-32b-pp" ./run_train.sh --model.flavor=32b '
-    "--parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=2 --training.local_batch_size=8": (
+    "--parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=2 "
+    "--training.local_batch_size=8": (
         "check",
         "4 nodes",
     ),
-    'NGPU=8 CONFIG_FILE=train_configs/gpt_oss_120b.toml TORCHRUN_ARGS="--nnodes=2 --rdzv-backend=c10d '
-    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=gpt-oss-120b" ./run_train.sh --parallelism.expert_parallel_degree=8': (
+    'NGPU=8 CONFIG_FILE=train_configs/gpt_oss_120b.toml TORCHRUN_ARGS="--nnodes=2 '
+    "--rdzv-backend=c10d "
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=gpt-oss-120b" ./run_train.sh '
+    "--parallelism.expert_parallel_degree=8": (
         "check",
         "2 nodes",
     ),
-    'NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_671b.toml TORCHRUN_ARGS="--nnodes=32 --rdzv-backend=c10d '
-    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=deepseek-v3" ./run_train.sh --parallelism.expert_parallel_degree=64': (
+    'NGPU=8 CONFIG_FILE=train_configs/deepseek_v3_671b.toml TORCHRUN_ARGS="--nnodes=32 '
+    "--rdzv-backend=c10d "
+    '--rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=deepseek-v3" ./run_train.sh '
+    "--parallelism.expert_parallel_degree=64": (
         "check",
         "32 nodes",
     ),
@@ -133,17 +149,20 @@ HOW: dict[str, tuple[str, str]] = {
         "check",
         "8 GPUs",
     ),
-    "NGPU=4 CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh --model.overrides.max_seq_len=16384 "
+    "NGPU=4 CONFIG_FILE=train_configs/deepseek_v3_debug.toml ./run_train.sh "
+    "--model.overrides.max_seq_len=16384 "
     "--training.seq_len=16384 --training.local_batch_size=1 --training.global_batch_size=1 "
     "--parallelism.context_parallel_degree=4": ("run", ""),
     "./run_train.sh --training.dataset_path=/data/corpus.prepared": (
         "check",
         "the reader's corpus",
     ),
-    "./run_train.sh --checkpoint.initial_load_hf=/data/Qwen3-0.6B --training.dataset_path=my_corpus/ "
+    "./run_train.sh --checkpoint.initial_load_hf=/data/Qwen3-0.6B "
+    "--training.dataset_path=my_corpus/ "
     "--training.seq_len=2048 --checkpoint.export_hf=outputs/qwen3-0.6b-tuned": (
         "other",
-        "the reader's HF folder and corpus; test_hf_export_then_train_generate_and_evaluate on a debug export",
+        "the reader's HF folder and corpus; test_hf_export_then_train_generate_and_evaluate on a "
+        "debug export",
     ),
     "NGPU=1 ./run_train.sh --training.deterministic=layout --training.global_batch_size=16 "
     "--training.local_batch_size=4": (
@@ -159,19 +178,23 @@ HOW: dict[str, tuple[str, str]] = {
         "other",
         "placeholders; tests/test_deterministic.py and tests/test_compare_runs.py run it",
     ),
-    "./run_train.sh --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.steps=2 --training.seq_len=64 "
+    "./run_train.sh --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.steps=2 "
+    "--training.seq_len=64 "
     "--lr_scheduler.warmup_steps=0 --lr_scheduler.decay_ratio=0 --validation.enable=false": (
         "other",
         "test_hf_export_then_train_generate_and_evaluate",
     ),
-    'python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt "ROMEO:" '
+    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare "
+    '--prompt "ROMEO:" '
     "--max_new_tokens 24": ("other", "test_hf_export_then_train_generate_and_evaluate"),
-    'python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --prompt "ROMEO:" '
+    "python -m torchtitan_lite.generate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare "
+    '--prompt "ROMEO:" '
     "--max_new_tokens 24 --temperature 0.8 --top_k 50 --seed 1 2>/dev/null": (
         "other",
         "test_hf_export_then_train_generate_and_evaluate",
     ),
-    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare --training.seq_len=64": (
+    "python -m torchtitan_lite.evaluate --checkpoint.initial_load_hf=outputs/qwen3-shakespeare "
+    "--training.seq_len=64": (
         "other",
         "test_hf_export_then_train_generate_and_evaluate",
     ),
@@ -185,7 +208,8 @@ HOW: dict[str, tuple[str, str]] = {
         "other",
         "test_quick_start_and_its_config_files",
     ),
-    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 "
+    "python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set "
+    "--num_shards 3 "
     "--shard_index 0": (
         "other",
         "the reader's corpus; tests/test_data_shards.py prepares sets of 3 shards",
@@ -198,7 +222,8 @@ HOW: dict[str, tuple[str, str]] = {
         "check",
         "the reader's set of shards",
     ),
-    "python -m torchtitan_lite.data.prepare --input /shared/corpus --output /shared/corpus.set --num_shards 16 "
+    "python -m torchtitan_lite.data.prepare --input /shared/corpus --output /shared/corpus.set "
+    "--num_shards 16 "
     '--shard_index "$SLURM_ARRAY_TASK_ID"': (
         "other",
         "a Slurm array task; tests/test_data_shards.py prepares shards",
@@ -213,7 +238,8 @@ HOW: dict[str, tuple[str, str]] = {
         "other",
         "writes the bundled tokenizer; tests/test_tokenizer.py runs it",
     ),
-    "python -m torchtitan_lite.tools.inspect_init --job.config_file train_configs/qwen3_0.6b.toml": (
+    "python -m torchtitan_lite.tools.inspect_init --job.config_file "
+    "train_configs/qwen3_0.6b.toml": (
         "other",
         "tests/test_inspect_init.py runs inspect_init on published configs",
     ),
@@ -225,9 +251,10 @@ HOW: dict[str, tuple[str, str]] = {
 
 
 def documented_commands() -> dict[str, list[str]]:
-    """The commands in README.md and docs/*.md (not the generated configuration.md) -> where they are (``page:line``):
-    lines of fenced blocks (``\\``-continued lines joined, a ``$ `` prompt and a trailing ``# comment`` dropped) and
-    inline code spans of the prose that start like :data:`COMMAND`."""
+    """The commands in README.md and docs/*.md (not the generated configuration.md) -> where they
+    are (``page:line``): lines of fenced blocks (``\\``-continued lines joined, a ``$ `` prompt and
+    a trailing ``# comment`` dropped) and inline code spans of the prose that start like
+    :data:`COMMAND`."""
     found: dict[str, list[str]] = {}
     for page in PAGES:
         name = page.relative_to(REPO).as_posix()
@@ -260,7 +287,8 @@ def documented_commands() -> dict[str, list[str]]:
 
 
 def split(command: str) -> tuple[dict[str, str], list[str]]:
-    """``NGPU=2 CONFIG_FILE=x ./run_train.sh --a=1`` -> ({"NGPU": "2", "CONFIG_FILE": "x"}, ["--a=1"])."""
+    """``NGPU=2 CONFIG_FILE=x ./run_train.sh --a=1`` -> ({"NGPU": "2", "CONFIG_FILE": "x"},
+    ["--a=1"])."""
     words = shlex.split(command)
     assignments = {}
     while "=" in words[0] and not words[0].startswith(("-", ".")):
@@ -279,13 +307,14 @@ def world_size(assignments: dict[str, str]) -> int:
 
 
 def trains(command: str) -> bool:
-    """Whether ``command`` starts training (``run_train.sh`` without ``--help`` or ``--job.print_config``)."""
+    """Whether ``command`` starts training (``run_train.sh`` without ``--help`` or
+    ``--job.print_config``)."""
     return "./run_train.sh" in command and not re.search(r"--help|--job\.print_config", command)
 
 
 def shortened(command: str) -> str:
-    """``command`` with :data:`SHORT` appended when it trains, and ``--training.steps=1`` unless it sets 20 steps or
-    fewer."""
+    """``command`` with :data:`SHORT` appended when it trains, and ``--training.steps=1`` unless it
+    sets 20 steps or fewer."""
     if not trains(command):
         return command
     steps = re.search(r"--training\.steps[= ](\d+)", command)
@@ -295,8 +324,8 @@ def shortened(command: str) -> str:
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    """A folder that links every top-level entry of the repository (but its ``outputs/``), where a command writes
-    ``outputs/`` and its other files without touching the repository."""
+    """A folder that links every top-level entry of the repository (but its ``outputs/``), where a
+    command writes ``outputs/`` and its other files without touching the repository."""
     folder = tmp_path_factory.mktemp("docs")
     for entry in REPO.iterdir():
         if entry.name not in ("outputs", ".git", "my.toml"):
@@ -305,7 +334,8 @@ def scratch(tmp_path_factory) -> Path:
 
 
 def shell(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``bash -c command`` in ``cwd`` with one thread per process and this interpreter as ``python``."""
+    """``bash -c command`` in ``cwd`` with one thread per process and this interpreter as
+    ``python``."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return subprocess.run(
         ["bash", "-c", command],
@@ -375,7 +405,8 @@ STEP_LR = re.compile(r"^\[rank0\]:step +(\d+) +loss +\S+ +grad_norm +\S+ +lr +(\
 
 
 def _lrs(config: str, steps: int) -> list[str]:
-    """The LR of each step of ``config`` at ``training.steps = steps``, as the step line prints it."""
+    """The LR of each step of ``config`` at ``training.steps = steps``, as the step line prints
+    it."""
     toml = tomllib.loads((REPO / config).read_text())
     sched = {**dataclasses.asdict(LRScheduler()), **toml["lr_scheduler"]}
     return [
@@ -394,9 +425,10 @@ def _lrs(config: str, steps: int) -> list[str]:
     ],
 )
 def test_short_runs_train(config, steps, scratch):
-    """``CONFIG_FILE=<config> ./run_train.sh --training.steps=<steps>`` (and :data:`SHORT`): the step lines show the
-    clipped warmup's LRs, and one line says the warmup was clipped. (The N = 1 runs of the other debug configs are
-    their documented commands, and 20 steps add only steps to the 5 here.)"""
+    """``CONFIG_FILE=<config> ./run_train.sh --training.steps=<steps>`` (and :data:`SHORT`): the
+    step lines show the clipped warmup's LRs, and one line says the warmup was clipped. (The N = 1
+    runs of the other debug configs are their documented commands, and 20 steps add only steps to
+    the 5 here.)"""
     command = f"CONFIG_FILE={config} ./run_train.sh --training.steps={steps} {' '.join(SHORT)}"
     output = assert_ran(shell(command, scratch), command)
     assert [lr for _, lr in STEP_LR.findall(output)] == _lrs(config, steps), output[-3000:]
@@ -405,9 +437,9 @@ def test_short_runs_train(config, steps, scratch):
 
 @pytest.mark.multiprocess
 def test_quick_start_and_its_config_files(scratch, monkeypatch):
-    """README's ``./run_train.sh`` (shortened); ``./run_train.sh --job.print_config > my.toml``, whose output passes
-    the check of ``CONFIG_FILE=my.toml ./run_train.sh``, as the run folder's ``config.toml`` does (running.md's
-    ``CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh``)."""
+    """README's ``./run_train.sh`` (shortened); ``./run_train.sh --job.print_config > my.toml``,
+    whose output passes the check of ``CONFIG_FILE=my.toml ./run_train.sh``, as the run folder's
+    ``config.toml`` does (running.md's ``CONFIG_FILE=outputs/<run>/config.toml ./run_train.sh``)."""
     output = assert_ran(shell(shortened("./run_train.sh"), scratch), "./run_train.sh")
     assert re.search(r"^\[rank0\]:step +1 +loss", output, re.M), output[-3000:]
     assert_ran(shell("./run_train.sh --job.print_config > my.toml", scratch), "print_config")
@@ -423,9 +455,9 @@ def test_quick_start_and_its_config_files(scratch, monkeypatch):
 @pytest.mark.multiprocess
 def test_hf_export_then_train_generate_and_evaluate(scratch):
     """hf.md's journey: the debug model trained with ``--checkpoint.enable=true`` and exported to
-    ``outputs/qwen3-shakespeare`` (its prose's ``--checkpoint.export_hf``), training continued from that folder, its
-    ``generate`` and ``evaluate`` commands, and ``generate`` from the checkpoint (shortened: it saved step 1, not the
-    full run's step 400)."""
+    ``outputs/qwen3-shakespeare`` (its prose's ``--checkpoint.export_hf``), training continued from
+    that folder, its ``generate`` and ``evaluate`` commands, and ``generate`` from the checkpoint
+    (shortened: it saved step 1, not the full run's step 400)."""
     export = shortened(
         "./run_train.sh --checkpoint.enable=true --checkpoint.export_hf=outputs/qwen3-shakespeare"
     )

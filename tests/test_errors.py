@@ -1,4 +1,5 @@
-"""A user error is one line (exit 2 while building the run, 1 while training); a bug shows its traceback (exit 1)."""
+"""A user error is one line (exit 2 while building the run, 1 while training); a bug shows its
+traceback (exit 1)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import torch.distributed as dist
 from ckpt_helpers import text_file, tiny_job
 from dist_helpers import launcher_copy, run_train
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite import train
+from torchtitan_lite.models import get_model_spec
 
 BUG = """
 
@@ -27,7 +28,8 @@ def _args(tmp_path, *extra: str) -> list[str]:
 
 
 def _error_lines(stderr: str) -> tuple[str, list[str]]:
-    """The last line of ``stderr`` and its error lines; a traceback fails the test (progress bars may precede)."""
+    """The last line of ``stderr`` and its error lines; a traceback fails the test (progress bars
+    may precede)."""
     assert "Traceback" not in stderr, stderr
     lines = stderr.strip().splitlines()
     return lines[-1], [line for line in lines if line.startswith(("error: ", "input error: "))]

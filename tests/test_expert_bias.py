@@ -1,4 +1,5 @@
-"""Auxiliary-loss-free balancing (models/common/expert_bias.py): the update rule, once per step, counts.
+"""Auxiliary-loss-free balancing (models/common/expert_bias.py): the update rule, once per step,
+counts.
 
 Run as a script under torchrun (``__main__`` below), this file is also the 2-rank worker of
 ``test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update``.
@@ -12,6 +13,8 @@ import pytest
 import torch
 from dist_helpers import launch, leave_together, write_result
 
+from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
+from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta, update_expert_bias
 from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
@@ -21,8 +24,6 @@ from torchtitan_lite.models.deepseek_v3 import (
     DeepSeekV3ModelArgs,
     deepseek_v3_init_plan,
 )
-from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
-from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = DeepSeekV3ModelArgs(
     dim=16,
@@ -180,7 +181,10 @@ def test_counts_are_not_doubled_under_activation_checkpointing():
     assert all(v.sum() == 16 * 2 for v in wrapped_counts.values())
     update_expert_bias(wrapped, wrapped_counts)
     update_expert_bias(plain, plain_counts)
-    assert all(torch.equal(a, b) for a, b in zip(biases(plain).values(), biases(wrapped).values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(biases(plain).values(), biases(wrapped).values(), strict=True)
+    )
 
 
 def test_evaluation_forwards_do_not_count():
@@ -207,8 +211,8 @@ def test_counts_are_summed_over_two_ranks_and_both_ranks_apply_the_same_update()
 
 
 def _two_rank_worker() -> None:
-    """FSDP2 + full activation checkpointing on 2 gloo ranks, each with its own batch; every rank returns its
-    result."""
+    """FSDP2 + full activation checkpointing on 2 gloo ranks, each with its own batch; every rank
+    returns its result."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 

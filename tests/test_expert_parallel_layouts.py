@@ -1,13 +1,16 @@
-"""Expert parallelism (issue 14) through the real Trainer (``tests/dist_layout_worker.py``: fp32, gloo, one thread per
-rank, tiny models of 2 blocks): the model, the routing, the losses, the gradients and the expert biases of one process.
+"""Expert parallelism (issue 14) through the real Trainer (``tests/dist_layout_worker.py``: fp32,
+gloo, one thread per rank, tiny models of 2 blocks): the model, the routing, the losses, the
+gradients and the expert biases of one process.
 
-Acceptance: for every MoE family (Qwen3-MoE, GPT-OSS, DeepSeek-V3) on ep2 (2 ranks), dp4 x ep2 (4 ranks, the experts
-also FSDP-sharded over 2) and tp2 x ep2 (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks), and
-GPT-OSS on ep4: every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same;
-each rank draws only its local elements; every sequence's expert choices at step 1 equal one process's; the step-1
-loss is within 1e-5 (relative) of one process, 10 steps within 1e-4, the step-1 gradients within 1e-5 (absolute); the
-expert biases after 10 steps within 1e-6; the steps between log steps read the host exactly once per MoE layer and
-micro-batch forward (the all-to-all split sizes); the expert loads of step 1 are global and those of one process.
+Acceptance: for every MoE family (Qwen3-MoE, GPT-OSS, DeepSeek-V3) on ep2 (2 ranks), dp4 x ep2 (4
+ranks, the experts also FSDP-sharded over 2) and tp2 x ep2 (4 ranks: dp_shard 2 x tp 2, EP borrowing
+the tensor-parallel ranks), and GPT-OSS on ep4: every initial parameter gathered equals the
+1-process init bitwise and the fingerprint is the same; each rank draws only its local elements;
+every sequence's expert choices at step 1 equal one process's; the step-1 loss is within 1e-5
+(relative) of one process, 10 steps within 1e-4, the step-1 gradients within 1e-5 (absolute); the
+expert biases after 10 steps within 1e-6; the steps between log steps read the host exactly once per
+MoE layer and micro-batch forward (the all-to-all split sizes); the expert loads of step 1 are
+global and those of one process.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def test_losses_and_gradients_reproduce_one_process(runs, layout, model):
     one, other = runs["1"][model], runs[layout][model]
     assert abs(other["losses"][0] / one["losses"][0] - 1) < 1e-5
     for a, b in zip(other["losses"], one["losses"], strict=True):
-        # fp32 reductions in another order, through 10 steps of top-k routing: 1.9e-4 at most measured (tp2_ep2
+        # fp32 reductions in another order, through 10 steps of top-k routing: 1.9e-4 at most
+        # measured (tp2_ep2
         # qwen3_moe, 2026-12-03); a wrong expert or a lost token moves the loss by 1e-2 or more
         assert abs(a / b - 1) < 5e-4
     assert (
@@ -118,8 +122,8 @@ def test_expert_biases_after_10_steps_equal_one_process(runs, layout):
 
 @pytest.mark.parametrize(("layout", "model"), CASES)
 def test_the_expert_loads_of_step_1_are_global_and_equal_one_process(runs, layout, model):
-    """Summed over the data-parallel ranks (tensor-parallel replicas counted once): every (token, expert) pair of
-    the 8 x 32 tokens, top-2."""
+    """Summed over the data-parallel ranks (tensor-parallel replicas counted once): every (token,
+    expert) pair of the 8 x 32 tokens, top-2."""
     one, other = runs["1"][model]["loads"], runs[layout][model]["loads"]
     assert len(one) == MOE_LAYERS[model] and other.keys() == one.keys()
     for layer, counts in one.items():
@@ -139,8 +143,8 @@ def test_expert_gradients_live_on_their_own_mesh_that_clipping_combines(runs):
 
 @pytest.mark.parametrize(("layout", "model"), CASES)
 def test_quiet_steps_read_the_host_once_per_moe_layer_and_micro_batch(runs, layout, model):
-    """The all-to-all split sizes (see the note on the token dispatch in expert_parallel.py): 2 steps of 8 sequences
-    in micro-batches of 2, so 4 / dp_degree micro-batches per rank and step."""
+    """The all-to-all split sizes (see the note on the token dispatch in expert_parallel.py): 2
+    steps of 8 sequences in micro-batches of 2, so 4 / dp_degree micro-batches per rank and step."""
     nproc, options, _ = LAYOUTS[layout]
     tp = 2 if "--parallelism.tensor_parallel_degree=2" in options else 1
     micro_batches = 4 // (nproc // tp)

@@ -1,11 +1,13 @@
-"""Fault injection through ``./run_train.sh`` (issue 16's acceptance): every case ends with its documented exit
-status and one last line, no traceback, and the checkpoint that was there before loads and resumes bitwise.
+"""Fault injection through ``./run_train.sh`` (issue 16's acceptance): every case ends with its
+documented exit status and one last line, no traceback, and the checkpoint that was there before
+loads and resumes bitwise.
 
-"Bitwise" is checked on the saved state itself: the DCP data files of the resumed run's next checkpoint (model,
-optimizer, scheduler, data position, RNG states, counters) have the checksums of an uninterrupted run's. Runs use
-the tiny 1-block model; the long ones (signals, kill -9) a constant LR, so that a run stopped at step K and
-resumed with ``--training.steps=K+1`` must equal an uninterrupted run of K+1 steps.
-Cases refused before anything is written assert that the checkpoint folder is byte for byte unchanged.
+"Bitwise" is checked on the saved state itself: the DCP data files of the resumed run's next
+checkpoint (model, optimizer, scheduler, data position, RNG states, counters) have the checksums of
+an uninterrupted run's. Runs use the tiny 1-block model; the long ones (signals, kill -9) a constant
+LR, so that a run stopped at step K and resumed with ``--training.steps=K+1`` must equal an
+uninterrupted run of K+1 steps. Cases refused before anything is written assert that the checkpoint
+folder is byte for byte unchanged.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def assert_resumes_to_step4_bitwise(
 
 
 def assert_resumes_one_step_bitwise(data, dump, step: int) -> None:
-    """Resume ``dump``'s step-``step`` for one more step on 2 ranks: step ``step + 1`` equals that of an
-    uninterrupted run of ``step + 1`` steps (a constant LR does not depend on ``training.steps``)."""
+    """Resume ``dump``'s step-``step`` for one more step on 2 ranks: step ``step + 1`` equals that
+    of an uninterrupted run of ``step + 1`` steps (a constant LR does not depend on
+    ``training.steps``)."""
     code, lines = run(args(data, dump, *CONSTANT_LR, f"--training.steps={step + 1}"), nproc=2)
     assert code == 0, "\n".join(lines[-30:])
     assert any(f"resumed at step {step} from " in line for line in lines), "\n".join(lines)
@@ -137,8 +140,8 @@ def test_a_damaged_shard_exits_2_naming_it_and_load_step_resumes_the_older_one_b
     code, lines = run(args(data, tmp_path / "out"))
     assert code == 2
     assert re.fullmatch(
-        rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when it "
-        r"was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
+        rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when "
+        r"it was saved \(\w+\.\.\., now \w+\.\.\.\): the file is corrupt; load another step with "
         r"--checkpoint.load_step=2 \(complete: step-2\) or delete this folder",
         last_line(lines),
     )
@@ -205,7 +208,7 @@ def test_a_step_n_that_is_no_checkpoint_exits_2_before_training_and_changes_noth
     assert_resumes_to_step4_bitwise(data, four_steps, tmp_path / "out")
 
 
-def test_a_second_run_on_a_folder_in_use_exits_2_naming_the_holder_and_sigterm_mid_step_saves_and_resumes_bitwise(
+def test_a_folder_in_use_exits_2_naming_the_holder_and_sigterm_mid_step_saves_and_resumes_bitwise(
     data, tmp_path
 ):
     first = Run(args(data, tmp_path / "out", *LONG), nproc=2)
@@ -291,7 +294,8 @@ def test_sigterm_at_1s_in_the_config_check_exits_0_with_nothing_saved(data, four
 
 
 def test_sigterm_while_the_workers_load_data_exits_0_with_nothing_saved(data, four_steps, tmp_path):
-    # about 5 s after the start on an idle machine: the workers are past the config check, building the run
+    # about 5 s after the start on an idle machine: the workers are past the config check, building
+    # the run
     work = launcher_copy(tmp_path)
     train_py = work / "torchtitan_lite" / "train.py"
     main_block = '\nif __name__ == "__main__":'
@@ -335,8 +339,8 @@ def test_kill_9_of_the_process_group_leaves_no_worker_and_the_latest_checkpoint_
 def test_ctrl_c_in_a_terminal_saves_shows_the_saved_line_last_exits_0_and_resumes_bitwise(
     data, tmp_path
 ):
-    """Under a pseudo-terminal Ctrl-C sends SIGINT to the whole foreground process group (the launcher, torchrun,
-    tee), as a terminal does."""
+    """Under a pseudo-terminal Ctrl-C sends SIGINT to the whole foreground process group (the
+    launcher, torchrun, tee), as a terminal does."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session with the pty as its controlling terminal
         os.chdir(REPO)
@@ -392,7 +396,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_full_disk_during_a_save_says_so_in_one_line_keeps_the_last_checkpoint_and_it_resumes_bitwise(
+def test_a_full_disk_during_a_save_says_so_keeps_the_last_checkpoint_and_it_resumes_bitwise(
     data, four_steps, tmp_path, small_disk
 ):
     code, lines = run(args(data, small_disk / "out"))
@@ -400,16 +404,16 @@ def test_a_full_disk_during_a_save_says_so_in_one_line_keeps_the_last_checkpoint
     assert code == 1
     assert any(
         re.search(
-            rf"warning: [\d,]+ bytes free in {folder} but a checkpoint takes about [\d,]+ \(parameters "
-            r"and AdamW moments\): fewer than two fit",
+            rf"warning: [\d,]+ bytes free in {folder} but a checkpoint takes about [\d,]+ "
+            r"\(parameters and AdamW moments\): fewer than two fit",
             line,
         )
         for line in lines
     )
     assert re.fullmatch(
         rf"error: no space left on device writing {folder}/step-4.tmp: [\d,]+ bytes needed, [\d,]+ "
-        r"free; the last complete checkpoint step-2 is intact; free space or set checkpoint.folder to "
-        r"a larger disk, then run again to resume",
+        r"free; the last complete checkpoint step-2 is intact; free space or set checkpoint.folder "
+        r"to a larger disk, then run again to resume",
         last_line(lines),
     )
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "step-2"]
@@ -430,7 +434,8 @@ def test_a_full_disk_during_a_save_says_so_in_one_line_keeps_the_last_checkpoint
         ),
         (
             ["--training.steps=10000000000000"],
-            "config error: training.steps (command line): must be <= 1000000000000, got 10000000000000",
+            "config error: training.steps (command line): must be <= 1000000000000, got "
+            "10000000000000",
         ),
         (
             ["--training.seq_len=128"],
@@ -443,9 +448,10 @@ def test_a_full_disk_during_a_save_says_so_in_one_line_keeps_the_last_checkpoint
                 "--model.overrides.hidden_dim=262144",
                 "--model.overrides.head_dim=32768",
             ],
-            r"config error: memory: the model has [\d,]+ parameters and the run needs about [\d,.]+ GiB \([\d,.]+ GiB "
-            r"parameters, gradients and AdamW moments over 1 rank\(s\) \+ [\d,.]+ GiB activations\) of [\d,.]+ GiB host "
-            r"memory; use a smaller model, .*",
+            r"config error: memory: the model has [\d,]+ parameters and the run needs about "
+            r"[\d,.]+ GiB \([\d,.]+ GiB "
+            r"parameters, gradients and AdamW moments over 1 rank\(s\) \+ [\d,.]+ GiB "
+            r"activations\) of [\d,.]+ GiB host memory; use a smaller model, .*",
         ),
     ],
 )
@@ -470,8 +476,7 @@ def test_an_empty_dump_folder_and_an_empty_config_file_exit_2_before_torchrun(da
     )
     assert code == 2 and lines == [
         f"config error: job.config_file: empty config file {empty}; remove CONFIG_FILE to "
-        "train the defaults (train_configs/qwen3_debug.toml), or give the file some "
-        "[section] keys"
+        "train the defaults (train_configs/qwen3_debug.toml), or give the file some [section] keys"
     ]
     assert not (tmp_path / "out").exists()
 

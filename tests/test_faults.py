@@ -1,4 +1,5 @@
-"""Faults: the non-finite policy (stop naming the step / skip up to K times) and SIGTERM -> save -> exit 0."""
+"""Faults: the non-finite policy (stop naming the step / skip up to K times) and SIGTERM -> save ->
+exit 0."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def test_stop_request_records_sigterm_and_restores_the_handler():
 
 
 def poisoned_run(tmp_path, monkeypatch, nan_steps: set[int], *extra: str):
-    """Train 4 steps in-process with a NaN loss at ``nan_steps``; returns (trainer, error, weights seen per step)."""
+    """Train 4 steps in-process with a NaN loss at ``nan_steps``; returns (trainer, error, weights
+    seen per step)."""
     text_file(tmp_path, n_plays=1)
     seen, real = {}, loss_module.cross_entropy_sum
 
@@ -110,7 +112,8 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
 def test_nan_between_log_steps_is_caught_at_the_next_log_step_and_never_saved(
     tmp_path, monkeypatch
 ):
-    # log_freq 4: steps 1 and 4 sync; step 2 is a save step (interval 2) and syncs too; the NaN of step 3 is
+    # log_freq 4: steps 1 and 4 sync; step 2 is a save step (interval 2) and syncs too; the NaN of
+    # step 3 is
     # found at step 4, before step 4's update and save.
     trainer, error, seen, final = poisoned_run(tmp_path, monkeypatch, {3}, "--metrics.log_freq=4")
     assert re.match(

@@ -1,4 +1,5 @@
-"""The init fingerprint: a sum mod 2**64 of per-element hashes of (tensor key, global index, value bits)."""
+"""The init fingerprint: a sum mod 2**64 of per-element hashes of (tensor key, global index, value
+bits)."""
 
 import hashlib
 

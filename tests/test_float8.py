@@ -1,12 +1,14 @@
-"""Float8 training through torchao (``[float8]``, ``torchtitan_lite/distributed/float8.py``): which layers are
-converted, that a converted matmul really runs in float8, that the init is unchanged, the config refusals, and
-(``multiprocess``) short runs of the tiny Qwen3 and Llama 3 against fp32, 2 FSDP2 ranks with the float8 all-gather
-against 1 process, and a checkpoint round trip float8 -> fp32 -> float8.
+"""Float8 training through torchao (``[float8]``, ``torchtitan_lite/distributed/float8.py``): which
+layers are converted, that a converted matmul really runs in float8, that the init is unchanged, the
+config refusals, and (``multiprocess``) short runs of the tiny Qwen3 and Llama 3 against fp32, 2
+FSDP2 ranks with the float8 all-gather against 1 process, and a checkpoint round trip float8 -> fp32
+-> float8.
 
-Tolerance: :data:`LOSS_GAP`, measured with ``tests/ckpt_helpers.py``'s tiny model (30 steps of 2 x 32 tokens,
-warmup 2, lr 3e-3) on the development machine: the largest per-step ``|loss_float8 - loss_fp32|`` was 0.020
-(tensorwise) and 0.011 (rowwise) for qwen3, 0.010 and 0.017 for llama3; the tests run 10 steps to fit CI's time (docs/performance.md has the
-30-step figures of the full debug configs).
+Tolerance: :data:`LOSS_GAP`, measured with ``tests/ckpt_helpers.py``'s tiny model (30 steps of 2 x
+32 tokens, warmup 2, lr 3e-3) on the development machine: the largest per-step
+``|loss_float8 - loss_fp32|`` was 0.020 (tensorwise) and 0.011 (rowwise) for qwen3, 0.010 and 0.017
+for llama3; the tests run 10 steps to fit CI's time (docs/performance.md has the 30-step figures of
+the full debug configs).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from ckpt_helpers import text_file, tiny_job, worker_result
 
-from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.distributed.float8 import (
     Float8Settings,
     convert_to_float8,
@@ -27,14 +29,15 @@ from torchtitan_lite.distributed.float8 import (
     float8_linear_names,
     high_precision,
 )
-from torchtitan_lite.preflight.checks import parse_args
-from torchtitan_lite.config.cli import ConfigError
-from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.preflight.checks import parse_args
+from torchtitan_lite.preflight.model_args import build_model_args
 
 LOSS_GAP = 0.03
-"""Largest per-step loss gap float8 vs fp32 the tests accept: the measured 0.020 (module docstring) plus margin."""
+"""Largest per-step loss gap float8 vs fp32 the tests accept: the measured 0.020 (module docstring)
+plus margin."""
 BLOCK_LINEARS = [
     "attention.wq",
     "attention.wk",
@@ -47,8 +50,8 @@ BLOCK_LINEARS = [
 
 
 def built(family: str, settings: Float8Settings | None, *cli: str) -> torch.nn.Module:
-    """The family's debug model (``cli`` overrides), converted when ``settings``, materialized on CPU and initialized
-    from its plan with seed 0."""
+    """The family's debug model (``cli`` overrides), converted when ``settings``, materialized on
+    CPU and initialized from its plan with seed 0."""
     spec = get_model_spec(family)
     args = build_model_args(parse_args([f"--model.name={family}", *cli]))
     with torch.device("meta"):
@@ -198,7 +201,7 @@ def test_ten_float8_steps_track_fp32_within_the_measured_gap(data, family):
                 f"--float8.recipe_name={recipe}",
             )
         )
-        gaps = [abs(a - b) for a, b in zip(got, ref)]
+        gaps = [abs(a - b) for a, b in zip(got, ref, strict=False)]
         assert len(gaps) == 10 and max(gaps) < LOSS_GAP, (recipe, gaps)
         assert max(gaps) > 1e-5, (recipe, gaps)  # float8 really ran: fp32 repeats itself bitwise
 
@@ -214,7 +217,7 @@ def test_two_fsdp_ranks_with_the_float8_all_gather_match_one_process(data):
     ]
     one = losses(run(data, "fsdp1", *f8, steps=4))
     two = losses(run(data, "fsdp2", *f8, nproc=2, steps=4))
-    assert len(one) == 4 and max(abs(a - b) for a, b in zip(one, two)) < LOSS_GAP
+    assert len(one) == 4 and max(abs(a - b) for a, b in zip(one, two, strict=False)) < LOSS_GAP
 
 
 @pytest.mark.multiprocess
@@ -222,13 +225,15 @@ def test_a_checkpoint_goes_float8_to_fp32_to_float8_and_resumes_exactly(data):
     f8 = ["--float8.enable=true", "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0"]
     first = run(data, "f8a", *f8, steps=4)
     assert first["steps"] == [2, 4]
-    # float8 resumes its own checkpoint exactly: steps 3-4 from step 2 are bitwise those of the 4-step run
+    # float8 resumes its own checkpoint exactly: steps 3-4 from step 2 are bitwise those of the
+    # 4-step run
     shutil.copytree(data / "f8a" / "checkpoint" / "step-2", data / "f8b" / "checkpoint" / "step-2")
     again = run(data, "f8b", *f8, steps=4)
     assert {k: again["losses"][k] for k in ("3", "4")} == {
         k: first["losses"][k] for k in ("3", "4")
     }
-    # fp32 compute loads the float8 run's weights bitwise (plain fp32 tensors) and trains on ("resume" compares
+    # fp32 compute loads the float8 run's weights bitwise (plain fp32 tensors) and trains on
+    # ("resume" compares
     # with the state in OUT, then overwrites OUT with its own final state)
     shutil.copy(data / "f8a.pt", data / "fp32b.pt")
     fp32 = worker_result(

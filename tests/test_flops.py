@@ -1,25 +1,27 @@
 """Training FLOPs per token of every model family: a hand count, and the count PyTorch measures.
 
-Convention (issue 8; PaLM, Chowdhery et al. 2022, app. B; torchtitan): ``6 * N_active`` per token plus
-an attention term per layer, ``N_active`` = every parameter a token uses except the embedding lookup (the
-output projection counts even when tied; MoE: the router and the top-k experts, plus DeepSeek's shared
-experts). Each family below has one tiny config and, written out by hand:
+Convention (issue 8; PaLM, Chowdhery et al. 2022, app. B; torchtitan): ``6 * N_active`` per token
+plus an attention term per layer, ``N_active`` = every parameter a token uses except the embedding
+lookup (the output projection counts even when tied; MoE: the router and the top-k experts, plus
+DeepSeek's shared experts). Each family below has one tiny config and, written out by hand:
   * ``MATMUL``: active weights of the matmuls (one term per weight shape);
-  * ``ELEMENTWISE``: active norm weights, biases and sinks; they are in ``N_active`` (torchtitan counts all
-    parameters) but do no matmul, so the measured count leaves them out;
+  * ``ELEMENTWISE``: active norm weights, biases and sinks; they are in ``N_active`` (torchtitan
+    counts all parameters) but do no matmul, so the measured count leaves them out;
   * the attention term of the formula, and the one ``FlopCounterMode`` measures.
 
-Measurement: :class:`torch.utils.flop_counter.FlopCounterMode` over one forward + backward of ``BS x T``
-tokens. It has no formula for the CPU fused SDPA kernel (``_scaled_dot_product_flash_attention_for_cpu``
-counts 0), so the measurement runs SDPA's math backend, whose matmuls it does count: the full ``T x T``
-score square whatever the mask (as its formulas for the GPU kernels do), i.e. ``12 * h * d * T`` per token
-and layer for causal attention, the convention of the formula. It has no formula for ``aten._grouped_mm``
-(the MoE experts, ``models/common/token_dispatch.py``) either: :func:`grouped_mm_flops` supplies one.
+Measurement: :class:`torch.utils.flop_counter.FlopCounterMode` over one forward + backward of
+``BS x T`` tokens. It has no formula for the CPU fused SDPA kernel
+(``_scaled_dot_product_flash_attention_for_cpu`` counts 0), so the measurement runs SDPA's math
+backend, whose matmuls it does count: the full ``T x T`` score square whatever the mask (as its
+formulas for the GPU kernels do), i.e. ``12 * h * d * T`` per token and layer for causal attention,
+the convention of the formula. It has no formula for ``aten._grouped_mm`` (the MoE experts,
+``models/common/token_dispatch.py``) either: :func:`grouped_mm_flops` supplies one.
 
-MoE experts compute more rows than top-k: the dispatch buffer holds the ``T * k`` (token, expert) pairs
-plus ``E * ALIGN`` padding rows per layer (each expert's group padded to a multiple of ``ALIGN``, the last
-one to the end of the buffer), and every row goes through each expert projection. The formula counts the
-top-k work only (model FLOPs, as MFU wants); the tests below measure the padding rows' extra work exactly.
+MoE experts compute more rows than top-k: the dispatch buffer holds the ``T * k`` (token, expert)
+pairs plus ``E * ALIGN`` padding rows per layer (each expert's group padded to a multiple of
+``ALIGN``, the last one to the end of the buffer), and every row goes through each expert
+projection. The formula counts the top-k work only (model FLOPs, as MFU wants); the tests below
+measure the padding rows' extra work exactly.
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ LLAMA3_ELEMENTWISE = (
 )  # attention_norm, ffn_norm per layer, final norm (no QK-norm)
 LLAMA3_ATTENTION = QWEN3_ATTENTION
 
-CASES = {  # name: (model class, args, flops function, MATMUL, ELEMENTWISE, formula attention per token)
+# name: (model class, args, flops function, MATMUL, ELEMENTWISE, formula attention per token)
+CASES = {
     "qwen3 tied": (
         Qwen3Model,
         QWEN3,
@@ -283,18 +286,25 @@ CASES = {  # name: (model class, args, flops function, MATMUL, ELEMENTWISE, form
     ),
 }
 
-# What FlopCounterMode counts for the attention of BS x T tokens (forward QK^T and PV, backward twice that):
+# What FlopCounterMode counts for the attention of BS x T tokens (forward QK^T and PV, backward
+# twice that):
 MEASURED_ATTENTION = {
     "qwen3 tied": 2 * 12 * BS * 4 * T * T * 8,  # full T x T square per layer: equals the formula
     "qwen3 untied": 2 * 12 * BS * 4 * T * T * 8,
     "qwen3_moe": 2 * 12 * BS * 4 * T * T * 8,
-    # Sink attention on CPU: the sliding layer runs the blockwise tiles (models/common/blockwise.py): T < one
-    # tile, so it multiplies the whole T x T square (the window only masks), 2 matmuls forward and 5 backward
-    # (the scores are recomputed, not kept); the full layer runs SDPA is_causal with the sink folded in
-    # (models/common/sink_attention.py): one more key and query row, the head dim padded 8 -> 16. The formula
-    # counts the useful work instead: min(window, T) keys on sliding layers, T on full ones, head_dim 8.
+    # Sink attention on CPU: the sliding layer runs the blockwise tiles
+    # (models/common/blockwise.py): T < one
+    # tile, so it multiplies the whole T x T square (the window only masks), 2 matmuls forward and 5
+    # backward
+    # (the scores are recomputed, not kept); the full layer runs SDPA is_causal with the sink folded
+    # in
+    # (models/common/sink_attention.py): one more key and query row, the head dim padded 8 -> 16.
+    # The formula
+    # counts the useful work instead: min(window, T) keys on sliding layers, T on full ones,
+    # head_dim 8.
     "gpt_oss": 2 * 7 * BS * 4 * T * T * 8 + 12 * BS * 4 * (T + 1) * (T + 1) * 16,
-    # MLA: scores with qk_head_dim 12, weighted values with v_head_dim 8: 6 * h * (12 + 8) * T^2 per layer.
+    # MLA: scores with qk_head_dim 12, weighted values with v_head_dim 8: 6 * h * (12 + 8) * T^2 per
+    #     layer.
     "deepseek_v3": 2 * 6 * BS * 4 * T * T * (12 + 8),
     "llama3": 2 * 12 * BS * 4 * T * T * 8,
 }
@@ -337,14 +347,16 @@ def test_active_params_are_the_hand_count():
 
 
 def grouped_mm_flops(a_shape, b_shape, *args, **kwargs) -> int:
-    """FLOPs of ``aten._grouped_mm(a, b, offs)`` as the experts call it: ``(M, K) x (E, K, N)`` (forward and
-    input gradient) or ``(K, M) x (M, N)`` grouped over ``M`` (weight gradient): ``2 * a[0] * a[1] * b[-1]``."""
+    """FLOPs of ``aten._grouped_mm(a, b, offs)`` as the experts call it: ``(M, K) x (E, K, N)``
+    (forward and input gradient) or ``(K, M) x (M, N)`` grouped over ``M`` (weight gradient):
+    ``2 * a[0] * a[1] * b[-1]``."""
     assert len(a_shape) == 2 and len(b_shape) in (2, 3), (a_shape, b_shape)
     return 2 * a_shape[0] * a_shape[1] * b_shape[-1]
 
 
 def measured_flops(name: str) -> dict[str, int]:
-    """FlopCounterMode's counts by op for one training forward + backward of ``BS x T`` random tokens."""
+    """FlopCounterMode's counts by op for one training forward + backward of ``BS x T`` random
+    tokens."""
     model_cls, args = CASES[name][:2]
     model = build_random(model_cls, args)
     model.train()
@@ -357,7 +369,8 @@ def measured_flops(name: str) -> dict[str, int]:
     return {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
 
 
-# Expert rows computed beyond top-k, BS x T tokens: E * ALIGN padding rows per MoE layer, each through one
+# Expert rows computed beyond top-k, BS x T tokens: E * ALIGN padding rows per MoE layer, each
+# through one
 # expert's matmul weights (576 = 3 * 16 * 12 in all three tiny configs), forward and backward.
 PADDING_ROWS = 4 * ALIGN  # num_experts * ALIGN
 EXPERT_PADDING = {
@@ -375,7 +388,8 @@ EXPERT_PADDING = {
 @pytest.mark.parametrize("name", CASES)
 def test_flop_counter_measures_six_matmul_params_per_token_plus_attention(name):
     counts = measured_flops(name)
-    # Attention is the only batched matmul (bmm); every weight is an mm/addmm, or a grouped mm (experts).
+    # Attention is the only batched matmul (bmm); every weight is an mm/addmm, or a grouped mm
+    # (experts).
     assert counts.pop("aten.bmm") == MEASURED_ATTENTION[name]
     assert sum(counts.values()) == 6 * CASES[name][3] * TOKENS + EXPERT_PADDING.get(name, 0)
 
@@ -392,8 +406,10 @@ def test_experts_run_top_k_rows_plus_the_padding_rows_only(name):
 def test_measured_attention_equals_the_formula_where_the_kernel_does_no_extra_work():
     for name in ("qwen3 tied", "qwen3_moe", "deepseek_v3", "llama3"):
         assert MEASURED_ATTENTION[name] == CASES[name][5] * TOKENS
-    # gpt_oss: 181760 measured vs 4608 * 16 = 73728 counted: the masked part of the sliding layer's tile, its
-    # scores recomputed in backward (7 tile matmuls, not 6), and the full layer's sink key, extra query row and
+    # gpt_oss: 181760 measured vs 4608 * 16 = 73728 counted: the masked part of the sliding layer's
+    #     tile, its
+    # scores recomputed in backward (7 tile matmuls, not 6), and the full layer's sink key, extra
+    # query row and
     # head-dim padding are work the kernels do but the model does not need.
     assert (MEASURED_ATTENTION["gpt_oss"], GPT_OSS_ATTENTION * TOKENS) == (181760, 73728)
 

@@ -23,7 +23,8 @@ HELP = [
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A user's project folder: its own ``models`` package, which has none of our registry's names."""
+    """A user's project folder: its own ``models`` package, which has none of our registry's
+    names."""
     folder = tmp_path_factory.mktemp("project")
     (folder / "models").mkdir()
     (folder / "models" / "__init__.py").write_text('"""A user\'s own models."""\nNAME = "theirs"\n')

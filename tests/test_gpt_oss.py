@@ -1,4 +1,5 @@
-"""GPT-OSS: published sizes, YaRN, sliding layers, forward/backward vs an explicit reference, init, FSDP2.
+"""GPT-OSS: published sizes, YaRN, sliding layers, forward/backward vs an explicit reference, init,
+FSDP2.
 
 Run as a script under torchrun (``__main__`` below), this file is also the 2-rank FSDP2 worker of
 ``test_fsdp_two_ranks_with_uneven_experts_matches_single_process``.
@@ -28,6 +29,7 @@ from model_helpers import (
     softmax_attention,
 )
 
+from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.models.common.yarn import yarn_attention_scaling, yarn_cos_sin, yarn_inv_freq
 from torchtitan_lite.models.gpt_oss import (
@@ -37,7 +39,6 @@ from torchtitan_lite.models.gpt_oss import (
     gpt_oss_init_plan,
 )
 from torchtitan_lite.models.gpt_oss.flops import num_active_params, num_flops_per_token
-from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = GptOssModelArgs(
     dim=16,
@@ -80,7 +81,8 @@ def reference_yarn_inv_freq(head_dim, theta, factor, orig, beta_fast, beta_slow)
 def reference_forward(
     p: dict[str, torch.Tensor], tokens: torch.Tensor, a: GptOssModelArgs
 ) -> torch.Tensor:
-    """GPT-OSS written out: explicit softmax over [scores, sink], rotate-half RoPE, per-token experts."""
+    """GPT-OSS written out: explicit softmax over [scores, sink], rotate-half RoPE, per-token
+    experts."""
     conc = 0.1 * math.log(a.rope_factor) + 1
     inv = torch.tensor(
         reference_yarn_inv_freq(
@@ -351,7 +353,7 @@ def test_nan_poisoned_materialization_is_fully_initialized_and_step_one_loss_is_
 def test_init_is_a_function_of_the_seed_only():
     a, b = build_from_plan(TINY, seed=3), build_from_plan(TINY, seed=3)
     c = build_from_plan(TINY, seed=4)
-    for (n, p), q, r in zip(a.named_parameters(), b.parameters(), c.parameters()):
+    for (n, p), q, _ in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
         assert torch.equal(p, q), n
     assert not torch.equal(
         a.layers["0"].moe.experts.mlp1_weight, c.layers["0"].moe.experts.mlp1_weight

@@ -1,7 +1,8 @@
-"""config.json -> model args: the published files give our flavors, transformers' defaults fill what a config leaves
-out, transformers 5's way of writing a config reads the same, every field we do not implement is refused by name,
-and ``--checkpoint.initial_load_hf=DIR`` alone picks the family and the sizes (a flavor or override that disagrees
-is a config error naming the field and both values)."""
+"""config.json -> model args: the published files give our flavors, transformers' defaults fill what
+a config leaves out, transformers 5's way of writing a config reads the same, every field we do not
+implement is refused by name, and ``--checkpoint.initial_load_hf=DIR`` alone picks the family and
+the sizes (a flavor or override that disagrees is a config error naming the field and both
+values)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import transformers
 from dist_helpers import REPO
 from hf_published import PUBLISHED, scaled
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.quant import Quantization, quantization
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.models import get_model_spec, model_names
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.preflight.model_args import build_model_args
 from torchtitan_lite.protocols.state_dict_adapter import HFConfigError
 
@@ -51,8 +52,9 @@ def test_every_family_has_a_published_config_and_the_published_configs_cover_eve
 
 @pytest.mark.parametrize("family", list(CONFIG_CLASSES))
 def test_defaults_for_missing_keys_are_those_of_the_transformers_config_class(family):
-    """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives (Llama's head
-    counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same way)."""
+    """A ``None`` in our table is the class's declared default that its ``__post_init__`` derives
+    (Llama's head counts and ``head_dim``; ``models/common/hf_attention.py`` derives them the same
+    way)."""
     module = importlib.import_module(f"torchtitan_lite.models.{family}.state_dict_adapter")
     declared = {f.name: f.default for f in dataclasses.fields(CONFIG_CLASSES[family])}
     reference = CONFIG_CLASSES[family]()
@@ -94,8 +96,7 @@ REFUSED = [
     (
         "Qwen3-0.6B",
         {"rope_scaling": {"type": "linear", "factor": 2.0}},
-        r"rope_scaling.rope_type = 'linear' is not "
-        r"supported by the qwen3 model",
+        r"rope_scaling.rope_type = 'linear' is not supported by the qwen3 model",
     ),
     ("Qwen3-0.6B", {"use_sliding_window": True}, r"use_sliding_window = True is not supported"),
     ("Qwen3-0.6B", {"attention_bias": True}, r"attention_bias = True is not supported"),
@@ -147,8 +148,7 @@ REFUSED = [
     (
         "DeepSeek-V3",
         {"max_position_embeddings": 4096},
-        r"original_max_position_embeddings = 4096 is not below "
-        r"max_position_embeddings = 4096",
+        r"original_max_position_embeddings = 4096 is not below max_position_embeddings = 4096",
     ),
     (
         "DeepSeek-V3",
@@ -173,14 +173,12 @@ REFUSED = [
     (
         "Llama-3.1-8B",
         {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-        r"rope_scaling.rope_type = 'dynamic' "
-        r"is not supported by the llama3 model",
+        r"rope_scaling.rope_type = 'dynamic' is not supported by the llama3 model",
     ),
     (
         "Llama-3.1-8B",
         {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-        r"config.json has no "
-        r"rope_scaling.low_freq_factor",
+        r"config.json has no rope_scaling.low_freq_factor",
     ),
     ("Llama-3.1-8B", {"mlp_bias": True}, r"mlp_bias = True is not supported"),
     ("Llama-3.1-8B", {"attention_bias": True}, r"attention_bias = True is not supported"),
@@ -200,7 +198,8 @@ def test_a_field_the_model_does_not_implement_is_refused_by_name(name, change, m
 
 
 def hf_folder(tmp_path: Path, name: str, **changes) -> Path:
-    """A folder with the scaled config.json of ``name`` (no weights: parsing reads only the config)."""
+    """A folder with the scaled config.json of ``name`` (no weights: parsing reads only the
+    config)."""
     folder = tmp_path / name
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**scaled(name), **changes}))

@@ -1,7 +1,8 @@
-"""Our models against transformers on each published architecture (``hf_published.py``, scaled down in width, depth,
-experts and vocabulary only): transformers -> HF folder -> import gives fp32 logits within 1e-4 and the same expert
-choices, with no init draw; our model -> export -> ``from_pretrained`` loads with no missing or unexpected key and
-gives the same; the generate CLI continues a prompt as transformers' greedy ``generate``."""
+"""Our models against transformers on each published architecture (``hf_published.py``, scaled down
+in width, depth, experts and vocabulary only): transformers -> HF folder -> import gives fp32 logits
+within 1e-4 and the same expert choices, with no init draw; our model -> export ->
+``from_pretrained`` loads with no missing or unexpected key and gives the same; the generate CLI
+continues a prompt as transformers' greedy ``generate``."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from hf_published import PUBLISHED, SCALED_VOCAB, scaled
 from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 
 import torchtitan_lite.init.apply as init_module
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite import generate
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.models import get_model_spec
 
 SEQLEN = {"gpt-oss-20b": 144}
-"""Tokens per test sequence: gpt-oss needs more than its 128-key window for the sliding layers to differ."""
+"""Tokens per test sequence: gpt-oss needs more than its 128-key window for the sliding layers to
+differ."""
 PATHS = {
     "Qwen3-0.6B": ("q_norm", "k_norm", "input_layernorm", "post_attention_layernorm", "model.norm"),
     "Qwen3-8B": ("k_norm", "lm_head"),
@@ -46,8 +48,8 @@ PATHS = {
     "Llama-3.1-8B": ("input_layernorm", "post_attention_layernorm", "model.norm", "lm_head"),
     "Llama-3.2-1B": ("k_proj", "mlp.up_proj", "embed_tokens"),
 }
-"""Parts of each reference whose reset (norms to one, the rest to zero) must change the logits: the random weights
-are at a scale where they matter."""
+"""Parts of each reference whose reset (norms to one, the rest to zero) must change the logits: the
+random weights are at a scale where they matter."""
 
 
 def tokens_for(name: str) -> torch.Tensor:
@@ -62,7 +64,7 @@ def assert_same(ours: tuple, theirs: tuple) -> float:
     diff = (our_logits - their_logits).abs().max().item()
     assert our_logits.shape == their_logits.shape and diff <= 1e-4
     assert len(our_choices) == len(their_choices)
-    for mine, theirs_ in zip(our_choices, their_choices):
+    for mine, theirs_ in zip(our_choices, their_choices, strict=True):
         assert torch.equal(mine, theirs_)
         assert mine.unique().numel() > mine.shape[1]  # tokens go to different experts
     return diff
@@ -88,7 +90,7 @@ def test_every_path_of_the_reference_changes_the_logits(reference):
         chosen = {n: t for n, t in tensors.items() if part in n}
         saved = {n: t.clone() for n, t in chosen.items()}
         with torch.no_grad():
-            for n, t in chosen.items():
+            for t in chosen.values():
                 t.fill_(1.0 if "norm" in part else 0.0)
         changed, _ = logits_and_choices(model, tokens)
         with torch.no_grad():

@@ -1,7 +1,8 @@
-"""HF folders as published: MXFP4 and FP8 checkpoints dequantize as transformers does and import to the logits of
-the dequantized reference; sharded files with an index; bad folders stop before any work with one line naming the
-problem (exit 2, nothing written); the export carries a tokenizer AutoTokenizer loads, the special ids and the
-umask's file mode; a family without an adapter cannot start an exporting run."""
+"""HF folders as published: MXFP4 and FP8 checkpoints dequantize as transformers does and import to
+the logits of the dequantized reference; sharded files with an index; bad folders stop before any
+work with one line naming the problem (exit 2, nothing written); the export carries a tokenizer
+AutoTokenizer loads, the special ids and the umask's file mode; a family without an adapter cannot
+start an exporting run."""
 
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 import torchtitan_lite.components.hf.checks as hf_checks
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.load import load_hf_folder, open_folder
-from torchtitan_lite.preflight.checks import check_paths, load_run_or_exit, parse_run
 from torchtitan_lite.config.cli import ConfigError
 from torchtitan_lite.data.tokenizer import Tokenizer
 from torchtitan_lite.init.apply import materialize
+from torchtitan_lite.models import get_model_spec, model_names
+from torchtitan_lite.preflight.checks import check_paths, load_run_or_exit, parse_run
 
 
 def saved(tmp_path, name: str, seed: int = 0):
@@ -85,7 +86,8 @@ def test_mxfp4_experts_dequantize_like_transformers_and_import_to_the_reference_
 
 
 def quantize_fp8(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block-wise e4m3 quantization: ``(fp8 weight, scale_inv)`` with each block's max mapped to 448."""
+    """Block-wise e4m3 quantization: ``(fp8 weight, scale_inv)`` with each block's max mapped to
+    448."""
     rows, cols = weight.shape
     grid = (-(-rows // block), -(-cols // block))
     scale = torch.zeros(grid)
@@ -217,7 +219,8 @@ def test_export_of_a_run_from_an_hf_folder_keeps_its_tokenizer_files_and_ids(
 
 
 def bad_folders(tmp_path, tokenizer_file) -> dict[str, tuple[object, str]]:
-    """name -> (folder, the message its preflight must give); each folder has a fitting tokenizer.json."""
+    """name -> (folder, the message its preflight must give); each folder has a fitting
+    tokenizer.json."""
     _, good = saved(tmp_path, "Qwen3-0.6B")
     shutil.copy(tokenizer_file, good / "tokenizer.json")
     cases = {}

@@ -1,5 +1,6 @@
-"""Hugging Face import/export of Qwen3: logits equal to transformers, bitwise round trip, skipped init,
-missing and unexpected tensors, pre-flight config check. One in-process rank (FSDP2 on a 1-rank group)."""
+"""Hugging Face import/export of Qwen3: logits equal to transformers, bitwise round trip, skipped
+init, missing and unexpected tensors, pre-flight config check. One in-process rank (FSDP2 on a
+1-rank group)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def close() -> None:
 
 @torch.no_grad()
 def randomize(model) -> None:
-    """Random values everywhere (norm weights around 1), so that a swapped or mislaid tensor shows."""
+    """Random values everywhere (norm weights around 1), so that a swapped or mislaid tensor
+    shows."""
     gen = torch.Generator().manual_seed(0)
     for name, tensor in named_state_tensors(model):
         local = tensor.to_local()
@@ -53,7 +55,8 @@ def randomize(model) -> None:
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
-    """A tiny tied Qwen3 with random weights exported in HF format, and its logits on a fixed batch."""
+    """A tiny tied Qwen3 with random weights exported in HF format, and its logits on a fixed
+    batch."""
     tmp = tmp_path_factory.mktemp("hf")
     trainer = build(tmp)
     try:

@@ -1,8 +1,8 @@
-"""Every family both ways through Hugging Face folders, with nothing but the registry to go on: our export loads back
-into this project with bitwise the same logits and into transformers with the same logits and expert choices; a
-folder transformers' own ``save_pretrained`` writes from a config that gives only the sizes (every other field at
-transformers' default, including the keys its config class does not write) loads here with transformers' logits and
-expert choices."""
+"""Every family both ways through Hugging Face folders, with nothing but the registry to go on: our
+export loads back into this project with bitwise the same logits and into transformers with the same
+logits and expert choices; a folder transformers' own ``save_pretrained`` writes from a config that
+gives only the sizes (every other field at transformers' default, including the keys its config
+class does not write) loads here with transformers' logits and expert choices."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import torch
 import transformers
 from hf_reference import hf_model, logits_and_choices, ours_from_folder, random_ours
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
+from torchtitan_lite.models import get_model_spec, model_names
 
 SIZES = {
     "qwen3": dict(
@@ -71,8 +71,8 @@ SIZES = {
         num_key_value_heads=2,
     ),
 }
-"""Per family the ``config.json`` sizes of a tiny model (vocabulary: :data:`VOCAB`); every other key is left to
-transformers."""
+"""Per family the ``config.json`` sizes of a tiny model (vocabulary: :data:`VOCAB`); every other key
+is left to transformers."""
 VOCAB = 512
 
 
@@ -82,7 +82,7 @@ def tokens(vocab_size: int) -> torch.Tensor:
 
 def assert_same_choices(mine: list[torch.Tensor], theirs: list[torch.Tensor]) -> None:
     assert len(mine) == len(theirs)
-    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs, strict=True))
 
 
 def test_every_family_has_sizes():

@@ -1,7 +1,7 @@
-"""Sharded HF import on 2 ranks (``tests/dist_hf_worker.py``): under FSDP2 (the trainer's layout) and with every
-parameter cut on its last dimension (a tensor-parallel-like ``Shard(1)``), the model is bitwise the 1-process
-import, no init value is drawn, and each rank reads about half of the files' bytes, though one tensor (the tied
-embedding) is larger than that half."""
+"""Sharded HF import on 2 ranks (``tests/dist_hf_worker.py``): under FSDP2 (the trainer's layout)
+and with every parameter cut on its last dimension (a tensor-parallel-like ``Shard(1)``), the model
+is bitwise the 1-process import, no init value is drawn, and each rank reads about half of the
+files' bytes, though one tensor (the tied embedding) is larger than that half."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ BIG_VOCAB = 8192
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tokenizer_file):
-    """name -> (folder, data file): a tied Qwen3-0.6B with a big embedding, and DeepSeek-V3 (experts per tensor,
-    interleaved RoPE rows, the expert-score bias), scaled."""
+    """name -> (folder, data file): a tied Qwen3-0.6B with a big embedding, and DeepSeek-V3 (experts
+    per tensor, interleaved RoPE rows, the expert-score bias), scaled."""
     tmp = tmp_path_factory.mktemp("sharded")
     data = text_file(tmp, n_plays=1)
     out = {}

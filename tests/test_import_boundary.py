@@ -1,10 +1,11 @@
-"""The engine owns the contract and knows the models only through the registry: nothing under torchtitan_lite/
-imports a module of models/ (imported as ``torchtitan_lite.models``: ``.<family>`` or ``.common``), nor a name from
-it but the registry lookup (the contract's types come from ``torchtitan_lite.protocols``); a family imports the
-engine, ``.common`` and itself, never another family, and ``.common`` imports no family; every family's ModelSpec
-is complete (its init plan covers its debug model exactly). The engine's floors: ``config`` (schema, cli, load,
-paths, reference) is the ground floor; ``preflight`` is imported only by the entry points; every
-package imports only from the floors below it (``import_graph.FLOORS``), and no cycle exists."""
+"""The engine owns the contract and knows the models only through the registry: nothing under
+torchtitan_lite/ imports a module of models/ (imported as ``torchtitan_lite.models``: ``.<family>``
+or ``.common``), nor a name from it but the registry lookup (the contract's types come from
+``torchtitan_lite.protocols``); a family imports the engine, ``.common`` and itself, never another
+family, and ``.common`` imports no family; every family's ModelSpec is complete (its init plan
+covers its debug model exactly). The engine's floors: ``config`` (schema, cli, load, paths,
+reference) is the ground floor; ``preflight`` is imported only by the entry points; every package
+imports only from the floors below it (``import_graph.FLOORS``), and no cycle exists."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import import_graph
 import torch
-import torchtitan_lite.models as models
 from model_helpers import assert_plan_covers_exactly
-from torchtitan_lite.models import get_model_spec, hf_family, model_names
 
+import torchtitan_lite.models as models
 from torchtitan_lite import protocols
+from torchtitan_lite.models import get_model_spec, hf_family, model_names
 from torchtitan_lite.protocols import ModelSpec, StateDictAdapter
 
 ENGINE = Path(__file__).resolve().parents[1] / "torchtitan_lite"
@@ -33,16 +34,17 @@ PACKAGE = "torchtitan_lite.models"
 
 
 def short(module: str) -> str | None:
-    """``models[.rest]`` for ``torchtitan_lite.models[.rest]``; ``None`` for any other module (a bare ``models`` is
-    a user's package, never ours)."""
+    """``models[.rest]`` for ``torchtitan_lite.models[.rest]``; ``None`` for any other module (a
+    bare ``models`` is a user's package, never ours)."""
     if module == PACKAGE or module.startswith(PACKAGE + "."):
         return module[len("torchtitan_lite.") :]
     return None
 
 
 def model_imports(source: str) -> list[str]:
-    """Every import of ``torchtitan_lite.models[.*]`` in ``source``, as ``models[.rest]`` or ``models[.rest]:name``,
-    including ``importlib.import_module("torchtitan_lite.models...")`` calls with a constant or f-string argument."""
+    """Every import of ``torchtitan_lite.models[.*]`` in ``source``, as ``models[.rest]`` or
+    ``models[.rest]:name``, including ``importlib.import_module("torchtitan_lite.models...")`` calls
+    with a constant or f-string argument."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -62,13 +64,15 @@ def model_imports(source: str) -> list[str]:
 
 
 def forbidden(imports: list[str]) -> list[str]:
-    """The imports that bypass the registry: anything but ``from torchtitan_lite.models import <registry lookup>``."""
+    """The imports that bypass the registry: anything but
+    ``from torchtitan_lite.models import <registry lookup>``."""
     return [i for i in imports if not (i.startswith("models:") and i.split(":")[1] in REGISTRY)]
 
 
 def foreign(imports: list[str], family: str) -> list[str]:
-    """The imports of a file of ``models/<family>/`` (``family`` = ``"common"`` for ``models/common/``) that reach
-    beyond itself and ``torchtitan_lite.models.common``: another family, or the registry package ``models`` itself."""
+    """The imports of a file of ``models/<family>/`` (``family`` = ``"common"`` for
+    ``models/common/``) that reach beyond itself and ``torchtitan_lite.models.common``: another
+    family, or the registry package ``models`` itself."""
     return [i for i in imports if i.split(":")[0].split(".")[1:2] not in ([family], ["common"])]
 
 
@@ -76,7 +80,8 @@ def test_the_scan_sees_every_kind_of_import():
     source = (
         "import torchtitan_lite.models.qwen3\nfrom torchtitan_lite.models.common.moe import MoE\n"
         "from torchtitan_lite.models import get_model_spec, MoE\nimport models.qwen3\n"
-        "import importlib\nimportlib.import_module(f'torchtitan_lite.models.{name}.state_dict_adapter')\n"
+        "import importlib\n"
+        "importlib.import_module(f'torchtitan_lite.models.{name}.state_dict_adapter')\n"
     )
     assert forbidden(model_imports(source)) == [
         "models.qwen3",
@@ -87,7 +92,8 @@ def test_the_scan_sees_every_kind_of_import():
     family = (
         "from torchtitan_lite.models.qwen3.model import Attention\n"
         "from torchtitan_lite.models.common.ffn import FeedForward\n"
-        "from torchtitan_lite.models import ModelSpec\nfrom torchtitan_lite.models.gpt_oss.args import A\n"
+        "from torchtitan_lite.models import ModelSpec\nfrom torchtitan_lite.models.gpt_oss.args "
+        "import A\n"
     )
     assert foreign(model_imports(family), "gpt_oss") == [
         "models.qwen3.model:Attention",
@@ -206,7 +212,8 @@ ENTRY_POINTS = {
     "tools/inspect_init.py",
     "tools/simulate.py",
 }
-"""The modules above the preflight: they resolve a run (``generate``/``evaluate`` through ``inference``)."""
+"""The modules above the preflight: they resolve a run (``generate``/``evaluate`` through
+``inference``)."""
 
 
 def test_config_is_the_ground_floor_and_only_the_entry_points_import_the_preflight():
@@ -236,11 +243,12 @@ def test_config_is_the_ground_floor_and_only_the_entry_points_import_the_preflig
 
 
 def test_a_rank_and_the_preflight_start_without_the_datasets_library():
-    """``datasets`` (about 2 s of a process's start-up: pandas, pyarrow, httpx) is imported where raw files, a hub
-    dataset or a stream are read, not by the trainer, the preflight or evaluate: every rank of a run on prepared or
-    cached data starts without it."""
+    """``datasets`` (about 2 s of a process's start-up: pandas, pyarrow, httpx) is imported where
+    raw files, a hub dataset or a stream are read, not by the trainer, the preflight or evaluate:
+    every rank of a run on prepared or cached data starts without it."""
     code = (
-        "import sys, torchtitan_lite.train, torchtitan_lite.preflight.checks, torchtitan_lite.evaluate; "
+        "import sys, torchtitan_lite.train, torchtitan_lite.preflight.checks, "
+        "torchtitan_lite.evaluate; "
         "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow') if m in sys.modules))"
     )
     run = subprocess.run(
@@ -250,12 +258,14 @@ def test_a_rank_and_the_preflight_start_without_the_datasets_library():
 
 
 def test_the_preflight_runs_without_importing_dynamo():
-    """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported by pipelined runs
-    only, so ``run_train.sh``'s config check of a run without pipeline parallelism never loads dynamo."""
+    """``torch.distributed.pipelining`` imports ``torch._dynamo`` (a second of CPU); it is imported
+    by pipelined runs only, so ``run_train.sh``'s config check of a run without pipeline parallelism
+    never loads dynamo."""
     code = (
         "import sys; from torchtitan_lite.preflight.checks import load_run_or_exit; "
         "load_run_or_exit(['--job.config_file', 'train_configs/qwen3_debug.toml'], world_size=2); "
-        "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in sys.modules))"
+        "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.pipelining') if m in "
+        "sys.modules))"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], cwd=ENGINE.parent, capture_output=True, text=True, timeout=300

@@ -1,4 +1,5 @@
-"""Sharded init on 2 and 3 gloo ranks (FSDP2, uneven shards, tied pair) equals the 1-process init bitwise."""
+"""Sharded init on 2 and 3 gloo ranks (FSDP2, uneven shards, tied pair) equals the 1-process init
+bitwise."""
 
 import pytest
 import torch

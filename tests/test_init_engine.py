@@ -24,7 +24,8 @@ class Block(nn.Module):
 
 
 class Tiny(nn.Module):
-    """Tied embedding/output, two blocks, a persistent state buffer and a derived RoPE-like buffer."""
+    """Tied embedding/output, two blocks, a persistent state buffer and a derived RoPE-like
+    buffer."""
 
     def __init__(self, tie: bool = True):
         super().__init__()
@@ -279,8 +280,8 @@ def qwen3_8b_shapes() -> dict[str, tuple[int, ...]]:
 
 
 def test_qwen3_8b_tensors_have_distinct_streams_and_seeds_share_none():
-    """Every tensor of Qwen3-8B under seeds 1234 and 1235 has its own 96-bit stream (Philox key and counter salt), so
-    no two tensors, and no two seeds, share a value sequence."""
+    """Every tensor of Qwen3-8B under seeds 1234 and 1235 has its own 96-bit stream (Philox key and
+    counter salt), so no two tensors, and no two seeds, share a value sequence."""
     shapes = qwen3_8b_shapes()
     assert abs(sum(math.prod(s) for s in shapes.values()) / 1e9 - 8.19) < 0.01
     streams = [

@@ -1,9 +1,10 @@
-"""The fake-process-group path of ``benchmarks/bench_init_flavors.py`` initializes the real shard of a rank.
+"""The fake-process-group path of ``benchmarks/bench_init_flavors.py`` initializes the real shard of
+a rank.
 
-What makes that benchmark honest: playing rank ``r`` of ``N`` on a fake process group, after ``apply_fsdp``
-and ``materialize``, ``init_weights`` gives bitwise the rows a 1-process init of the same model and seed
-puts on rank ``r`` (``torch.chunk`` of dim 0, FSDP2's Shard(0)), uneven shards included, and the
-benchmark's shard-size prediction is FSDP2's.
+What makes that benchmark honest: playing rank ``r`` of ``N`` on a fake process group, after
+``apply_fsdp`` and ``materialize``, ``init_weights`` gives bitwise the rows a 1-process init of the
+same model and seed puts on rank ``r`` (``torch.chunk`` of dim 0, FSDP2's Shard(0)), uneven shards
+included, and the benchmark's shard-size prediction is FSDP2's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from torchtitan_lite.models import get_model_spec, model_names
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_init_flavors import build_meta, choose_rank, shard_numels  # noqa: E402
 
-# One fake rank per process (one thread), as the benchmark runs it (see its module docstring): saves the local shards.
+# One fake rank per process (one thread), as the benchmark runs it (see its module docstring): saves
+# the local shards.
 CHILD = """
 import sys, torch, torch.distributed as dist
 from torch.distributed.tensor import DTensor
@@ -35,7 +37,8 @@ torch.save((shards, timing.__dict__), sys.argv[4])
 
 
 RANKS = {"gpt_oss": (3, 1), "deepseek_v3": (5, 4)}
-"""The fake rank each family plays, ``(world_size, rank)``; the others play rank 2 of 3 (uneven shards)."""
+"""The fake rank each family plays, ``(world_size, rank)``; the others play rank 2 of 3 (uneven
+shards)."""
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""Pinned init values (issue 32): the counter-based init gives known bits, the same on every host CPU kernel and
-compiled or eager; any change of values fails here loudly."""
+"""Pinned init values (issue 32): the counter-based init gives known bits, the same on every host
+CPU kernel and compiled or eager; any change of values fails here loudly."""
 
 import math
 import os
@@ -36,9 +36,10 @@ def test_debug_config_init_has_its_pinned_fingerprint(name):
 
 @pytest.mark.parametrize("capability", ["default", "avx2"])
 def test_the_fingerprints_are_the_same_with_other_cpu_kernels(capability, tmp_path):
-    """``ATEN_CPU_CAPABILITY=default`` makes torch run its scalar CPU kernels instead of AVX2/AVX-512 ones (whose
-    ``normal_`` rounds differently) and builds the native init kernels without vector ISA flags (``avx2``: for AVX2);
-    the counter-based init does not depend on them. A fresh kernel cache: each build is a new one."""
+    """``ATEN_CPU_CAPABILITY=default`` makes torch run its scalar CPU kernels instead of
+    AVX2/AVX-512 ones (whose ``normal_`` rounds differently) and builds the native init kernels
+    without vector ISA flags (``avx2``: for AVX2); the counter-based init does not depend on them. A
+    fresh kernel cache: each build is a new one."""
     if capability == "avx2" and "avx2" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AVX2 on this CPU")
     env = dict(
@@ -59,9 +60,9 @@ def test_the_fingerprints_are_the_same_with_other_cpu_kernels(capability, tmp_pa
 
 
 def test_first_values_of_a_keyed_tensor_are_pinned():
-    """float32 bits of N(0, 1) truncated to +-2 under key (0, "w"); 9 elements: one run not a multiple of 4 long,
-    drawn element by element, equal to the first 8 of a block-drawn run (also pinned: -1.9267102 first), by the
-    native kernels and by eager torch ops."""
+    """float32 bits of N(0, 1) truncated to +-2 under key (0, "w"); 9 elements: one run not a
+    multiple of 4 long, drawn element by element, equal to the first 8 of a block-drawn run (also
+    pinned: -1.9267102 first), by the native kernels and by eager torch ops."""
     bits = lambda t: [f"{v & 0xFFFFFFFF:08x}" for v in t.view(torch.int32).tolist()]  # noqa: E731
     for compiled in (None, False):
         assert bits(
@@ -91,8 +92,9 @@ def test_first_values_of_a_keyed_tensor_are_pinned():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_native_kernels_give_the_eager_values_bitwise(dtype):
-    """Blocks, elements (the redo of rejected ones and unaligned runs) and proposals: the native CPU kernels (as
-    init_weights uses them) against eager torch ops, on 2 threads (the kernels split a chunk among threads)."""
+    """Blocks, elements (the redo of rejected ones and unaligned runs) and proposals: the native CPU
+    kernels (as init_weights uses them) against eager torch ops, on 2 threads (the kernels split a
+    chunk among threads)."""
     assert native.library() is not None
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -105,23 +107,26 @@ def test_native_kernels_give_the_eager_values_bitwise(dtype):
                 (-0.5, 0.7),
                 (-math.inf, math.inf),
             ):
-                draw_ = lambda c: trunc_normal_(
-                    torch.empty(shape, dtype=dtype),
-                    0.1,
-                    0.9,
-                    a,
-                    b,  # noqa: E731
-                    key=InitKey(3, "w"),
-                    compiled=c,
-                )
+
+                def draw_(c, shape=shape, a=a, b=b):
+                    return trunc_normal_(
+                        torch.empty(shape, dtype=dtype),
+                        0.1,
+                        0.9,
+                        a,
+                        b,
+                        key=InitKey(3, "w"),
+                        compiled=c,
+                    )
+
                 assert torch.equal(draw_(False), draw_(True)), (shape, a, b)
     finally:
         torch.set_num_threads(threads)
 
 
 def test_compiled_kernels_give_the_eager_values_bitwise():
-    """The torch ops of the keyed normals compiled by inductor (C++ here; the path of GPUs, as Triton there) with
-    :data:`counter.EXACT_COMPILE_OPTIONS` against eager."""
+    """The torch ops of the keyed normals compiled by inductor (C++ here; the path of GPUs, as
+    Triton there) with :data:`counter.EXACT_COMPILE_OPTIONS` against eager."""
     index = torch.arange(2**16, dtype=torch.int64) * 7919
     scal = [torch.tensor(v, dtype=torch.int32) for v in (5, 1, 2, 3)]
     eager = counter.element_normals(index, *scal)

@@ -1,4 +1,5 @@
-"""inspect_init: a cut model gets the full model's values; large flavors fall back to a meta report."""
+"""inspect_init: a cut model gets the full model's values; large flavors fall back to a meta
+report."""
 
 import dataclasses
 import json
@@ -11,11 +12,11 @@ import pytest
 import torch
 from dist_helpers import REPO
 from model_helpers import train_to_the_end
-from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 
 from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.lifecycle.startup import STEP1_TERMS
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.qwen3 import Qwen3Model, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.tools.inspect_init import GIB, choose_layers, main
 
@@ -27,8 +28,8 @@ def test_two_blocks_report_with_the_full_models_values(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "initialized on CPU: blocks 0..1 of 4 (--layers; plan of the full model" in out
     assert (
-        "expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; init plan and "
-        "the step-1 batch; every term: the next line)\n"
+        "expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; "
+        "init plan and the step-1 batch; every term: the next line)\n"
         "terms of the expected step-1 loss: logit std 0.316, tied self-logit"
     ) in out
     # the trainer's range (docs/running.md), once
@@ -85,14 +86,15 @@ def test_published_moe_flavor_is_reported_on_meta_and_says_so(capsys):
     assert "on meta, nothing sampled: even one block needs" in out
     assert "layers.35.moe.experts.mlp1_weight" in out
     assert (
-        "expected step-1 loss 12.7875 = ln V 12.2115 +0.5760 (one value: untied output; init plan; every term: "
-        "the next line)\nterms of the expected step-1 loss: logit std"
+        "expected step-1 loss 12.7875 = ln V 12.2115 +0.5760 (one value: untied output; init plan; "
+        "every term: the next line)\nterms of the expected step-1 loss: logit std"
     ) in out
 
 
 def test_a_budget_cuts_the_block_count_to_what_fits():
     spec, args = get_model_spec("qwen3"), qwen3_flavors["0.6b"]
-    # 5 bytes per element held (embedding, final norm, the two 40960 x 128 RoPE tables) plus 64 MiB of work chunks
+    # 5 bytes per element held (embedding, final norm, the two 40960 x 128 RoPE tables) plus 64 MiB
+    # of work chunks
     # for the report and the fingerprint; a block has 15,730,944 elements
     fixed = 5 * (args.vocab_size * args.dim + args.dim + 2 * 40960 * 128) + 64 * 2**20
     layers, line = choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3)
@@ -103,7 +105,8 @@ def test_a_budget_cuts_the_block_count_to_what_fits():
         choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 3, in_use=5 * 15_730_944)[0] == 2
     )
     assert choose_layers(spec, args, None, fixed + 5 * 15_730_944 * 28 - 1)[0] == 27
-    # README's example: the whole 0.6B model in --max-gib 8 beside the 0.39 GiB the process holds before it
+    # README's example: the whole 0.6B model in --max-gib 8 beside the 0.39 GiB the process holds
+    # before it
     assert choose_layers(spec, args, None, 8 * GIB, in_use=int(0.39 * GIB)) == (
         28,
         "initialized on CPU: blocks 0..27 of 28",
@@ -125,9 +128,12 @@ json.dump({"code": code, "budget": budget, "peak": peak}, open(sys.argv[1], "w")
 
 
 def test_max_gib_bounds_the_peak_memory_of_the_whole_process(tmp_path):
-    # a 48-block debug model (38M parameters: 0.18 GiB of fp32 values and init's work space, plus the report's and
-    # the fingerprint's 64 MiB) does not fit in 0.15 GiB above what the process holds once its configuration is
-    # loaded: it is cut to the blocks that fit, and the process's peak RSS (the OS's ru_maxrss) stays in budget
+    # a 48-block debug model (38M parameters: 0.18 GiB of fp32 values and init's work space, plus
+    # the report's and
+    # the fingerprint's 64 MiB) does not fit in 0.15 GiB above what the process holds once its
+    # configuration is
+    # loaded: it is cut to the blocks that fit, and the process's peak RSS (the OS's ru_maxrss)
+    #     stays in budget
     result_file = tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, "-c", _PEAK_SCRIPT, str(result_file)],
@@ -152,14 +158,15 @@ def test_max_gib_bounds_the_peak_memory_of_the_whole_process(tmp_path):
 def test_each_phase_prints_a_line_when_it_starts_and_its_seconds_when_it_ends(capsys):
     assert main(DEBUG + ["--layers", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    count = "13 tensors (1,311,616 elements)"  # embedding (tied output), final norm, 11 tensors of one block
+    # embedding (tied output), final norm, 11 tensors of one block
+    count = "13 tensors (1,311,616 elements)"
     starts = [
         f"init: materializing and sampling {count} on CPU ...",
         f"report: statistics of {count} in float64 ...",
         f"fingerprint: hashing {count} ...",
     ]
     at = [lines.index(line) for line in starts]
-    for i, name in zip(at, ["init", "report", "fingerprint"]):
+    for i, name in zip(at, ["init", "report", "fingerprint"], strict=True):
         assert re.fullmatch(
             name + r": done in \d+\.\d s", lines[i + 1]
         )  # a short phase prints no progress
@@ -175,7 +182,8 @@ def test_bad_layer_count_exits_2(capsys):
 
 
 def _table(out: str, first_header: str) -> list[str]:
-    """The lines of the aligned table whose header starts with ``first_header``, up to the next empty line."""
+    """The lines of the aligned table whose header starts with ``first_header``, up to the next
+    empty line."""
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(first_header))
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))

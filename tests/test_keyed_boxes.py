@@ -1,6 +1,6 @@
-"""Keyed values of any box (torchtitan_lite/init/keyed.py, draw.py): a box filled alone holds exactly the values of
-the whole tensor, and its kernels compute exactly its elements; on a 2 x 2 mesh, every DTensor placement gets the
-1-process values."""
+"""Keyed values of any box (torchtitan_lite/init/keyed.py, draw.py): a box filled alone holds
+exactly the values of the whole tensor, and its kernels compute exactly its elements; on a 2 x 2
+mesh, every DTensor placement gets the 1-process values."""
 
 import numpy as np
 import pytest
@@ -15,8 +15,8 @@ LAW = sampling._law(0.0, 0.02, -0.06, 0.06, torch.float32)
 
 
 def _fill_box(shape, offset, size, computed=None):
-    """The box ``offset`` + ``size`` of a tensor of global ``shape``, filled alone; ``computed`` (a list) receives the
-    element count of every first-pass kernel call."""
+    """The box ``offset`` + ``size`` of a tensor of global ``shape``, filled alone; ``computed`` (a
+    list) receives the element count of every first-pass kernel call."""
     box = torch.empty(size)
     starts, length = element_runs(tuple(shape), tuple(size), tuple(offset))
     real = draw._call
@@ -44,7 +44,7 @@ def _fill_box(shape, offset, size, computed=None):
 
 def _random_box(rng, shape):
     offset = [int(rng.integers(0, n)) for n in shape]
-    size = [int(rng.integers(1, n - o + 1)) for n, o in zip(shape, offset)]
+    size = [int(rng.integers(1, n - o + 1)) for n, o in zip(shape, offset, strict=True)]
     return tuple(offset), tuple(size)
 
 
@@ -58,7 +58,9 @@ def test_every_box_holds_the_values_of_the_whole_tensor_and_computes_only_its_el
         offset, size = _random_box(rng, shape) if shape else ((), ())
         computed = []
         box = _fill_box(shape, offset, size, computed)
-        assert torch.equal(box, full[tuple(slice(o, o + s) for o, s in zip(offset, size))]), (
+        assert torch.equal(
+            box, full[tuple(slice(o, o + s) for o, s in zip(offset, size, strict=True))]
+        ), (
             offset,
             size,
         )
@@ -79,9 +81,10 @@ def test_runs_of_a_column_shard_are_its_rows():
 
 
 @pytest.mark.multiprocess
-def test_dtensor_placements_on_a_2d_mesh_equal_the_single_process_init_and_draw_exactly_their_share():
-    """Shard on either dim, Replicate, two shardings of one dim, a 3-D tensor, and TP + FSDP (_StridedShard): every
-    rank's local values equal the 1-process ones, and it draws exactly its local elements."""
+def test_dtensor_placements_on_a_2d_mesh_equal_the_one_process_init_and_draw_exactly_their_share():
+    """Shard on either dim, Replicate, two shardings of one dim, a 3-D tensor, and TP + FSDP
+    (_StridedShard): every rank's local values equal the 1-process ones, and it draws exactly its
+    local elements."""
     results = launch(
         REPO / "tests" / "dist_placement_init_worker.py", nproc=4, timeout=180
     ).results()

@@ -1,6 +1,7 @@
-"""Decoding with a KV cache (models/common/kv_cache.py, components/generation.py) equals the full recompute for every
-family: logits within 1e-5 (absolute, fp32) on the family's own init and greedy ids identical on large random weights;
-sliding-window layers keep only their window and MLA keeps its compressed latent."""
+"""Decoding with a KV cache (models/common/kv_cache.py, components/generation.py) equals the full
+recompute for every family: logits within 1e-5 (absolute, fp32) on the family's own init and greedy
+ids identical on large random weights; sliding-window layers keep only their window and MLA keeps
+its compressed latent."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 from model_helpers import build_planned, build_random
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.generation import generate
+from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.protocols.attention import KVCache
 
 WINDOW = 4  # GPT-OSS sliding layers: shorter than the prompt, so the cache must drop keys
@@ -19,8 +20,9 @@ PROMPT = [5, 17, 3, 99, 42, 7, 7, 1]
 
 
 def tiny_model(family: str, planned: bool = False):
-    """The family's debug flavor cut to two layers (one sliding, one full for GPT-OSS) in fp32: initialized by its
-    init plan (seed 0) when ``planned``, else random N(0, 0.1) weights (logits up to ~7)."""
+    """The family's debug flavor cut to two layers (one sliding, one full for GPT-OSS) in fp32:
+    initialized by its init plan (seed 0) when ``planned``, else random N(0, 0.1) weights (logits up
+    to ~7)."""
     spec = get_model_spec(family)
     args = dataclasses.replace(spec.flavors["debug"], n_layers=2)
     if hasattr(args, "sliding_window"):
@@ -33,8 +35,8 @@ def tiny_model(family: str, planned: bool = False):
 
 
 def cached_and_full_logits(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, KVCache]:
-    """Logits ``(len, vocab)`` of ``PROMPT + ids``: the prompt in one cached forward then one token per forward, and
-    one full forward; and the cache."""
+    """Logits ``(len, vocab)`` of ``PROMPT + ids``: the prompt in one cached forward then one token
+    per forward, and one full forward; and the cache."""
     tokens = torch.tensor([PROMPT + ids])
     cache = KVCache()
     with torch.no_grad():
@@ -64,8 +66,10 @@ def test_cached_greedy_ids_equal_the_full_recompute_on_large_random_weights(fami
     cached, full, cache = cached_and_full_logits(model, ids)
     length = len(PROMPT) + len(ids)
     assert cache.length == length
-    # Random N(0, 0.1) weights make hidden states and logits (up to ~7) large, and fp32 rounding with them: on GPT-OSS
-    # every fp32 path is 0.9-1.4e-5 from the fp64 logits (AVX2), and cached vs full differ by up to 2.1e-5 on an
+    # Random N(0, 0.1) weights make hidden states and logits (up to ~7) large, and fp32 rounding
+    # with them: on GPT-OSS
+    # every fp32 path is 0.9-1.4e-5 from the fp64 logits (AVX2), and cached vs full differ by up to
+    # 2.1e-5 on an
     # AVX-512 CPU. A wrong cache entry moves logits by O(1).
     torch.testing.assert_close(cached, full, atol=4e-5, rtol=1e-5)
 

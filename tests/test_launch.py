@@ -114,8 +114,7 @@ def test_a_killed_worker_is_named_even_when_a_peer_that_lost_it_failed_first(tmp
     assert _line(tmp_path, lost) == (
         1,
         f"{failed} a worker on another node failed or was killed "
-        "(rank 2 here lost its connection to it; that node's last "
-        f"line names it); {KEPT}",
+        f"(rank 2 here lost its connection to it; that node's last line names it); {KEPT}",
     )
     bug = {"failures": [_failed(0, 1)]}
     assert _line(tmp_path, bug) == (
@@ -128,8 +127,7 @@ def test_a_rendezvous_that_timed_out_is_an_input_error_naming_where_and_who_join
     code, line = _line(tmp_path, {"rendezvous": "1/2 nodes joined"})
     assert code == 2 and line.startswith(
         "input error: not all 2 nodes joined the rendezvous at "
-        "h0:29500 within RDZV_TIMEOUT=3 s (1/2 nodes joined): "
-        "start ./run_train.sh on every node"
+        "h0:29500 within RDZV_TIMEOUT=3 s (1/2 nodes joined): start ./run_train.sh on every node"
     )
 
 

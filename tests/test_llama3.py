@@ -1,6 +1,6 @@
-"""Llama 3: published sizes, RoPE scaling against Meta's formula and transformers' bitwise, forward and backward
-against transformers' ``LlamaForCausalLM``, init plan stds, step-1 loss, FLOPs (the plan's coverage of every family:
-``test_import_boundary.py``)."""
+"""Llama 3: published sizes, RoPE scaling against Meta's formula and transformers' bitwise, forward
+and backward against transformers' ``LlamaForCausalLM``, init plan stds, step-1 loss, FLOPs (the
+plan's coverage of every family: ``test_import_boundary.py``)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ TINY = Llama3ModelArgs(
     vocab_size=64,
     max_seq_len=16,
 )
-"""head_dim 8 at rope_theta 5e5: wavelengths 6, 167, 4443 and 118,000 positions, so one frequency of each band of
-the scaling (kept below 2048, interpolated, divided by 8 above 8192)."""
+"""head_dim 8 at rope_theta 5e5: wavelengths 6, 167, 4443 and 118,000 positions, so one frequency of
+each band of the scaling (kept below 2048, interpolated, divided by 8 above 8192)."""
 
 PUBLISHED_PARAMS = {  # totals of meta-llama/Llama-3.2-1B, -3.2-3B, -3.1-8B, -3.1-70B
     "1b": 1_235_814_400,
@@ -48,7 +48,8 @@ PUBLISHED_PARAMS = {  # totals of meta-llama/Llama-3.2-1B, -3.2-3B, -3.1-8B, -3.
 
 
 def meta_scaled_frequencies(args: Llama3ModelArgs) -> torch.Tensor:
-    """Meta's ``apply_scaling`` (llama-models ``reference_impl/model.py``), element by element in float64."""
+    """Meta's ``apply_scaling`` (llama-models ``reference_impl/model.py``), element by element in
+    float64."""
     low_wavelen = args.rope_original_max_seq_len / args.rope_low_freq_factor
     high_wavelen = args.rope_original_max_seq_len / args.rope_high_freq_factor
     out = []
@@ -211,7 +212,8 @@ def test_init_plan_stds():
 
 @pytest.mark.parametrize("tie, above_ln_v", [(False, (0.3, 0.7)), (True, (-0.1, 0.2))])
 def test_step1_loss_on_random_tokens_is_ln_vocab_plus_the_output_init(tie, above_ln_v):
-    """The plan covers the tied model too (``init_weights`` refuses a parameter no entry matches)."""
+    """The plan covers the tied model too (``init_weights`` refuses a parameter no entry
+    matches)."""
     args = dataclasses.replace(llama3_flavors["debug"], max_seq_len=256, tie_embeddings=tie)
     model = build_planned(Llama3Model, llama3_init_plan, args, seed=0)
     loss = random_token_loss(model, args.vocab_size, seed=5)
@@ -220,7 +222,8 @@ def test_step1_loss_on_random_tokens_is_ln_vocab_plus_the_output_init(tie, above
 
 
 def test_num_flops_per_token_of_8b_at_8192():
-    # untied: the 128256 x 4096 output counts, the embedding lookup does not; 12 * 32 * 32 * 128 * 8192 attention
+    # untied: the 128256 x 4096 output counts, the embedding lookup does not; 12 * 32 * 32 * 128 *
+    #     8192 attention
     expected = 6 * (8_030_261_248 - 128256 * 4096) + 12 * 32 * 32 * 128 * 8192
     assert num_flops_per_token(llama3_flavors["8b"], 8192) == expected
 

@@ -51,8 +51,8 @@ def test_step_line_with_mfu_and_unknown_memory():
         eta_s=26 * 3600,
     )
     assert line == (
-        "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu 31.25%  "
-        "mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
+        "step 1234  loss 10.5000  grad_norm 12.000  lr 1.5e-04  tps 1,234,567  tflops 312.50  mfu "
+        "31.25%  mem n/a  data_wait 12.50ms  elapsed 3:01:01  eta 26:00:00"
     )
 
 
@@ -149,7 +149,7 @@ def test_throughput_mfu_and_eta_use_the_window_since_last_line(tmp_path, capsys)
 def test_last_step_is_logged_with_zero_eta(tmp_path):
     logger = _logger(tmp_path, total_steps=7, log_freq=5)
     lines = [_step(logger, s, elapsed_s=float(s)) for s in range(1, 8)]
-    assert [i + 1 for i, l in enumerate(lines) if l is not None] == [1, 5, 7]
+    assert [i + 1 for i, line in enumerate(lines) if line is not None] == [1, 5, 7]
     assert lines[-1].endswith("eta 0:00:00")
     logger.close()
 
@@ -237,7 +237,8 @@ def test_scalars_and_lines_given_by_a_model_are_written_and_printed(tmp_path, ca
 
 
 def test_eta_is_the_moving_average_of_the_last_steps_without_the_first_step_and_pauses(tmp_path):
-    # step 1: 30 s of warm-up; steps 2-25: 1 s each; steps 26-40: 3 s each; a 100 s validation pause after step 20
+    # step 1: 30 s of warm-up; steps 2-25: 1 s each; steps 26-40: 3 s each; a 100 s validation pause
+    # after step 20
     logger = _logger(tmp_path, log_freq=1, total_steps=100, enable_tensorboard=False, eta_window=10)
     elapsed, lines = 0.0, {}
     for step in range(1, 41):

@@ -1,4 +1,5 @@
-"""Multi-head latent attention (models/deepseek_v3/model.py) against a float64 reference written out here."""
+"""Multi-head latent attention (models/deepseek_v3/model.py) against a float64 reference written out
+here."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def reference_mla(
     inv_freq: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Report eq. 1-11 head by head: latent c_kv, per-head k/v up-projections, RoPE on the decoupled parts,
-    one shared RoPE key, explicit causal softmax."""
+    """Report eq. 1-11 head by head: latent c_kv, per-head k/v up-projections, RoPE on the decoupled
+    parts, one shared RoPE key, explicit causal softmax."""
     bs, T, _ = x.shape
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq.double()[None, :]  # (T, r/2)
     c, s = (

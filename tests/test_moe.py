@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import checkpoint
 
+from torchtitan_lite.distributed.activation_checkpoint import checkpoint_contexts
 from torchtitan_lite.models.common.balance_loss import load_balance_loss, switch_aux_loss
 from torchtitan_lite.models.common.experts import GroupedExperts, clamped_swiglu
 from torchtitan_lite.models.common.moe import MoE, collect_expert_load
 from torchtitan_lite.models.common.routers import TopKRouter
-from torchtitan_lite.distributed.activation_checkpoint import checkpoint_contexts
 
 DIM, HIDDEN, EXPERTS, TOP_K = 8, 6, 4, 2
 
@@ -135,7 +135,8 @@ def test_load_balance_loss_is_top_k_when_balanced_and_matches_hf_formula():
     logits = torch.randn(T, EXPERTS, generator=torch.Generator().manual_seed(4))
     probs = torch.softmax(logits, -1)
     chosen = probs.topk(TOP_K, -1).indices
-    # HF load_balancing_loss_func: one-hot (T, k, E) averaged over tokens, times mean probs, summed, * E
+    # HF load_balancing_loss_func: one-hot (T, k, E) averaged over tokens, times mean probs, summed,
+    # * E
     one_hot = F.one_hot(chosen, EXPERTS).float()
     hf = (one_hot.mean(0) * probs.mean(0)[None]).sum() * EXPERTS
     counts = torch.bincount(chosen.flatten(), minlength=EXPERTS)
@@ -156,7 +157,7 @@ def test_aux_loss_leaves_output_unchanged_and_adds_its_gradient():
     manual = 0.3 * load_balance_loss(probs, counts)
     (out_b.sum() + manual).backward()
     torch.testing.assert_close(with_aux.aux_loss, manual.detach())
-    for (n, pa), pb in zip(with_aux.named_parameters(), without.parameters()):
+    for (n, pa), pb in zip(with_aux.named_parameters(), without.parameters(), strict=True):
         torch.testing.assert_close(pa.grad, pb.grad, msg=n)
     assert with_aux.router.gate.weight.grad is not None
     assert without.aux_loss is None
@@ -194,7 +195,7 @@ def test_tokens_per_expert_counts_each_assignment_once_even_with_checkpoint_reco
     assert expected.sum() == 12 * TOP_K
     assert torch.equal(plain.tokens_per_expert, expected)
     assert torch.equal(ckpt.tokens_per_expert, expected)
-    for p, q in zip(plain.parameters(), ckpt.parameters()):
+    for p, q in zip(plain.parameters(), ckpt.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
 
     plain.eval()

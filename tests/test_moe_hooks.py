@@ -1,5 +1,5 @@
-"""The MoE families' training hooks (models/common/moe_hooks.py): aux-loss scale, per-step expert load and bias
-update, expert-load report written and printed by the engine."""
+"""The MoE families' training hooks (models/common/moe_hooks.py): aux-loss scale, per-step expert
+load and bias update, expert-load report written and printed by the engine."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from model_helpers import is_moe
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_expert_bias import STEP, TINY, biases, build
 
+from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.models import get_model_spec, model_names
-from torchtitan_lite.models.common.expert_bias import expert_bias_delta
 from torchtitan_lite.models.common import moe_hooks
+from torchtitan_lite.models.common.expert_bias import expert_bias_delta
 from torchtitan_lite.models.common.moe import moe_layers
 from torchtitan_lite.models.common.moe_hooks import (
     DEAD_EXPERT_STEPS,
@@ -22,7 +23,6 @@ from torchtitan_lite.models.common.moe_hooks import (
     dead_expert_notes,
     expert_load_report,
 )
-from torchtitan_lite.components.metrics import MetricsLogger
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
@@ -143,8 +143,8 @@ def test_an_expert_without_tokens_for_dead_expert_steps_is_named_once_with_its_l
     assert dead_expert_notes(9, idle, named) == ()  # expert 1: one step short
     idle = {"layers.1.moe": torch.tensor([0, DEAD_EXPERT_STEPS, DEAD_EXPERT_STEPS + 4, 0])}
     assert dead_expert_notes(10, idle, named) == (
-        f"warning: step  10  layers.1.moe: 2 of 4 experts (1, 2) received no tokens for {DEAD_EXPERT_STEPS} "
-        "steps; raise the load balancing (model.overrides.aux_loss_coeff)",
+        "warning: step  10  layers.1.moe: 2 of 4 experts (1, 2) received no tokens for "
+        f"{DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)",
     )
     assert dead_expert_notes(11, idle, named) == ()  # named already
     idle = {
@@ -177,8 +177,9 @@ def test_hooks_count_the_steps_each_expert_has_gone_without_a_token():
     }
     evens = ", ".join(str(e) for e in range(0, n, 2))
     assert notes == tuple(
-        f"warning: step {DEAD_EXPERT_STEPS:>3}  {name}: {len(range(0, n, 2))} of {n} experts ({evens}) received no "
-        f"tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing (model.overrides.aux_loss_coeff)"
+        f"warning: step {DEAD_EXPERT_STEPS:>3}  {name}: {len(range(0, n, 2))} of {n} experts "
+        f"({evens}) received no tokens for {DEAD_EXPERT_STEPS} steps; raise the load balancing "
+        "(model.overrides.aux_loss_coeff)"
         for name in layers
     )
 

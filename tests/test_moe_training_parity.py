@@ -31,13 +31,13 @@ import torch.nn.functional as F
 import transformers
 from hf_published import PUBLISHED, SCALED_VOCAB, scaled
 from hf_reference import random_ours
+
+from torchtitan_lite.components.hf.export import hf_tensors, write_safetensors
+from torchtitan_lite.init.apply import canonical_name, named_state_tensors
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.balance_loss import load_balance_loss, sequence_balance_loss
 from torchtitan_lite.models.common.expert_bias import expert_bias_delta, update_expert_bias
 from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
-
-from torchtitan_lite.components.hf.export import hf_tensors, write_safetensors
-from torchtitan_lite.init.apply import canonical_name, named_state_tensors
 
 STEPS = 20
 BATCH, SEQLEN = 4, 32

@@ -1,7 +1,8 @@
-"""Multi-token prediction (issue 34, ``models/common/mtp.py``): the 671b parameter count with the published MTP
-layer derived from config.json's fields, the loss and gradients against a re-implementation of the report's equations
-(sec. 2.2, with vLLM's ``deepseek_mtp.py`` order of the concatenation), the init plan, the Hugging Face layer-61-style
-tensors both ways, and the refusal of tensor and pipeline parallelism before launch."""
+"""Multi-token prediction (issue 34, ``models/common/mtp.py``): the 671b parameter count with the
+published MTP layer derived from config.json's fields, the loss and gradients against a
+re-implementation of the report's equations (sec. 2.2, with vLLM's ``deepseek_mtp.py`` order of the
+concatenation), the init plan, the Hugging Face layer-61-style tensors both ways, and the refusal of
+tensor and pipeline parallelism before launch."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from ckpt_helpers import text_file
 from hf_reference import random_ours
 from model_helpers import assert_plan_covers_exactly, build_random, rms_norm, train_to_the_end
 
-from torchtitan_lite.models import get_model_spec
-from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
 from torchtitan_lite.components.hf.export import export_hf
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
 from torchtitan_lite.components.hf.load import load_hf_folder
-from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 from torchtitan_lite.data.tokenizer import BUNDLED_TOKENIZER, Tokenizer
 from torchtitan_lite.init.apply import materialize
+from torchtitan_lite.models import get_model_spec
+from torchtitan_lite.models.deepseek_v3.args import deepseek_v3_flavors
+from torchtitan_lite.preflight.checks import ConfigError, load_run, parse_run
 
 SPEC = get_model_spec("deepseek_v3")
 TINY = dataclasses.replace(
@@ -47,8 +48,10 @@ TINY = dataclasses.replace(
 
 
 def test_671b_with_one_mtp_layer_has_the_published_count_derived_from_config_json():
-    # deepseek-ai/DeepSeek-V3 config.json: hidden_size 7168, q_lora_rank 1536, kv_lora_rank 512, heads 128,
-    # qk_nope 128, qk_rope 64, v_head 128, n_routed_experts 256, n_shared_experts 1, moe_intermediate_size 2048,
+    # deepseek-ai/DeepSeek-V3 config.json: hidden_size 7168, q_lora_rank 1536, kv_lora_rank 512,
+    # heads 128,
+    # qk_nope 128, qk_rope 64, v_head 128, n_routed_experts 256, n_shared_experts 1,
+    # moe_intermediate_size 2048,
     # vocab 129280, num_nextn_predict_layers 1 (a MoE block: index 61 >= first_k_dense_replace 3).
     d, h, experts, inter, vocab = 7168, 128, 256, 2048, 129280
     attention = (
@@ -67,8 +70,10 @@ def test_671b_with_one_mtp_layer_has_the_published_count_derived_from_config_jso
         model = SPEC.model_cls(dataclasses.replace(deepseek_v3_flavors["671b"], mtp_num_layers=1))
     total = sum(p.numel() for p in model.parameters())
     assert total == 671_026_404_352 + mtp_layer
-    # The checkpoint also stores the 59 MoE layers' e_score_correction_bias (a buffer here) and the MTP layer's copies
-    # of the embedding and head: 684.49B weights (the hub's "685B" also counts the FP8 weight_scale_inv tensors).
+    # The checkpoint also stores the 59 MoE layers' e_score_correction_bias (a buffer here) and the
+    # MTP layer's copies
+    # of the embedding and head: 684.49B weights (the hub's "685B" also counts the FP8
+    # weight_scale_inv tensors).
     stored = total + 59 * experts + 2 * vocab * d
     assert stored == 684_489_845_504
 
@@ -76,9 +81,10 @@ def test_671b_with_one_mtp_layer_has_the_published_count_derived_from_config_jso
 def reference_mtp_loss(
     model, tokens: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The main cross-entropy mean plus lambda / D * sum_k L^k, and each depth's summed cross-entropy, written from the
-    report's eq. 21-25 and vLLM's DeepSeekMultiTokenPredictorLayer (cat[enorm(emb), hnorm(h)], the block, the head's
-    norm, the shared lm_head), using our main blocks and MTP blocks as black boxes."""
+    """The main cross-entropy mean plus lambda / D * sum_k L^k, and each depth's summed
+    cross-entropy, written from the report's eq. 21-25 and vLLM's DeepSeekMultiTokenPredictorLayer
+    (cat[enorm(emb), hnorm(h)], the block, the head's norm, the shared lm_head), using our main
+    blocks and MTP blocks as black boxes."""
     a = model.args
     bs, s = tokens.shape
     cos, sin = model.rope_cos[:s], model.rope_sin[:s]

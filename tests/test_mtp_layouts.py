@@ -1,7 +1,8 @@
-"""Multi-token prediction through ``./run_train.sh`` (issue 34): the DeepSeek-V3 debug job with ``mtp_num_layers = 1``
-(2 blocks, windows of 64) on 1 process, on 2 (FSDP, ``training.deterministic = "layout"``) and on 2 with expert
-parallelism: the same init fingerprint, bitwise the same losses and MTP losses on the layout run, the ep2 losses
-within 1e-4 of one process, and no warning line."""
+"""Multi-token prediction through ``./run_train.sh`` (issue 34): the DeepSeek-V3 debug job with
+``mtp_num_layers = 1`` (2 blocks, windows of 64) on 1 process, on 2 (FSDP,
+``training.deterministic = "layout"``) and on 2 with expert parallelism: the same init fingerprint,
+bitwise the same losses and MTP losses on the layout run, the ep2 losses within 1e-4 of one process,
+and no warning line."""
 
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
-"""Runs on several nodes (issue 35 items 1-3): two ``./run_train.sh`` launchers of 2 workers each on 127.0.0.1 are
-two nodes to every part of torch.distributed (each its own torchrun agent, rendezvous and control folder).
+"""Runs on several nodes (issue 35 items 1-3): two ``./run_train.sh`` launchers of 2 workers each on
+127.0.0.1 are two nodes to every part of torch.distributed (each its own torchrun agent, rendezvous
+and control folder).
 
-The module's reference is one 2 x 2 run of the tiny model in layout mode (6 steps, a constant LR, checkpoints at
-2, 4 and 6) launched from ``NNODES``/``NODE_RANK``/``MASTER_ADDR``/``MASTER_PORT``: it prints one process's
-fingerprint and has its loss and gradient-norm curves and final weights bitwise (``compare_runs --assert-equal``,
-the gathered checkpoint); its step-2 checkpoint resumes on 1 node x 4 (the next checkpoint's shards bitwise) and on
-2 nodes x 1; a 2 x 2 run stopped by SIGTERM to node 1's launcher saves on both nodes, both exit 0, and resumes on
-1 node x 2 to bitwise the reference's curves and final weights. The other launches: HSDP 2 x 2 from Slurm's
-variables against HSDP on 1 node x 4, a worker SIGKILLed on one node of a c10d rendezvous, nodes with another config
+The module's reference is one 2 x 2 run of the tiny model in layout mode (6 steps, a constant LR,
+checkpoints at 2, 4 and 6) launched from ``NNODES``/``NODE_RANK``/``MASTER_ADDR``/``MASTER_PORT``:
+it prints one process's fingerprint and has its loss and gradient-norm curves and final weights
+bitwise (``compare_runs --assert-equal``, the gathered checkpoint); its step-2 checkpoint resumes on
+1 node x 4 (the next checkpoint's shards bitwise) and on 2 nodes x 1; a 2 x 2 run stopped by SIGTERM
+to node 1's launcher saves on both nodes, both exit 0, and resumes on 1 node x 2 to bitwise the
+reference's curves and final weights. The other launches: HSDP 2 x 2 from Slurm's variables against
+HSDP on 1 node x 4, a worker SIGKILLed on one node of a c10d rendezvous, nodes with another config
 and code, and a node alone.
 """
 
@@ -53,7 +55,8 @@ RUN = [
     "--metrics.enable_tensorboard=true",
     "--training.compute_dtype=float32",
 ]
-"""Four micro-batches of one window per step (one per rank on 4 ranks, two on 2), the loss curve in TensorBoard."""
+"""Four micro-batches of one window per step (one per rank on 4 ranks, two on 2), the loss curve in
+TensorBoard."""
 LAYOUT = ["--training.deterministic=layout"]
 
 
@@ -73,10 +76,10 @@ def nodes(
     node1: list[str] = (),
     cwd1: Path = REPO,
 ) -> list[Run]:
-    """``nnodes`` launchers of ``./run_train.sh args`` with ``nproc`` workers each, on one rendezvous on 127.0.0.1
-    given as ``how``: ``master`` (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT), ``slurm`` (srun's SLURM_STEP_*
-    and SLURM_NODEID, MASTER_ADDR) or ``c10d`` (NNODES, RDZV_ENDPOINT); node 1 gets ``node1`` appended and runs in
-    ``cwd1``."""
+    """``nnodes`` launchers of ``./run_train.sh args`` with ``nproc`` workers each, on one
+    rendezvous on 127.0.0.1 given as ``how``: ``master`` (NNODES, NODE_RANK, MASTER_ADDR,
+    MASTER_PORT), ``slurm`` (srun's SLURM_STEP_* and SLURM_NODEID, MASTER_ADDR) or ``c10d`` (NNODES,
+    RDZV_ENDPOINT); node 1 gets ``node1`` appended and runs in ``cwd1``."""
     port = str(free_port())
     launched = []
     for node in range(nnodes):
@@ -253,19 +256,21 @@ def test_sigkill_of_a_worker_on_one_node_ends_every_node_before_a_timeout_leavin
     results = finished(launched)
     took = time.monotonic() - begin
     print(
-        f"both nodes ended {took:.1f} s after the SIGKILL: {[(code, lines[-1]) for code, lines in results]}"
+        f"both nodes ended {took:.1f} s after the SIGKILL: "
+        f"{[(code, lines[-1]) for code, lines in results]}"
     )
     assert took < HANG_S  # the kill stopped the other node, not the collective's timeout
     assert all(code == 1 for code, _ in results), [lines[-5:] for _, lines in results]
     assert re.fullmatch(
-        r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the last "
-        r"complete checkpoint is kept",
+        r"error: training failed \(torchrun exit status 1\): rank \d was killed by SIGKILL; the "
+        r"last complete checkpoint is kept",
         results[1][1][-1],
     ), results[1][1][-5:]
     assert re.fullmatch(
-        r"error: training failed \(torchrun exit status 1\): a worker on another node failed or was "
-        r"killed \(rank \d here lost its connection to it; that node's last line names it\); the last "
-        r"complete checkpoint is kept",
+        r"error: training failed \(torchrun exit status 1\): a worker on another node failed or "
+        r"was "
+        r"killed \(rank \d here lost its connection to it; that node's last line names it\); the "
+        r"last complete checkpoint is kept",
         results[0][1][-1],
     ), results[0][1][-5:]
     assert not alive(tree)
@@ -278,15 +283,16 @@ def test_a_node_with_another_config_and_code_is_refused_before_training_naming_b
     results = finished(nodes(args(data, tmp_path / "out"), node1=["--training.seed=7"], cwd1=work))
     expected = (
         "config error: the nodes do not run the same config and code: ranks 2-3 (host "
-        f"{socket.gethostname()}) differ from rank 0 (host {socket.gethostname()}) in training.seed 7 "
-        "(rank 0: 42); code files torchtitan_lite/components/loss.py; start every node with the same "
-        "CONFIG_FILE, overrides and code version"
+        f"{socket.gethostname()}) differ from rank 0 (host {socket.gethostname()}) in "
+        "training.seed 7 "
+        "(rank 0: 42); code files torchtitan_lite/components/loss.py; start every node with the "
+        "same CONFIG_FILE, overrides and code version"
     )
     assert [(code, last_line(lines)) for code, lines in results] == [(2, expected), (2, expected)]
     assert not (tmp_path / "out" / "checkpoint").exists()
 
 
-def test_a_node_alone_ends_after_rdzv_timeout_with_one_line_and_bad_node_variables_before_anything():
+def test_a_node_alone_ends_after_rdzv_timeout_in_one_line_and_bad_node_variables_before_anything():
     begin = time.monotonic()
     launched = Run(
         ["--training.steps=1"],
@@ -304,7 +310,8 @@ def test_a_node_alone_ends_after_rdzv_timeout_with_one_line_and_bad_node_variabl
     assert code == 2 and len(lines) == 1, lines
     assert re.fullmatch(
         r"input error: not all 2 nodes joined the rendezvous at 127\.0\.0\.1:\d+ within "
-        r"RDZV_TIMEOUT=3 s \(1/2 nodes joined\): start \./run_train\.sh on every node with the same "
+        r"RDZV_TIMEOUT=3 s \(1/2 nodes joined\): start \./run_train\.sh on every node with the "
+        r"same "
         r"NNODES and MASTER_ADDR/MASTER_PORT \(or RDZV_ENDPOINT\) and a NODE_RANK each, or raise "
         r"RDZV_TIMEOUT",
         lines[0],

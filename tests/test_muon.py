@@ -1,5 +1,6 @@
-"""Muon (``optimizer.name = "Muon"``) on one process: the step is ``torch.optim.Muon`` + ``torch.optim.AdamW`` on the
-same parameter split, bitwise; the split; Newton-Schulz's output; the state through a checkpoint round trip."""
+"""Muon (``optimizer.name = "Muon"``) on one process: the step is ``torch.optim.Muon`` +
+``torch.optim.AdamW`` on the same parameter split, bitwise; the split; Newton-Schulz's output; the
+state through a checkpoint round trip."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch
 from model_helpers import build_random
 from torch import nn
 
-from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.components.muon import MuonWithAdamW, newton_schulz
 from torchtitan_lite.components.optimizer import build_optimizer
+from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.preflight.checks import parse_args
 
 MUON = {
@@ -73,9 +74,10 @@ def test_split_puts_matrices_and_expert_stacks_on_muon_and_embedding_head_norms_
 
 
 def test_muon_step_equals_torch_muon_plus_adamw_bitwise_per_expert_matrix():
-    """The outside reference: ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw")`` on every 2-D matrix and on each
-    expert's matrix of the 3-D stacks as its own parameter, ``torch.optim.AdamW`` (foreach) on the rest with the
-    same groups; 3 steps, the learning rate changed between them (as the schedule does)."""
+    """The outside reference: ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw")`` on every 2-D
+    matrix and on each expert's matrix of the 3-D stacks as its own parameter, ``torch.optim.AdamW``
+    (foreach) on the rest with the same groups; 3 steps, the learning rate changed between them (as
+    the schedule does)."""
     model = _deepseek()
     ref = copy.deepcopy(model)
     opt = build_optimizer(model, **HYPER, muon=MUON)
@@ -121,7 +123,7 @@ def test_muon_step_equals_torch_muon_plus_adamw_bitwise_per_expert_matrix():
         _grads(ref, step)
         for n, ps in slices.items():
             if len(ps) > 1 or ps[0] is not ref_params[n]:
-                for p, g in zip(ps, ref_params[n].grad.unbind(0)):
+                for p, g in zip(ps, ref_params[n].grad.unbind(0), strict=False):
                     p.grad = g.clone()
         opt.step()
         ref_muon.step()
@@ -133,20 +135,23 @@ def test_muon_step_equals_torch_muon_plus_adamw_bitwise_per_expert_matrix():
             else ref_params[name]
         )
         assert torch.equal(p, expected.detach()), name
-    assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), _deepseek().parameters()))
+    assert any(
+        not torch.equal(p, q)
+        for p, q in zip(model.parameters(), _deepseek().parameters(), strict=True)
+    )
 
 
 def test_newton_schulz_output_has_singular_values_near_one():
-    """The quintic iteration's fixed band (Keller Jordan's Muon post: about ``[0.7, 1.2]``) on a 64 x 256
-    Gaussian matrix, whose singular values spread over a factor of 3."""
+    """The quintic iteration's fixed band (Keller Jordan's Muon post: about ``[0.7, 1.2]``) on a 64
+    x 256 Gaussian matrix, whose singular values spread over a factor of 3."""
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
     s = torch.linalg.svdvals(newton_schulz(x, (3.4445, -4.7750, 2.0315), 5, 1e-7).float())
     assert s.min() > 0.6 and s.max() < 1.25, (s.min(), s.max())
 
 
 def test_state_dict_round_trip_resumes_exactly():
-    """A fresh optimizer loaded with the state after 2 steps takes step 3 exactly as the uninterrupted one (the
-    inner AdamW re-linked to the loaded state and groups)."""
+    """A fresh optimizer loaded with the state after 2 steps takes step 3 exactly as the
+    uninterrupted one (the inner AdamW re-linked to the loaded state and groups)."""
     model = _deepseek()
     opt = build_optimizer(model, **HYPER, muon=MUON)
     for step in range(2):
@@ -159,7 +164,7 @@ def test_state_dict_round_trip_resumes_exactly():
     for m, o in ((model, opt), (resumed_model, resumed)):
         _grads(m, 2)
         o.step()
-    for (name, p), q in zip(model.named_parameters(), resumed_model.parameters()):
+    for (name, p), q in zip(model.named_parameters(), resumed_model.parameters(), strict=True):
         assert torch.equal(p, q), name
     state = opt.state[model.layers["1"].moe.experts.w1]
     assert set(state) == {"momentum_buffer"} and state["momentum_buffer"].shape == (8, 256, 256)

@@ -1,10 +1,12 @@
-"""Muon through ``./run_train.sh`` on every data-parallel layout: bitwise one run in ``training.deterministic =
-"layout"`` (qwen3 and deepseek_v3 debug configs: 1 process, dp_shard 2, dp_shard 4, HSDP 2 x 2), exact resume from a
-checkpoint another layout wrote, ``off`` mode within rounding over its first steps, the refusal of
-tensor parallelism, and the exchange on uneven and empty row shards (``dist_muon_worker.py``).
+"""Muon through ``./run_train.sh`` on every data-parallel layout: bitwise one run in
+``training.deterministic = "layout"`` (qwen3 and deepseek_v3 debug configs: 1 process, dp_shard 2,
+dp_shard 4, HSDP 2 x 2), exact resume from a checkpoint another layout wrote, ``off`` mode within
+rounding over its first steps, the refusal of tensor parallelism, and the exchange on uneven and
+empty row shards (``dist_muon_worker.py``).
 
-The configs are cut for CI time (qwen3: 1 block; deepseek_v3: 2 blocks, the second a mixture of experts; seq_len 32,
-global batch 4, 6 steps, fp32, one thread per rank); ``docs/optimizers.md`` lists the 20-step runs made by hand.
+The configs are cut for CI time (qwen3: 1 block; deepseek_v3: 2 blocks, the second a mixture of
+experts; seq_len 32, global batch 4, 6 steps, fp32, one thread per rank); ``docs/optimizers.md``
+lists the 20-step runs made by hand.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from ckpt_helpers import text_file
 from dist_helpers import REPO, launch
 from layout_helpers import LAYOUTS, assert_equal_curves, final_state, run_folder, train
 
-from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.config.cli import ConfigError
+from torchtitan_lite.preflight.checks import parse_args
 from torchtitan_lite.tools.compare_runs import load_scalars
 
 STEPS = 6
@@ -82,7 +84,8 @@ def test_muon_trains_bitwise_the_same_on_every_data_parallel_layout_and_resumes_
         assert final.keys() == reference.keys()
         assert [key for key in reference if not torch.equal(final[key], reference[key])] == [], name
 
-    # resume on 1 process from dp_shard 4's step-3 checkpoint (Muon's momentum and AdamW's moments resharded)
+    # resume on 1 process from dp_shard 4's step-3 checkpoint (Muon's momentum and AdamW's moments
+    # resharded)
     resumed = tmp_path / "resumed"
     shutil.copytree(dumps["dp_shard4"] / "checkpoint" / "step-3", resumed / "checkpoint" / "step-3")
     _train(tmp_path, "resumed", family, 1, layout)
@@ -111,6 +114,7 @@ def test_muon_refuses_tensor_and_expert_parallelism_before_launch():
 
 @pytest.mark.multiprocess
 def test_muon_on_uneven_and_empty_row_shards_equals_one_process_bitwise():
-    """3 gloo ranks: 7, 3, 2 and 4 rows (an empty shard for 2) and a 4-expert stack (experts 2 + 2 + 0)."""
+    """3 gloo ranks: 7, 3, 2 and 4 rows (an empty shard for 2) and a 4-expert stack (experts 2 + 2 +
+    0)."""
     result = launch(REPO / "tests" / "dist_muon_worker.py", nproc=3, timeout=120).result()
     assert result == {"differ": [], "unchanged": []}

@@ -3,9 +3,10 @@ each CPU loads its own build, a cached start runs no compiler, a failed build is
 machine, and an ISA the CPU lacks is never loaded. Each "process" is a reset of the module's state
 with the cache left on disk; the compiler is a script on PATH that logs every run."""
 
+import contextlib
+import io
 import os
 import shutil
-import warnings
 
 import pytest
 import torch
@@ -48,17 +49,18 @@ def cc(tmp_path, monkeypatch):
 
 def start(monkeypatch, cpu=CPU_A, mode=None):
     """A new process's first ``native.library()`` on the CPU ``cpu``: ``(library, path, the
-    warnings' messages)``."""
+    warning lines, ``warning: `` stripped)``."""
     monkeypatch.setattr(native, "cpu_identity", lambda: cpu)
     if mode is None:
         monkeypatch.delenv("CC_MODE", raising=False)
     else:
         monkeypatch.setenv("CC_MODE", mode)
     native._STATE.update(library=None, path=None, tried=False, build_seconds=0.0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
         lib = native.library()
-    return lib, native._STATE["path"], [str(w.message) for w in caught]
+    said = [line.removeprefix("warning: ") for line in printed.getvalue().splitlines()]
+    return lib, native._STATE["path"], said
 
 
 def runs(log):

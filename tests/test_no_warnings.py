@@ -1,7 +1,8 @@
-"""A run prints no warning on any parallel layout: two steps through ``./run_train.sh`` of a 2-rank FSDP2 run, a
-tensor x expert parallel run (4 ranks: dp_shard 2 x tp 2, EP borrowing the tensor-parallel ranks), a 2-stage
-pipeline run and a 2-rank float8 run (torchao, float8 all-gather) leave no line saying "warning", and no warning line of torch's C++ logging (``W1202 06:00:00.123 ...``),
-on the console or in any rank's ``logs/rank<N>.log``."""
+"""A run prints no warning on any parallel layout: two steps through ``./run_train.sh`` of a 2-rank
+FSDP2 run, a tensor x expert parallel run (4 ranks: dp_shard 2 x tp 2, EP borrowing the
+tensor-parallel ranks), a 2-stage pipeline run and a 2-rank float8 run (torchao, float8 all-gather)
+leave no line saying "warning", and no warning line of torch's C++ logging
+(``W1202 06:00:00.123 ...``), on the console or in any rank's ``logs/rank<N>.log``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ SHORT_RUN = [
 ]
 """Two steps of one 2 x 32-token micro-batch per data-parallel rank, on a 2-block debug model."""
 CPP_WARNING = re.compile(r"^(\[rank\d+\]:)?W\d{4} \d\d:\d\d:\d\d")
-"""A warning of torch's C++ logging (glog format: ``W``, month and day, time), as torchrun prefixes it or not."""
+"""A warning of torch's C++ logging (glog format: ``W``, month and day, time), as torchrun prefixes
+it or not."""
 LAYOUTS = {  # name: (processes, config file, options)
     "fsdp2": (2, "train_configs/qwen3_debug.toml", []),
     "tp2_ep2": (

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from torchtitan_lite.models.common.norm import RMSNorm
 from torchtitan_lite.components.lr_schedule import (
     build_lr_scheduler,
     warmup_clipped_line,
@@ -20,6 +19,7 @@ from torchtitan_lite.components.optimizer import (
     fused_adamw_runs,
     split_decay_params,
 )
+from torchtitan_lite.models.common.norm import RMSNorm
 
 
 class TinyTied(nn.Module):
@@ -113,10 +113,10 @@ def _train_three_steps(implementation: str) -> list[torch.Tensor]:
 
 def test_fused_and_foreach_adamw_agree():
     fused, foreach = _train_three_steps("fused"), _train_three_steps("foreach")
-    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, foreach))
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(fused, foreach, strict=True))
     initial = [p.detach() for p in _seeded_tiny().parameters() if p.requires_grad]
     assert not any(
-        torch.allclose(a, b, rtol=0, atol=1e-4) for a, b in zip(fused, initial)
+        torch.allclose(a, b, rtol=0, atol=1e-4) for a, b in zip(fused, initial, strict=False)
     )  # they did move
 
 
@@ -247,7 +247,8 @@ def test_warmup_longer_than_the_steps_before_decay_is_clipped_and_the_decay_kept
         and wsd_lr_factor(80, **kw) == 1.0
         and wsd_lr_factor(90, **kw) == 0.5
     )
-    # the shortest runs: one step at the full LR (no decay step: round(0.2) == 0); 5 steps warm up for 4, decay 1
+    # the shortest runs: one step at the full LR (no decay step: round(0.2) == 0); 5 steps warm up
+    # for 4, decay 1
     assert wsd_lr_factor(1, **dict(kw, steps=1)) == 1.0
     assert [wsd_lr_factor(s, **dict(kw, steps=5)) for s in range(1, 6)] == [
         0.25,
@@ -257,8 +258,8 @@ def test_warmup_longer_than_the_steps_before_decay_is_clipped_and_the_decay_kept
         0.0,
     ]
     assert warmup_clipped_line(warmup_steps=20, steps=20, decay_ratio=0.3) == (
-        "lr schedule: warming up for 14 steps, not lr_scheduler.warmup_steps 20, so that the warmup and the 6 decay "
-        "steps (lr_scheduler.decay_ratio 0.3) fit in training.steps 20"
+        "lr schedule: warming up for 14 steps, not lr_scheduler.warmup_steps 20, so that the "
+        "warmup and the 6 decay steps (lr_scheduler.decay_ratio 0.3) fit in training.steps 20"
     )
     assert warmup_clipped_line(warmup_steps=20, steps=400, decay_ratio=0.3) is None
     assert warmup_clipped_line(warmup_steps=5, steps=2, decay_ratio=0.3).startswith(

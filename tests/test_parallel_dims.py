@@ -45,7 +45,7 @@ def test_impossible_layouts_name_the_degrees_and_the_world_size(kwargs, error, m
 
 def test_meshes_need_build_mesh_first():
     with pytest.raises(RuntimeError, match=r"call build_mesh"):
-        ParallelDims(world_size=1).dp_rank
+        _ = ParallelDims(world_size=1).dp_rank
 
 
 def test_from_config_reads_the_parallelism_section():

@@ -1,12 +1,14 @@
-"""Parallel layouts (issue 13): tensor parallelism, FSDP x TP and HSDP give the model, the losses and the gradients
-of one process, through the real Trainer (``tests/dist_layout_worker.py``: fp32, gloo, one thread per rank, tiny
-models of 2 blocks).
+"""Parallel layouts (issue 13): tensor parallelism, FSDP x TP and HSDP give the model, the losses
+and the gradients of one process, through the real Trainer (``tests/dist_layout_worker.py``: fp32,
+gloo, one thread per rank, tiny models of 2 blocks).
 
-Acceptance: for Qwen3 tied and untied, GPT-OSS and DeepSeek-V3, on layouts tp2, dp2 x tp2 and HSDP (replicate 2 x
-shard 2), and every other dense family (Llama 3) on tp2: every initial parameter gathered equals the 1-process init bitwise and the fingerprint is the same; each
-rank draws exactly its local elements; the step-1 loss is within 1e-5 (relative) of one process and the first 10 losses within
-1e-4, the step-1 gradient norm within 3e-4 (torch's fp32 norm is not more accurate) and the step-1 gradients
-within 1e-5 (absolute) of one process; steps between log steps read nothing from the device on any layout.
+Acceptance: for Qwen3 tied and untied, GPT-OSS and DeepSeek-V3, on layouts tp2, dp2 x tp2 and HSDP
+(replicate 2 x shard 2), and every other dense family (Llama 3) on tp2: every initial parameter
+gathered equals the 1-process init bitwise and the fingerprint is the same; each rank draws exactly
+its local elements; the step-1 loss is within 1e-5 (relative) of one process and the first 10 losses
+within 1e-4, the step-1 gradient norm within 3e-4 (torch's fp32 norm is not more accurate) and the
+step-1 gradients within 1e-5 (absolute) of one process; steps between log steps read nothing from
+the device on any layout.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from torchtitan_lite.models import model_names
 pytestmark = pytest.mark.multiprocess
 
 MODELS = ("qwen3", "qwen3_untied", "gpt_oss", "deepseek_v3")
-"""On every layout: the dense decoder tied and untied, GPT-OSS (biases, sinks, MoE), DeepSeek-V3 (MLA, MoE)."""
+"""On every layout: the dense decoder tied and untied, GPT-OSS (biases, sinks, MoE), DeepSeek-V3
+(MLA, MoE)."""
 TP_ONLY = tuple(name for name in model_names() if name not in MODELS and not is_moe(name))
-"""Every other dense family (Llama 3), on tp2 only: its tensor-parallel plan is its own (Llama 3: the attention
-without QK-norm), while FSDP and HSDP shard every family alike. The other MoE families run under TP x EP in
-``test_expert_parallel_layouts.py``."""
+"""Every other dense family (Llama 3), on tp2 only: its tensor-parallel plan is its own (Llama 3:
+the attention without QK-norm), while FSDP and HSDP shard every family alike. The other MoE families
+run under TP x EP in ``test_expert_parallel_layouts.py``."""
 LAYOUTS = {  # name: (processes, [parallelism] options, models)
     "1": (1, [], MODELS + TP_ONLY),
     "tp2": (2, ["--parallelism.tensor_parallel_degree=2"], MODELS + TP_ONLY),
@@ -96,7 +99,8 @@ def test_losses_and_gradient_norms_reproduce_one_process(runs, layout, model):
     assert abs(other["losses"][0] / one["losses"][0] - 1) < 1e-5
     for a, b in zip(other["losses"], one["losses"], strict=True):
         assert abs(a / b - 1) < 1e-4
-    # two fp32 norms of one gradient, summed in other orders (qwen3: 1 process 2.5e-5 below fp64): measured
+    # two fp32 norms of one gradient, summed in other orders (qwen3: 1 process 2.5e-5 below fp64):
+    # measured
     # at most 9.1e-5 (llama3 tp2, the same on AVX2 and scalar kernels; 1.9e-5 for the others): 3e-4
     assert abs(other["grad_norms"][0] / one["grad_norms"][0] - 1) < 3e-4
     assert one["losses"][-1] < one["losses"][0] - 0.5  # it trains
@@ -111,8 +115,8 @@ def test_step_1_gradients_equal_one_process_within_1e_5(runs, layout, model):
 
 
 def test_gradients_under_tp_live_on_several_meshes_that_clipping_combines(runs):
-    """The MoE layers and replicated norms are FSDP DTensors on the dp mesh, the rest on dp x tp: the global norm
-    above (equal to one process) was combined over both meshes."""
+    """The MoE layers and replicated norms are FSDP DTensors on the dp mesh, the rest on dp x tp:
+    the global norm above (equal to one process) was combined over both meshes."""
     assert {layout: runs[layout]["gpt_oss"]["grad_meshes"] for layout in LAYOUTS} == {
         "1": 1,
         "tp2": 2,
@@ -135,8 +139,8 @@ def tp2_run(tmp_path, model: str, options: list[str]) -> dict:
 
 
 def test_activation_checkpointing_under_tp_gives_the_same_gradients_bitwise(runs, tmp_path):
-    """Full AC recomputes each block (TP hooks and MLA's DTensor region included) in backward: losses and
-    gradients bitwise those of none."""
+    """Full AC recomputes each block (TP hooks and MLA's DTensor region included) in backward:
+    losses and gradients bitwise those of none."""
     checkpointed, plain = (
         tp2_run(tmp_path, "deepseek_v3", ["--activation_checkpoint.mode=full"]),
         runs["tp2"]["deepseek_v3"],
@@ -148,8 +152,8 @@ def test_activation_checkpointing_under_tp_gives_the_same_gradients_bitwise(runs
 
 
 def test_compiled_blocks_under_tp_give_the_gradients_of_eager(runs, tmp_path):
-    """torch.compile (AOTAutograd) of each block under TP: the tied embedding's gradient too (see the note on the
-    embedding's output under compile in tensor_parallel.py)."""
+    """torch.compile (AOTAutograd) of each block under TP: the tied embedding's gradient too (see
+    the note on the embedding's output under compile in tensor_parallel.py)."""
     compiled = tp2_run(
         tmp_path,
         "qwen3",
@@ -161,7 +165,9 @@ def test_compiled_blocks_under_tp_give_the_gradients_of_eager(runs, tmp_path):
         for name in eager["grads"]
     )
     assert worst < 1e-6
-    assert all(abs(a / b - 1) < 1e-5 for a, b in zip(compiled["losses"], eager["losses"]))
+    assert all(
+        abs(a / b - 1) < 1e-5 for a, b in zip(compiled["losses"], eager["losses"], strict=False)
+    )
 
 
 def test_bf16_mixed_precision_under_fsdp_x_tp_trains_near_fp32(runs, tmp_path):
@@ -170,7 +176,7 @@ def test_bf16_mixed_precision_under_fsdp_x_tp_trains_near_fp32(runs, tmp_path):
         run_worker(tmp_path, 4, ("qwen3",), options)["qwen3"]["losses"],
         runs["1"]["qwen3"]["losses"],
     )
-    assert all(abs(a / b - 1) < 1e-2 for a, b in zip(bf16, fp32)), (bf16, fp32)
+    assert all(abs(a / b - 1) < 1e-2 for a, b in zip(bf16, fp32, strict=False)), (bf16, fp32)
     assert bf16 != fp32  # bf16 matmuls did run
 
 

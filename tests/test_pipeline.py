@@ -1,5 +1,6 @@
-"""Pipeline stages in one process: the split into stages, stages built by deleting modules, their forward chained
-equal to the whole model's, init, fingerprint and Hugging Face import of stages, the loss the schedule calls."""
+"""Pipeline stages in one process: the split into stages, stages built by deleting modules, their
+forward chained equal to the whole model's, init, fingerprint and Hugging Face import of stages, the
+loss the schedule calls."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from model_helpers import is_moe
 from safetensors.torch import save_file
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import state_dict_adapter
 from torchtitan_lite.components.hf.export import hf_tensors
 from torchtitan_lite.components.hf.folder import SafetensorsFolder
@@ -25,13 +25,14 @@ from torchtitan_lite.distributed.pipeline import (
 )
 from torchtitan_lite.init.apply import init_weights, materialize, named_state_tensors
 from torchtitan_lite.init.fingerprint import model_fingerprint
+from torchtitan_lite.models import get_model_spec, model_names
 
 SEED = 7
 
 
 def tiny(family: str = "qwen3", **changes):
-    """``(spec, args)`` of a 4-layer untied flavor of ``family``: GQA families at dim 64 (a dense one with SwiGLU
-    width 128), MLA (DeepSeek-V3) at its debug dimensions."""
+    """``(spec, args)`` of a 4-layer untied flavor of ``family``: GQA families at dim 64 (a dense
+    one with SwiGLU width 128), MLA (DeepSeek-V3) at its debug dimensions."""
     spec = get_model_spec(family)
     base = spec.flavors["debug_untied" if "debug_untied" in spec.flavors else "debug"]
     sizes = (
@@ -135,7 +136,8 @@ def test_chained_stages_compute_the_whole_model_bitwise(family):
 
 
 def test_stages_initialize_their_own_tensors_as_the_whole_model_and_fingerprints_add_up():
-    """Qwen3-MoE: the stages hold plain buffers (expert counters, expert biases) of their own layers."""
+    """Qwen3-MoE: the stages hold plain buffers (expert counters, expert biases) of their own
+    layers."""
     spec, args = tiny("qwen3_moe")
     whole = built(spec, args, device="cpu")
     meta = built(spec, args)
@@ -197,7 +199,8 @@ def test_hf_import_into_a_later_stage_loads_its_tensors_and_skips_the_other_stag
 
 @pytest.mark.parametrize("family", model_names())
 def test_a_later_stage_returns_hidden_states_in_the_compute_dtype(family):
-    """The stages' static metadata (hidden states in the compute dtype, ``pipeline.py``): a bf16 stage keeps bf16."""
+    """The stages' static metadata (hidden states in the compute dtype, ``pipeline.py``): a bf16
+    stage keeps bf16."""
     spec, args = tiny(family)
     stage = split_stage(built(spec, args, device="cpu"), [1, 2], first=False, last=False).to(
         torch.bfloat16

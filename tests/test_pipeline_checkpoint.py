@@ -1,6 +1,7 @@
-"""DCP checkpoints across layouts with pipeline stages: pp2 x dp2 -> 1 process and 1 process -> pp2 x dp2, model
-and optimizer bitwise equal after load (each stage saves and loads its own FQNs), then a step trained from them
-(the optimizer's hyperparameters came back for every parameter), and a pp2 run resumed bitwise."""
+"""DCP checkpoints across layouts with pipeline stages: pp2 x dp2 -> 1 process and 1 process -> pp2
+x dp2, model and optimizer bitwise equal after load (each stage saves and loads its own FQNs), then
+a step trained from them (the optimizer's hyperparameters came back for every parameter), and a pp2
+run resumed bitwise."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ PP2_DP2 = [
     "--parallelism.pipeline_parallel_degree=2",
     "--parallelism.pipeline_parallel_schedule=GPipe",
 ]
-# 25 model entries (2 blocks of 11, embedding, norm, output); AdamW step, exp_avg, exp_avg_sq of each
+# 25 model entries (2 blocks of 11, embedding, norm, output); AdamW step, exp_avg, exp_avg_sq of
+# each
 EQUAL = {"model_equal": True, "optim_equal": True, "n_model": 25, "n_optim": 75, "loaded_step": 2}
 
 

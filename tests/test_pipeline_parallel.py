@@ -1,12 +1,14 @@
-"""Pipeline parallelism on gloo (2 and 4 ranks of one thread) against one process, through the real Trainer.
+"""Pipeline parallelism on gloo (2 and 4 ranks of one thread) against one process, through the real
+Trainer.
 
-For each layout: every initial tensor, gathered, equals the 1-process init bitwise; the printed fingerprint is the
-same; the step-1 loss is within 1e-5 (relative) and the first 10 losses within 1e-4 of one process; the gradients
-of step 1 within 1e-5 of the largest gradient of their tensor. Each schedule runs once: 1F1B through
-``run_train.sh`` (the fingerprint and the loss of every step as every rank printed it) and on pp2 x tp2 (sequence
-and loss parallel: sequence-sharded hidden states between stages), GPipe on pp2 x dp2 and Interleaved1F1B (4 stages
-on 2 ranks) through ``tests/dist_pipeline_worker.py``; and one MoE family (Qwen3-MoE, whose expert counters and
-biases are plain tensors of each stage).
+For each layout: every initial tensor, gathered, equals the 1-process init bitwise; the printed
+fingerprint is the same; the step-1 loss is within 1e-5 (relative) and the first 10 losses within
+1e-4 of one process; the gradients of step 1 within 1e-5 of the largest gradient of their tensor.
+Each schedule runs once: 1F1B through ``run_train.sh`` (the fingerprint and the loss of every step
+as every rank printed it) and on pp2 x tp2 (sequence and loss parallel: sequence-sharded hidden
+states between stages), GPipe on pp2 x dp2 and Interleaved1F1B (4 stages on 2 ranks) through
+``tests/dist_pipeline_worker.py``; and one MoE family (Qwen3-MoE, whose expert counters and biases
+are plain tensors of each stage).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ RUN = [
     "--training.num_threads=1",
     "--metrics.enable_tensorboard=false",
 ]
-"""A 4-layer Qwen3 of dim 64 (the debug vocabulary), 10 steps of 8 sequences of 32 tokens, validation at the end."""
+"""A 4-layer Qwen3 of dim 64 (the debug vocabulary), 10 steps of 8 sequences of 32 tokens,
+validation at the end."""
 QWEN3 = [
     "--job.config_file=train_configs/qwen3_debug.toml",
     "--model.flavor=debug_untied",
@@ -136,7 +139,8 @@ def test_interleaved_1f1b_with_two_stages_per_rank_equals_one_process(reference,
 
 
 def test_moe_stages_with_their_plain_buffers_equal_one_process(reference, tmp_path):
-    """One pipeline micro-batch per local batch: the auxiliary loss sees the batch one process sees."""
+    """One pipeline micro-batch per local batch: the auxiliary loss sees the batch one process
+    sees."""
     ranks = run_worker(
         tmp_path,
         "moe",

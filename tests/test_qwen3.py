@@ -1,4 +1,5 @@
-"""Qwen3: published sizes, forward/backward against an explicit reference, causality, ties, init plan."""
+"""Qwen3: published sizes, forward/backward against an explicit reference, causality, ties, init
+plan."""
 
 import dataclasses
 import functools
@@ -17,12 +18,12 @@ from model_helpers import (
     swiglu,
 )
 
+from torchtitan_lite.init.apply import init_weights, materialize
 from torchtitan_lite.models import get_model_spec
 from torchtitan_lite.models.common.attention_backends import causal_attention
 from torchtitan_lite.models.common.rope import rope_cos_sin
 from torchtitan_lite.models.qwen3 import Qwen3Model, Qwen3ModelArgs, qwen3_flavors, qwen3_init_plan
 from torchtitan_lite.models.qwen3.flops import num_flops_per_token, qwen3_num_params
-from torchtitan_lite.init.apply import init_weights, materialize
 
 TINY = Qwen3ModelArgs(
     dim=32,
@@ -36,7 +37,8 @@ TINY = Qwen3ModelArgs(
     max_seq_len=16,
 )
 
-# Totals of the released checkpoints (keras-hub qwen3_presets.py "params"; Qwen3-0.6B also on its model card).
+# Totals of the released checkpoints (keras-hub qwen3_presets.py "params"; Qwen3-0.6B also on its
+# model card).
 PUBLISHED_PARAMS = {
     "0.6b": 596_049_920,
     "1.7b": 1_720_574_976,
@@ -55,7 +57,8 @@ build = functools.partial(
 def reference_forward(
     params: dict[str, torch.Tensor], tokens: torch.Tensor, args: Qwen3ModelArgs
 ) -> torch.Tensor:
-    """Qwen3 written out: explicit masked softmax attention, RoPE as complex rotation of (i, i + d/2)."""
+    """Qwen3 written out: explicit masked softmax attention, RoPE as complex rotation of (i, i +
+    d/2)."""
     bs, T = tokens.shape
     half = args.head_dim // 2
     freq = args.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / args.head_dim)
@@ -223,7 +226,8 @@ def test_step1_loss_on_random_tokens_is_near_ln_vocab(flavor):
 
 def test_num_flops_per_token_for_qwen3_0_6b_at_4096():
     args = qwen3_flavors["0.6b"]
-    # tied: the 151936 x 1024 table counts once, as the output matmul; 12 * 28 * 16 * 128 * 4096 attention
+    # tied: the 151936 x 1024 table counts once, as the output matmul; 12 * 28 * 16 * 128 * 4096
+    #     attention
     assert num_flops_per_token(args, 4096) == 6 * 596_049_920 + 12 * 28 * 16 * 128 * 4096
     untied = qwen3_flavors["8b"]
     assert (

@@ -1,4 +1,5 @@
-"""Qwen3-MoE family: published size, forward/backward vs a float64 reference, init plan, step-1 loss."""
+"""Qwen3-MoE family: published size, forward/backward vs a float64 reference, init plan, step-1
+loss."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ build = functools.partial(
 def reference_forward(
     p: dict[str, torch.Tensor], tokens: torch.Tensor, a: Qwen3MoeModelArgs
 ) -> torch.Tensor:
-    """HF Qwen3MoE written out: QK-norm before RoPE, GQA by repeating heads, softmax top-k renormalized."""
+    """HF Qwen3MoE written out: QK-norm before RoPE, GQA by repeating heads, softmax top-k
+    renormalized."""
     bs, T = tokens.shape
     inv = a.rope_theta ** (-torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv

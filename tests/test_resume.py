@@ -1,9 +1,9 @@
 """Exact resume and resharding on 2-process gloo (the Acceptance of issue 6).
 
 One 2-rank run of 4 steps (checkpoints at steps 2 and 4, odd vocab 2051 so every Shard(0) split is
-uneven) is the reference; a second 2-rank run starts from a copy of its step-2 checkpoint, and so does a
-1-rank run (same global batch, same data position); 1- and 3-rank runs load its step-4 checkpoint. A
-streaming 2-rank checkpoint is refused on 1 rank.
+uneven) is the reference; a second 2-rank run starts from a copy of its step-2 checkpoint, and so
+does a 1-rank run (same global batch, same data position); 1- and 3-rank runs load its step-4
+checkpoint. A streaming 2-rank checkpoint is refused on 1 rank.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
             ),
         ],
     )
-    # 14 model entries (13 tensors, the tied output listed twice); AdamW step, exp_avg, exp_avg_sq of each tensor
+    # 14 model entries (13 tensors, the tied output listed twice); AdamW step, exp_avg, exp_avg_sq
+    # of each tensor
     assert res == {
         "model_equal": True,
         "optim_equal": True,
@@ -84,8 +85,10 @@ def test_reshard_from_two_ranks_gathers_bitwise_equal(reference, nproc):
 
 
 def test_other_world_size_resumes_at_the_same_data_position(reference):
-    # 1 rank from the 2-rank step-2 checkpoint, same global batch (2 micro-batches of 2): steps 3 and 4 train
-    # on the reference's windows, so the losses match up to the reduction order (1 rank vs 2 FSDP ranks).
+    # 1 rank from the 2-rank step-2 checkpoint, same global batch (2 micro-batches of 2): steps 3
+    # and 4 train
+    # on the reference's windows, so the losses match up to the reduction order (1 rank vs 2 FSDP
+    # ranks).
     tmp, ref = reference
     (tmp / "c" / "checkpoint").mkdir(parents=True)
     shutil.copytree(tmp / "a" / "checkpoint" / "step-2", tmp / "c" / "checkpoint" / "step-2")

@@ -1,5 +1,6 @@
-"""What a run prints while it starts, saves, resumes and loads: the start-up phase lines, the data line (tokens,
-windows, epochs), the checkpoint save and load lines, and a small folder of one's own text that validates."""
+"""What a run prints while it starts, saves, resumes and loads: the start-up phase lines, the data
+line (tokens, windows, epochs), the checkpoint save and load lines, and a small folder of one's own
+text that validates."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from ckpt_helpers import TINY_MODEL, text_file, tiny_job
 from model_helpers import train_to_the_end
 
 from torchtitan_lite.components.metrics import folder_bytes, format_bytes
-from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.config.cli import config_dict, format_toml
 from torchtitan_lite.data.corpus import shakespeare_plays
+from torchtitan_lite.preflight.checks import parse_run
 from torchtitan_lite.train import Trainer
 
 PHASE = re.compile(r"^([a-z][a-z ]*) \((\d+\.\d) s\): ")
 KERNELS = re.compile(r"init kernels built/compiled in \d+\.\d s; ")
-"""The init line's note when this process built or compiled the init kernels (the first run on a machine)."""
+"""The init line's note when this process built or compiled the init kernels (the first run on a
+machine)."""
 
 
 def train(argv: list[str], capsys) -> tuple[Trainer, list[str]]:
@@ -40,10 +42,11 @@ def test_start_up_prints_each_phase_with_its_seconds_then_the_run_folder(tmp_pat
     assert phases == ["process group", "data", "model", "parallelize", "init"]
     by_phase = {m.group(1): line for line in start if (m := PHASE.match(line))}
     data = tmp_path / "data.txt"
-    # one play: 35,094 tokens; the last 1% (351 tokens) is held out; train windows (34,743 - 1) // 32
+    # one play: 35,094 tokens; the last 1% (351 tokens) is held out; train windows (34,743 - 1) //
+    # 32
     assert by_phase["data"].endswith(
-        f"dataset_path {data}: 1 document, 35,094 tokens; train 34,743 tokens = 1,085 windows of 32, "
-        "4 steps x 2 windows = 0.00737 epochs; no validation"
+        f"dataset_path {data}: 1 document, 35,094 tokens; train 34,743 tokens = 1,085 windows of "
+        "32, 4 steps x 2 windows = 0.00737 epochs; no validation"
     )
     res = trainer.init_result
     assert KERNELS.sub("", by_phase["init"]).endswith(
@@ -78,8 +81,8 @@ def test_saves_print_step_folder_size_and_seconds_and_a_resume_says_where_it_res
         f"checkpoint saved: {folder / 'step-4'}",
     ]
     assert re.fullmatch(
-        rf"checkpoint saved: \S+step-4 \({re.escape(format_bytes(folder_bytes(folder / 'step-4')))}\)"
-        r" in \d+\.\d s",
+        r"checkpoint saved: \S+step-4 "
+        rf"\({re.escape(format_bytes(folder_bytes(folder / 'step-4')))}\) in \d+\.\d s",
         saved[1],
     )
     trainer, lines = run(tmp_path, capsys, "--training.steps=6", "--lr_scheduler.warmup_steps=0")
@@ -100,8 +103,10 @@ def test_saves_print_step_folder_size_and_seconds_and_a_resume_says_where_it_res
 
 
 def test_a_140_kb_folder_of_text_trains_with_validation_at_the_debug_batch(tmp_path, capsys):
-    # The debug config's batch (16 windows of 256 per step, 8 per micro-batch): the last 1% of 140 KB of text is
-    # 3 windows, fewer than one batch; validation holds out one global batch instead (16 * 256 + 1 tokens).
+    # The debug config's batch (16 windows of 256 per step, 8 per micro-batch): the last 1% of 140
+    # KB of text is
+    # 3 windows, fewer than one batch; validation holds out one global batch instead (16 * 256 + 1
+    # tokens).
     folder = tmp_path / "mine"
     folder.mkdir()
     text = "\n\n".join(t for _, t in shakespeare_plays("train"))[:140_000]
@@ -139,7 +144,8 @@ def test_a_140_kb_folder_of_text_trains_with_validation_at_the_debug_batch(tmp_p
 
 
 def test_too_little_data_for_validation_trains_without_it_and_says_why(tmp_path, capsys):
-    # 35,094 tokens: one global batch of 128 windows of 32 (4,097 tokens) would be 11.7% of them, over 10%
+    # 35,094 tokens: one global batch of 128 windows of 32 (4,097 tokens) would be 11.7% of them,
+    # over 10%
     text_file(tmp_path, n_plays=1)
     trainer, lines = run(
         tmp_path,
@@ -152,9 +158,11 @@ def test_too_little_data_for_validation_trains_without_it_and_says_why(tmp_path,
     )
     (warning,) = [line for line in lines if line.startswith("warning: validation off: ")]
     assert warning == (
-        f"warning: validation off: dataset_path {tmp_path / 'data.txt'} (validation) has 351 tokens = 10 windows of "
+        f"warning: validation off: dataset_path {tmp_path / 'data.txt'} (validation) has 351 "
+        "tokens = 10 windows of "
         "32, fewer than one global batch (128 windows) (at most 10% of the data "
-        "is held out); use more data, a smaller seq_len or global batch, or --validation.enable=false"
+        "is held out); use more data, a smaller seq_len or global batch, or "
+        "--validation.enable=false"
     )
     assert trainer.val_loader is None
     assert next(line for line in lines if line.startswith("data (")).endswith(

@@ -1,5 +1,6 @@
-"""Run safety, unit by unit: checksums, the folder lock, leftovers and atomic renames, a full disk, stop requests,
-outcomes for the launcher, the memory estimate, the LR schedule on resume and the line of changed settings."""
+"""Run safety, unit by unit: checksums, the folder lock, leftovers and atomic renames, a full disk,
+stop requests, outcomes for the launcher, the memory estimate, the LR schedule on resume and the
+line of changed settings."""
 
 from __future__ import annotations
 
@@ -167,7 +168,10 @@ def test_a_second_lock_names_the_holder_the_probe_sees_it_and_release_frees_it(t
     lock = FolderLock(str(tmp_path / "checkpoint"))
     lock.acquire()
     holder = rf"\(host {re.escape(socket.gethostname())}, PID {os.getpid()}, since [\d: -]+\)"
-    busy = rf"^checkpoint folder {tmp_path / 'checkpoint'} is in use by another run {holder}; wait for it to end"
+    busy = (
+        rf"^checkpoint folder {tmp_path / 'checkpoint'} is in use by another run {holder}; wait "
+        r"for it to end"
+    )
     with pytest.raises(storage.CheckpointError, match=busy):
         FolderLock(str(tmp_path / "checkpoint")).acquire()
     with pytest.raises(storage.CheckpointError, match=holder):
@@ -306,12 +310,15 @@ def test_resume_line_lists_changes_and_says_which_lr_schedule_applies():
     )
     now = {**saved, "optimizer.lr": 1e-3, "training.steps": 400}
     assert resume_line(saved, now, schedule, reset=False, step=7) == (
-        "warning: resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, training.steps 200 "
-        "-> 400; this run's values apply except the LR schedule, which continues as saved (optimizer.lr 0.003, "
+        "warning: resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, "
+        "training.steps 200 "
+        "-> 400; this run's values apply except the LR schedule, which continues as saved "
+        "(optimizer.lr 0.003, "
         "training.steps 200): pass --checkpoint.reset_lr_schedule to follow this run's from step 7"
     )
     assert resume_line(saved, now, schedule, reset=True, step=7) == (
-        "resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, training.steps 200 -> 400; "
+        "resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, "
+        "training.steps 200 -> 400; "
         "this run's values apply, the LR schedule too (checkpoint.reset_lr_schedule: from step 7)"
     )
 
@@ -340,8 +347,8 @@ def test_resuming_with_another_lr_keeps_the_saved_schedule_unless_reset_is_asked
     assert changed == [
         "warning: resumed with settings changed since the checkpoint: optimizer.lr 0.003 -> 0.001, "
         "training.steps 2 -> 4; this run's values apply except the LR schedule, which continues as "
-        "saved (optimizer.lr 0.003, training.steps 2): pass --checkpoint.reset_lr_schedule to follow "
-        "this run's from step 2"
+        "saved (optimizer.lr 0.003, training.steps 2): pass --checkpoint.reset_lr_schedule to "
+        "follow this run's from step 2"
     ]
     assert lr == 0.003 * wsd_lr_factor(3, **shape) and schedule == saved
     lines, lr, schedule = _resume(
@@ -378,7 +385,7 @@ def test_a_trainer_on_a_folder_locked_by_another_run_stops_before_reading_or_wri
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoint"]  # no run folder
 
 
-def test_memory_estimate_counts_16_bytes_per_parameter_over_the_ranks_and_korthikantis_activations():
+def test_memory_estimate_counts_16_bytes_per_parameter_over_ranks_and_korthikantis_activations():
     class Args:
         dim, n_layers, n_heads, vocab_size = 1024, 4, 8, 1000
 
@@ -400,8 +407,8 @@ def test_fit_problem_errors_when_clearly_impossible_and_warns_when_tight():
     assert fit_problem(MemoryEstimate(11 * GIB, 0), ranks_sharing=1, **kw)[0] == "error"
     level, text = fit_problem(MemoryEstimate(1 * GIB, 20 * GIB), ranks_sharing=1, **kw)
     assert level == "error" and text.startswith(
-        "the run needs about 21.0 GiB (1.0 GiB parameters, gradients and AdamW moments over 1 rank(s) + 20.0 GiB "
-        "activations) of 10.0 GiB host memory"
+        "the run needs about 21.0 GiB (1.0 GiB parameters, gradients and AdamW moments over 1 "
+        "rank(s) + 20.0 GiB activations) of 10.0 GiB host memory"
     )
 
 
@@ -518,7 +525,7 @@ def test_a_tool_reads_a_checkpoint_of_a_running_job_and_refuses_a_damaged_one_in
     finally:
         running.release()
     assert re.fullmatch(
-        rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when it "
-        r"was saved .*: the file is corrupt; delete this folder to start fresh .*",
+        rf"input error: checkpoint file {shard} does not match the xxh3_128 checksum recorded when "
+        r"it was saved .*: the file is corrupt; delete this folder to start fresh .*",
         capsys.readouterr().err.strip().splitlines()[-1],
     )

@@ -1,4 +1,5 @@
-"""Sink attention (models/common/sink_attention.py) against an explicit float64 softmax over [scores, sink]."""
+"""Sink attention (models/common/sink_attention.py) against an explicit float64 softmax over
+[scores, sink]."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_outputs_and_gradients_match_explicit_float64_softmax(
 
     assert out.dtype == torch.float32 and out.shape == ref.shape
     torch.testing.assert_close(out.double(), ref.detach(), atol=1e-5, rtol=1e-5)
-    for name, got, want in zip("q k v sinks".split(), inputs, ref_inputs):
+    for name, got, want in zip("q k v sinks".split(), inputs, ref_inputs, strict=False):
         torch.testing.assert_close(
             got.grad.double(), want.grad, atol=1e-5, rtol=1e-5, msg=f"grad of {name}"
         )

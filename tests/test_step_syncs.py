@@ -1,11 +1,12 @@
-"""The training step reads nothing from the device between log steps (issue 8: no hidden host-device syncs), except
-the all-to-all split sizes under expert parallelism (issue 14: one per MoE layer and micro-batch forward).
+"""The training step reads nothing from the device between log steps (issue 8: no hidden host-device
+syncs), except the all-to-all split sizes under expert parallelism (issue 14: one per MoE layer and
+micro-batch forward).
 
-Counted on CPU with :class:`sync_helpers.HostReads` around the call ``Trainer.train`` makes on a step that is
-neither a log nor a checkpoint step: ``train_step(sync=False)``, which for MoE models includes the training hooks'
-per-step expert-load all-reduce and bias update. Left out, because they read host tensors only: the data loader
-(batches are built on the host, then copied to the device) and the stop-signal agreement (a CPU tensor
-over a gloo group).
+Counted on CPU with :class:`sync_helpers.HostReads` around the call ``Trainer.train`` makes on a
+step that is neither a log nor a checkpoint step: ``train_step(sync=False)``, which for MoE models
+includes the training hooks' per-step expert-load all-reduce and bias update. Left out, because they
+read host tensors only: the data loader (batches are built on the host, then copied to the device)
+and the stop-signal agreement (a CPU tensor over a gloo group).
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ def test_steps_between_log_steps_read_nothing_from_the_device(tmp_path, config):
 def test_expert_parallel_steps_read_the_split_sizes_once_per_moe_layer_and_forward(
     tmp_path, ac_mode, per_layer_and_micro_batch
 ):
-    """Under expert parallelism the all-to-all needs its split sizes on the host: one read per MoE layer and
-    micro-batch forward (``torchtitan_lite/distributed/expert_parallel.py``), a second one where full activation
-    checkpointing recomputes the layer in backward. Qwen3-MoE, 2 MoE blocks, ep2 on 2 ranks, 2 quiet steps of 2
-    micro-batches per rank (``tests/dist_layout_worker.py``)."""
+    """Under expert parallelism the all-to-all needs its split sizes on the host: one read per MoE
+    layer and micro-batch forward (``torchtitan_lite/distributed/expert_parallel.py``), a second one
+    where full activation checkpointing recomputes the layer in backward. Qwen3-MoE, 2 MoE blocks,
+    ep2 on 2 ranks, 2 quiet steps of 2 micro-batches per rank (``tests/dist_layout_worker.py``)."""
     result = run_worker(
         tmp_path,
         2,

@@ -1,4 +1,5 @@
-"""Expert dispatch without host syncs: the padded buffer's layout, grouped matmuls vs a per-token loop."""
+"""Expert dispatch without host syncs: the padded buffer's layout, grouped matmuls vs a per-token
+loop."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def test_grouped_mm_experts_match_a_per_token_loop_without_a_host_sync():
     )  # idle expert
 
 
-def test_swiglu_experts_take_the_same_path_and_unaligned_widths_fall_back_with_one_read_per_matmul():
+def test_swiglu_experts_take_one_path_and_unaligned_widths_fall_back_with_one_read_per_matmul():
     indices, weights = _routing()
     results = {}
     for hidden in (8, 6):  # 8: fits grouped_mm; 6: 24-byte rows, the loop fallback

@@ -1,6 +1,7 @@
-"""The tools around a trained model: ``evaluate`` gives the mean token loss transformers gives on the same windows,
-``generate`` from a training checkpoint continues as the trained model does, a too long prompt stops with one line,
-and ``validation.sample_prompt`` writes the greedy continuation to the log and TensorBoard at each validation."""
+"""The tools around a trained model: ``evaluate`` gives the mean token loss transformers gives on
+the same windows, ``generate`` from a training checkpoint continues as the trained model does, a too
+long prompt stops with one line, and ``validation.sample_prompt`` writes the greedy continuation to
+the log and TensorBoard at each validation."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from torchtitan_lite.train import Trainer
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory, tokenizer_file):
-    """A scaled Qwen3-30B-A3B from transformers, saved with a fitting tokenizer, and the transformers model."""
+    """A scaled Qwen3-30B-A3B from transformers, saved with a fitting tokenizer, and the
+    transformers model."""
     folder = tmp_path_factory.mktemp("qwen3_moe")
     model = hf_model(scaled("Qwen3-30B-A3B"))
     model.save_pretrained(folder)

@@ -1,4 +1,5 @@
-"""trunc_normal_: exact law (KS, chi-square on rounded dtypes, theory moments), bounds, bad input."""
+"""trunc_normal_: exact law (KS, chi-square on rounded dtypes, theory moments), bounds, bad
+input."""
 
 import math
 
@@ -92,14 +93,14 @@ def test_low_precision_follows_rounded_law_chi_square(mean, std, a, b, dtype):
     observed = np.bincount(index, minlength=len(values)).astype(float)
     expected = probs * N
     obs_pooled, exp_pooled, o, e = [], [], 0.0, 0.0  # pool adjacent cells to >= 20 expected
-    for oi, ei in zip(observed, expected):
+    for oi, ei in zip(observed, expected, strict=True):
         o, e = o + oi, e + ei
         if e >= 20:
             obs_pooled.append(o), exp_pooled.append(e)
             o = e = 0.0
     obs_pooled[-1] += o
     exp_pooled[-1] += e
-    chi2 = sum((oo - ee) ** 2 / ee for oo, ee in zip(obs_pooled, exp_pooled))
+    chi2 = sum((oo - ee) ** 2 / ee for oo, ee in zip(obs_pooled, exp_pooled, strict=True))
     assert stats.chi2.sf(chi2, len(exp_pooled) - 1) > 1e-3
     assert abs(x.mean() - law.mean()) < 0.05 * std
     assert abs(x.std() / law.std() - 1) < 0.05
@@ -122,7 +123,8 @@ def test_mean_far_outside_bounds_is_exact_in_the_tail():
 
 
 def test_without_a_key_it_is_the_keyed_draw_seeded_by_the_generator():
-    """One sampler: the generator's next int64 (as a 64-bit seed) keys the stream ``"trunc_normal_"``."""
+    """One sampler: the generator's next int64 (as a 64-bit seed) keys the stream
+    ``"trunc_normal_"``."""
     seed = torch.randint(
         -(2**63), 2**63 - 1, (), dtype=torch.int64, generator=torch.Generator().manual_seed(5)
     )

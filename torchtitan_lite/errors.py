@@ -1,4 +1,5 @@
-"""The errors a user fixes, printed as their one-line message without a traceback: every :class:`UserError`.
+"""The errors a user fixes, printed as their one-line message without a traceback: every
+:class:`UserError`.
 
 Subclasses: ``ConfigError`` (``config/cli.py``), :class:`LaunchError`, :class:`InputError`,
 ``CheckpointError`` (``components/checkpoint/storage.py``), ``HFError``

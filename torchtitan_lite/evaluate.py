@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -107,15 +107,15 @@ def _evaluate(argv: list[str]) -> int:
     count = count if options.max_batches is None else min(count, options.max_batches)
     loss_sum, tokens = 0.0, 0
     with progress(count, "evaluating", unit="batch") as bar:
-        for _, (inputs, labels) in zip(range(count), stream):
+        for _, (inputs, labels) in zip(range(count), stream, strict=False):
             logits = loaded.model(inputs.to(loaded.device))
             loss_sum += cross_entropy_sum(logits, labels.to(loaded.device)).item()
             tokens += labels.numel()
             bar.update(1)
     loss = loss_sum / tokens
     print(
-        f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, perplexity "
-        f"{math.exp(loss):.2f}",
+        f"{loaded.source} on {name}: {tokens:,} tokens, mean loss {loss:.4f} nats/token, "
+        f"perplexity {math.exp(loss):.2f}",
         flush=True,
     )
     return 0

@@ -71,7 +71,8 @@ def _generate(argv: list[str]) -> int:
     limit = loaded.args.max_seq_len
     if not prompt_ids or len(prompt_ids) + options.max_new_tokens > limit:
         raise InputError(
-            f"--prompt has {len(prompt_ids)} tokens and --max_new_tokens is {options.max_new_tokens}: "
+            f"--prompt has {len(prompt_ids)} tokens and --max_new_tokens is "
+            f"{options.max_new_tokens}: "
             f"they must be at least 1 and together at most the model's max_seq_len {limit}"
         )
     if max(prompt_ids) >= loaded.args.vocab_size:

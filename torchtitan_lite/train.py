@@ -17,16 +17,7 @@ for a :class:`~torchtitan_lite.errors.UserError` raised while reading the config
 torchrun then stops the other workers; under ``run_train.sh`` the line also goes to the launcher
 (``faults.report_outcome``). Nothing is written to disk before the inputs are checked.
 
-Note: on the loss over a global batch. Every step trains on ``global_batch_size`` windows, whatever
-the layout: each data-parallel rank runs ``accum = global / (local * dp_degree)`` micro-batches.
-Each micro-batch adds its summed token cross-entropy divided by the GLOBAL token count of the step
-to the loss, and FSDP2 sums gradients over ranks (see ``distributed/fsdp.py``), so the gradient is
-that of the mean loss over all tokens of the global batch, exactly as one process would compute it.
-Under context parallelism each rank of a cp group adds the cross-entropy of its positions of the
-windows (``distributed/context_parallel.py``) and FSDP2 sums over ``dp_shard x cp``: the same
-gradient. Under pipeline parallelism a micro-batch runs through the schedule in pipeline
-micro-batches, each adding its summed cross-entropy over the same global count
-(``distributed/pipeline.py``, the note on the loss).
+Note: docs/design.md, "on the loss over a global batch".
 """
 
 from __future__ import annotations
@@ -105,6 +96,7 @@ from torchtitan_lite.distributed.float8 import (
 from torchtitan_lite.distributed.grad_norm import clip_grad_norm_layout_invariant_
 from torchtitan_lite.distributed.pipeline import gather_stages
 from torchtitan_lite.distributed.process_group import (
+    DistInfo,
     init_distributed,
     shutdown_distributed,
 )
@@ -254,8 +246,7 @@ class Trainer:
             f"{info.backend}, world size {info.world_size}, "
             f"{layout_text(info.dims, config, self.loss_parallel)}; device "
             f"{info.device}, compute dtype "
-            f"{str(self.dtype).removeprefix('torch.')}, threads per rank "
-            f"{torch.get_num_threads()}",
+            f"{str(self.dtype).removeprefix('torch.')}, threads per rank {torch.get_num_threads()}",
         )
         self.global_batch, self.accum = micro_batches(config, info.dims.dp_degree)
         say.note(
@@ -274,8 +265,7 @@ class Trainer:
             "model",
             f"{model.name} flavor {model.flavor} on meta: "
             f"{self.n_params:,} parameters (tied embeddings: {tied}), "
-            f"vocab_size {self.args.vocab_size}, tokenizer vocab "
-            f"{self.tokenizer.vocab_size}",
+            f"vocab_size {self.args.vocab_size}, tokenizer vocab {self.tokenizer.vocab_size}",
         )
         return whole
 
@@ -836,8 +826,7 @@ class Trainer:
             self.metrics.log_text(
                 [
                     f"done: step {state.step} of {cfg.training.steps} in "
-                    f"{format_duration(time.perf_counter() - start)}; "
-                    f"run folder {self.run_folder}"
+                    f"{format_duration(time.perf_counter() - start)}; run folder {self.run_folder}"
                 ]
             )
         self.metrics.close()
@@ -862,8 +851,7 @@ class Trainer:
         if path is None:
             self.metrics.log_line(
                 f"checkpoint step {self.train_state.step}: writing in the "
-                f"background ({time.perf_counter() - begin:.1f} s of training "
-                "time)"
+                f"background ({time.perf_counter() - begin:.1f} s of training time)"
             )
         self._log_saved(path, time.perf_counter() - begin)
         return path

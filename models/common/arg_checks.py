@@ -1,8 +1,8 @@
 """Checks shared by the families' args dataclasses, called from their ``__post_init__`` as
 ``from torchtitan_lite.models.common import arg_checks as check; check.ints(self)``.
 
-Every check raises ``ValueError`` with one line naming the class, the field(s) and the value(s), e.g.
-``Qwen3ModelArgs.dim must be a positive integer, got 0``.
+Every check raises ``ValueError`` with one line naming the class, the field(s) and the value(s),
+e.g. ``Qwen3ModelArgs.dim must be a positive integer, got 0``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 
 def ints(args: Any, may_be_zero: tuple[str, ...] = ()) -> None:
-    """Every field annotated ``int`` holds an ``int`` (not a ``bool``) >= 1, or >= 0 for ``may_be_zero``."""
+    """Every field annotated ``int`` holds an ``int`` (not a ``bool``) >= 1, or >= 0 for
+    ``may_be_zero``."""
     name = type(args).__name__
     for f in fields(args):
         value = getattr(args, f.name)
@@ -50,7 +51,8 @@ def non_negative(args: Any, *names: str) -> None:
     for field in names:
         if not getattr(args, field) >= 0:
             raise ValueError(
-                f"{type(args).__name__}.{field} must be >= 0 (0 = off), got {getattr(args, field)!r}"
+                f"{type(args).__name__}.{field} must be >= 0 (0 = off), got "
+                f"{getattr(args, field)!r}"
             )
 
 
@@ -58,7 +60,8 @@ def even(args: Any, field: str) -> None:
     """``field`` (a RoPE-rotated size) is even: RoPE rotates feature pairs."""
     if getattr(args, field) % 2:
         raise ValueError(
-            f"{type(args).__name__}.{field} must be even (RoPE rotates pairs), got {getattr(args, field)}"
+            f"{type(args).__name__}.{field} must be even (RoPE rotates pairs), got "
+            f"{getattr(args, field)}"
         )
 
 
@@ -79,8 +82,9 @@ def at_most(args: Any, field: str, bound: str) -> None:
 
 
 def rope(args: Any, yarn: bool) -> None:
-    """``rope_theta > 1``; with ``yarn`` also ``rope_factor >= 1`` and ``0 < rope_beta_slow < rope_beta_fast``
-    (YaRN's ramp, Peng et al. 2023, arXiv 2309.00071 sec. 3.2)."""
+    """``rope_theta > 1``; with ``yarn`` also ``rope_factor >= 1`` and
+    ``0 < rope_beta_slow < rope_beta_fast`` (YaRN's ramp, Peng et al. 2023, arXiv 2309.00071 sec.
+    3.2)."""
     name = type(args).__name__
     if not args.rope_theta > 1:
         raise ValueError(f"{name}.rope_theta must be > 1, got {args.rope_theta!r}")

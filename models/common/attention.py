@@ -1,9 +1,9 @@
-"""The GQA self-attention layer of the Qwen3, Qwen3-MoE and Llama 3 blocks (:class:`Attention`); its kernel is
-``inner_attention`` (``models/common/attention_backends.py``).
+"""The GQA self-attention layer of the Qwen3, Qwen3-MoE and Llama 3 blocks (:class:`Attention`); its
+kernel is ``inner_attention`` (``models/common/attention_backends.py``).
 
 Grouped-query attention (GQA; Ainslie et al. 2023, arXiv 2305.13245): ``n_heads`` query heads share
-``n_kv_heads`` key/value heads, query head ``h`` reading key/value head ``h // (n_heads // n_kv_heads)``
-(the grouping of HF ``repeat_kv`` and of SDPA's ``enable_gqa``).
+``n_kv_heads`` key/value heads, query head ``h`` reading key/value head
+``h // (n_heads // n_kv_heads)`` (the grouping of HF ``repeat_kv`` and of SDPA's ``enable_gqa``).
 """
 
 from __future__ import annotations
@@ -20,21 +20,23 @@ from torchtitan_lite.models.common.rope import apply_rope
 
 
 class Attention(nn.Module):
-    """Causal GQA self-attention with RoPE (Llama 3, Qwen3, Qwen3-MoE), with QK-norm when ``qk_norm`` (Qwen3,
-    Qwen3-MoE) and biases on the four projections when ``bias`` (GPT-OSS ``attention_bias: true``, whose subclass
-    swaps the kernel; Llama 3 and Qwen3 have none).
+    """Causal GQA self-attention with RoPE (Llama 3, Qwen3, Qwen3-MoE), with QK-norm when
+    ``qk_norm`` (Qwen3, Qwen3-MoE) and biases on the four projections when ``bias`` (GPT-OSS
+    ``attention_bias: true``, whose subclass swaps the kernel; Llama 3 and Qwen3 have none).
 
     QK-norm: an RMSNorm over ``head_dim`` (one weight vector shared by all heads) on each query and
     key head, applied BEFORE RoPE (HF ``Qwen3Attention.forward``: ``q_norm(q_proj(x))`` then
     ``apply_rotary_pos_emb``; Qwen3 report section 2: QK-Norm replaces Qwen2's QKV bias).
 
     Args:
-        args: a family's args; read here: ``dim``, ``n_heads``, ``n_kv_heads``, ``head_dim``, ``norm_eps``.
+        args: a family's args; read here: ``dim``, ``n_heads``, ``n_kv_heads``, ``head_dim``,
+            ``norm_eps``.
         qk_norm: add ``q_norm`` and ``k_norm`` (else both are ``None``).
         bias: give ``wq``/``wk``/``wv``/``wo`` biases.
 
-    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``. Head counts
-    are read from the projections' outputs, so a rank holding some of the heads (tensor parallelism) runs its heads.
+    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` ->
+    ``(bs, seqlen, dim)``. Head counts are read from the projections' outputs, so a rank holding
+    some of the heads (tensor parallelism) runs its heads.
     """
 
     def __init__(self, args: Any, qk_norm: bool, bias: bool = False):
@@ -69,7 +71,8 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``; ``document_ids`` int ``(bs, seqlen)`` or ``None``
+        """``x`` ``(bs, seqlen, dim)`` -> ``(bs, seqlen, dim)``; ``document_ids`` int
+        ``(bs, seqlen)`` or ``None``
         (:func:`torchtitan_lite.models.common.attention_backends.attention`)."""
         out = self.attend(
             *self.qkv(x, cos, sin), document_ids=document_ids
@@ -84,9 +87,9 @@ class Attention(nn.Module):
         sinks: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``inner_attention`` of ``q`` ``(bs, seqlen, n_heads, head_dim)`` over ``k``/``v``; with ``kv_cache`` set, the
-        new positions' keys and values are kept and the queries attend to all kept ones
-        (:mod:`torchtitan_lite.models.common.kv_cache`)."""
+        """``inner_attention`` of ``q`` ``(bs, seqlen, n_heads, head_dim)`` over ``k``/``v``; with
+        ``kv_cache`` set, the new positions' keys and values are kept and the queries attend to all
+        kept ones (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:
             k, v = self.inner_attention.gather(k, v)  # the whole window's under context parallelism
             args = (

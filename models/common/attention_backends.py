@@ -1,19 +1,20 @@
 """One switch for the attention kernel of every family: ``model.attn_backend``.
 
-Backends (each takes ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
-``(bs, seqlen, n_kv_heads, v_head_dim)``, optional per-head ``sinks``, ``sliding_window`` and ``document_ids``):
+Backends (each takes ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k``
+``(bs, seqlen, n_kv_heads, head_dim)``, ``v`` ``(bs, seqlen, n_kv_heads, v_head_dim)``, optional
+per-head ``sinks``, ``sliding_window`` and ``document_ids``):
 
 * ``auto``: plain causal attention (no sinks, window or documents) through SDPA ``is_causal``
   (:func:`causal_attention`: flash / memory-efficient kernels on accelerators, the flash
   kernel on CPU); on CPU also full causal attention with sinks, the sink folded in as a key
-  (:func:`~torchtitan_lite.models.common.sink_attention.sink_causal_attention`); anything else through ``flex`` on an
-  accelerator and ``blockwise`` on CPU.
-* ``flex``: FlexAttention with a ``BlockMask`` (``models/common/flex.py``); on CPU forward only (torch 2.13 has no
-  CPU backward), so it serves CPU inference and the CPU exactness test.
+  (:func:`~torchtitan_lite.models.common.sink_attention.sink_causal_attention`); anything else
+  through ``flex`` on an accelerator and ``blockwise`` on CPU.
+* ``flex``: FlexAttention with a ``BlockMask`` (``models/common/flex.py``); on CPU forward only
+  (torch 2.13 has no CPU backward), so it serves CPU inference and the CPU exactness test.
 * ``blockwise``: exact tiles with an online softmax, forward and backward, memory ``O(S x block)``
   (``models/common/blockwise.py``).
-* ``reference``: dense boolean masks through SDPA (``models/common/sink_attention.py``): the ``O(S^2)`` test
-  reference, not for training at length.
+* ``reference``: dense boolean masks through SDPA (``models/common/sink_attention.py``): the
+  ``O(S^2)`` test reference, not for training at length.
 
 No backend ever lets a query see a later position, a key outside its window, or another document.
 """
@@ -64,12 +65,13 @@ def causal_attention(
 
 
 def resolve_backend(backend: str, device_type: str, plain: bool, sinks: bool = False) -> str:
-    """The kernel that runs: ``sdpa``, ``flex``, ``blockwise`` or ``reference`` for a backend name (module
-    docstring), a device type (``cpu``, ``cuda``, ...), whether the attention is ``plain`` causal (no window, no
-    documents) and has ``sinks``.
+    """The kernel that runs: ``sdpa``, ``flex``, ``blockwise`` or ``reference`` for a backend name
+    (module docstring), a device type (``cpu``, ``cuda``, ...), whether the attention is ``plain``
+    causal (no window, no documents) and has ``sinks``.
 
     Raises:
-        ValueError: ``backend`` not one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
+        ValueError: ``backend`` not one of
+            :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
     """
     if backend not in ATTN_BACKENDS:
         raise ValueError(
@@ -96,14 +98,15 @@ def attention(
     """Causal grouped-query attention through the chosen backend (module docstring).
 
     Query ``i`` sees key ``j`` iff ``j <= i``, ``i - j < sliding_window`` (when set) and
-    ``document_ids[b, i] == document_ids[b, j]`` (when given); a sink adds ``exp(sinks[h])`` to head ``h``'s
-    softmax denominator.
+    ``document_ids[b, i] == document_ids[b, j]`` (when given); a sink adds ``exp(sinks[h])`` to head
+    ``h``'s softmax denominator.
 
     Args:
         q, k, v: see the module docstring.
         sinks: ``(n_heads,)`` sink logits, or ``None``.
         sliding_window: keys visible to each query, itself included, or ``None``.
-        document_ids: int32/int64 ``(bs, seqlen)``, the document of each position (non-decreasing), or ``None``.
+        document_ids: int32/int64 ``(bs, seqlen)``, the document of each position (non-decreasing),
+            or ``None``.
         scale: softmax scale; default ``head_dim ** -0.5``.
         backend: one of :data:`~torchtitan_lite.protocols.attention.ATTN_BACKENDS`.
 
@@ -178,8 +181,9 @@ def chunk_attention(
 
 
 class InnerAttention(AttentionKernel):
-    """:func:`attention` as a parameterless module (torchtitan's ``inner_attention``): the kernel of a layer, a
-    boundary where tensor parallelism hands it plain local tensors (the rank's heads and sinks).
+    """:func:`attention` as a parameterless module (torchtitan's ``inner_attention``): the kernel of
+    a layer, a boundary where tensor parallelism hands it plain local tensors (the rank's heads and
+    sinks).
 
     Args:
         sliding_window: keys visible to each query, or ``None`` for full causal attention.
@@ -209,9 +213,9 @@ class InnerAttention(AttentionKernel):
         sinks: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
-        ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``. Under
-        context parallelism ``k``/``v`` span the whole window (:meth:`gather`), ``q`` and
+        """``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``,
+        ``v`` ``(bs, seqlen, n_kv_heads, v_head_dim)`` -> ``(bs, seqlen, n_heads, v_head_dim)``.
+        Under context parallelism ``k``/``v`` span the whole window (:meth:`gather`), ``q`` and
         ``document_ids`` the rank's chunks, and each chunk attends to the keys up to its end
         (:func:`chunk_attention`)."""
         if self.cp is None:

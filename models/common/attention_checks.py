@@ -13,11 +13,13 @@ def check_qkv(
     sinks: torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
 ) -> tuple[int, int, int, int]:
-    """``(bs, seqlen, n_heads, head_dim)`` of ``q`` after checking the inputs of an attention backend ``name``.
+    """``(bs, seqlen, n_heads, head_dim)`` of ``q`` after checking the inputs of an attention
+    backend ``name``.
 
-    Expected: ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k`` ``(bs, seqlen, n_kv_heads, head_dim)``, ``v``
-    ``(bs, seqlen, n_kv_heads, v_head_dim)`` with ``n_heads`` a multiple of ``n_kv_heads``, ``sinks`` ``(n_heads,)``,
-    ``document_ids`` integer ``(bs, seqlen)``.
+    Expected: ``q`` ``(bs, seqlen, n_heads, head_dim)``, ``k``
+    ``(bs, seqlen, n_kv_heads, head_dim)``, ``v`` ``(bs, seqlen, n_kv_heads, v_head_dim)`` with
+    ``n_heads`` a multiple of ``n_kv_heads``, ``sinks`` ``(n_heads,)``, ``document_ids`` integer
+    ``(bs, seqlen)``.
 
     Raises:
         ValueError: the first input that breaks the above, with its shape.
@@ -29,8 +31,8 @@ def check_qkv(
         )
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
         raise ValueError(
-            f"{name}: q, k, v must agree on (bs, seqlen), k and v on n_kv_heads, q and k on head_dim; "
-            f"got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            f"{name}: q, k, v must agree on (bs, seqlen), k and v on n_kv_heads, q and k on "
+            f"head_dim; got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     bs, seqlen, n_heads, head_dim = q.shape
     if n_heads % k.shape[2]:

@@ -1,10 +1,11 @@
-"""Auxiliary load-balancing losses of an MoE layer, in the :data:`AuxLoss` form :class:`torchtitan_lite.models.common.moe.MoE`
-takes: the Switch-Transformer loss (GPT-OSS, Qwen3-MoE) and DeepSeek-V3's sequence-wise loss.
+"""Auxiliary load-balancing losses of an MoE layer, in the :data:`AuxLoss` form
+:class:`torchtitan_lite.models.common.moe.MoE` takes: the Switch-Transformer loss (GPT-OSS,
+Qwen3-MoE) and DeepSeek-V3's sequence-wise loss.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -27,7 +28,8 @@ def _whole(stats: torch.Tensor, window_sum: WindowSum | None) -> torch.Tensor:
 def load_balance_loss(
     probs: torch.Tensor, tokens_per_expert: torch.Tensor, window_sum: WindowSum | None = None
 ) -> torch.Tensor:
-    """Switch-Transformer load-balancing loss (Fedus et al. 2021, arXiv 2101.03961, eq. 4-6), HF form.
+    """Switch-Transformer load-balancing loss (Fedus et al. 2021, arXiv 2101.03961, eq. 4-6), HF
+    form.
 
     ``E * sum_e f_e * P_e`` with ``f_e`` = (tokens routed to ``e``) / ``T`` (no gradient; summing to
     ``k`` over experts, as HF ``load_balancing_loss_func``) and ``P_e`` the mean router probability
@@ -52,8 +54,8 @@ def load_balance_loss(
 def sequence_balance_loss(
     scores: torch.Tensor, indices: torch.Tensor, seqlen: int, window_sum: WindowSum | None = None
 ) -> torch.Tensor:
-    """Complementary sequence-wise balance loss ``sum_i f_i P_i`` (DeepSeek-V3 report, arXiv 2412.19437,
-    eq. 17-20), averaged over sequences.
+    """Complementary sequence-wise balance loss ``sum_i f_i P_i`` (DeepSeek-V3 report, arXiv
+    2412.19437, eq. 17-20), averaged over sequences.
 
     Per sequence of ``seqlen`` tokens: ``f_i = E / (k * seqlen) * (tokens choosing expert i)`` (no
     gradient) and ``P_i = mean_t s'_{i,t}`` with ``s'`` the scores normalized to sum 1 per token

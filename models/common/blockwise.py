@@ -1,35 +1,39 @@
-"""Exact causal attention over tiles with an online softmax: sinks, sliding windows and documents without an
-``S x S`` tensor, forward and backward (the CPU path; FlexAttention has no CPU backward in torch 2.13).
+"""Exact causal attention over tiles with an online softmax: sinks, sliding windows and documents
+without an ``S x S`` tensor, forward and backward (the CPU path; FlexAttention has no CPU backward
+in torch 2.13).
 
-Note: on the blockwise recurrence. Queries and keys are cut into blocks of ``block_size`` positions. For each
-query block the key blocks it can see (causal, inside the window, inside the documents of the block) are visited
-in order, keeping per query the running maximum ``m``, the running denominator ``l`` and the running weighted sum
-of values ``acc`` (the online softmax of Milakov & Gimelshein 2018, arXiv 1805.02867, as FlashAttention, Dao et
-al. 2022, arXiv 2205.14135). A sink logit starts the recurrence (``m = sink``, ``l = 1``): it is one more term of
-the denominator with no value (``models/common/sink_attention.py``). The forward saves only the output and the
-log-sum-exp ``lse = m + log l`` per query; the backward revisits the same tiles and recomputes the probabilities
-``p = exp(s - lse)`` (FlashAttention-2's backward, Dao 2023, arXiv 2307.08691)::
+Note: on the blockwise recurrence. Queries and keys are cut into blocks of ``block_size`` positions.
+For each query block the key blocks it can see (causal, inside the window, inside the documents of
+the block) are visited in order, keeping per query the running maximum ``m``, the running
+denominator ``l`` and the running weighted sum of values ``acc`` (the online softmax of Milakov &
+Gimelshein 2018, arXiv 1805.02867, as FlashAttention, Dao et al. 2022, arXiv 2205.14135). A sink
+logit starts the recurrence (``m = sink``, ``l = 1``): it is one more term of the denominator with
+no value (``models/common/sink_attention.py``). The forward saves only the output and the
+log-sum-exp ``lse = m + log l`` per query; the backward revisits the same tiles and recomputes the
+probabilities ``p = exp(s - lse)`` (FlashAttention-2's backward, Dao 2023, arXiv 2307.08691)::
 
-    D_i = sum_d dO_id O_id      dS_ij = p_ij (dO_i . v_j - D_i)      dsink_h = -sum_i exp(sink_h - lse_i) D_i
+    D_i = sum_d dO_id O_id      dS_ij = p_ij (dO_i . v_j - D_i)      dsink_h = -sum_i exp(sink_h -
+    lse_i) D_i
 
-Memory is ``O(S x block_size)`` per head (one tile of scores at a time plus the ``(S, head_dim)`` tensors);
-time is ``O(S x visible keys)``, so a 128-key window costs ``O(S x 128)``. Everything is computed in fp32 and the
-output returned in the dtype of ``q``.
+Memory is ``O(S x block_size)`` per head (one tile of scores at a time plus the ``(S, head_dim)``
+tensors); time is ``O(S x visible keys)``, so a 128-key window costs ``O(S x 128)``. Everything is
+computed in fp32 and the output returned in the dtype of ``q``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from torchtitan_lite.models.common.attention_checks import check_qkv
 from torchtitan_lite.data.documents import document_positions
+from torchtitan_lite.models.common.attention_checks import check_qkv
 
 BLOCK_SIZE = 256
 """Default tile edge in positions (a tile of scores is ``block_size^2`` per head)."""
 
 
 class _Tiles:
-    """The visible tiles of one call: query blocks, and for each the key range and whether it needs a mask.
+    """The visible tiles of one call: query blocks, and for each the key range and whether it needs
+    a mask.
 
     Queries sit at positions ``q_start .. seqlen - 1``, keys at ``0 .. seqlen - 1`` (``q_start`` >
     0: a context-parallel rank's chunk, whose earlier keys it gathered). ``document_ids`` int
@@ -63,7 +67,8 @@ class _Tiles:
             yield qs, qe, [(ks, min(ks + self.block, qe)) for ks in range(lo, qe, self.block)]
 
     def mask(self, qs: int, qe: int, ks: int, ke: int) -> torch.Tensor | None:
-        """Bool ``(bs or 1, 1, 1, qe - qs, ke - ks)``, ``True`` where query ``i`` sees key ``j``; ``None`` when all do."""
+        """Bool ``(bs or 1, 1, 1, qe - qs, ke - ks)``, ``True`` where query ``i`` sees key ``j``;
+        ``None`` when all do."""
         full = ke - 1 <= qs and (self.window is None or qe - 1 - ks < self.window)
         if full and self.document_ids is None:
             return None
@@ -81,7 +86,8 @@ class _Tiles:
 
 
 def _scores(q, k, scale, tiles, qs, qe, ks, ke):
-    """Masked scores of one tile, fp32 ``(bs, n_kv_heads, group, nq, nk)``; hidden keys are ``-inf``."""
+    """Masked scores of one tile, fp32 ``(bs, n_kv_heads, group, nq, nk)``; hidden keys are
+    ``-inf``."""
     q0 = tiles.q_start
     s = q[..., qs - q0 : qe - q0, :] @ k[..., ks:ke, :].transpose(-1, -2) * scale
     mask = tiles.mask(qs, qe, ks, ke)
@@ -99,9 +105,9 @@ class _BlockAttention(torch.autograd.Function):
         for qs, qe, key_ranges in tiles:
             shape = (*q.shape[:3], qe - qs, 1)
             if sinks is None:
-                m, l = q.new_full(shape, float("-inf")), q.new_zeros(shape)
+                m, row_sum = q.new_full(shape, float("-inf")), q.new_zeros(shape)
             else:
-                m, l = sinks.expand(shape).clone(), q.new_ones(shape)
+                m, row_sum = sinks.expand(shape).clone(), q.new_ones(shape)
             acc = q.new_zeros(*shape[:-1], v.shape[-1])
             for ks, ke in key_ranges:
                 s = _scores(q, k, scale, tiles, qs, qe, ks, ke)
@@ -109,11 +115,11 @@ class _BlockAttention(torch.autograd.Function):
                 m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows that saw nothing yet
                 p = torch.exp(s - m_safe)
                 alpha = torch.exp(m - m_safe)
-                l = l * alpha + p.sum(-1, keepdim=True)
+                row_sum = row_sum * alpha + p.sum(-1, keepdim=True)
                 acc = acc * alpha + p @ v[..., ks:ke, :]
                 m = m_new
-            outs.append(acc / l)  # every query sees itself: l > 0
-            lses.append(m + torch.log(l))
+            outs.append(acc / row_sum)  # every query sees itself: row_sum > 0
+            lses.append(m + torch.log(row_sum))
         out, lse = torch.cat(outs, dim=-2), torch.cat(lses, dim=-2)
         ctx.save_for_backward(q, k, v, sinks, out, lse)
         ctx.tiles, ctx.scale = tiles, scale
@@ -154,7 +160,8 @@ def block_attention(
     block_size: int = BLOCK_SIZE,
     q_start: int = 0,
 ) -> torch.Tensor:
-    """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with autograd.
+    """Causal grouped-query attention computed tile by tile (module note), exact in fp32, with
+    autograd.
 
     Query ``i`` (at position ``q_start + i``) sees key ``j`` iff ``j <= q_start + i``,
     ``q_start + i - j < sliding_window`` (when set) and the two positions' ``document_ids`` agree
@@ -177,7 +184,8 @@ def block_attention(
         ``(bs, seqlen - q_start, n_heads, v_head_dim)`` in the dtype of ``q``.
 
     Raises:
-        ValueError: shapes that disagree (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
+        ValueError: shapes that disagree
+            (:func:`torchtitan_lite.models.common.attention_checks.check_qkv`).
     """
     ids = None if document_ids is None else document_ids[:, q_start:]  # the queries' positions
     bs, seqlen, n_heads, head_dim = check_qkv(

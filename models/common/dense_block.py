@@ -1,5 +1,5 @@
-"""The dense pre-norm block of Llama 3 and Qwen3: GQA self-attention then a SwiGLU, each behind an RMSNorm and a
-residual (HF ``LlamaDecoderLayer``, ``Qwen3DecoderLayer``)."""
+"""The dense pre-norm block of Llama 3 and Qwen3: GQA self-attention then a SwiGLU, each behind an
+RMSNorm and a residual (HF ``LlamaDecoderLayer``, ``Qwen3DecoderLayer``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ class DenseBlock(nn.Module):
     """``h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h))``.
 
     Args:
-        args: a family's args; read here: ``dim``, ``hidden_dim``, ``norm_eps`` and :class:`Attention`'s fields.
+        args: a family's args; read here: ``dim``, ``hidden_dim``, ``norm_eps`` and
+            :class:`Attention`'s fields.
         qk_norm: the attention's QK-norm (Qwen3: on; Llama 3: off).
 
-    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` -> ``(bs, seqlen, dim)``.
+    Shapes: ``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)`` ->
+    ``(bs, seqlen, dim)``.
     """
 
     def __init__(self, args: Any, qk_norm: bool):

@@ -1,16 +1,12 @@
 """Auxiliary-loss-free load balancing: the once-per-step update of each MoE layer's expert bias.
 
 Source: DeepSeek-V3 technical report (arXiv 2412.19437), sec. 2.1.2: "at the end of each step, we
-decrease the bias term by gamma if its corresponding expert is overloaded and increase it by gamma if
-underloaded" (Wang et al. 2024, arXiv 2408.15664, Algorithm 1: ``b += gamma * sign(mean load - load)``).
-The delta is mean-centred as in torchtitan's ``MoE`` (so the biases keep summing to their initial 0;
-a uniform shift would change no top-k choice).
+decrease the bias term by gamma if its corresponding expert is overloaded and increase it by gamma
+if underloaded" (Wang et al. 2024, arXiv 2408.15664, Algorithm 1:
+``b += gamma * sign(mean load - load)``). The delta is mean-centred as in torchtitan's ``MoE`` (so
+the biases keep summing to their initial 0; a uniform shift would change no top-k choice).
 
-Note: on when to call. :class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` calls :func:`update_expert_bias` ONCE
-per optimizer step, after ``optimizer.step()``, with the counts :func:`torchtitan_lite.models.common.moe.collect_expert_load`
-returns (summed over the data-parallel ranks, covering every micro-batch of the step, never a checkpoint
-recompute).
-Every rank then applies the same delta to its replicated fp32 buffer, so the ranks stay identical.
+Note: docs/design.md, "on when to call".
 """
 
 from __future__ import annotations
@@ -29,7 +25,8 @@ def expert_bias_delta(counts: torch.Tensor, step_size: float) -> torch.Tensor:
         step_size: ``gamma`` (>= 0).
 
     Returns:
-        fp32 ``(num_experts,)``; it sums to 0 (within fp32 rounding of the mean); zero counts give zeros.
+        fp32 ``(num_experts,)``; it sums to 0 (within fp32 rounding of the mean); zero counts give
+        zeros.
     """
     counts = counts.float()
     delta = step_size * torch.sign(counts.mean() - counts)
@@ -42,26 +39,27 @@ def update_expert_bias(model: nn.Module, counts_by_layer: dict[str, torch.Tensor
 
     A layer is balanced when its router has an ``expert_bias`` buffer; its step size is the router's
     ``bias_update_speed`` (from the model args; 0 leaves the bias unchanged). Layers without a bias
-    (e.g. GPT-OSS) are skipped. See "Note: on when to call" in this module.
+    (e.g. GPT-OSS) are skipped. See "Note: on when to call" in docs/design.md.
 
     Args:
         model: the model (FSDP/checkpoint/compile wrappers allowed).
-        counts_by_layer: :func:`torchtitan_lite.models.common.moe.collect_expert_load`'s result: canonical MoE module
-            name (``"layers.3.moe"``) -> ``(num_experts,)`` counts summed over ranks.
+        counts_by_layer: :func:`torchtitan_lite.models.common.moe.collect_expert_load`'s result:
+            canonical MoE module name (``"layers.3.moe"``) -> ``(num_experts,)`` counts summed over
+            ranks.
 
     Returns:
         The number of layers whose bias was updated.
 
     Raises:
-        ValueError: a name in ``counts_by_layer`` is not an MoE layer of ``model``, or counts of the wrong
-            shape.
+        ValueError: a name in ``counts_by_layer`` is not an MoE layer of ``model``, or counts of the
+            wrong shape.
     """
     layers = moe_layers(model)
     unknown = sorted(set(counts_by_layer) - set(layers))
     if unknown:
         raise ValueError(
-            f"update_expert_bias: {unknown} are not MoE layers of the model (known: {sorted(layers)}); "
-            "pass the dict collect_expert_load(model) returns"
+            f"update_expert_bias: {unknown} are not MoE layers of the model (known: "
+            f"{sorted(layers)}); pass the dict collect_expert_load(model) returns"
         )
     updated = 0
     for name, counts in counts_by_layer.items():

@@ -1,15 +1,16 @@
-"""Routed experts stored as 3-D weights (FSDP2 shards dim 0, the expert dimension), run with one grouped
-matmul per projection over all experts (``models/common/token_dispatch.py``, no host sync).
+"""Routed experts stored as 3-D weights (FSDP2 shards dim 0, the expert dimension), run with one
+grouped matmul per projection over all experts (``models/common/token_dispatch.py``, no host sync).
 
 Both classes map ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` to
-``out[t] = sum_j weights[t, j] * expert_{indices[t, j]}(x[t])``, ``(T, dim)`` in the dtype of ``x``. Under expert
-parallelism (``torchtitan_lite/distributed/expert_parallel.py``) their parameters are ``Shard(0)`` DTensors and the
-forward runs the rank's experts (:func:`local_experts`) on the rows sent to them, ``indices`` then local expert ids.
+``out[t] = sum_j weights[t, j] * expert_{indices[t, j]}(x[t])``, ``(T, dim)`` in the dtype of ``x``.
+Under expert parallelism (``torchtitan_lite/distributed/expert_parallel.py``) their parameters are
+``Shard(0)`` DTensors and the forward runs the rank's experts (:func:`local_experts`) on the rows
+sent to them, ``indices`` then local expert ids.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,12 +25,13 @@ from torchtitan_lite.models.common.token_dispatch import (
 )
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
-"""Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` -> ``(..., hidden_dim)``."""
+"""Expert activation: the fused ``mlp1`` output ``(..., 2 * hidden_dim)`` ->
+``(..., hidden_dim)``."""
 
 
 def local_experts(param: torch.Tensor) -> torch.Tensor:
-    """The rank's experts of a stacked parameter ``(E, ...)``: the local shard of a DTensor (expert parallelism),
-    else the tensor itself."""
+    """The rank's experts of a stacked parameter ``(E, ...)``: the local shard of a DTensor (expert
+    parallelism), else the tensor itself."""
     return param.to_local() if isinstance(param, DTensor) else param
 
 
@@ -65,12 +67,12 @@ def clamped_swiglu(x: torch.Tensor, limit: float = 7.0, alpha: float = 1.702) ->
 
 
 class GroupedExperts(nn.Module):
-    """``num_experts`` biased two-layer FFNs with a fused gate/up projection (GPT-OSS reference ``MLPBlock``
-    layout; HF ``GptOssExperts``).
+    """``num_experts`` biased two-layer FFNs with a fused gate/up projection (GPT-OSS reference
+    ``MLPBlock`` layout; HF ``GptOssExperts``).
 
     Parameters (``E`` = ``num_experts``):
-      * ``mlp1_weight`` ``(E, 2 * hidden_dim, dim)``, ``mlp1_bias`` ``(E, 2 * hidden_dim)``: the fused
-        gate/up projection (interleaved rows for :func:`clamped_swiglu`);
+      * ``mlp1_weight`` ``(E, 2 * hidden_dim, dim)``, ``mlp1_bias`` ``(E, 2 * hidden_dim)``: the
+        fused gate/up projection (interleaved rows for :func:`clamped_swiglu`);
       * ``mlp2_weight`` ``(E, dim, hidden_dim)``, ``mlp2_bias`` ``(E, dim)``: the down projection.
 
     Args:
@@ -92,8 +94,8 @@ class GroupedExperts(nn.Module):
     def forward(
         self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        """See the module docstring: ``x`` ``(T, dim)``, int64 ``indices`` in ``[0, num_experts)`` and
-        ``weights`` ``(T, k)`` -> ``(T, dim)``."""
+        """See the module docstring: ``x`` ``(T, dim)``, int64 ``indices`` in ``[0, num_experts)``
+        and ``weights`` ``(T, k)`` -> ``(T, dim)``."""
         mlp1_weight, mlp1_bias, mlp2_weight, mlp2_bias = (
             local_experts(p)
             for p in (self.mlp1_weight, self.mlp1_bias, self.mlp2_weight, self.mlp2_bias)
@@ -109,8 +111,9 @@ class GroupedExperts(nn.Module):
 
 
 class GroupedSwiGLUExperts(nn.Module):
-    """``num_experts`` bias-free SwiGLU FFNs ``w2(silu(w1 x) * w3 x)`` (DeepSeek-V3 reference ``Expert``, stacked;
-    HF ``Qwen3MoeExperts``: ``gate_up_proj`` = ``cat([w1, w3], 1)``, ``down_proj`` = w2).
+    """``num_experts`` bias-free SwiGLU FFNs ``w2(silu(w1 x) * w3 x)`` (DeepSeek-V3 reference
+    ``Expert``, stacked; HF ``Qwen3MoeExperts``: ``gate_up_proj`` = ``cat([w1, w3], 1)``,
+    ``down_proj`` = w2).
 
     Parameters: ``w1``, ``w3`` ``(E, hidden_dim, dim)``; ``w2`` ``(E, dim, hidden_dim)``.
 
@@ -130,7 +133,8 @@ class GroupedSwiGLUExperts(nn.Module):
     def forward(
         self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        """See the module docstring: ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` -> ``(T, dim)``."""
+        """See the module docstring: ``x`` ``(T, dim)``, ``indices``/``weights`` ``(T, k)`` ->
+        ``(T, dim)``."""
         w1, w2, w3 = (local_experts(p) for p in (self.w1, self.w2, self.w3))
         plan = dispatch(indices, w1.shape[0])
         buffer = scatter_rows(x, plan)  # (num_rows, dim)

@@ -1,4 +1,5 @@
-"""SwiGLU feed-forward network (Shazeer 2020, "GLU Variants Improve Transformer", arXiv 2002.05202)."""
+"""SwiGLU feed-forward network (Shazeer 2020, "GLU Variants Improve Transformer", arXiv
+2002.05202)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from torch import nn
 
 
 class FeedForward(nn.Module):
-    """``w2(silu(w1(x)) * w3(x))``, no biases (Llama / Qwen3 MLP; HF ``gate_proj``=w1, ``up_proj``=w3,
-    ``down_proj``=w2).
+    """``w2(silu(w1(x)) * w3(x))``, no biases (Llama / Qwen3 MLP; HF ``gate_proj``=w1,
+    ``up_proj``=w3, ``down_proj``=w2).
 
     Args:
         dim: model width (input and output size).

@@ -1,11 +1,13 @@
-"""Causal attention with sinks, sliding windows and documents through FlexAttention and a ``BlockMask``.
+"""Causal attention with sinks, sliding windows and documents through FlexAttention and a
+``BlockMask``.
 
-The mask is a ``mask_mod`` (causal, ``q_idx - kv_idx < window``, same document) turned into a ``BlockMask``, so
-fully hidden ``128 x 128`` blocks are skipped and no ``S x S`` tensor exists. Sinks come from the returned
-log-sum-exp, as torchtitan's GPT-OSS does: with ``lse_i = log sum_j exp(s_ij)`` over the visible keys, adding
-``exp(sink)`` to the denominator rescales the output by ``exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink)``
-(gradients flow through ``lse``). On accelerators the kernel is compiled (``torch.compile``, Triton); on CPU it
-runs the forward only, unfused (torch 2.13 has no CPU backward), for inference and tests.
+The mask is a ``mask_mod`` (causal, ``q_idx - kv_idx < window``, same document) turned into a
+``BlockMask``, so fully hidden ``128 x 128`` blocks are skipped and no ``S x S`` tensor exists.
+Sinks come from the returned log-sum-exp, as torchtitan's GPT-OSS does: with
+``lse_i = log sum_j exp(s_ij)`` over the visible keys, adding ``exp(sink)`` to the denominator
+rescales the output by ``exp(lse) / (exp(lse) + exp(sink)) = sigmoid(lse - sink)`` (gradients flow
+through ``lse``). On accelerators the kernel is compiled (``torch.compile``, Triton); on CPU it runs
+the forward only, unfused (torch 2.13 has no CPU backward), for inference and tests.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from torchtitan_lite.models.common.attention_checks import check_qkv
 
 @functools.cache
 def _compiled_flex():
-    """``flex_attention`` compiled once per process (FlexAttention needs compilation to run fused)."""
+    """``flex_attention`` compiled once per process (FlexAttention needs compilation to run
+    fused)."""
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -60,8 +63,8 @@ def flex_attention_op(
     scale: float | None = None,
     q_start: int = 0,
 ) -> torch.Tensor:
-    """Causal grouped-query attention through FlexAttention (module docstring); arguments and result as
-    :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the
+    """Causal grouped-query attention through FlexAttention (module docstring); arguments and result
+    as :func:`torchtitan_lite.models.common.attention_backends.attention`; with ``q_start`` > 0 the
     queries are the positions ``q_start ..`` of the keys' span (as
     :func:`torchtitan_lite.models.common.blockwise.block_attention`).
 

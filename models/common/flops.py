@@ -1,5 +1,6 @@
-"""Parameter counts and training FLOPs of a decoder of :class:`torchtitan_lite.models.common.dense_block.DenseBlock` blocks (Qwen3,
-Llama 3), computed from the args alone."""
+"""Parameter counts and training FLOPs of a decoder of
+:class:`torchtitan_lite.models.common.dense_block.DenseBlock` blocks (Qwen3, Llama 3), computed from
+the args alone."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ def dense_num_params(args: Any, qk_norm: bool, include_embedding: bool = True) -
     """Number of distinct parameters of the decoder (a tied table counted once).
 
     Args:
-        args: reads ``dim``, ``n_layers``, ``n_heads``, ``n_kv_heads``, ``head_dim``, ``hidden_dim``, ``vocab_size``,
-            ``tie_embeddings``.
+        args: reads ``dim``, ``n_layers``, ``n_heads``, ``n_kv_heads``, ``head_dim``,
+            ``hidden_dim``, ``vocab_size``, ``tie_embeddings``.
         qk_norm: the blocks' attention has QK-norm (two ``head_dim`` weights per layer).
         include_embedding: count the ``tok_embeddings`` table (``vocab_size * dim``); when False and
             the output is tied, the shared table is not counted either.
@@ -28,8 +29,8 @@ def dense_flops_per_token(args: Any, seq_len: int, qk_norm: bool) -> float:
     """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
 
     ``6 * N + 12 * n_layers * n_heads * head_dim * seq_len`` with ``N`` the non-embedding
-    parameters (norm weights included, as torchtitan counts all parameters) plus the output projection's
-    (a tied table costs a matmul as output, not as a lookup):
+    parameters (norm weights included, as torchtitan counts all parameters) plus the output
+    projection's (a tied table costs a matmul as output, not as a lookup):
     6N for the matmuls of forward (2N) and backward (4N), and 12 * L * H * d_head * T for the
     attention scores and weighted sums (PaLM, Chowdhery et al. 2022, appendix B; torchtitan
     ``get_dense_model_nparams_and_flops``).

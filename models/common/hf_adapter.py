@@ -1,16 +1,18 @@
-"""What every family's Hugging Face state-dict adapter shares: the decoder's outer names, the common config keys and
-:class:`DecoderStateDictAdapter`, the base that implements the engine's contract
+"""What every family's Hugging Face state-dict adapter shares: the decoder's outer names, the common
+config keys and :class:`DecoderStateDictAdapter`, the base that implements the engine's contract
 (:class:`torchtitan_lite.protocols.state_dict_adapter.StateDictAdapter`) for a
 :class:`torchtitan_lite.models.common.decoder.Decoder`.
 
-Names (HF ``modeling_<family>.py``): ``model.embed_tokens`` = ``tok_embeddings``, per layer ``input_layernorm`` =
-``attention_norm`` and ``post_attention_layernorm`` = ``ffn_norm``, ``model.norm`` = ``norm``, ``lm_head`` =
-``output``; a SwiGLU ``mlp.gate_proj/up_proj/down_proj`` = ``w1/w3/w2`` (:data:`SWIGLU_NAMES`).
+Names (HF ``modeling_<family>.py``): ``model.embed_tokens`` = ``tok_embeddings``, per layer
+``input_layernorm`` = ``attention_norm`` and ``post_attention_layernorm`` = ``ffn_norm``,
+``model.norm`` = ``norm``, ``lm_head`` = ``output``; a SwiGLU ``mlp.gate_proj/up_proj/down_proj`` =
+``w1/w3/w2`` (:data:`SWIGLU_NAMES`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torchtitan_lite.models.common.hf_config import ConfigFields
 from torchtitan_lite.protocols.hf_tensors import HFTensor, Same, Stacked
@@ -21,7 +23,8 @@ SWIGLU_NAMES = {
     "w3.weight": "up_proj.weight",
     "w2.weight": "down_proj.weight",
 }
-"""Our name -> HF name of a SwiGLU's weights (``models/common/ffn.py``), relative to the module (HF ``mlp.``)."""
+"""Our name -> HF name of a SwiGLU's weights (``models/common/ffn.py``), relative to the module (HF
+``mlp.``)."""
 
 
 def same(prefix: str, table: dict[str, str]) -> dict[str, HFTensor]:
@@ -30,9 +33,10 @@ def same(prefix: str, table: dict[str, str]) -> dict[str, HFTensor]:
 
 
 def per_expert(prefix: str, num_experts: int) -> dict[str, HFTensor]:
-    """The SwiGLU experts (:class:`torchtitan_lite.models.common.experts.GroupedSwiGLUExperts` ``w1``/``w3``/``w2``, our names
-    relative to the layer) from the layout of the published Qwen3-MoE and DeepSeek-V3 safetensors: one tensor per
-    expert, ``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight`` (transformers 5 fuses them on load, with
+    """The SwiGLU experts (:class:`torchtitan_lite.models.common.experts.GroupedSwiGLUExperts`
+    ``w1``/``w3``/``w2``, our names relative to the layer) from the layout of the published
+    Qwen3-MoE and DeepSeek-V3 safetensors: one tensor per expert,
+    ``mlp.experts.{e}.gate_proj/up_proj/down_proj.weight`` (transformers 5 fuses them on load, with
     ``conversion_mapping.py``'s ``qwen2_moe`` rules, and splits them again on save)."""
     table = {"w1": "gate_proj.weight", "w3": "up_proj.weight", "w2": "down_proj.weight"}
     return {
@@ -46,8 +50,9 @@ def per_expert(prefix: str, num_experts: int) -> dict[str, HFTensor]:
 def decoder_tensors(
     args: Any, layer: Callable[[int, str], dict[str, HFTensor]]
 ) -> dict[str, HFTensor]:
-    """Every tensor of a decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`): the outer ones, the two block norms, and
-    ``layer(i, "model.layers.{i}.")``'s (our names relative to ``layers.{i}.``), in model order."""
+    """Every tensor of a decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`): the outer
+    ones, the two block norms, and ``layer(i, "model.layers.{i}.")``'s (our names relative to
+    ``layers.{i}.``), in model order."""
     tensors: dict[str, HFTensor] = {"tok_embeddings.weight": Same("model.embed_tokens.weight")}
     for i in range(args.n_layers):
         prefix = f"model.layers.{i}."
@@ -67,7 +72,8 @@ def decoder_tensors(
 
 
 def tied_head(args: Any, hf_name: str) -> str | None:
-    """Why ``lm_head.weight`` is not loaded into a tied model (some tied checkpoints store the copy), else ``None``."""
+    """Why ``lm_head.weight`` is not loaded into a tied model (some tied checkpoints store the
+    copy), else ``None``."""
     if args.tie_embeddings and hf_name == "lm_head.weight":
         return "tie_word_embeddings: the output projection is the embedding"
     return None
@@ -87,9 +93,10 @@ def decoder_config(args: Any) -> dict[str, Any]:
 
 
 class DecoderStateDictAdapter(StateDictAdapter):
-    """The base of the families' adapters (the contract: :class:`~torchtitan_lite.protocols.StateDictAdapter`): a
-    subclass sets ``model_type``, ``architecture``, ``args_from_hf_config`` (and ``free_fields`` when not
-    ``max_seq_len``) and implements :meth:`layer_tensors` and :meth:`family_config`; the DeepSeek-V3 one also reads
+    """The base of the families' adapters (the contract:
+    :class:`~torchtitan_lite.protocols.StateDictAdapter`): a subclass sets ``model_type``,
+    ``architecture``, ``args_from_hf_config`` (and ``free_fields`` when not ``max_seq_len``) and
+    implements :meth:`layer_tensors` and :meth:`family_config`; the DeepSeek-V3 one also reads
     ``hf_config`` and skips its MTP layers.
 
     Args:
@@ -103,8 +110,8 @@ class DecoderStateDictAdapter(StateDictAdapter):
         self.state_only = self.state_tensors()
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
-        """Block ``i``'s tensors besides its two norms: our name relative to ``layers.{i}.`` -> kind, the HF names
-        starting with ``prefix`` (``model.layers.{i}.``)."""
+        """Block ``i``'s tensors besides its two norms: our name relative to ``layers.{i}.`` ->
+        kind, the HF names starting with ``prefix`` (``model.layers.{i}.``)."""
         raise NotImplementedError
 
     def state_tensors(self) -> tuple[str, ...]:
@@ -112,7 +119,8 @@ class DecoderStateDictAdapter(StateDictAdapter):
         return ()
 
     def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or ``None``."""
+        """Why the HF tensor ``hf_name`` is not loaded (a tied model's ``lm_head.weight``), or
+        ``None``."""
         return tied_head(self.args, hf_name)
 
     def family_config(self) -> dict[str, Any]:
@@ -132,7 +140,8 @@ class DecoderStateDictAdapter(StateDictAdapter):
 def moe_counters(
     args: Any, first_moe_layer: int = 0, names: tuple[str, ...] = ("tokens_per_expert",)
 ) -> tuple[str, ...]:
-    """``layers.{i}.moe.<name>`` for the MoE layers from ``first_moe_layer`` on: state no HF file holds."""
+    """``layers.{i}.moe.<name>`` for the MoE layers from ``first_moe_layer`` on: state no HF file
+    holds."""
     return tuple(
         f"layers.{i}.moe.{name}" for i in range(first_moe_layer, args.n_layers) for name in names
     )

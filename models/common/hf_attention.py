@@ -1,9 +1,11 @@
-"""Hugging Face names and ``config.json`` keys of the grouped-query attention (:class:`torchtitan_lite.models.common.attention.
-Attention`) that Qwen3, Qwen3-MoE and Llama 3 share.
+"""Hugging Face names and ``config.json`` keys of the grouped-query attention
+(:class:`torchtitan_lite.models.common.attention. Attention`) that Qwen3, Qwen3-MoE and Llama 3
+share.
 
-Names (HF ``modeling_qwen3.py``, ``modeling_llama.py``), relative to the layer: ``self_attn.{q,k,v,o}_proj`` =
-``attention.w{q,k,v,o}``; with QK-norm ``self_attn.{q,k}_norm`` = ``attention.{q,k}_norm``. HF's ``rotate_half``
-RoPE is ours (``models/common/rope.py``), so the projections map one to one.
+Names (HF ``modeling_qwen3.py``, ``modeling_llama.py``), relative to the layer:
+``self_attn.{q,k,v,o}_proj`` = ``attention.w{q,k,v,o}``; with QK-norm ``self_attn.{q,k}_norm`` =
+``attention.{q,k}_norm``. HF's ``rotate_half`` RoPE is ours (``models/common/rope.py``), so the
+projections map one to one.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ DEFAULT_THETA = 10000.0
 
 
 def read_heads(fields: ConfigFields, head_dim_default: int | None) -> dict[str, Any]:
-    """Head counts and ``head_dim`` (default ``head_dim_default``, or ``hidden_size // num_attention_heads`` when
-    ``None``, as transformers) as args fields; no attention bias or dropout, a SiLU MLP.
+    """Head counts and ``head_dim`` (default ``head_dim_default``, or
+    ``hidden_size // num_attention_heads`` when ``None``, as transformers) as args fields; no
+    attention bias or dropout, a SiLU MLP.
 
     Raises:
         HFConfigError: attention bias or dropout, or another ``hidden_act``.
@@ -49,12 +52,12 @@ def read_heads(fields: ConfigFields, head_dim_default: int | None) -> dict[str, 
 
 
 def read_attention(fields: ConfigFields, head_dim_default: int | None) -> dict[str, Any]:
-    """The Qwen3 and Qwen3-MoE attention keys as args fields: :func:`read_heads`, no sliding window, plain RoPE of
-    base ``rope_theta``.
+    """The Qwen3 and Qwen3-MoE attention keys as args fields: :func:`read_heads`, no sliding window,
+    plain RoPE of base ``rope_theta``.
 
     Raises:
-        HFConfigError: from :func:`read_heads`, a sliding window, RoPE scaling, or a layer type other than full
-            attention.
+        HFConfigError: from :func:`read_heads`, a sliding window, RoPE scaling, or a layer type
+            other than full attention.
     """
     values = read_heads(fields, head_dim_default)
     fields.expect("use_sliding_window", False)
@@ -85,7 +88,8 @@ def heads_config(args: Any) -> dict[str, Any]:
 
 
 def attention_config(args: Any) -> dict[str, Any]:
-    """The attention keys of ``config.json`` for Qwen3 and Qwen3-MoE args (:func:`read_attention` reads them)."""
+    """The attention keys of ``config.json`` for Qwen3 and Qwen3-MoE args (:func:`read_attention`
+    reads them)."""
     return {
         **heads_config(args),
         "use_sliding_window": False,

@@ -1,16 +1,18 @@
-"""Reading a Hugging Face ``config.json`` into model args so that every field is honoured or refused.
+"""Reading a Hugging Face ``config.json`` into model args so that every field is honoured or
+refused.
 
-A family's ``args_from_hf_config`` reads the config through :class:`ConfigFields`: each key is either mapped to an
-args field (:meth:`ConfigFields.get`), accepted only at values that change nothing for our model
-(:meth:`ConfigFields.expect`), or listed as changing nothing at all (:meth:`ConfigFields.ignore`).
-:meth:`ConfigFields.finish` refuses every key left over, so a field the model does not implement is an error
-naming it, never silently dropped. A key the config leaves out takes transformers' default for that model type
-(the ``defaults`` table each family copies from its transformers config class; ``tests/test_hf_config.py``
-compares the tables with the classes).
+A family's ``args_from_hf_config`` reads the config through :class:`ConfigFields`: each key is
+either mapped to an args field (:meth:`ConfigFields.get`), accepted only at values that change
+nothing for our model (:meth:`ConfigFields.expect`), or listed as changing nothing at all
+(:meth:`ConfigFields.ignore`). :meth:`ConfigFields.finish` refuses every key left over, so a field
+the model does not implement is an error naming it, never silently dropped. A key the config leaves
+out takes transformers' default for that model type (the ``defaults`` table each family copies from
+its transformers config class; ``tests/test_hf_config.py`` compares the tables with the classes).
 
-RoPE parameters appear in three shapes (:func:`rope_parameters`): published checkpoints write ``rope_theta`` at
-the top level and ``rope_scaling`` as ``null`` or a dict with ``type`` or ``rope_type``; transformers 5 writes
-``rope_parameters`` (``rope_type``, ``rope_theta`` and the scaling keys in one dict).
+RoPE parameters appear in three shapes (:func:`rope_parameters`): published checkpoints write
+``rope_theta`` at the top level and ``rope_scaling`` as ``null`` or a dict with ``type`` or
+``rope_type``; transformers 5 writes ``rope_parameters`` (``rope_type``, ``rope_theta`` and the
+scaling keys in one dict).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class ConfigFields:
     Args:
         config: the parsed JSON object.
         defaults: transformers' defaults for keys the config may leave out.
-        where: prefix of the field names in messages (``""``, or ``"rope_scaling."`` for a nested dict).
+        where: prefix of the field names in messages (``""``, or ``"rope_scaling."`` for a nested
+            dict).
         family: our model family, for messages.
     """
 
@@ -75,7 +78,8 @@ class ConfigFields:
         return value
 
     def ignore(self, *keys: str) -> None:
-        """Accept ``keys`` with any value: they change nothing in the model (file dtype, caching, token ids)."""
+        """Accept ``keys`` with any value: they change nothing in the model (file dtype, caching,
+        token ids)."""
         self.used.update(keys)
 
     def fail(self, key: str, why: str) -> HFConfigError:
@@ -86,8 +90,8 @@ class ConfigFields:
         )
 
     def aliased(self, key: str, alias: str) -> Any:
-        """The value of ``key``, or of ``alias`` (transformers writes one name, published files the other); when
-        both are present they must agree.
+        """The value of ``key``, or of ``alias`` (transformers writes one name, published files the
+        other); when both are present they must agree.
 
         Raises:
             HFConfigError: both present with different values.
@@ -125,13 +129,14 @@ YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
 def rope_parameters(
     fields: ConfigFields, default_theta: float, default_rope: dict[str, Any] | None = None
 ) -> ConfigFields:
-    """The RoPE parameters of a config as one nested :class:`ConfigFields` (``where`` names the key they came
-    from), with ``rope_type`` set (``"default"`` = no scaling) and ``rope_theta`` filled from the top level or
-    ``default_theta``; ``default_rope`` is transformers' default when the config has neither key (GPT-OSS: YaRN).
+    """The RoPE parameters of a config as one nested :class:`ConfigFields` (``where`` names the key
+    they came from), with ``rope_type`` set (``"default"`` = no scaling) and ``rope_theta`` filled
+    from the top level or ``default_theta``; ``default_rope`` is transformers' default when the
+    config has neither key (GPT-OSS: YaRN).
 
     Raises:
-        HFConfigError: both ``rope_scaling`` and ``rope_parameters`` are set and differ, or ``type`` and
-            ``rope_type`` disagree.
+        HFConfigError: both ``rope_scaling`` and ``rope_parameters`` are set and differ, or ``type``
+            and ``rope_type`` disagree.
     """
     scaling, params = fields.get("rope_scaling", None), fields.get("rope_parameters", None)
     top_theta = fields.get("rope_theta", None)
@@ -177,11 +182,11 @@ FILE_FIELDS = (
     "output_router_logits",
     "quantization_config",
 )
-"""Keys that describe the file or the forward's outputs, not the architecture: which class and code loads it
-(``architectures``, ``model_type``, ``auto_map``: checked when the family is picked), the stored dtype, the
-version that wrote it, the KV cache, the tokenizer's special ids (exported from the tokenizer), what the forward
-returns besides logits; ``quantization_config`` is honoured by the loader (``torchtitan_lite/components/hf``),
-which dequantizes or refuses it."""
+"""Keys that describe the file or the forward's outputs, not the architecture: which class and code
+loads it (``architectures``, ``model_type``, ``auto_map``: checked when the family is picked), the
+stored dtype, the version that wrote it, the KV cache, the tokenizer's special ids (exported from
+the tokenizer), what the forward returns besides logits; ``quantization_config`` is honoured by the
+loader (``torchtitan_lite/components/hf``), which dequantizes or refuses it."""
 
 
 def float_or_none(value: Any) -> float | None:

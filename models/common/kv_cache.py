@@ -1,10 +1,12 @@
-"""Per-layer key/value state for decoding with a :class:`~torchtitan_lite.protocols.attention.KVCache`.
+"""Per-layer key/value state for decoding with a
+:class:`~torchtitan_lite.protocols.attention.KVCache`.
 
-A layer appends what it computes for the new positions and attends its new queries to everything it keeps. Full
-layers keep every position; a sliding-window layer keeps the last ``sliding_window`` (older keys are never seen
-again); MLA keeps its compressed latent (``c_kv`` after ``kv_norm`` and the rotated ``k_pe``) and up-projects it
-at each step (DeepSeek-V2 report sec. 2.1: the latent is what makes the cache small). The attention over the kept
-keys is explicit (``n_new x kept`` scores): a decoding step has one query; a prompt is run once.
+A layer appends what it computes for the new positions and attends its new queries to everything it
+keeps. Full layers keep every position; a sliding-window layer keeps the last ``sliding_window``
+(older keys are never seen again); MLA keeps its compressed latent (``c_kv`` after ``kv_norm`` and
+the rotated ``k_pe``) and up-projects it at each step (DeepSeek-V2 report sec. 2.1: the latent is
+what makes the cache small). The attention over the kept keys is explicit (``n_new x kept`` scores):
+a decoding step has one query; a prompt is run once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import torch
 
 
 class LayerKV:
-    """One layer's kept tensors (each ``(bs, kept, ...)``) and ``end``, the position after the last one kept."""
+    """One layer's kept tensors (each ``(bs, kept, ...)``) and ``end``, the position after the last
+    one kept."""
 
     def __init__(self):
         self.tensors: tuple[torch.Tensor, ...] | None = None
@@ -22,12 +25,13 @@ class LayerKV:
     def extend(
         self, new: tuple[torch.Tensor, ...], keep: int | None
     ) -> tuple[tuple[torch.Tensor, ...], int]:
-        """Append ``new`` (each ``(bs, n_new, ...)``) along positions; returns all tensors for this step and the
-        position of their first row, then keeps only the last ``keep`` positions (``None``: all)."""
+        """Append ``new`` (each ``(bs, n_new, ...)``) along positions; returns all tensors for this
+        step and the position of their first row, then keeps only the last ``keep`` positions
+        (``None``: all)."""
         every = (
             new
             if self.tensors is None
-            else tuple(torch.cat([t, n], dim=1) for t, n in zip(self.tensors, new))
+            else tuple(torch.cat([t, n], dim=1) for t, n in zip(self.tensors, new, strict=True))
         )
         start = self.end - (0 if self.tensors is None else self.tensors[0].shape[1])
         self.end += new[0].shape[1]
@@ -48,12 +52,13 @@ def cached_attention(
 ) -> torch.Tensor:
     """Causal attention of new queries over kept keys at absolute positions, in fp32.
 
-    Query ``i`` (position ``q_start + i``) sees key ``j`` (position ``k_start + j``) iff its position is not later and,
-    with a window ``W``, less than ``W`` before; ``sinks`` add ``exp(sinks[h])`` to head ``h``'s denominator.
+    Query ``i`` (position ``q_start + i``) sees key ``j`` (position ``k_start + j``) iff its
+    position is not later and, with a window ``W``, less than ``W`` before; ``sinks`` add
+    ``exp(sinks[h])`` to head ``h``'s denominator.
 
     Args:
-        q: ``(bs, n_new, n_heads, head_dim)``; k: ``(bs, n_kept, n_kv_heads, head_dim)``; v: ``(bs, n_kept,
-            n_kv_heads, v_head_dim)``.
+        q: ``(bs, n_new, n_heads, head_dim)``; k: ``(bs, n_kept, n_kv_heads, head_dim)``; v:
+            ``(bs, n_kept, n_kv_heads, v_head_dim)``.
 
     Returns:
         ``(bs, n_new, n_heads, v_head_dim)`` in the dtype of ``q``.

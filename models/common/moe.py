@@ -1,25 +1,16 @@
-"""The mixture-of-experts layer every MoE family uses: route, run the experts, add the auxiliary loss, count.
+"""The mixture-of-experts layer every MoE family uses: route, run the experts, add the auxiliary
+loss, count.
 
-:class:`MoE` takes a router (``models/common/routers.py``), grouped experts (``models/common/experts.py``),
-optional shared experts and an auxiliary loss (``models/common/balance_loss.py``): GPT-OSS is
-:class:`~torchtitan_lite.models.common.routers.TopKRouter` + :class:`~torchtitan_lite.models.common.experts.GroupedExperts` + the Switch loss;
-Qwen3-MoE the V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
+:class:`MoE` takes a router (``models/common/routers.py``), grouped experts
+(``models/common/experts.py``), optional shared experts and an auxiliary loss
+(``models/common/balance_loss.py``): GPT-OSS is
+:class:`~torchtitan_lite.models.common.routers.TopKRouter` +
+:class:`~torchtitan_lite.models.common.experts.GroupedExperts` + the Switch loss; Qwen3-MoE the
+V3-style router + SwiGLU experts + the Switch loss; DeepSeek-V3 the V3 router + SwiGLU experts +
 shared experts + the sequence-wise loss.
 
-Note: on the auxiliary loss without touching the forward output. The auxiliary loss of each
-MoE layer is attached to the layer's output by :class:`AddAuxiliaryLoss` (the trick of the
-DeepSeek-V2/V3 reference ``modeling_deepseek.py``): the forward value is unchanged and in backward
-the loss receives a gradient of ``aux_loss_scale`` (1 by default), exactly as if it had been added
-to the training loss. The trainer needs nothing special, and activation checkpointing and FSDP see
-an ordinary graph. With gradients SUMMED over ranks and micro-batches (torchtitan_lite's
-convention), set ``aux_loss_scale = 1 / (dp_degree * micro_batches)`` to add the mean
-(:class:`torchtitan_lite.models.common.moe_hooks.MoETrainingHooks` does).
-
-Note: on counting tokens under activation checkpointing. ``tokens_per_expert`` is updated in
-forward; a checkpointed block runs its forward a second time during backward (recompute), which
-would count every token twice. The engine checkpoints blocks with a recompute context that makes
-:func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` true (torch.utils.checkpoint's public
-``context_fn``); a recompute does not count, nor does it replace :attr:`MoE.aux_loss`.
+Notes in docs/design.md: "on the auxiliary loss without touching the forward output", "on counting
+tokens under activation checkpointing".
 """
 
 from __future__ import annotations
@@ -28,16 +19,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from torchtitan_lite.models.common.balance_loss import AuxLoss
 from torchtitan_lite.distributed.activation_checkpoint import recomputing
 from torchtitan_lite.init.apply import canonical_name
+from torchtitan_lite.models.common.balance_loss import AuxLoss
 from torchtitan_lite.protocols.attention import WindowAware
 
 
 class AddAuxiliaryLoss(torch.autograd.Function):
     """Return ``x`` unchanged; in backward give ``aux`` (a scalar) the gradient ``scale``.
 
-    See "Note: on the auxiliary loss without touching the forward output" in this module.
+    See "Note: on the auxiliary loss without touching the forward output" in docs/design.md.
     """
 
     @staticmethod
@@ -55,26 +46,30 @@ class AddAuxiliaryLoss(torch.autograd.Function):
 class MoE(WindowAware):
     """A mixture-of-experts feed-forward layer: ``out = routed(x) + shared_experts(x)``.
 
-    ``routed(x)`` sends each token to the experts its router chose (``sum_j weights_j * expert_j(x)``);
-    shared experts, when given, run on every token (DeepSeek-V3 report eq. 12; reference ``MoE.forward``).
+    ``routed(x)`` sends each token to the experts its router chose
+    (``sum_j weights_j * expert_j(x)``); shared experts, when given, run on every token (DeepSeek-V3
+    report eq. 12; reference ``MoE.forward``).
 
     Args:
         router: maps ``(T, dim)`` to a :class:`~torchtitan_lite.models.common.routers.RouterOutput`.
-        experts: grouped experts with a ``num_experts`` attribute, called as ``experts(x, indices, weights)``.
+        experts: grouped experts with a ``num_experts`` attribute, called as
+            ``experts(x, indices, weights)``.
         shared_experts: a module ``(T, dim) -> (T, dim)`` run on every token, or ``None``.
         aux_loss: an :data:`~torchtitan_lite.models.common.balance_loss.AuxLoss`, or ``None``.
-        aux_loss_coeff: its weight, added to the training loss through :class:`AddAuxiliaryLoss` (training
-            mode only); 0 turns it off.
+        aux_loss_coeff: its weight, added to the training loss through :class:`AddAuxiliaryLoss`
+            (training mode only); 0 turns it off.
 
     Attributes:
         tokens_per_expert: persistent fp32 buffer ``(num_experts,)``: (token, expert) assignments
             counted in training forwards since the last :func:`collect_expert_load` (not recounted
             in activation-checkpoint recomputes).
-        aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None`` before one
-            ran or when the coefficient is 0.
-        aux_loss_scale: gradient the aux loss receives in backward (see the module note), default 1.
+        aux_loss: the last training forward's ``aux_loss_coeff * aux_loss`` (detached), ``None``
+            before one ran or when the coefficient is 0.
+        aux_loss_scale: gradient the aux loss receives in backward (docs/design.md, "Note: on the
+            auxiliary loss without touching the forward output"), default 1.
         cp: under context parallelism the rank's share of the windows (set by the engine): the
-            aux loss is that of the whole windows, its statistics summed over the ranks sharing them.
+            aux loss is that of the whole windows, its statistics summed over the ranks sharing
+            them.
 
     Raises:
         ValueError: a negative ``aux_loss_coeff``, or a positive one without ``aux_loss``.
@@ -131,8 +126,8 @@ class MoE(WindowAware):
 
 
 def moe_layers(model: nn.Module) -> dict[str, MoE]:
-    """Canonical module name (wrapper prefixes stripped, e.g. ``"layers.0.moe"``) -> every :class:`MoE` of
-    ``model``, in module order."""
+    """Canonical module name (wrapper prefixes stripped, e.g. ``"layers.0.moe"``) -> every
+    :class:`MoE` of ``model``, in module order."""
     return {canonical_name(name): m for name, m in model.named_modules() if isinstance(m, MoE)}
 
 
@@ -149,8 +144,8 @@ def collect_expert_load(
         group: the data-parallel process group (default: the world).
 
     Returns:
-        :func:`moe_layers` name -> fp32 ``(num_experts,)`` token-assignment counts (a copy); ``{}`` when the
-        model has no MoE layer.
+        :func:`moe_layers` name -> fp32 ``(num_experts,)`` token-assignment counts (a copy); ``{}``
+        when the model has no MoE layer.
     """
     layers = moe_layers(model)
     if not layers:
@@ -160,7 +155,9 @@ def collect_expert_load(
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     result = {}
-    for name, counts, counter in zip(layers, flat.split([c.numel() for c in counters]), counters):
+    for name, counts, counter in zip(
+        layers, flat.split([c.numel() for c in counters]), counters, strict=True
+    ):
         result[name] = counts.clone()
         counter.zero_()
     return result

@@ -1,16 +1,16 @@
 """The training hooks of the MoE families (``ModelSpec.training_hooks``, contract in
-``torchtitan_lite/protocols/model_spec.py``): the auxiliary-loss gradient scale, the per-step expert-load sum and
-expert-bias update, expert-load metrics."""
+``torchtitan_lite/protocols/model_spec.py``): the auxiliary-loss gradient scale, the per-step
+expert-load sum and expert-bias update, expert-load metrics."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from torchtitan_lite.models.common.expert_bias import update_expert_bias
-from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.pipeline import gather_stages
+from torchtitan_lite.models.common.expert_bias import update_expert_bias
+from torchtitan_lite.models.common.moe import collect_expert_load, moe_layers
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
@@ -82,14 +82,17 @@ def dead_expert_notes(
     named: dict[str, set[int]],
     steps: int = DEAD_EXPERT_STEPS,
 ) -> tuple[str, ...]:
-    """A warning line per layer in which experts have just reached ``steps`` optimizer steps without a token, e.g.
-    ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps; raise the load
-    balancing (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
+    """A warning line per layer in which experts have just reached ``steps`` optimizer steps without
+    a token, e.g.
+    ``warning: step  20  layers.1.moe: 3 of 8 experts (1, 4, 6) received no tokens for 10 steps;
+    raise the load balancing
+    (model.overrides.aux_loss_coeff)``; experts already named in ``named`` (layer -> expert indices,
     updated here: an expert that gets tokens again leaves it) are not named again.
 
     Args:
         step: 1-based step.
-        idle: layer name -> int ``(num_experts,)`` consecutive steps each expert has had no token (host or device).
+        idle: layer name -> int ``(num_experts,)`` consecutive steps each expert has had no token
+            (host or device).
     """
     notes = []
     for layer, counts in idle.items():
@@ -99,8 +102,8 @@ def dead_expert_notes(
         if new:
             notes.append(
                 f"warning: step {step:>3}  {layer}: {len(new)} of {counts.numel()} experts "
-                f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the load "
-                "balancing (model.overrides.aux_loss_coeff)"
+                f"({', '.join(map(str, new))}) received no tokens for {steps} steps; raise the "
+                "load balancing (model.overrides.aux_loss_coeff)"
             )
     return tuple(notes)
 
@@ -115,17 +118,18 @@ class MoETrainingHooks(TrainingHooks):
     After each optimizer step the counts of every layer are summed over
     ``parallel_dims.loss_group`` (the data-parallel and context-parallel ranks: every token once;
     one all-reduce, :func:`collect_expert_load`) and move the expert biases
-    (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are left alone); both stay on
-    the device, as does each expert's count of consecutive steps without a token (since this process started).
-    :meth:`report` reads the last step's counts (:func:`expert_load_report`) and warns of experts without a token
-    for :data:`DEAD_EXPERT_STEPS` steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts
-    its own layers and the report gathers them from every stage.
+    (:func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`; layers without a bias are
+    left alone); both stay on the device, as does each expert's count of consecutive steps without a
+    token (since this process started). :meth:`report` reads the last step's counts
+    (:func:`expert_load_report`) and warns of experts without a token for :data:`DEAD_EXPERT_STEPS`
+    steps (:func:`dead_expert_notes`); under pipeline parallelism each stage counts its own layers
+    and the report gathers them from every stage.
 
     Args:
         model: the parallelized model.
         parallel_dims: the run's layout.
-        micro_batches: model forwards per rank per optimizer step (gradient-accumulation micro-batches times
-            pipeline micro-batches).
+        micro_batches: model forwards per rank per optimizer step (gradient-accumulation
+            micro-batches times pipeline micro-batches).
     """
 
     def __init__(self, model: nn.Module, parallel_dims: ParallelDims, micro_batches: int):

@@ -1,43 +1,41 @@
-"""Multi-token prediction (MTP, DeepSeek-V3 technical report arXiv 2412.19437, sec. 2.2): ``D`` sequential modules
-beside the main model, module ``k`` predicting the token ``k + 1`` places ahead with the shared embedding and
-output head; their mean loss, weighted by lambda, is added to the training loss.
+"""Multi-token prediction (MTP, DeepSeek-V3 technical report arXiv 2412.19437, sec. 2.2): ``D``
+sequential modules beside the main model, module ``k`` predicting the token ``k + 1`` places ahead
+with the shared embedding and output head; their mean loss, weighted by lambda, is added to the
+training loss.
 
 For depth ``k`` (1-based) and position ``i`` (report eq. 21-25):
-``h'_i = M_k [RMSNorm(Emb(t_{i+k})); RMSNorm(h_i^{k-1})]`` (``eh_proj``, ``2 dim -> dim``), ``h^k = TRM_k(h')``
-(one block of the family), ``P^k_{i+k+1} = softmax(OutHead(RMSNorm(h^k_i)))``,
-``L^k = -1/T sum_i log P^k_i[t_{i+k+1}]``, ``L_MTP = lambda / D sum_k L^k``. ``h^0`` is the main model's output
-after its final norm and ``h^k`` (``k >= 1``) the block's output before the head's norm, and the concatenation
-puts the embedding first: the order of the published checkpoint's ``eh_proj`` (vLLM ``deepseek_mtp.py``
-``DeepSeekMultiTokenPredictorLayer``, Megatron-LM ``multi_token_prediction.py``; the report writes ``[h; e]``).
-Depth ``k`` runs on the ``seqlen - k`` positions whose target is in the window, and ``T`` is the window's
-``bs * seqlen`` tokens (the report's ``1/T``).
+``h'_i = M_k [RMSNorm(Emb(t_{i+k})); RMSNorm(h_i^{k-1})]`` (``eh_proj``, ``2 dim -> dim``),
+``h^k = TRM_k(h')`` (one block of the family), ``P^k_{i+k+1} = softmax(OutHead(RMSNorm(h^k_i)))``,
+``L^k = -1/T sum_i log P^k_i[t_{i+k+1}]``, ``L_MTP = lambda / D sum_k L^k``. ``h^0`` is the main
+model's output after its final norm and ``h^k`` (``k >= 1``) the block's output before the head's
+norm, and the concatenation puts the embedding first: the order of the published checkpoint's
+``eh_proj`` (vLLM ``deepseek_mtp.py`` ``DeepSeekMultiTokenPredictorLayer``, Megatron-LM
+``multi_token_prediction.py``; the report writes ``[h; e]``). Depth ``k`` runs on the ``seqlen - k``
+positions whose target is in the window, and ``T`` is the window's ``bs * seqlen`` tokens (the
+report's ``1/T``).
 
-Note: on the MTP loss without touching the forward output. As the MoE auxiliary loss (``models/common/moe.py``),
-``L_MTP`` is attached to the main head's input by :class:`~torchtitan_lite.models.common.moe.AddAuxiliaryLoss`: it is unchanged
-and in backward ``L_MTP`` gets the gradient ``MTP.loss_scale`` (:class:`MTPTrainingHooks` sets
-``1 / (dp_degree * micro_batches)``), so the gradient is that of ``lambda / D sum_k L^k`` over the global batch.
-The detached per-depth sums accumulate in ``MTP.stats`` for the log.
+Note: docs/design.md, "on the MTP loss without touching the forward output".
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.models.common.moe import AddAuxiliaryLoss
 from torchtitan_lite.models.common.norm import RMSNorm
-from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.protocols.model_spec import HookReport, TrainingHooks
 
 
 class MTPLayer(nn.Module):
-    """One MTP module ``k``: ``enorm``, ``hnorm`` (RMSNorm ``(dim,)``), ``eh_proj`` ``(dim, 2 dim)`` without bias,
-    ``block`` (the family's block, ``(bs, s, dim) -> (bs, s, dim)``) and ``norm`` (the output head's RMSNorm; the
-    checkpoint's ``shared_head.norm``)."""
+    """One MTP module ``k``: ``enorm``, ``hnorm`` (RMSNorm ``(dim,)``), ``eh_proj`` ``(dim, 2 dim)``
+    without bias, ``block`` (the family's block, ``(bs, s, dim) -> (bs, s, dim)``) and ``norm`` (the
+    output head's RMSNorm; the checkpoint's ``shared_head.norm``)."""
 
     def __init__(self, dim: int, eps: float, block: nn.Module):
         super().__init__()
@@ -55,7 +53,8 @@ class MTPLayer(nn.Module):
         sin: torch.Tensor,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``h^{k-1}`` and ``Emb(t_{i+k})``, each ``(bs, s, dim)`` -> ``h^k`` ``(bs, s, dim)`` (module docstring)."""
+        """``h^{k-1}`` and ``Emb(t_{i+k})``, each ``(bs, s, dim)`` -> ``h^k`` ``(bs, s, dim)``
+        (module docstring)."""
         x = self.eh_proj(torch.cat([self.enorm(emb), self.hnorm(h)], dim=-1))
         return (
             self.block(x, cos, sin)
@@ -65,18 +64,19 @@ class MTPLayer(nn.Module):
 
 
 class MTP(nn.Module):
-    """The ``D`` MTP modules of a decoder: ``layers`` ``"0".."D-1"`` of :class:`MTPLayer`, the block of module ``k``
-    built as ``block(args, n_layers + k)`` (the published checkpoint's ``model.layers.61`` is a block of index 61).
+    """The ``D`` MTP modules of a decoder: ``layers`` ``"0".."D-1"`` of :class:`MTPLayer`, the block
+    of module ``k`` built as ``block(args, n_layers + k)`` (the published checkpoint's
+    ``model.layers.61`` is a block of index 61).
 
     Args:
-        args: the family's args; read: ``dim``, ``norm_eps``, ``n_layers``, ``mtp_num_layers`` (``D`` > 0),
-            ``mtp_loss_scaling_factor`` (lambda).
+        args: the family's args; read: ``dim``, ``norm_eps``, ``n_layers``, ``mtp_num_layers``
+            (``D`` > 0), ``mtp_loss_scaling_factor`` (lambda).
         block: the decoder's block factory.
 
     Attributes:
         loss_scale: gradient the MTP loss gets in backward (module note), default 1.
-        stats: fp32 ``(D + 1,)``: the summed cross-entropy of each depth and the tokens ``T``, accumulated over
-            training forwards since :meth:`take_stats`.
+        stats: fp32 ``(D + 1,)``: the summed cross-entropy of each depth and the tokens ``T``,
+            accumulated over training forwards since :meth:`take_stats`.
     """
 
     def __init__(self, args, block: Callable[[object, int], nn.Module]):
@@ -105,7 +105,8 @@ class MTP(nn.Module):
         """``h`` with ``L_MTP`` attached (module note), for the main output head.
 
         Args:
-            h: the main model's output after its final norm ``(bs, seqlen, dim)``; tokens, labels: int64 ``(bs, seqlen)``, ``labels[:, i] = t_{i+1}``.
+            h: the main model's output after its final norm ``(bs, seqlen, dim)``; tokens, labels:
+                int64 ``(bs, seqlen)``, ``labels[:, i] = t_{i+1}``.
             embed, head: the shared embedding and output projection.
             cos, sin: the RoPE tables of the positions, ``(seqlen, r)`` or ``(bs, seqlen, r)``.
             document_ids: ``(bs, seqlen)`` or ``None``, as the decoder's.
@@ -116,8 +117,8 @@ class MTP(nn.Module):
         bs, seqlen = tokens.shape
         if seqlen <= self.depth:
             raise ValueError(
-                f"MTP: mtp_num_layers {self.depth} needs sequences longer than {self.depth} tokens, "
-                f"got {seqlen}; raise training.seq_len"
+                f"MTP: mtp_num_layers {self.depth} needs sequences longer than {self.depth} "
+                f"tokens, got {seqlen}; raise training.seq_len"
             )
         sums = []
         h_k = h
@@ -152,11 +153,13 @@ def mtp_module(model: nn.Module) -> MTP | None:
 
 
 class MTPTrainingHooks(TrainingHooks):
-    """The hooks ``inner`` (e.g. :class:`~torchtitan_lite.models.common.moe_hooks.MoETrainingHooks`) plus MTP's: the loss's gradient
-    scale ``1 / (dp_degree * micro_batches)`` (module note), the step's per-depth sums taken after each optimizer
-    step, and in :meth:`report` their mean over the data-parallel ranks (one all-reduce).
+    """The hooks ``inner`` (e.g. :class:`~torchtitan_lite.models.common.moe_hooks.MoETrainingHooks`)
+    plus MTP's: the loss's gradient scale ``1 / (dp_degree * micro_batches)`` (module note), the
+    step's per-depth sums taken after each optimizer step, and in :meth:`report` their mean over the
+    data-parallel ranks (one all-reduce).
 
-    Args: as every ``training_hooks`` (``model``, ``parallel_dims``, ``micro_batches``) and ``inner``.
+    Args: as every ``training_hooks`` (``model``, ``parallel_dims``, ``micro_batches``) and
+    ``inner``.
     """
 
     def __init__(
@@ -199,8 +202,9 @@ class MTPTrainingHooks(TrainingHooks):
         return {**heads, **per_token}
 
     def report(self, step: int) -> HookReport:
-        """The inner report, plus ``loss/mtp`` (``L_MTP / lambda``: the mean over depths of ``L^k``) and
-        ``loss/mtp_<k>`` scalars, and ``mtp loss 7.6123 (depth 1 7.6123)`` on the summary line."""
+        """The inner report, plus ``loss/mtp`` (``L_MTP / lambda``: the mean over depths of ``L^k``)
+        and ``loss/mtp_<k>`` scalars, and ``mtp loss 7.6123 (depth 1 7.6123)`` on the summary
+        line."""
         report = self.inner.report(step)
         if self.mtp is None or self.last is None:
             return report

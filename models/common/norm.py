@@ -1,4 +1,5 @@
-"""RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467), as used by Llama 3, Qwen3, GPT-OSS and DeepSeek-V3."""
+"""RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467), as used by Llama 3, Qwen3, GPT-OSS and
+DeepSeek-V3."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """``y = x / sqrt(mean(x^2, -1) + eps) * weight`` through :func:`torch.nn.functional.rms_norm`: computed in
-    fp32 and returned in ``x.dtype`` (torch's fused kernel upcasts bf16 inputs; with an fp32 weight on bf16
-    inputs, e.g. under autocast, both are upcast here).
+    """``y = x / sqrt(mean(x^2, -1) + eps) * weight`` through :func:`torch.nn.functional.rms_norm`:
+    computed in fp32 and returned in ``x.dtype`` (torch's fused kernel upcasts bf16 inputs; with an
+    fp32 weight on bf16 inputs, e.g. under autocast, both are upcast here).
 
     Args:
         dim: size of the last dimension of the input.
-        eps: added to the mean square; 1e-6 in the Qwen3 and DeepSeek-V3 configs, 1e-5 in Llama 3's and GPT-OSS's.
+        eps: added to the mean square; 1e-6 in the Qwen3 and DeepSeek-V3 configs, 1e-5 in Llama 3's
+            and GPT-OSS's.
 
     Shapes: ``x`` ``(..., dim)`` -> ``(..., dim)``. The weight (shape ``(dim,)``) is created
     uninitialized; the model's init plan sets it (normally to ones).

@@ -1,10 +1,11 @@
-"""The parallelize body every family shares: float8 conversion of the linear layers (``[float8]``) -> tensor parallelism (the family's block plan) -> expert parallelism ->
-activation checkpointing -> compile -> FSDP2 (torchtitan's order), through the engine's helpers in
+"""The parallelize body every family shares: float8 conversion of the linear layers (``[float8]``)
+-> tensor parallelism (the family's block plan) -> expert parallelism -> activation checkpointing ->
+compile -> FSDP2 (torchtitan's order), through the engine's helpers in
 ``torchtitan_lite/distributed/``."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -15,11 +16,10 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from torchtitan_lite.models.common.moe import moe_layers
-from torchtitan_lite.distributed.float8 import convert_to_float8
 from torchtitan_lite.distributed.activation_checkpoint import apply_activation_checkpointing
 from torchtitan_lite.distributed.compile import apply_compile
 from torchtitan_lite.distributed.expert_parallel import ExpertParallel
+from torchtitan_lite.distributed.float8 import convert_to_float8
 from torchtitan_lite.distributed.fsdp import apply_fsdp
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
@@ -30,19 +30,22 @@ from torchtitan_lite.distributed.tensor_parallel import (
     norm_plan,
     residual_layout,
 )
+from torchtitan_lite.models.common.moe import moe_layers
 
 BlockPlan = Callable[[nn.Module, DeviceMesh, bool], dict[str, ParallelStyle]]
-"""``(block, tp_mesh, sequence_parallel) -> plan``: the ``parallelize_module`` plan of one block of ``model.layers``
-(submodule names relative to the block); it may also replace parameters that are not a module's weight (e.g.
-GPT-OSS's sinks, :func:`torchtitan_lite.distributed.tensor_parallel.shard_parameter`)."""
+"""``(block, tp_mesh, sequence_parallel) -> plan``: the ``parallelize_module`` plan of one block of
+``model.layers`` (submodule names relative to the block); it may also replace parameters that are
+not a module's weight (e.g. GPT-OSS's sinks,
+:func:`torchtitan_lite.distributed.tensor_parallel.shard_parameter`)."""
 
 
 def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of a block's GQA ``attention`` (:class:`torchtitan_lite.models.common.attention.Attention`; Qwen3,
-    Qwen3-MoE, Llama 3) and its norm (torchtitan's llama3 and qwen3 plans, Megatron layout): input gathered
-    (``cos``/``sin`` plain), ``wq``/``wk``/``wv`` column-wise (whole query and key/value heads per rank: GQA's kv heads
-    split with their query groups), the QK-norm (when ``qk_norm``) whole on every rank over the rank's heads, ``wo``
-    row-wise."""
+    """The tensor-parallel plan of a block's GQA ``attention``
+    (:class:`torchtitan_lite.models.common.attention.Attention`; Qwen3, Qwen3-MoE, Llama 3) and its
+    norm (torchtitan's llama3 and qwen3 plans, Megatron layout): input gathered (``cos``/``sin``
+    plain), ``wq``/``wk``/``wv`` column-wise (whole query and key/value heads per rank: GQA's kv
+    heads split with their query groups), the QK-norm (when ``qk_norm``) whole on every rank over
+    the rank's heads, ``wo`` row-wise."""
     norms = {"attention.q_norm": head_norm(), "attention.k_norm": head_norm()} if qk_norm else {}
     return {
         **norm_plan("attention_norm", sequence_parallel),
@@ -58,12 +61,14 @@ def attention_plan(sequence_parallel: bool, qk_norm: bool) -> dict[str, Parallel
 def parallelize_decoder(
     model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions, block_plan: BlockPlan
 ) -> nn.Module:
-    """Float8 linear layers when ``options.float8`` (:func:`~torchtitan_lite.distributed.float8.convert_to_float8`,
-    before any parallelism, as torchtitan converts), tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding and output, then ``block_plan`` per
-    block over ``parallel_dims.tp_mesh``), expert parallelism when ``parallel_dims.ep > 1`` (every MoE layer's
-    ``experts`` split by whole experts over ``parallel_dims.ep_mesh``, tokens dispatched by all-to-all:
-    :class:`~torchtitan_lite.distributed.expert_parallel.ExpertParallel`), then :func:`apply_ac_compile_fsdp`, in
-    place.
+    """Float8 linear layers when ``options.float8``
+    (:func:`~torchtitan_lite.distributed.float8.convert_to_float8`, before any parallelism, as
+    torchtitan converts), tensor parallelism when ``parallel_dims.tp > 1`` (vocab-parallel embedding
+    and output, then ``block_plan`` per block over ``parallel_dims.tp_mesh``), expert parallelism
+    when ``parallel_dims.ep > 1`` (every MoE layer's ``experts`` split by whole experts over
+    ``parallel_dims.ep_mesh``, tokens dispatched by all-to-all:
+    :class:`~torchtitan_lite.distributed.expert_parallel.ExpertParallel`), then
+    :func:`apply_ac_compile_fsdp`, in place.
 
     Returns:
         ``model`` (now an FSDP2 module, its tensor-parallel parameters 2-D or 3-D DTensors).
@@ -93,13 +98,16 @@ def parallelize_decoder(
 def apply_ac_compile_fsdp(
     model: nn.Module, parallel_dims: ParallelDims, options: ParallelOptions
 ) -> nn.Module:
-    """Per block of ``model.layers``: activation checkpointing (``options.ac_mode``), ``torch.compile`` when
-    ``options.compile``, then ``fully_shard`` over ``parallel_dims.fsdp_mesh`` (blocks, the output group, the root;
-    under expert parallelism each MoE layer's ``experts`` first, over ``parallel_dims.efsdp_mesh``), in place. Parameter names stay canonical (wrappers add only prefixes the init engine strips).
+    """Per block of ``model.layers``: activation checkpointing (``options.ac_mode``),
+    ``torch.compile`` when ``options.compile``, then ``fully_shard`` over
+    ``parallel_dims.fsdp_mesh`` (blocks, the output group, the root; under expert parallelism each
+    MoE layer's ``experts`` first, over ``parallel_dims.efsdp_mesh``), in place. Parameter names
+    stay canonical (wrappers add only prefixes the init engine strips).
 
     Args:
-        model: a decoder built on meta (the model contract of ``torchtitan_lite/protocols/model_spec.py``), not
-            yet sharded (tensor parallelism may have been applied).
+        model: a decoder built on meta (the model contract of
+            ``torchtitan_lite/protocols/model_spec.py``), not yet sharded (tensor parallelism may
+            have been applied).
         parallel_dims: the run's layout, with its mesh built.
         options: what to apply.
 
@@ -107,7 +115,8 @@ def apply_ac_compile_fsdp(
         ``model`` (now an FSDP2 module).
 
     Raises:
-        ValueError, TypeError: from the helpers (a bad AC mode or option, ``layers`` not a ``ModuleDict``).
+        ValueError, TypeError: from the helpers (a bad AC mode or option, ``layers`` not a
+        ``ModuleDict``).
     """
     apply_activation_checkpointing(
         model, options.ac_mode, options.selective_ac_option, compiled=options.compile

@@ -1,13 +1,14 @@
 """Rotary position embedding (RoPE; Su et al. 2021, arXiv 2104.09864), "rotate_half" layout.
 
-Layout: the HF transformers convention (``rotate_half`` in ``modeling_qwen3.py`` / ``modeling_llama.py``):
-feature ``i`` is paired with feature ``i + head_dim/2`` (not with ``i + 1`` as in Meta's complex
-``view_as_complex`` layout), so Hugging Face checkpoints load without permuting ``wq``/``wk`` rows.
+Layout: the HF transformers convention (``rotate_half`` in ``modeling_qwen3.py`` /
+``modeling_llama.py``): feature ``i`` is paired with feature ``i + head_dim/2`` (not with ``i + 1``
+as in Meta's complex ``view_as_complex`` layout), so Hugging Face checkpoints load without permuting
+``wq``/``wk`` rows.
 
 Tables: ``cos``/``sin`` are fp32 ``(max_seq_len, head_dim)``, the ``head_dim/2`` frequencies written
-twice (``cat([freqs, freqs])``), exactly as HF builds them. Models keep them as non-persistent buffers
-and recompute them in ``init_buffers``; YaRN (``models/common/yarn.py``) passes its own ``inv_freq``
-and may scale the returned tables by its attention factor.
+twice (``cat([freqs, freqs])``), exactly as HF builds them. Models keep them as non-persistent
+buffers and recompute them in ``init_buffers``; YaRN (``models/common/yarn.py``) passes its own
+``inv_freq`` and may scale the returned tables by its attention factor.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     Args:
         x: ``(bs, seqlen, n_heads, head_dim)`` queries or keys.
         cos, sin: ``(seqlen, head_dim)`` rows of :func:`rope_cos_sin` for the positions of ``x``
-            (slice ``cos[:seqlen]`` for positions ``0 .. seqlen-1``), or ``(bs, seqlen, head_dim)`` rows per sequence
-            (positions restarting at each document).
+            (slice ``cos[:seqlen]`` for positions ``0 .. seqlen-1``), or ``(bs, seqlen, head_dim)``
+            rows per sequence (positions restarting at each document).
 
     Returns:
         A tensor of the shape and dtype of ``x``.
@@ -92,8 +93,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     expected = (x.shape[1], x.shape[3]) if cos.dim() == 2 else (x.shape[0], x.shape[1], x.shape[3])
     if tuple(cos.shape) != expected or tuple(sin.shape) != expected:
         raise ValueError(
-            f"apply_rope: cos and sin must be (seqlen, head_dim) = {expected}, got {tuple(cos.shape)} and "
-            f"{tuple(sin.shape)}; slice the tables with [:seqlen]"
+            f"apply_rope: cos and sin must be (seqlen, head_dim) = {expected}, got "
+            f"{tuple(cos.shape)} and {tuple(sin.shape)}; slice the tables with [:seqlen]"
         )
     x32 = x.float()
     x1, x2 = x32.chunk(2, dim=-1)

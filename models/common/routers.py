@@ -1,7 +1,7 @@
 """MoE routers: which ``k`` experts each token goes to, and with which gating weights.
 
-Both return a :class:`RouterOutput` for ``T`` tokens and ``E`` experts, which :class:`torchtitan_lite.models.common.moe.MoE`
-passes to its experts and its auxiliary loss.
+Both return a :class:`RouterOutput` for ``T`` tokens and ``E`` experts, which
+:class:`torchtitan_lite.models.common.moe.MoE` passes to its experts and its auxiliary loss.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ class RouterOutput(NamedTuple):
     Attributes:
         weights: ``(T, k)`` gating weights of the chosen experts, in the dtype of the input.
         indices: ``(T, k)`` int64 expert ids.
-        probs: ``(T, E)`` fp32 router probabilities (or unbiased affinity scores) over all experts, for the
-            auxiliary losses.
+        probs: ``(T, E)`` fp32 router probabilities (or unbiased affinity scores) over all experts,
+            for the auxiliary losses.
     """
 
     weights: torch.Tensor
@@ -28,10 +28,11 @@ class RouterOutput(NamedTuple):
 
 
 class TopKRouter(nn.Module):
-    """Softmax over the top-k router logits (GPT-OSS reference ``MLPBlock.forward``; HF ``GptOssTopKRouter``).
+    """Softmax over the top-k router logits (GPT-OSS reference ``MLPBlock.forward``; HF
+    ``GptOssTopKRouter``).
 
-    ``logits = gate(x)`` (a linear layer with bias), the ``top_k`` largest are kept and their softmax
-    gives the weights (they sum to 1 per token). ``probs`` is the softmax over all logits.
+    ``logits = gate(x)`` (a linear layer with bias), the ``top_k`` largest are kept and their
+    softmax gives the weights (they sum to 1 per token). ``probs`` is the softmax over all logits.
 
     Args:
         dim: input width.
@@ -60,22 +61,23 @@ class TopKRouter(nn.Module):
 
 
 class TokenChoiceTopKRouter(nn.Module):
-    """Token-choice top-k over affinity scores, with a balancing bias and group-limited routing (the DeepSeek-V3
-    gate; torchtitan ``TokenChoiceTopKRouter``).
+    """Token-choice top-k over affinity scores, with a balancing bias and group-limited routing (the
+    DeepSeek-V3 gate; torchtitan ``TokenChoiceTopKRouter``).
 
-    Source: DeepSeek-V3 report (arXiv 2412.19437) eq. 12-16 and sec. 2.1.2; reference ``Gate.forward`` of
-    deepseek-ai/DeepSeek-V3 ``inference/model.py`` (the ``masked_fill(-inf)`` version); HF
-    ``DeepseekV3TopkRouter``/``get_topk_indices``. Steps for ``T`` tokens and ``E`` experts:
+    Source: DeepSeek-V3 report (arXiv 2412.19437) eq. 12-16 and sec. 2.1.2; reference
+    ``Gate.forward`` of deepseek-ai/DeepSeek-V3 ``inference/model.py`` (the ``masked_fill(-inf)``
+    version); HF ``DeepseekV3TopkRouter``/``get_topk_indices``. Steps for ``T`` tokens and ``E``
+    experts:
       1. ``s = sigmoid(gate(x))`` or ``softmax(gate(x))``, fp32 ``(T, E)``;
-      2. choice scores ``s + expert_bias`` (auxiliary-loss-free balancing: the bias steers the choice
-         only); with ``num_expert_groups > 1`` each group is scored by the sum of its 2 best choice scores
-         (the reference's constant; the report's ``K_r / M`` = 8 / 4 for V3), and experts outside the
-         ``num_limited_groups`` best groups are excluded (``-inf``);
+      2. choice scores ``s + expert_bias`` (auxiliary-loss-free balancing: the bias steers the
+         choice only); with ``num_expert_groups > 1`` each group is scored by the sum of its 2 best
+         choice scores (the reference's constant; the report's ``K_r / M`` = 8 / 4 for V3), and
+         experts outside the ``num_limited_groups`` best groups are excluded (``-inf``);
       3. ``indices`` = the ``top_k`` best choice scores (distinct experts);
-      4. ``weights = s[indices]``, divided by their sum when ``route_norm`` (plus 1e-20 as HF, against
-         an all-underflowed sigmoid), times ``route_scale``.
-    Qwen3-MoE's router (HF ``Qwen3MoeSparseMoeBlock``) is the case softmax, one group, ``route_scale`` 1
-    and a bias kept at zero.
+      4. ``weights = s[indices]``, divided by their sum when ``route_norm`` (plus 1e-20 as HF,
+         against an all-underflowed sigmoid), times ``route_scale``.
+    Qwen3-MoE's router (HF ``Qwen3MoeSparseMoeBlock``) is the case softmax, one group,
+    ``route_scale`` 1 and a bias kept at zero.
 
     Args:
         dim: input width.
@@ -85,12 +87,13 @@ class TokenChoiceTopKRouter(nn.Module):
         score_func: ``"sigmoid"`` or ``"softmax"``.
         route_norm: normalize the chosen scores.
         route_scale: gating weight multiplier.
-        bias_update_speed: ``gamma``, read by :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
+        bias_update_speed: ``gamma``, read by
+            :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
 
     Attributes:
         gate: ``nn.Linear(dim, num_experts, bias=False)``.
-        expert_bias: persistent fp32 buffer ``(num_experts,)``, used only in step 2; never a Parameter
-            (the optimizer never sees it), moved once per optimizer step by
+        expert_bias: persistent fp32 buffer ``(num_experts,)``, used only in step 2; never a
+            Parameter (the optimizer never sees it), moved once per optimizer step by
             :func:`torchtitan_lite.models.common.expert_bias.update_expert_bias`.
     """
 

@@ -1,6 +1,7 @@
-"""The dense reference of causal attention with per-head sinks, a sliding window and documents: an explicit
-boolean ``(S, S + 1)`` mask through SDPA (``model.attn_backend = "reference"``). Its memory grows with ``S^2``; it
-is the reference the ``O(S)`` backends are tested against (``models/common/attention_backends.py``).
+"""The dense reference of causal attention with per-head sinks, a sliding window and documents: an
+explicit boolean ``(S, S + 1)`` mask through SDPA (``model.attn_backend = "reference"``). Its memory
+grows with ``S^2``; it is the reference the ``O(S)`` backends are tested against
+(``models/common/attention_backends.py``).
 
 Attention sink (GPT-OSS; OpenAI gpt-oss model card, Aug 2025, and ``sdpa`` in the reference
 ``gpt_oss/torch/model.py``): every query head ``h`` owns a learned logit ``sinks[h]`` that joins the
@@ -10,16 +11,7 @@ softmax denominator as one extra column with no value::
 
 so a head can put weight "nowhere" (the probabilities of the real keys sum to less than one).
 
-Note: on computing the sink exactly with SDPA. SDPA returns no log-sum-exp, so the sink is folded
-into the inputs instead: one extra key ``k_sink`` with value zero, and one extra feature column.
-Queries get ``sinks[h] / scale`` in that column, real keys get 0 and ``k_sink`` gets 1 (all its other
-features 0), so ``scale * q_aug . k_aug_j = s_ij`` for real keys and ``= sinks[h]`` for the sink key.
-The value row of ``k_sink`` is zero, so it only adds ``exp(sinks[h])`` to the denominator: the output
-is exactly the formula above, and autograd gives exact gradients for q, k, v and ``sinks`` through any
-SDPA backend (fused flash on CPU, memory-efficient or math elsewhere). The head dimension is padded
-with zeros to a multiple of 8 (the alignment fused kernels want; zero features change no dot product),
-and v to the same size (CPU flash attention needs equal q/k/v head dims).
-The sink key is shared by all query heads, so grouped-query attention keeps its ``n_kv_heads`` keys.
+Note: docs/design.md, "on computing the sink exactly with SDPA".
 """
 
 from __future__ import annotations
@@ -35,8 +27,8 @@ def sliding_window_causal_mask(
 ) -> torch.Tensor:
     """Which keys each query may see: causal, optionally limited to the most recent keys.
 
-    Query ``i`` sees key ``j`` iff ``j <= i`` and, with a window ``W``, ``i - j < W``: the ``W`` most
-    recent positions, itself included (the reference ``sdpa`` masks ``j <= i - W``; HF
+    Query ``i`` sees key ``j`` iff ``j <= i`` and, with a window ``W``, ``i - j < W``: the ``W``
+    most recent positions, itself included (the reference ``sdpa`` masks ``j <= i - W``; HF
     ``sliding_window_causal_mask`` is the same).
 
     Args:
@@ -54,7 +46,8 @@ def sliding_window_causal_mask(
         raise ValueError(f"sliding_window_causal_mask: seqlen must be > 0, got {seqlen}")
     if sliding_window is not None and sliding_window <= 0:
         raise ValueError(
-            f"sliding_window_causal_mask: sliding_window must be > 0 or None (full causal), got {sliding_window}"
+            "sliding_window_causal_mask: sliding_window must be > 0 or None (full causal), got "
+            f"{sliding_window}"
         )
     pos = torch.arange(seqlen, device=device)
     offset = pos[:, None] - pos[None, :]  # (query, key): i - j
@@ -70,8 +63,9 @@ def document_causal_mask(
     document_ids: torch.Tensor | None,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """:func:`sliding_window_causal_mask`, and with ``document_ids`` int ``(bs, seqlen)`` only keys of the query's
-    document: bool ``(seqlen, seqlen)``, or ``(bs, 1, seqlen, seqlen)`` with documents."""
+    """:func:`sliding_window_causal_mask`, and with ``document_ids`` int ``(bs, seqlen)`` only keys
+    of the query's document: bool ``(seqlen, seqlen)``, or ``(bs, 1, seqlen, seqlen)`` with
+    documents."""
     mask = sliding_window_causal_mask(seqlen, sliding_window, device=device)
     if document_ids is None:
         return mask
@@ -88,7 +82,8 @@ def sink_attention(
     scale: float | None = None,
     document_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Causal grouped-query attention with per-head sinks (see the note in this module), by a dense mask.
+    """Causal grouped-query attention with per-head sinks (docs/design.md, "Note: on computing the
+    sink exactly with SDPA"), by a dense mask.
 
     Query head ``h`` reads key/value head ``h // (n_heads // n_kv_heads)`` (the grouping of HF
     ``repeat_kv`` and of the reference's ``(n_kv_heads, q_mult)`` query layout).
@@ -97,12 +92,14 @@ def sink_attention(
         q: queries ``(bs, seqlen, n_heads, head_dim)``.
         k: keys ``(bs, seqlen, n_kv_heads, head_dim)``.
         v: values ``(bs, seqlen, n_kv_heads, v_head_dim)`` (``v_head_dim == head_dim`` with sinks).
-        sinks: sink logits ``(n_heads,)``, in logit units (already scaled; not multiplied by ``scale``), or
-            ``None`` (plain softmax).
+        sinks: sink logits ``(n_heads,)``, in logit units (already scaled; not multiplied by
+            ``scale``), or ``None`` (plain softmax).
         sliding_window: each query sees only the ``sliding_window`` most recent keys (itself
             included); ``None`` for full causal attention.
-        scale: softmax scale of ``q . k``; default ``head_dim ** -0.5`` (the reference's ``sm_scale``).
-        document_ids: int ``(bs, seqlen)``; a query sees only keys of its own document. ``None``: one document.
+        scale: softmax scale of ``q . k``; default ``head_dim ** -0.5`` (the reference's
+            ``sm_scale``).
+        document_ids: int ``(bs, seqlen)``; a query sees only keys of its own document. ``None``:
+            one document.
 
     Returns:
         ``(bs, seqlen, n_heads, v_head_dim)`` in the dtype of ``q``.
@@ -140,14 +137,16 @@ def sink_causal_attention(
     sinks: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Full causal attention with per-head sinks through SDPA ``is_causal``: no mask, memory ``O(S)`` with a fused
-    kernel (the flash kernel on CPU).
+    """Full causal attention with per-head sinks through SDPA ``is_causal``: no mask, memory
+    ``O(S)`` with a fused kernel (the flash kernel on CPU).
 
-    The sink key is folded in as in :func:`sink_attention` but placed first, and one query row of zeros is put
-    before the queries: with ``is_causal`` over ``seqlen + 1`` positions, query ``i + 1`` sees the sink key and keys
-    ``0 .. i``, exactly the masked reference; the extra row is dropped.
+    The sink key is folded in as in :func:`sink_attention` but placed first, and one query row of
+    zeros is put before the queries: with ``is_causal`` over ``seqlen + 1`` positions, query
+    ``i + 1`` sees the sink key and keys ``0 .. i``, exactly the masked reference; the extra row is
+    dropped.
 
-    Args, returns and raises as :func:`sink_attention` (``sinks`` required, no window, one document).
+    Args, returns and raises as :func:`sink_attention` (``sinks`` required, no window, one
+    document).
     """
     bs, seqlen, n_heads, head_dim = check_qkv("sink_causal_attention", q, k, v, sinks)
     scale = head_dim**-0.5 if scale is None else scale
@@ -170,8 +169,9 @@ def _fold_sinks(
     scale: float,
     first: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(q_aug, k_aug, v_aug)`` of the module note, heads before positions: ``(bs, n_heads, seqlen, padded)``,
-    ``(bs, n_kv_heads, seqlen + 1, padded)`` twice, with the sink key and its zero value row ``first`` or last."""
+    """``(q_aug, k_aug, v_aug)`` of the module note, heads before positions:
+    ``(bs, n_heads, seqlen, padded)``, ``(bs, n_kv_heads, seqlen + 1, padded)`` twice, with the sink
+    key and its zero value row ``first`` or last."""
     bs, seqlen, n_heads, head_dim = q.shape
     if v.shape[3] != head_dim:
         raise ValueError(

@@ -1,15 +1,7 @@
-"""Sending (token, expert) pairs to stacked expert weights without a host sync: one grouped matmul per layer.
+"""Sending (token, expert) pairs to stacked expert weights without a host sync: one grouped matmul
+per layer.
 
-Note: on dispatch without a host sync. A loop over experts needs each expert's token count on the host
-(``bincount(...).tolist()``), which waits for the device once per MoE layer and micro-batch. Here the
-pairs are sorted by expert and copied into a buffer whose size depends only on the shapes: every expert's
-group is padded to a multiple of :data:`ALIGN` rows (grouped GEMM kernels want aligned group starts;
-torchtitan pads to 8/16/32 rows for bf16/fp8/mxfp8) and the last expert's group runs to the end of the
-buffer, so no row is outside a group. Group ends go to ``torch.nn.functional.grouped_mm`` as an int32
-device tensor (``offs``). Padding rows hold zeros in, finite values out, and are never read back, so
-they add no gradient. The buffer has ``T * k + E * ALIGN`` rows: at most ``E * ALIGN`` rows of extra work.
-Rows are gathered with ``index_select`` (backward: ``index_add``), not ``tensor[index]``, whose backward is an
-accumulating ``index_put``, much slower on CPU (``docs/models.md``).
+Note: docs/design.md, "on dispatch without a host sync".
 """
 
 from __future__ import annotations
@@ -20,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 ALIGN = 16
-"""Rows each expert's group is padded to a multiple of (16: bf16 and fp8 grouped GEMMs, see the note)."""
+"""Rows each expert's group is padded to a multiple of (16: bf16 and fp8 grouped GEMMs, see the
+note)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +38,10 @@ class Dispatch:
 
 
 def dispatch(indices: torch.Tensor, num_experts: int) -> Dispatch:
-    """Plan the buffer for routing ``indices`` ``(T, k)`` (int64 expert ids in ``[0, num_experts)``).
+    """Plan the buffer for routing ``indices`` ``(T, k)`` (int64 expert ids in
+    ``[0, num_experts)``).
 
-    Tensor ops only: no host sync (see "Note: on dispatch without a host sync").
+    Tensor ops only: no host sync (docs/design.md, "Note: on dispatch without a host sync").
     """
     num_tokens, top_k = indices.shape
     flat = indices.reshape(-1)  # (T * k,)
@@ -76,26 +70,26 @@ def dispatch(indices: torch.Tensor, num_experts: int) -> Dispatch:
 
 
 def scatter_rows(x: torch.Tensor, plan: Dispatch) -> torch.Tensor:
-    """The buffer ``(num_rows, dim)``: token ``token_idx[i]`` of ``x`` ``(T, dim)`` at row ``rows[i]``, zeros
-    elsewhere."""
+    """The buffer ``(num_rows, dim)``: token ``token_idx[i]`` of ``x`` ``(T, dim)`` at row
+    ``rows[i]``, zeros elsewhere."""
     return x.new_zeros(plan.num_rows, x.shape[-1]).index_copy(
         0, plan.rows, x.index_select(0, plan.token_idx)
     )
 
 
 def grouped_mm_fits(weight: torch.Tensor) -> bool:
-    """Whether ``F.grouped_mm`` takes ``weight`` ``(E, out, in)``: its kernels need both widths to span a
-    multiple of 16 bytes (``out`` and ``in`` multiples of 4 in fp32, of 8 in bf16)."""
+    """Whether ``F.grouped_mm`` takes ``weight`` ``(E, out, in)``: its kernels need both widths to
+    span a multiple of 16 bytes (``out`` and ``in`` multiples of 4 in fp32, of 8 in bf16)."""
     return all(width * weight.element_size() % 16 == 0 for width in weight.shape[-2:])
 
 
 def grouped_linear(buffer: torch.Tensor, weight: torch.Tensor, plan: Dispatch) -> torch.Tensor:
-    """Each expert's rows times its weight: ``buffer`` ``(num_rows, in)``, ``weight`` ``(E, out, in)``
-    (``nn.Linear`` layout) -> ``(num_rows, out)``.
+    """Each expert's rows times its weight: ``buffer`` ``(num_rows, in)``, ``weight``
+    ``(E, out, in)`` (``nn.Linear`` layout) -> ``(num_rows, out)``.
 
-    One ``F.grouped_mm`` call when :func:`grouped_mm_fits` (every flavor and debug config here); widths
-    that do not fit (toy shapes in tests) fall back to a loop over experts, which reads the group sizes on
-    the host (one sync).
+    One ``F.grouped_mm`` call when :func:`grouped_mm_fits` (every flavor and debug config here);
+    widths that do not fit (toy shapes in tests) fall back to a loop over experts, which reads the
+    group sizes on the host (one sync).
     """
     if grouped_mm_fits(weight):
         return F.grouped_mm(buffer, weight.transpose(-2, -1), offs=plan.offsets)
@@ -108,8 +102,8 @@ def grouped_linear(buffer: torch.Tensor, weight: torch.Tensor, plan: Dispatch) -
 def combine(
     buffer: torch.Tensor, weights: torch.Tensor, plan: Dispatch, num_tokens: int
 ) -> torch.Tensor:
-    """``out[t] = sum_j weights[t, j] * buffer[row of (t, j)]``: ``buffer`` ``(num_rows, dim)``, ``weights``
-    ``(T, k)`` -> ``(T, dim)`` in ``buffer.dtype``."""
+    """``out[t] = sum_j weights[t, j] * buffer[row of (t, j)]``: ``buffer`` ``(num_rows, dim)``,
+    ``weights`` ``(T, k)`` -> ``(T, dim)`` in ``buffer.dtype``."""
     y = buffer.index_select(0, plan.rows) * weights.reshape(-1)[plan.order, None]  # (T * k, dim)
     return buffer.new_zeros(num_tokens, buffer.shape[-1]).index_add(
         0, plan.token_idx, y.to(buffer.dtype)

@@ -4,7 +4,8 @@ Source of the exact form: ``RotaryEmbedding._compute_concentration_and_inv_freq`
 reference ``gpt_oss/torch/model.py`` and HF ``_compute_yarn_parameters`` with ``truncate=False``
 (the ``rope_scaling`` of openai/gpt-oss-20b and -120b ``config.json``: factor 32,
 original_max_position_embeddings 4096, beta_fast 32, beta_slow 1). The tables are built by
-:func:`torchtitan_lite.models.common.rope.rope_cos_sin` and applied with :func:`torchtitan_lite.models.common.rope.apply_rope`.
+:func:`torchtitan_lite.models.common.rope.rope_cos_sin` and applied with
+:func:`torchtitan_lite.models.common.rope.apply_rope`.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def yarn_inv_freq(
     With ``d = head_dim / 2`` base frequencies ``f_i = theta ** (-2i / head_dim)``, a dimension that
     turns ``r`` times over the original context has index
     ``i(r) = d * ln(original_max_seq_len / (2 pi r)) / ln(theta)`` (paper eq. 17-18). With
-    ``low = i(beta_fast)`` and ``high = i(beta_slow)`` (rounded down and up with ``truncate``, as the DeepSeek-V3
-    reference's ``find_correction_range`` and HF's default; GPT-OSS does not round), clamped to
-    ``[0, head_dim - 1]`` (HF ``find_correction_range``; the published configs never reach the bounds), the ramp
-    ``gamma_i = 1 - clamp((i - low) / (high - low), 0, 1)`` mixes
+    ``low = i(beta_fast)`` and ``high = i(beta_slow)`` (rounded down and up with ``truncate``, as
+    the DeepSeek-V3 reference's ``find_correction_range`` and HF's default; GPT-OSS does not round),
+    clamped to ``[0, head_dim - 1]`` (HF ``find_correction_range``; the published configs never
+    reach the bounds), the ramp ``gamma_i = 1 - clamp((i - low) / (high - low), 0, 1)`` mixes
     ``inv_freq_i = f_i / factor * (1 - gamma_i) + f_i * gamma_i``: dimensions below ``low``
     (more than ``beta_fast`` turns) are kept, those above ``high`` (less than ``beta_slow`` turns)
     are divided by ``factor``.
@@ -67,7 +68,8 @@ def yarn_inv_freq(
         )
     if not 0 < beta_slow < beta_fast:
         raise ValueError(
-            f"yarn_inv_freq: need 0 < beta_slow < beta_fast, got beta_slow={beta_slow}, beta_fast={beta_fast}"
+            f"yarn_inv_freq: need 0 < beta_slow < beta_fast, got beta_slow={beta_slow}, "
+            f"beta_fast={beta_fast}"
         )
     half = head_dim // 2
 
@@ -109,10 +111,12 @@ def yarn_cos_sin(
 
     Returns:
         ``(cos, sin)``, each fp32 ``(max_seq_len, head_dim)`` in the layout of
-        :func:`torchtitan_lite.models.common.rope.rope_cos_sin`, ready for :func:`torchtitan_lite.models.common.rope.apply_rope`.
+        :func:`torchtitan_lite.models.common.rope.rope_cos_sin`, ready for
+        :func:`torchtitan_lite.models.common.rope.apply_rope`.
 
     Raises:
-        ValueError: as :func:`yarn_inv_freq` and :func:`torchtitan_lite.models.common.rope.rope_cos_sin`.
+        ValueError: as :func:`yarn_inv_freq` and
+            :func:`torchtitan_lite.models.common.rope.rope_cos_sin`.
     """
     inv_freq = yarn_inv_freq(
         head_dim, theta, factor, original_max_seq_len, beta_fast, beta_slow, device

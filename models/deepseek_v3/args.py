@@ -1,8 +1,8 @@
 """DeepSeek-V3 model arguments and flavors (DeepSeek-V3 technical report, arXiv 2412.19437).
 
-Field names are those shared by the families here (torchtitan's ``MoEArgs`` names for the MoE fields,
-the reference ``inference/model.py`` ``ModelArgs`` of deepseek-ai/DeepSeek-V3 for MLA); the Hugging Face
-``config.json`` key of each is given in brackets.
+Field names are those shared by the families here (torchtitan's ``MoEArgs`` names for the MoE
+fields, the reference ``inference/model.py`` ``ModelArgs`` of deepseek-ai/DeepSeek-V3 for MLA); the
+Hugging Face ``config.json`` key of each is given in brackets.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from torchtitan_lite.models.common import arg_checks as check
 class DeepSeekV3ModelArgs:
     """Hyperparameters of a DeepSeek-V3-style model: MLA attention, DeepSeekMoE with shared experts.
 
-    Defaults are the published DeepSeek-V3 values (``config.json`` of deepseek-ai/DeepSeek-V3). Derive
-    a variant with ``dataclasses.replace(args, bias_update_speed=0.0)``: the checks run again.
+    Defaults are the published DeepSeek-V3 values (``config.json`` of deepseek-ai/DeepSeek-V3).
+    Derive a variant with ``dataclasses.replace(args, bias_update_speed=0.0)``: the checks run
+    again.
 
     Raises:
         ValueError: a size that is not a positive integer (``q_lora_rank``, ``n_dense_layers`` and
-            ``num_shared_experts`` may be 0), an odd ``qk_rope_head_dim``, ``n_dense_layers > n_layers``,
-            ``top_k > num_experts``, experts not divisible into ``num_expert_groups`` of at least 2,
-            ``num_limited_groups > num_expert_groups``, fewer than ``top_k`` experts in the limited
-            groups, an unknown ``score_func``, a non-bool flag, or a float out of its range (each
-            message names the field and the value).
+            ``num_shared_experts`` may be 0), an odd ``qk_rope_head_dim``,
+            ``n_dense_layers > n_layers``, ``top_k > num_experts``, experts not divisible into
+            ``num_expert_groups`` of at least 2, ``num_limited_groups > num_expert_groups``, fewer
+            than ``top_k`` experts in the limited groups, an unknown ``score_func``, a non-bool
+            flag, or a float out of its range (each message names the field and the value).
     """
 
     dim: int = 7168
@@ -33,7 +34,8 @@ class DeepSeekV3ModelArgs:
     n_layers: int = 61
     """Number of transformer blocks [num_hidden_layers]."""
     n_dense_layers: int = 3
-    """The first ``n_dense_layers`` blocks use a dense SwiGLU FFN, the rest the MoE [first_k_dense_replace]."""
+    """The first ``n_dense_layers`` blocks use a dense SwiGLU FFN, the rest the MoE
+    [first_k_dense_replace]."""
     n_heads: int = 128
     """Attention heads (MLA: keys and values per head, no GQA) [num_attention_heads]."""
     vocab_size: int = 129280
@@ -45,8 +47,9 @@ class DeepSeekV3ModelArgs:
     num_experts: int = 256
     """Routed experts per MoE layer, ``N_r`` of the report [n_routed_experts]."""
     num_shared_experts: int = 1
-    """Shared experts, run on every token as one SwiGLU of width ``num_shared_experts * moe_inter_dim``
-    (reference ``MoE.shared_experts``); 0 = none [n_shared_experts]."""
+    """Shared experts, run on every token as one SwiGLU of width
+    ``num_shared_experts * moe_inter_dim`` (reference ``MoE.shared_experts``); 0 = none
+    [n_shared_experts]."""
     top_k: int = 8
     """Routed experts per token, ``K_r`` of the report [num_experts_per_tok]."""
     num_expert_groups: int = 8
@@ -61,9 +64,9 @@ class DeepSeekV3ModelArgs:
     route_scale: float = 2.5
     """Multiplier of the gating weights [routed_scaling_factor]."""
     bias_update_speed: float = 0.001
-    """``gamma``, the "bias update speed" of the auxiliary-loss-free balancing: the step of each expert
-    bias per optimizer step (report sec. 2.1.2: 0.001 for the first 14.3T tokens, then 0); 0 turns the
-    update off. Not in config.json (torchtitan: ``load_balance_coeff``)."""
+    """``gamma``, the "bias update speed" of the auxiliary-loss-free balancing: the step of each
+    expert bias per optimizer step (report sec. 2.1.2: 0.001 for the first 14.3T tokens, then 0); 0
+    turns the update off. Not in config.json (torchtitan: ``load_balance_coeff``)."""
     aux_loss_coeff: float = 0.0001
     """``alpha`` of the sequence-wise balance loss (report eq. 17; 0.0001 in sec. 4.2); 0 = off.
     config.json's ``aux_loss_alpha`` 0.001 is the HF default, not the training value."""
@@ -96,19 +99,21 @@ class DeepSeekV3ModelArgs:
     """YaRN ramp bound, in turns over the original context [rope_scaling.beta_slow]."""
     rope_mscale: float = 1.0
     """YaRN attention temperature factor: the softmax scale is multiplied by
-    ``(0.1 * rope_mscale * ln(rope_factor) + 1) ** 2`` when YaRN is on [rope_scaling.mscale_all_dim]."""
+    ``(0.1 * rope_mscale * ln(rope_factor) + 1) ** 2`` when YaRN is on
+    [rope_scaling.mscale_all_dim]."""
     tie_embeddings: bool = False
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
     init_std: float = 0.02
     """Std of the random initial weights [initializer_range]."""
     mtp_num_layers: int = 0
-    """Multi-token-prediction depth ``D``: modules predicting the tokens 2..D+1 ahead (report sec. 2.2;
-    ``models/common/mtp.py``); 0 = off. A training knob (Megatron-LM ``--mtp-num-layers``): the published
-    ``num_nextn_predict_layers`` is 1, and an HF import reads that many ``model.layers.{n_layers + k}`` modules
-    when this is set (``models/deepseek_v3/state_dict_adapter.py``)."""
+    """Multi-token-prediction depth ``D``: modules predicting the tokens 2..D+1 ahead (report sec.
+    2.2; ``models/common/mtp.py``); 0 = off. A training knob (Megatron-LM ``--mtp-num-layers``): the
+    published ``num_nextn_predict_layers`` is 1, and an HF import reads that many
+    ``model.layers.{n_layers + k}`` modules when this is set
+    (``models/deepseek_v3/state_dict_adapter.py``)."""
     mtp_loss_scaling_factor: float = 0.3
-    """``lambda``, the weight of the mean MTP loss over the depths (report sec. 4.2: 0.3 for the first 10T
-    tokens, 0.1 after; Megatron-LM ``--mtp-loss-scaling-factor``)."""
+    """``lambda``, the weight of the mean MTP loss over the depths (report sec. 4.2: 0.3 for the
+    first 10T tokens, 0.1 after; Megatron-LM ``--mtp-loss-scaling-factor``)."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -124,13 +129,14 @@ class DeepSeekV3ModelArgs:
             if self.num_experts % self.num_expert_groups or per_group < 2:
                 raise ValueError(
                     f"{name}: num_experts ({self.num_experts}) must split into num_expert_groups "
-                    f"({self.num_expert_groups}) equal groups of >= 2 experts (a group scores by its top 2)"
+                    f"({self.num_expert_groups}) equal groups of >= 2 experts (a group scores by "
+                    "its top 2)"
                 )
             check.at_most(self, "num_limited_groups", "num_expert_groups")
             if self.num_limited_groups * per_group < self.top_k:
                 raise ValueError(
-                    f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} experts "
-                    f"hold fewer than top_k ({self.top_k}); raise num_limited_groups"
+                    f"{name}: num_limited_groups ({self.num_limited_groups}) groups of {per_group} "
+                    f"experts hold fewer than top_k ({self.top_k}); raise num_limited_groups"
                 )
         if self.score_func not in ("sigmoid", "softmax"):
             raise ValueError(
@@ -148,19 +154,26 @@ class DeepSeekV3ModelArgs:
 
     @property
     def uses_yarn(self) -> bool:
-        """YaRN frequencies and softmax-scale correction are on (reference: ``max_seq_len > original_seq_len``)."""
+        """YaRN frequencies and softmax-scale correction are on (reference:
+        ``max_seq_len > original_seq_len``)."""
         return self.max_seq_len > self.rope_original_max_seq_len
 
 
-# Published sizes. 671b: config.json of deepseek-ai/DeepSeek-V3 (the defaults above). Main model only by default;
-# with mtp_num_layers = 1 (the published num_nextn_predict_layers) it has 11,610,067,968 parameters more
-# (tests/test_mtp.py): eh_proj 2 * 7168^2, enorm, hnorm, shared_head.norm 3 * 7168, and one MoE block
-# (11,507,286,016), the embedding and head shared. Totals on meta, checked in tests/test_deepseek_v3.py: 671,026,404,352 parameters (report: 671B),
-# 36,625,603,584 activated per token without the input embedding, 37,552,300,544 with it (report: 37B).
+# Published sizes. 671b: config.json of deepseek-ai/DeepSeek-V3 (the defaults above). Main model
+# only by default;
+# with mtp_num_layers = 1 (the published num_nextn_predict_layers) it has 11,610,067,968 parameters
+# more
+# (tests/test_mtp.py): eh_proj 2 * 7168^2, enorm, hnorm, shared_head.norm 3 * 7168, and one MoE
+# block
+# (11,507,286,016), the embedding and head shared. Totals on meta, checked in
+# tests/test_deepseek_v3.py: 671,026,404,352 parameters (report: 671B),
+# 36,625,603,584 activated per token without the input embedding, 37,552,300,544 with it (report:
+# 37B).
 _671B = DeepSeekV3ModelArgs()
 
 # 16b: config.json of moonshotai/Moonlight-16B-A3B (the V3 architecture, model_type deepseek_v3):
-# q_lora_rank null, no expert groups, rope_scaling null (8192 <= 4096 is false, so the YaRN fields are
+# q_lora_rank null, no expert groups, rope_scaling null (8192 <= 4096 is false, so the YaRN fields
+# are
 # set to keep it off: original context = max_seq_len). 15,960,108,544 parameters (model card: 16B),
 # 2,579,230,208 activated without the input embedding, 2,914,774,528 with it (model card: 3B).
 _16B = replace(

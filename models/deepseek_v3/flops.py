@@ -8,7 +8,8 @@ from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
 
 
 def num_active_params(args: DeepSeekV3ModelArgs) -> int:
-    """Parameters used per token: all but the ``tok_embeddings`` lookup and the unchosen routed experts.
+    """Parameters used per token: all but the ``tok_embeddings`` lookup and the unchosen routed
+    experts.
 
     Gives 36,625,603,584 for 671b (report: 37B activated, which counts the input embedding too:
     37,552,300,544) and 2,579,230,208 for 16b.
@@ -36,15 +37,16 @@ def num_active_params(args: DeepSeekV3ModelArgs) -> int:
 def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
 
-    ``6 * num_active_params + 6 * n_layers * n_heads * (qk_head_dim + v_head_dim) * seq_len``. ``6N`` for
-    the matmuls as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the active parameters
-    (:func:`num_active_params`: router, top-k routed and the shared experts; norms included as torchtitan
-    counts all parameters; the output, not the embedding lookup).
+    ``6 * num_active_params + 6 * n_layers * n_heads * (qk_head_dim + v_head_dim) * seq_len``.
+    ``6N`` for the matmuls as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the active
+    parameters (:func:`num_active_params`: router, top-k routed and the shared experts; norms
+    included as torchtitan counts all parameters; the output, not the embedding lookup).
     Attention adds ``6 * n_heads * (qk_head_dim + v_head_dim) * seq_len`` per layer (scores with
-    ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are ``q``).
+    ``qk_head_dim``, weighted values with ``v_head_dim``; torchtitan's ``12 l h q t`` when both are
+    ``q``).
 
-    With ``mtp_num_layers`` = D, depth ``k`` adds the same count for its block, ``eh_proj``, norms and output on
-    ``seq_len - k`` of the ``seq_len`` positions (``models/common/mtp.py``).
+    With ``mtp_num_layers`` = D, depth ``k`` adds the same count for its block, ``eh_proj``, norms
+    and output on ``seq_len - k`` of the ``seq_len`` positions (``models/common/mtp.py``).
 
     Raises:
         ValueError: ``seq_len`` is not positive.
@@ -56,7 +58,8 @@ def num_flops_per_token(args: DeepSeekV3ModelArgs, seq_len: int) -> float:
     main = 6.0 * num_active_params(a) + attention
     if not a.mtp_num_layers:
         return main
-    # MTP depth k (models/common/mtp.py) runs one MoE block, eh_proj, three norms and the output on seq_len - k
+    # MTP depth k (models/common/mtp.py) runs one MoE block, eh_proj, three norms and the output on
+    # seq_len - k
     # positions of each window: per token of the window, (seq_len - k) / seq_len of that work.
     moe_block = (
         num_active_params(replace(a, n_layers=1, n_dense_layers=0)) - a.dim - a.dim * a.vocab_size

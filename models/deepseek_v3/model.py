@@ -1,5 +1,5 @@
-"""The DeepSeek-V3 transformer (technical report arXiv 2412.19437; reference ``inference/model.py`` of
-deepseek-ai/DeepSeek-V3; HF ``modeling_deepseek_v3.py``).
+"""The DeepSeek-V3 transformer (technical report arXiv 2412.19437; reference ``inference/model.py``
+of deepseek-ai/DeepSeek-V3; HF ``modeling_deepseek_v3.py``).
 
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + ffn(ffn_norm(h))`` with
   * multi-head latent attention (:class:`MLA`, report sec. 2.1.1);
@@ -7,10 +7,7 @@ Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + ffn(
     (:func:`build_moe`) in the others (report sec. 2.1.2, reference ``Block``);
   * RMSNorm everywhere; untied ``output`` after a final RMSNorm.
 
-Note: on the RoPE layout. The reference rotates adjacent pairs (``view_as_complex``); we use the
-shared rotate-half layout (``models/common/rope.py``). The two differ by a fixed permutation of the
-``qk_rope_head_dim`` rows of ``wq``/``wq_b`` (per head) and ``wkv_a``: identical for training from
-scratch, and a pretrained import permutes those rows.
+Note: docs/design.md, "on the RoPE layout".
 """
 
 from __future__ import annotations
@@ -34,14 +31,16 @@ from torchtitan_lite.models.common.yarn import yarn_inv_freq
 from torchtitan_lite.models.deepseek_v3.args import DeepSeekV3ModelArgs
 
 LATENT_NORM_EPS = 1e-6
-"""Epsilon of the latent RMSNorms ``q_norm`` and ``kv_norm``, whatever ``norm_eps`` is (reference ``MLA.__init__``:
-``RMSNorm(self.kv_lora_rank)`` with its default 1e-6; HF ``DeepseekV3RMSNorm(config.kv_lora_rank)``). Moonlight's
-``rms_norm_eps`` 1e-5 applies to the block and final norms only."""
+"""Epsilon of the latent RMSNorms ``q_norm`` and ``kv_norm``, whatever ``norm_eps`` is (reference
+``MLA.__init__``: ``RMSNorm(self.kv_lora_rank)`` with its default 1e-6; HF
+``DeepseekV3RMSNorm(config.kv_lora_rank)``). Moonlight's ``rms_norm_eps`` 1e-5 applies to the block
+and final norms only."""
 
 
 def softmax_scale(args: DeepSeekV3ModelArgs) -> float:
-    """``qk_head_dim ** -0.5``, times ``mscale ** 2`` with ``mscale = 0.1 * rope_mscale * ln(rope_factor) + 1``
-    when YaRN is on (reference ``MLA.__init__``; YaRN paper arXiv 2309.00071 eq. 22)."""
+    """``qk_head_dim ** -0.5``, times ``mscale ** 2`` with
+    ``mscale = 0.1 * rope_mscale * ln(rope_factor) + 1`` when YaRN is on (reference
+    ``MLA.__init__``; YaRN paper arXiv 2309.00071 eq. 22)."""
     scale = args.qk_head_dim**-0.5
     if args.uses_yarn:
         scale *= (0.1 * args.rope_mscale * math.log(args.rope_factor) + 1.0) ** 2
@@ -51,16 +50,19 @@ def softmax_scale(args: DeepSeekV3ModelArgs) -> float:
 class MLA(nn.Module):
     """Multi-head latent attention (report sec. 2.1.1, eq. 1-11), causal, through SDPA.
 
-    Queries: ``wq`` (``q_lora_rank == 0``) or ``wq_b(q_norm(wq_a(x)))``, ``(bs, s, n_heads, qk_head_dim)``,
-    split into ``q_nope`` and ``q_pe`` (RoPE). Keys/values: ``wkv_a(x)`` gives the latent ``c_kv``
-    (``kv_lora_rank``) and one RoPE key ``k_pe`` (``qk_rope_head_dim``) shared by all heads;
-    ``wkv_b(kv_norm(c_kv))`` gives per head ``k_nope`` and ``v``. Keys are ``[k_nope, k_pe]``, queries
-    ``[q_nope, q_pe]``; softmax scale :func:`softmax_scale`; ``wo`` maps ``n_heads * v_head_dim`` to ``dim``.
+    Queries: ``wq`` (``q_lora_rank == 0``) or ``wq_b(q_norm(wq_a(x)))``,
+    ``(bs, s, n_heads, qk_head_dim)``, split into ``q_nope`` and ``q_pe`` (RoPE). Keys/values:
+    ``wkv_a(x)`` gives the latent ``c_kv`` (``kv_lora_rank``) and one RoPE key ``k_pe``
+    (``qk_rope_head_dim``) shared by all heads; ``wkv_b(kv_norm(c_kv))`` gives per head ``k_nope``
+    and ``v``. Keys are ``[k_nope, k_pe]``, queries ``[q_nope, q_pe]``; softmax scale
+    :func:`softmax_scale`; ``wo`` maps ``n_heads * v_head_dim`` to ``dim``.
 
-    Parameters (no biases): ``wq`` ``(n_heads * qk_head_dim, dim)`` or ``wq_a`` ``(q_lora_rank, dim)``,
-    ``q_norm`` ``(q_lora_rank,)``, ``wq_b`` ``(n_heads * qk_head_dim, q_lora_rank)``; ``wkv_a``
-    ``(kv_lora_rank + qk_rope_head_dim, dim)``, ``kv_norm`` ``(kv_lora_rank,)``, ``wkv_b``
-    ``(n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank)``; ``wo`` ``(dim, n_heads * v_head_dim)``.
+    Parameters (no biases): ``wq`` ``(n_heads * qk_head_dim, dim)`` or ``wq_a``
+    ``(q_lora_rank, dim)``, ``q_norm`` ``(q_lora_rank,)``, ``wq_b``
+    ``(n_heads * qk_head_dim, q_lora_rank)``; ``wkv_a`` ``(kv_lora_rank + qk_rope_head_dim, dim)``,
+    ``kv_norm`` ``(kv_lora_rank,)``, ``wkv_b``
+    ``(n_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank)``; ``wo``
+    ``(dim, n_heads * v_head_dim)``.
     """
 
     def __init__(self, args: DeepSeekV3ModelArgs):
@@ -89,8 +91,9 @@ class MLA(nn.Module):
         self.kv_cache: LayerKV | None = None  # set by the decoder for a forward with a KV cache
 
     def queries(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """``q`` ``(bs, seqlen, n_heads, qk_head_dim)`` of ``x`` ``(bs, seqlen, dim)`` at the positions of ``cos``/``sin``
-        ``(seqlen, qk_rope_head_dim)`` (the last ``qk_rope_head_dim`` features rotated)."""
+        """``q`` ``(bs, seqlen, n_heads, qk_head_dim)`` of ``x`` ``(bs, seqlen, dim)`` at the
+        positions of ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)`` (the last ``qk_rope_head_dim``
+        features rotated)."""
         bs, seqlen, _ = x.shape
         q = self.wq(x) if self.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
         q = q.view(bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.qk_rope_head_dim)
@@ -100,16 +103,17 @@ class MLA(nn.Module):
     def latent(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The compressed key/value latent of ``x``: ``c_kv`` ``(bs, seqlen, kv_lora_rank)`` after ``kv_norm`` and the
-        rotated shared key ``k_pe`` ``(bs, seqlen, 1, qk_rope_head_dim)`` (what a KV cache keeps)."""
+        """The compressed key/value latent of ``x``: ``c_kv`` ``(bs, seqlen, kv_lora_rank)`` after
+        ``kv_norm`` and the rotated shared key ``k_pe`` ``(bs, seqlen, 1, qk_rope_head_dim)`` (what
+        a KV cache keeps)."""
         c_kv, k_pe = self.wkv_a(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
         return self.kv_norm(c_kv), apply_rope(k_pe.unsqueeze(2), cos, sin)
 
     def keys_values(
         self, c_kv: torch.Tensor, k_pe: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` and ``v`` ``(bs, seqlen, n_heads, v_head_dim)`` up-projected
-        from the latent (:meth:`latent`)."""
+        """``k`` ``(bs, seqlen, n_heads, qk_head_dim)`` and ``v``
+        ``(bs, seqlen, n_heads, v_head_dim)`` up-projected from the latent (:meth:`latent`)."""
         bs, seqlen, _ = c_kv.shape
         kv = self.wkv_b(c_kv).view(
             bs, seqlen, self.n_heads, self.qk_nope_head_dim + self.v_head_dim
@@ -120,7 +124,8 @@ class MLA(nn.Module):
     def qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`queries`, then keys and values (:meth:`keys_values` of :meth:`latent`) of ``x``."""
+        """:meth:`queries`, then keys and values (:meth:`keys_values` of :meth:`latent`) of
+        ``x``."""
         return self.queries(x, cos, sin), *self.keys_values(*self.latent(x, cos, sin))
 
     def forward(
@@ -130,8 +135,9 @@ class MLA(nn.Module):
         sin: torch.Tensor,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``, ``document_ids`` int
-        ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With ``kv_cache`` set (decoding) the latent is kept
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, qk_rope_head_dim)``,
+        ``document_ids`` int ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``. With
+        ``kv_cache`` set (decoding) the latent is kept
         (:mod:`torchtitan_lite.models.common.kv_cache`)."""
         if self.kv_cache is None:  # context parallelism gathers the latent, not the expanded heads
             latent = self.inner_attention.gather(*self.latent(x, cos, sin))
@@ -152,9 +158,9 @@ class MLA(nn.Module):
 
 
 def build_moe(args: DeepSeekV3ModelArgs) -> MoE:
-    """DeepSeekMoE (report sec. 2.1.2): the V3 router, ``num_experts`` routed SwiGLU experts, the shared experts
-    (one SwiGLU of width ``num_shared_experts * moe_inter_dim``, reference ``MoE.shared_experts``) and the
-    sequence-wise balance loss (report eq. 17-20)."""
+    """DeepSeekMoE (report sec. 2.1.2): the V3 router, ``num_experts`` routed SwiGLU experts, the
+    shared experts (one SwiGLU of width ``num_shared_experts * moe_inter_dim``, reference
+    ``MoE.shared_experts``) and the sequence-wise balance loss (report eq. 17-20)."""
     router = TokenChoiceTopKRouter(
         args.dim,
         args.num_experts,
@@ -182,7 +188,8 @@ def build_moe(args: DeepSeekV3ModelArgs) -> MoE:
 
 
 class TransformerBlock(nn.Module):
-    """One pre-norm block: MLA, then a dense ``feed_forward`` (``layer_id < n_dense_layers``) or a ``moe``."""
+    """One pre-norm block: MLA, then a dense ``feed_forward`` (``layer_id < n_dense_layers``) or a
+    ``moe``."""
 
     def __init__(self, args: DeepSeekV3ModelArgs, layer_id: int):
         super().__init__()
@@ -209,10 +216,10 @@ class TransformerBlock(nn.Module):
 
 
 class DeepSeekV3Model(Decoder):
-    """The DeepSeek-V3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`TransformerBlock`
-    blocks and RoPE tables over ``qk_rope_head_dim`` (YaRN frequencies when ``args.uses_yarn``):
-    ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``. Values come from
-    ``models/deepseek_v3/init_plan.py``.
+    """The DeepSeek-V3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with
+    :class:`TransformerBlock` blocks and RoPE tables over ``qk_rope_head_dim`` (YaRN frequencies
+    when ``args.uses_yarn``): ``tokens`` int64 ``(bs, seqlen)`` -> logits
+    ``(bs, seqlen, vocab_size)``. Values come from ``models/deepseek_v3/init_plan.py``.
     """
 
     def __init__(self, args: DeepSeekV3ModelArgs):
@@ -221,9 +228,10 @@ class DeepSeekV3Model(Decoder):
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The tables, each fp32 ``(max_seq_len, qk_rope_head_dim)`` on ``device``.
 
-        With YaRN the frequencies are :func:`torchtitan_lite.models.common.yarn.yarn_inv_freq`'s with the ramp bounds rounded
-        (``truncate``, the reference's ``find_correction_range``) and cos/sin are NOT scaled: DeepSeek puts the
-        attention temperature into the softmax scale (:func:`softmax_scale`).
+        With YaRN the frequencies are :func:`torchtitan_lite.models.common.yarn.yarn_inv_freq`'s
+        with the ramp bounds rounded (``truncate``, the reference's ``find_correction_range``) and
+        cos/sin are NOT scaled: DeepSeek puts the attention temperature into the softmax scale
+        (:func:`softmax_scale`).
         """
         a = self.args
         inv_freq = None

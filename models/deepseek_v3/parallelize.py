@@ -1,12 +1,13 @@
 """How a DeepSeek-V3 model is split over the devices (``ModelSpec.parallelize``, contract in
 ``torchtitan_lite/protocols/model_spec.py``).
 
-Tensor parallelism of multi-head latent attention (torchtitan's deepseek_v3 plan): the attention runs on DTensors
-(its input gathered, ``cos``/``sin`` taken as replicated), the low-rank projections ``wq_a``/``wkv_a`` and their
-norms ``q_norm``/``kv_norm`` whole on every rank (``Replicate``), the up-projections ``wq``/``wq_b``/``wkv_b``
-column-wise (whole heads per rank; the shared RoPE key ``k_pe`` is expanded to the rank's heads), the attention
-kernel on the rank's heads as plain tensors, row-wise ``wo``. Dense blocks: the SwiGLU column-/row-wise; MoE blocks:
-the MoE layer (shared experts included) whole on every rank on the gathered sequence (see the notes in
+Tensor parallelism of multi-head latent attention (torchtitan's deepseek_v3 plan): the attention
+runs on DTensors (its input gathered, ``cos``/``sin`` taken as replicated), the low-rank projections
+``wq_a``/``wkv_a`` and their norms ``q_norm``/``kv_norm`` whole on every rank (``Replicate``), the
+up-projections ``wq``/``wq_b``/``wkv_b`` column-wise (whole heads per rank; the shared RoPE key
+``k_pe`` is expanded to the rank's heads), the attention kernel on the rank's heads as plain
+tensors, row-wise ``wo``. Dense blocks: the SwiGLU column-/row-wise; MoE blocks: the MoE layer
+(shared experts included) whole on every rank on the gathered sequence (see the notes in
 ``torchtitan_lite/distributed/tensor_parallel.py``).
 """
 
@@ -22,7 +23,6 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
 )
 
-from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import (
@@ -33,10 +33,12 @@ from torchtitan_lite.distributed.tensor_parallel import (
     residual_layout,
     swiglu_plan,
 )
+from torchtitan_lite.models.common.parallelize import parallelize_decoder
 
 
 def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, ParallelStyle]:
-    """The plan of a block's ``attention`` (:class:`torchtitan_lite.models.deepseek_v3.model.MLA`), keyed from the block."""
+    """The plan of a block's ``attention`` (:class:`torchtitan_lite.models.deepseek_v3.model.MLA`),
+    keyed from the block."""
     heads = ColwiseParallel(
         use_local_output=False
     )  # (bs, seqlen, n_heads * x) DTensors, Shard(-1) on the heads
@@ -55,7 +57,8 @@ def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, Paralle
         "attention.wkv_a": ReplicateParallel(),
         "attention.kv_norm": ReplicateParallel(),
         "attention.wkv_b": heads,
-        "attention.inner_attention": PrepareModuleInput(  # q, k, v (bs, seqlen, n_heads, x): the rank's heads
+        # q, k, v (bs, seqlen, n_heads, x): the rank's heads
+        "attention.inner_attention": PrepareModuleInput(
             input_layouts=(Shard(2),) * 3,
             desired_input_layouts=(Shard(2),) * 3,
             use_local_output=True,
@@ -67,7 +70,8 @@ def mla_plan(attention: nn.Module, sequence_parallel: bool) -> dict[str, Paralle
 def block_plan(
     block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
 ) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of one DeepSeek-V3 block: MLA, then the dense SwiGLU or the MoE replicated."""
+    """The tensor-parallel plan of one DeepSeek-V3 block: MLA, then the dense SwiGLU or the MoE
+    replicated."""
     ffn = (
         replicated_module_plan("moe", sequence_parallel)
         if block.is_moe

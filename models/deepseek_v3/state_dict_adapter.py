@@ -1,33 +1,35 @@
-"""DeepSeek-V3 <-> Hugging Face transformers: tensor names and ``config.json`` (``DeepseekV3ForCausalLM``;
-DeepSeek-V3 and Moonlight-16B-A3B, whose ``model_type`` is ``deepseek_v3``).
+"""DeepSeek-V3 <-> Hugging Face transformers: tensor names and ``config.json``
+(``DeepseekV3ForCausalLM``; DeepSeek-V3 and Moonlight-16B-A3B, whose ``model_type`` is
+``deepseek_v3``).
 
-Names (HF ``modeling_deepseek_v3.py``), besides the decoder's: ``self_attn.q_proj`` = ``attention.wq`` (no query
-LoRA) or ``q_a_proj``/``q_a_layernorm``/``q_b_proj`` = ``wq_a``/``q_norm``/``wq_b``; ``kv_a_proj_with_mqa`` =
-``wkv_a``, ``kv_a_layernorm`` = ``kv_norm``, ``kv_b_proj`` = ``wkv_b``, ``o_proj`` = ``wo``; dense blocks
-``mlp.gate_proj/up_proj/down_proj`` = ``feed_forward.w1/w3/w2``; MoE blocks ``mlp.gate.weight`` =
-``moe.router.gate.weight``, ``mlp.gate.e_score_correction_bias`` = ``moe.router.expert_bias`` (the balancing
-bias: loaded like a weight, never re-initialized), the routed experts one tensor per expert
-(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`) and ``mlp.shared_experts.*`` = ``moe.shared_experts.w1/w3/w2``.
+Names (HF ``modeling_deepseek_v3.py``), besides the decoder's: ``self_attn.q_proj`` =
+``attention.wq`` (no query LoRA) or ``q_a_proj``/``q_a_layernorm``/``q_b_proj`` =
+``wq_a``/``q_norm``/``wq_b``; ``kv_a_proj_with_mqa`` = ``wkv_a``, ``kv_a_layernorm`` = ``kv_norm``,
+``kv_b_proj`` = ``wkv_b``, ``o_proj`` = ``wo``; dense blocks ``mlp.gate_proj/up_proj/down_proj`` =
+``feed_forward.w1/w3/w2``; MoE blocks ``mlp.gate.weight`` = ``moe.router.gate.weight``,
+``mlp.gate.e_score_correction_bias`` = ``moe.router.expert_bias`` (the balancing bias: loaded like a
+weight, never re-initialized), the routed experts one tensor per expert
+(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`) and ``mlp.shared_experts.*`` =
+``moe.shared_experts.w1/w3/w2``.
 
-Note: on the RoPE rows. DeepSeek's checkpoints pair RoPE features ``(2i, 2i+1)`` (``rope_interleave: true``,
-transformers' default for this model type); our MLA pairs ``(i, i + qk_rope_head_dim/2)`` (``models/deepseek_v3/
-model.py``). Import permutes the RoPE rows of ``wq``/``wq_b`` (in every head) and ``wkv_a`` (the shared RoPE key)
-with :func:`interleaved_to_half`; export writes them back interleaved, so the exported
-folder has the published layout. A config with ``rope_interleave: false`` maps one to one.
+Multi-token prediction (``models/common/mtp.py``): with ``mtp_num_layers`` = D > 0 our
+``mtp.layers.{k}`` is the folder's ``model.layers.{n_layers + k}`` (the published
+``model.layers.61``, as vLLM's ``deepseek_mtp.py`` reads it): ``enorm``, ``hnorm``, ``eh_proj``,
+``shared_head.norm`` = ``norm`` and the block's tensors under the usual names. The layer's
+``embed_tokens`` and ``shared_head.head`` are copies of ``model.embed_tokens`` and ``lm_head``
+(report sec. 2.2: shared): import skips them (the main tensors are loaded; a folder whose copies
+differ loses them), export writes both copies of our one tensor (:class:`WithCopies`) and
+``num_nextn_predict_layers`` = D. A folder without the layers leaves ours missing (initialized,
+listed); with D = 0 the folder's ``num_nextn_predict_layers`` layers are skipped, listed
+(transformers does not build them either), so a folder without them loads the same. YaRN: ``mscale``
+must equal ``mscale_all_dim`` (then HF scales no cos/sin and the softmax scale gets
+``mscale_all_dim``, as our ``softmax_scale``), the ramp bounds are rounded (``truncate``, HF's
+default and the reference's), and YaRN needs
+``max_position_embeddings > original_max_position_embeddings`` (our model turns it on by that rule,
+the reference's). Training-only keys (``aux_loss_alpha``, ``seq_aux``) and the original parallel
+layout (``ep_size``, ``pretraining_tp``) change no output.
 
-Multi-token prediction (``models/common/mtp.py``): with ``mtp_num_layers`` = D > 0 our ``mtp.layers.{k}`` is the
-folder's ``model.layers.{n_layers + k}`` (the published ``model.layers.61``, as vLLM's ``deepseek_mtp.py`` reads it):
-``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` = ``norm`` and the block's tensors under the usual names.
-The layer's ``embed_tokens`` and ``shared_head.head`` are copies of ``model.embed_tokens`` and ``lm_head`` (report
-sec. 2.2: shared): import skips them (the main tensors are loaded; a folder whose copies differ loses them), export
-writes both copies of our one tensor (:class:`WithCopies`) and ``num_nextn_predict_layers`` = D. A folder without
-the layers leaves ours missing (initialized, listed); with D = 0 the folder's ``num_nextn_predict_layers`` layers
-are skipped, listed (transformers does not build them either), so a folder without them loads the same. YaRN: ``mscale`` must equal
-``mscale_all_dim`` (then HF scales no cos/sin and the softmax scale gets ``mscale_all_dim``, as our
-``softmax_scale``), the ramp bounds are rounded (``truncate``, HF's default and the reference's), and YaRN needs
-``max_position_embeddings > original_max_position_embeddings`` (our model turns it on by that rule, the
-reference's). Training-only keys (``aux_loss_alpha``, ``seq_aux``) and the original parallel layout (``ep_size``,
-``pretraining_tp``) change no output.
+Note: docs/design.md, "on the RoPE rows".
 """
 
 from __future__ import annotations
@@ -77,12 +79,14 @@ HF_DEFAULTS = {
     "attention_dropout": 0.0,
     "num_nextn_predict_layers": 1,
 }
-"""transformers' ``DeepseekV3Config`` defaults for the keys read here (``configuration_deepseek_v3.py``)."""
+"""transformers' ``DeepseekV3Config`` defaults for the keys read here
+(``configuration_deepseek_v3.py``)."""
 MODELING_DEFAULTS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
-"""What transformers does for keys of DeepSeek's own ``config.json`` that ``DeepseekV3Config`` does not declare, so a
-folder without them (as its ``save_pretrained`` writes) loads: ``DeepseekV3TopkRouter`` scores with a sigmoid and
-picks the top-k within the top groups after the score-correction bias (``noaux_tc``), and every layer from
-``first_k_dense_replace`` on is an MoE (``DeepseekV3DecoderLayer``: no ``moe_layer_freq``)."""
+"""What transformers does for keys of DeepSeek's own ``config.json`` that ``DeepseekV3Config`` does
+not declare, so a folder without them (as its ``save_pretrained`` writes) loads:
+``DeepseekV3TopkRouter`` scores with a sigmoid and picks the top-k within the top groups after the
+score-correction bias (``noaux_tc``), and every layer from ``first_k_dense_replace`` on is an MoE
+(``DeepseekV3DecoderLayer``: no ``moe_layer_freq``)."""
 DEFAULT_THETA = 10000.0
 """transformers' ``rope_theta`` when a config has none (``PreTrainedConfig.default_theta``)."""
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
@@ -93,11 +97,12 @@ def interleaved_to_half(
 ) -> tuple[int, ...]:
     """The row permutation from DeepSeek's interleaved RoPE pairs to our rotate-half pairs.
 
-    Rows come in ``n_rows // block`` blocks (one per head, or one for ``wkv_a``); in each, the ``rope_dim`` rows
-    from ``rope_offset`` on are RoPE features. DeepSeek pairs features ``(2i, 2i + 1)`` (the reference's
-    ``view_as_complex``; HF ``apply_rotary_pos_emb_interleave`` with ``rope_interleave: true``), we pair
-    ``(i, i + rope_dim / 2)`` (``models/common/rope.py``), so our RoPE row ``j`` is their row ``2j`` for
-    ``j < rope_dim / 2`` and ``2 (j - rope_dim / 2) + 1`` after; other rows stay.
+    Rows come in ``n_rows // block`` blocks (one per head, or one for ``wkv_a``); in each, the
+    ``rope_dim`` rows from ``rope_offset`` on are RoPE features. DeepSeek pairs features
+    ``(2i, 2i + 1)`` (the reference's ``view_as_complex``; HF ``apply_rotary_pos_emb_interleave``
+    with ``rope_interleave: true``), we pair ``(i, i + rope_dim / 2)`` (``models/common/rope.py``),
+    so our RoPE row ``j`` is their row ``2j`` for ``j < rope_dim / 2`` and
+    ``2 (j - rope_dim / 2) + 1`` after; other rows stay.
 
     Returns:
         ``perm`` with our row ``i`` = their row ``perm[i]`` (for :class:`RowPermuted`).
@@ -146,12 +151,14 @@ def _read_rope(fields: ConfigFields, max_seq_len: int) -> dict[str, Any]:
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` field -> value of an HF ``config.json`` of ``DeepseekV3ForCausalLM``.
+    """:class:`torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` field -> value of an HF
+    ``config.json`` of ``DeepseekV3ForCausalLM``.
 
     Raises:
-        HFConfigError: GQA (``num_key_value_heads`` != heads), attention bias or dropout, another router
-            (``scoring_func``, ``topk_method``), MoE on every k-th layer only (``moe_layer_freq``), a RoPE the
-            module docstring does not allow, or a key the model does not implement.
+        HFConfigError: GQA (``num_key_value_heads`` != heads), attention bias or dropout, another
+            router (``scoring_func``, ``topk_method``), MoE on every k-th layer only
+            (``moe_layer_freq``), a RoPE the module docstring does not allow, or a key the model
+            does not implement.
     """
     fields = ConfigFields(config, {**HF_DEFAULTS, **MODELING_DEFAULTS}, family="deepseek_v3")
     fields.ignore(
@@ -210,13 +217,15 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
+    """Maps tensors and configs between our
+    :class:`~torchtitan_lite.models.deepseek_v3.args.DeepSeekV3ModelArgs` model and HF
     ``DeepseekV3ForCausalLM``.
 
     Args:
         args: the arguments of our model.
-        hf_config: the ``config.json`` of the folder to import: its ``rope_interleave`` (default true: the HF
-            tensors pair RoPE features ``(2i, 2i+1)``, see the note) and ``num_nextn_predict_layers``; ``None`` for
+        hf_config: the ``config.json`` of the folder to import: its ``rope_interleave`` (default
+            true: the HF tensors pair RoPE features ``(2i, 2i+1)``, see the note) and
+                ``num_nextn_predict_layers``; ``None`` for
             an export (the published layout).
     """
 
@@ -324,8 +333,9 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
         return moe_counters(self.args, self.args.n_dense_layers) + mtp
 
     def skipped(self, hf_name: str) -> str | None:
-        """Why the HF tensor ``hf_name`` is not loaded (a copy of the shared embedding or head in an MTP layer, an
-        MTP layer beyond ``mtp_num_layers``, a tied ``lm_head.weight``), or ``None``."""
+        """Why the HF tensor ``hf_name`` is not loaded (a copy of the shared embedding or head in an
+        MTP layer, an MTP layer beyond ``mtp_num_layers``, a tied ``lm_head.weight``), or
+        ``None``."""
         match = _LAYER_RE.match(hf_name)
         mtp = (
             self.hf_config.get("num_nextn_predict_layers", HF_DEFAULTS["num_nextn_predict_layers"])
@@ -336,15 +346,19 @@ class DeepSeekV3StateDictAdapter(DecoderStateDictAdapter):
             if int(match.group(1)) < n + depth and hf_name.endswith(
                 (".embed_tokens.weight", ".shared_head.head.weight")
             ):
-                return "copy of model.embed_tokens / lm_head in a multi-token-prediction layer (shared)"
+                return (
+                    "copy of model.embed_tokens / lm_head in a multi-token-prediction layer "
+                    "(shared)"
+                )
             return (
-                f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's mtp_num_layers "
-                f"{depth}: set --model.overrides.mtp_num_layers={mtp} to train it"
+                f"multi-token-prediction layer (num_nextn_predict_layers {mtp}) beyond the model's "
+                f"mtp_num_layers {depth}: set --model.overrides.mtp_num_layers={mtp} to train it"
             )
         return super().skipped(hf_name)
 
     def family_config(self) -> dict[str, Any]:
-        """MLA, MoE, router, RoPE keys (interleaved RoPE rows) and ``num_nextn_predict_layers`` = ``mtp_num_layers``."""
+        """MLA, MoE, router, RoPE keys (interleaved RoPE rows) and ``num_nextn_predict_layers`` =
+        ``mtp_num_layers``."""
         a = self.args
         rope = None
         if a.uses_yarn:

@@ -1,6 +1,8 @@
-"""GPT-OSS (OpenAI gpt-oss-20b / -120b): MoE with attention sinks and alternating sliding-window attention.
+"""GPT-OSS (OpenAI gpt-oss-20b / -120b): MoE with attention sinks and alternating sliding-window
+attention.
 
-``debug`` trains on CPU; the 20b and 120b flavors give the published parameter counts and init plans.
+``debug`` trains on CPU; the 20b and 120b flavors give the published parameter counts and init
+plans.
 """
 
 from torchtitan_lite.models.common.moe_hooks import MoETrainingHooks

@@ -1,4 +1,5 @@
-"""GPT-OSS model arguments and flavors (OpenAI gpt-oss-20b / gpt-oss-120b, model card of Aug 2025)."""
+"""GPT-OSS model arguments and flavors (OpenAI gpt-oss-20b / gpt-oss-120b, model card of Aug
+2025)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ class GptOssModelArgs:
 
     Raises:
         ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of
-            ``n_kv_heads``, an odd ``head_dim``, ``top_k > num_experts``, a non-bool ``tie_embeddings``,
-            or a float outside its range (named in the message).
+            ``n_kv_heads``, an odd ``head_dim``, ``top_k > num_experts``, a non-bool
+            ``tie_embeddings``, or a float outside its range (named in the message).
     """
 
     dim: int = 2880
@@ -43,7 +44,8 @@ class GptOssModelArgs:
     swiglu_alpha: float = 1.702
     """Sigmoid slope of the SwiGLU gate (reference ``swiglu``; not in config.json)."""
     sliding_window: int = 128
-    """Keys visible to each query (itself included) on the sliding layers, the even ones [sliding_window]."""
+    """Keys visible to each query (itself included) on the sliding layers, the even ones
+    [sliding_window]."""
     norm_eps: float = 1e-5
     """RMSNorm epsilon [rms_norm_eps]."""
     rope_theta: float = 150000.0
@@ -57,15 +59,17 @@ class GptOssModelArgs:
     rope_beta_slow: float = 1.0
     """YaRN ramp bound, in turns over the original context [rope_scaling.beta_slow]."""
     max_seq_len: int = 131072
-    """Length of the RoPE tables: the longest sequence the model accepts [max_position_embeddings]."""
+    """Length of the RoPE tables: the longest sequence the model accepts
+    [max_position_embeddings]."""
     tie_embeddings: bool = False
     """``output.weight is tok_embeddings.weight``; False in both releases [tie_word_embeddings]."""
     init_std: float = 0.02
     """Std of the random initial weights [initializer_range]."""
     aux_loss_coeff: float = 0.01
-    """Weight of each MoE layer's Switch load-balancing loss (``models/common/balance_loss.py``); 0 = off.
-    0.01 is the Switch Transformer value (Fedus et al. 2021, sec. 2.2); the OpenAI reference trains none,
-    and HF's ``router_aux_loss_coef`` 0.9 weighs one loss over all layers' tokens, not one per layer."""
+    """Weight of each MoE layer's Switch load-balancing loss (``models/common/balance_loss.py``); 0
+    = off. 0.01 is the Switch Transformer value (Fedus et al. 2021, sec. 2.2); the OpenAI reference
+    trains none, and HF's ``router_aux_loss_coef`` 0.9 weighs one loss over all layers' tokens, not
+    one per layer."""
 
     def __post_init__(self) -> None:
         check.ints(self)
@@ -83,7 +87,8 @@ class GptOssModelArgs:
 # 20,914,757,184 and 116,829,156,672 parameters (model card: 20.91B and 116.83B).
 _20B = GptOssModelArgs()
 
-# Debug: vocab 2048 = the bundled byte-level BPE tokenizer; max_seq_len 256 > window 128, so both the
+# Debug: vocab 2048 = the bundled byte-level BPE tokenizer; max_seq_len 256 > window 128, so both
+#     the
 # sliding and the full-causal path run; the published YaRN, SwiGLU and window constants.
 _DEBUG = replace(
     _20B,

@@ -23,13 +23,14 @@ def num_active_params(args: GptOssModelArgs) -> int:
 def num_flops_per_token(args: GptOssModelArgs, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward) for sequences of ``seq_len`` tokens.
 
-    ``6 * num_active_params + 12 * n_heads * head_dim * sum(context)``: 6N for the matmuls of forward (2N)
-    and backward (4N) as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the MoE's active
-    parameters (:func:`num_active_params`: router and top-k experts, biases, sinks and norms included as
-    torchtitan counts all parameters, the output projection, not the embedding lookup). Attention scores
-    and weighted values add ``12 * n_heads * head_dim * context`` per layer (torchtitan's ``12 l h q t``),
-    ``context = seq_len`` on full layers and ``min(sliding_window, seq_len)`` on sliding (even) ones: the
-    keys a query can see, not the kernel's masked square (``tests/test_flops.py`` measures both).
+    ``6 * num_active_params + 12 * n_heads * head_dim * sum(context)``: 6N for the matmuls of
+    forward (2N) and backward (4N) as in PaLM (Chowdhery et al. 2022, app. B) and torchtitan, N the
+    MoE's active parameters (:func:`num_active_params`: router and top-k experts, biases, sinks and
+    norms included as torchtitan counts all parameters, the output projection, not the embedding
+    lookup). Attention scores and weighted values add ``12 * n_heads * head_dim * context`` per
+    layer (torchtitan's ``12 l h q t``), ``context = seq_len`` on full layers and
+    ``min(sliding_window, seq_len)`` on sliding (even) ones: the keys a query can see, not the
+    kernel's masked square (``tests/test_flops.py`` measures both).
 
     Raises:
         ValueError: ``seq_len`` is not positive.

@@ -7,19 +7,21 @@ router (weight AND bias: an uninitialized router bias is a known source of NaN a
 sinks ~ N(0, 0.02^2); linear and expert biases zero; RMSNorm weights one.
 
 Expected step-1 loss: the final RMSNorm gives unit-RMS features, so the logits have std about
-``init_std * sqrt(dim)`` (0.32 for the debug dim 256) and the loss is ``ln V + std^2 / 2`` = ln V + 0.05.
+``init_std * sqrt(dim)`` (0.32 for the debug dim 256) and the loss is ``ln V + std^2 / 2`` = ln V +
+0.05.
 """
 
 from __future__ import annotations
 
-from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
 from torchtitan_lite.init.spec import InitPlan, normal, ones, zeros
+from torchtitan_lite.models.gpt_oss.args import GptOssModelArgs
 
 _HF = "HF modeling_gpt_oss.py _init_weights, initializer_range"
 
 
 def gpt_oss_init_plan(args: GptOssModelArgs) -> InitPlan:
-    """The :class:`InitPlan` of :class:`torchtitan_lite.models.gpt_oss.model.GptOssModel` built from ``args``."""
+    """The :class:`InitPlan` of :class:`torchtitan_lite.models.gpt_oss.model.GptOssModel` built from
+    ``args``."""
     weight = normal(args.init_std, source=f"{_HF} {args.init_std}")
     bias = zeros(source="HF _init_weights: nn.Linear and expert biases zeroed")
     norm = ones(source="RMSNorm identity at start (HF _init_weights fill 1.0)")

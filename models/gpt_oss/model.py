@@ -1,12 +1,13 @@
-"""The GPT-OSS transformer (OpenAI gpt-oss model card, Aug 2025; reference ``gpt_oss/torch/model.py``;
-HF transformers ``modeling_gpt_oss.py``).
+"""The GPT-OSS transformer (OpenAI gpt-oss model card, Aug 2025; reference
+``gpt_oss/torch/model.py``; HF transformers ``modeling_gpt_oss.py``).
 
 Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))``.
   * RMSNorm, eps 1e-5 (``models/common/norm.py``).
   * Grouped-query attention with biases on ``wq/wk/wv/wo`` (HF ``attention_bias: true``), a learned
-    per-head sink logit (``models/common/sink_attention.py``, run by ``models/common/attention_backends.py``), YaRN RoPE in the rotate-half layout
-    (the reference's ``_apply_rotary_emb`` splits halves; ``models/common/yarn.py``); even layers see
-    only the ``sliding_window`` most recent keys, odd layers are full causal (reference
+    per-head sink logit (``models/common/sink_attention.py``, run by
+    ``models/common/attention_backends.py``), YaRN RoPE in the rotate-half layout (the reference's
+    ``_apply_rotary_emb`` splits halves; ``models/common/yarn.py``); even layers see only the
+    ``sliding_window`` most recent keys, odd layers are full causal (reference
     ``layer_idx % 2 == 0``; HF ``layer_types`` starts with ``sliding_attention``).
   * Mixture of experts (``models/common/moe.py``): top-k softmax router with bias
     (``models/common/routers.py``), biased grouped experts with the clamped SwiGLU
@@ -40,10 +41,11 @@ class Attention(common_attention.Attention):
         args: model hyperparameters.
         sliding_window: keys visible to each query, or ``None`` for full causal attention.
 
-    Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv`` ``(n_kv_heads * head_dim, dim)``,
-    ``wo`` ``(dim, n_heads * head_dim)``, each with a bias (:class:`torchtitan_lite.models.common.attention.Attention`); ``sinks``
-    ``(n_heads,)`` logits. Head counts are read from the projections' outputs, so a rank holding some of the heads
-    (tensor parallelism) runs its heads.
+    Parameters: ``wq`` ``(n_heads * head_dim, dim)``, ``wk``/``wv``
+    ``(n_kv_heads * head_dim, dim)``, ``wo`` ``(dim, n_heads * head_dim)``, each with a bias
+    (:class:`torchtitan_lite.models.common.attention.Attention`); ``sinks`` ``(n_heads,)`` logits.
+    Head counts are read from the projections' outputs, so a rank holding some of the heads (tensor
+    parallelism) runs its heads.
     """
 
     def __init__(self, args: GptOssModelArgs, sliding_window: int | None):
@@ -58,8 +60,8 @@ class Attention(common_attention.Attention):
         sin: torch.Tensor,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)``, ``document_ids`` int ``(bs, seqlen)`` or
-        ``None`` -> ``(bs, seqlen, dim)``."""
+        """``x`` ``(bs, seqlen, dim)``, ``cos``/``sin`` ``(seqlen, head_dim)``, ``document_ids`` int
+        ``(bs, seqlen)`` or ``None`` -> ``(bs, seqlen, dim)``."""
         out = self.attend(
             *self.qkv(x, cos, sin), self.sinks, document_ids
         )  # (bs, seqlen, n_heads, head_dim)
@@ -97,17 +99,18 @@ class TransformerBlock(nn.Module):
 
 
 class GptOssModel(Decoder):
-    """The GPT-OSS decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`TransformerBlock` blocks
-    and YaRN RoPE tables over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
-    ``(bs, seqlen, vocab_size)``. Values come from the init plan, ``models/gpt_oss/init_plan.py``.
+    """The GPT-OSS decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with
+    :class:`TransformerBlock` blocks and YaRN RoPE tables over ``head_dim``: ``tokens`` int64
+    ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``. Values come from the init plan,
+    ``models/gpt_oss/init_plan.py``.
     """
 
     def __init__(self, args: GptOssModelArgs):
         super().__init__(args, TransformerBlock, rope_dim=args.head_dim)
 
     def rope_tables(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The YaRN tables (:func:`torchtitan_lite.models.common.yarn.yarn_cos_sin`, scaled by the YaRN attention factor),
-        each fp32 ``(max_seq_len, head_dim)`` on ``device``."""
+        """The YaRN tables (:func:`torchtitan_lite.models.common.yarn.yarn_cos_sin`, scaled by the
+        YaRN attention factor), each fp32 ``(max_seq_len, head_dim)`` on ``device``."""
         a = self.args
         return yarn_cos_sin(
             a.head_dim,

@@ -1,11 +1,12 @@
 """How a GPT-OSS model is split over the devices (``ModelSpec.parallelize``, contract in
 ``torchtitan_lite/protocols/model_spec.py``).
 
-Tensor parallelism (torchtitan's gpt_oss plan): column-wise ``wq``/``wk``/``wv`` with their biases (whole query and
-key/value heads per rank), the per-head ``sinks`` sharded with the heads (``Shard(0)``) and handed to the attention
-kernel as the rank's local sinks, row-wise ``wo`` (its bias whole, added once after the reduction);
-sequence-parallel norms; the MoE layer whole on every rank on the gathered sequence, router and experts not split
-(see the notes in ``torchtitan_lite/distributed/tensor_parallel.py``).
+Tensor parallelism (torchtitan's gpt_oss plan): column-wise ``wq``/``wk``/``wv`` with their biases
+(whole query and key/value heads per rank), the per-head ``sinks`` sharded with the heads
+(``Shard(0)``) and handed to the attention kernel as the rank's local sinks, row-wise ``wo`` (its
+bias whole, added once after the reduction); sequence-parallel norms; the MoE layer whole on every
+rank on the gathered sequence, router and experts not split (see the notes in
+``torchtitan_lite/distributed/tensor_parallel.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
 )
 
-from torchtitan_lite.models.common.parallelize import parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import (
@@ -30,12 +30,14 @@ from torchtitan_lite.distributed.tensor_parallel import (
     residual_layout,
     shard_parameter,
 )
+from torchtitan_lite.models.common.parallelize import parallelize_decoder
 
 
 def block_plan(
     block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
 ) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of one GPT-OSS block (and its ``attention.sinks`` sharded on ``mesh``)."""
+    """The tensor-parallel plan of one GPT-OSS block (and its ``attention.sinks`` sharded on
+    ``mesh``)."""
     shard_parameter(block.attention, "sinks", mesh, Shard(0))
     return {
         **norm_plan("attention_norm", sequence_parallel),
@@ -43,7 +45,8 @@ def block_plan(
         "attention.wq": ColwiseParallel(),
         "attention.wk": ColwiseParallel(),
         "attention.wv": ColwiseParallel(),
-        "attention.inner_attention": PrepareModuleInput(  # (q, k, v, sinks): the rank's sinks as a plain tensor
+        # (q, k, v, sinks): the rank's sinks as a plain tensor
+        "attention.inner_attention": PrepareModuleInput(
             input_layouts=(None, None, None, Shard(0)),
             desired_input_layouts=(None, None, None, Shard(0)),
             use_local_output=True,

@@ -1,19 +1,22 @@
 """GPT-OSS <-> Hugging Face transformers: tensor names and ``config.json`` (``GptOssForCausalLM``).
 
-Names (HF ``modeling_gpt_oss.py``), besides the decoder's: ``self_attn.{q,k,v,o}_proj.{weight,bias}`` =
-``attention.w{q,k,v,o}``, ``self_attn.sinks`` = ``attention.sinks``, ``mlp.router.{weight,bias}`` =
-``moe.router.gate``; the experts are fused 3-D tensors, with HF's gate/up interleaving (gate at even, up at odd
-positions of the ``2 * intermediate_size`` axis, as :func:`torchtitan_lite.models.common.experts.clamped_swiglu` reads them):
-``mlp.experts.gate_up_proj`` ``(E, dim, 2H)`` is our ``mlp1_weight`` ``(E, 2H, dim)`` transposed,
-``mlp.experts.down_proj`` ``(E, H, dim)`` our ``mlp2_weight`` ``(E, dim, H)`` transposed; the biases
-``gate_up_proj_bias`` ``(E, 2H)`` and ``down_proj_bias`` ``(E, dim)`` are ours as they are. The published
-gpt-oss safetensors store the two expert weights as MXFP4 ``*_blocks``/``*_scales``: the loader dequantizes them
-into the ``(E, dim, 2H)`` layout first (``torchtitan_lite/components/hf``).
+Names (HF ``modeling_gpt_oss.py``), besides the decoder's:
+``self_attn.{q,k,v,o}_proj.{weight,bias}`` = ``attention.w{q,k,v,o}``, ``self_attn.sinks`` =
+``attention.sinks``, ``mlp.router.{weight,bias}`` = ``moe.router.gate``; the experts are fused 3-D
+tensors, with HF's gate/up interleaving (gate at even, up at odd positions of the
+``2 * intermediate_size`` axis, as :func:`torchtitan_lite.models.common.experts.clamped_swiglu`
+reads them): ``mlp.experts.gate_up_proj`` ``(E, dim, 2H)`` is our ``mlp1_weight`` ``(E, 2H, dim)``
+transposed, ``mlp.experts.down_proj`` ``(E, H, dim)`` our ``mlp2_weight`` ``(E, dim, H)``
+transposed; the biases ``gate_up_proj_bias`` ``(E, 2H)`` and ``down_proj_bias`` ``(E, dim)`` are
+ours as they are. The published gpt-oss safetensors store the two expert weights as MXFP4
+``*_blocks``/``*_scales``: the loader dequantizes them into the ``(E, dim, 2H)`` layout first
+(``torchtitan_lite/components/hf``).
 
-Config: RoPE is YaRN with ``truncate: false`` (the published ``rope_scaling``; ``rope_type: default`` is YaRN with
-factor 1), even layers slide over ``sliding_window`` keys (``layer_types``); ``hidden_act`` is read by no HF
-GPT-OSS module (the experts' clamped SwiGLU is fixed); OpenAI's original keys ``experts_per_token`` and
-``initial_context_length`` must agree with ``num_experts_per_tok`` and the YaRN original length.
+Config: RoPE is YaRN with ``truncate: false`` (the published ``rope_scaling``;
+``rope_type: default`` is YaRN with factor 1), even layers slide over ``sliding_window`` keys
+(``layer_types``); ``hidden_act`` is read by no HF GPT-OSS module (the experts' clamped SwiGLU is
+fixed); OpenAI's original keys ``experts_per_token`` and ``initial_context_length`` must agree with
+``num_experts_per_tok`` and the YaRN original length.
 """
 
 from __future__ import annotations
@@ -77,16 +80,19 @@ DEFAULT_THETA = 150000.0
 
 
 def sliding_layer_types(n_layers: int) -> list[str]:
-    """``layer_types`` of our model: sliding window on even layers (transformers' ``GptOssConfig`` default)."""
+    """``layer_types`` of our model: sliding window on even layers (transformers' ``GptOssConfig``
+    default)."""
     return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` field -> value of an HF ``config.json`` of ``GptOssForCausalLM``.
+    """:class:`torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` field -> value of an HF
+    ``config.json`` of ``GptOssForCausalLM``.
 
     Raises:
-        HFConfigError: no attention bias, attention dropout, layer types other than alternating sliding/full, a
-            RoPE other than YaRN without truncation, OpenAI's keys disagreeing, or a key the model does not implement.
+        HFConfigError: no attention bias, attention dropout, layer types other than alternating
+            sliding/full, a RoPE other than YaRN without truncation, OpenAI's keys disagreeing, or a
+            key the model does not implement.
     """
     fields = ConfigFields(config, HF_DEFAULTS, family="gpt_oss")
     fields.ignore(*FILE_FIELDS, "hidden_act", "router_aux_loss_coef")
@@ -137,7 +143,8 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class GptOssStateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` model and HF
+    """Maps tensors and configs between our
+    :class:`~torchtitan_lite.models.gpt_oss.args.GptOssModelArgs` model and HF
     ``GptOssForCausalLM``."""
 
     model_type = "gpt_oss"
@@ -145,7 +152,8 @@ class GptOssStateDictAdapter(DecoderStateDictAdapter):
     args_from_hf_config = staticmethod(args_from_hf_config)
 
     def layer_tensors(self, i: int, prefix: str) -> dict[str, HFTensor]:
-        """Attention with biases and sinks, router, the fused experts transposed (module docstring)."""
+        """Attention with biases and sinks, router, the fused experts transposed (module
+        docstring)."""
         return {
             **same(prefix, _LAYER_NAMES),
             "moe.experts.mlp1_weight": Transposed(f"{prefix}mlp.experts.gate_up_proj", (1, 2)),

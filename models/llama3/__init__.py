@@ -1,5 +1,5 @@
-"""Llama 3 dense models (Llama 3.1 8B/70B, Llama 3.2 1B/3B): args and flavors, the module, its init plan, FLOPs,
-parallelize and HF adapter, as one ModelSpec."""
+"""Llama 3 dense models (Llama 3.1 8B/70B, Llama 3.2 1B/3B): args and flavors, the module, its init
+plan, FLOPs, parallelize and HF adapter, as one ModelSpec."""
 
 from torchtitan_lite.models.llama3.args import Llama3ModelArgs, llama3_flavors
 from torchtitan_lite.models.llama3.flops import num_flops_per_token

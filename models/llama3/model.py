@@ -1,8 +1,10 @@
-"""Dense Llama 3 decoder ("The Llama 3 Herd of Models", arXiv 2407.21783; HF transformers ``modeling_llama.py``).
+"""Dense Llama 3 decoder ("The Llama 3 Herd of Models", arXiv 2407.21783; HF transformers
+``modeling_llama.py``).
 
-Qwen3's dense decoder without QK-norm (:class:`torchtitan_lite.models.common.dense_block.DenseBlock`): pre-norm blocks of GQA
-attention and a SwiGLU, a final ``norm`` and an untied ``output`` (tied in Llama 3.2 1B/3B). Its RoPE (Llama 3.1)
-rescales the frequencies (:func:`llama3_inv_freq`).
+Qwen3's dense decoder without QK-norm
+(:class:`torchtitan_lite.models.common.dense_block.DenseBlock`): pre-norm blocks of GQA attention
+and a SwiGLU, a final ``norm`` and an untied ``output`` (tied in Llama 3.2 1B/3B). Its RoPE (Llama
+3.1) rescales the frequencies (:func:`llama3_inv_freq`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ def llama3_inv_freq(
 ) -> torch.Tensor:
     """Llama 3.1's RoPE frequencies: fp32 ``(head_dim // 2,)`` radians per position.
 
-    The plain frequencies ``rope_theta ** (-2i / head_dim)``; those whose wavelength ``2 pi / f`` exceeds
-    ``rope_original_max_seq_len / rope_low_freq_factor`` are divided by ``rope_factor``, those below
-    ``rope_original_max_seq_len / rope_high_freq_factor`` kept, and in between interpolated with the smooth factor
-    ``s = (rope_original_max_seq_len / wavelength - low) / (high - low)``: ``(1 - s) f / factor + s f`` (Meta's
-    ``apply_scaling`` in llama-models ``reference_impl``; transformers' ``_compute_llama3_parameters``, whose
-    operations this repeats in the same order).
+    The plain frequencies ``rope_theta ** (-2i / head_dim)``; those whose wavelength ``2 pi / f``
+    exceeds ``rope_original_max_seq_len / rope_low_freq_factor`` are divided by ``rope_factor``,
+    those below ``rope_original_max_seq_len / rope_high_freq_factor`` kept, and in between
+    interpolated with the smooth factor
+    ``s = (rope_original_max_seq_len / wavelength - low) / (high - low)``:
+    ``(1 - s) f / factor + s f`` (Meta's ``apply_scaling`` in llama-models ``reference_impl``;
+    transformers' ``_compute_llama3_parameters``, whose operations this repeats in the same order).
     """
     a = args
     inv_freq = 1.0 / (
@@ -47,8 +50,9 @@ def llama3_inv_freq(
 
 
 class Llama3Model(Decoder):
-    """The Llama 3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with :class:`~torchtitan_lite.models.common.dense_block.DenseBlock`
-    blocks without QK-norm: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
+    """The Llama 3 decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with
+    :class:`~torchtitan_lite.models.common.dense_block.DenseBlock` blocks without QK-norm:
+    ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
     """
 
     def __init__(self, args: Llama3ModelArgs):

@@ -2,8 +2,9 @@
 ``torchtitan_lite/protocols/model_spec.py``).
 
 Tensor parallelism (torchtitan's llama3 plan, Megatron layout; see the notes in
-``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention (:func:`torchtitan_lite.models.common.parallelize.
-attention_plan`, no QK-norm), the SwiGLU column-wise ``w1``/``w3`` and row-wise ``w2``, sequence-parallel norms.
+``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention
+(:func:`torchtitan_lite.models.common.parallelize. attention_plan`, no QK-norm), the SwiGLU
+column-wise ``w1``/``w3`` and row-wise ``w2``, sequence-parallel norms.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from torchtitan_lite.models.common.parallelize import attention_plan, parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import norm_plan, swiglu_plan
+from torchtitan_lite.models.common.parallelize import attention_plan, parallelize_decoder
 
 
 def block_plan(

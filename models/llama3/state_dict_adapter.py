@@ -1,14 +1,16 @@
-"""Llama 3 <-> Hugging Face transformers: tensor names and ``config.json`` (``LlamaForCausalLM``, ``model_type``
-``llama``).
+"""Llama 3 <-> Hugging Face transformers: tensor names and ``config.json`` (``LlamaForCausalLM``,
+``model_type`` ``llama``).
 
-Names (HF ``modeling_llama.py``), besides the decoder's (``models/common/hf_adapter.py``): the attention
-(``models/common/hf_attention.py``, no QK-norm) and ``mlp.gate_proj/up_proj/down_proj`` = ``feed_forward.w1/w3/w2``,
-one to one: the HF checkpoints were converted from Meta's (which pair RoPE features ``(2i, 2i+1)``) by permuting the
-``wq``/``wk`` rows into the ``rotate_half`` pairing our RoPE uses (``models/common/rope.py``).
+Names (HF ``modeling_llama.py``), besides the decoder's (``models/common/hf_adapter.py``): the
+attention (``models/common/hf_attention.py``, no QK-norm) and ``mlp.gate_proj/up_proj/down_proj`` =
+``feed_forward.w1/w3/w2``, one to one: the HF checkpoints were converted from Meta's (which pair
+RoPE features ``(2i, 2i+1)``) by permuting the ``wq``/``wk`` rows into the ``rotate_half`` pairing
+our RoPE uses (``models/common/rope.py``).
 
-Config (:meth:`Llama3StateDictAdapter.args_from_hf_config`): no attention or MLP biases, no dropout; RoPE plain
-(Llama 3.0) or ``rope_type: llama3`` (3.1, 3.2); ``pretraining_tp`` (Meta's tensor-parallel degree, which
-transformers' Llama modules do not read) changes nothing; anything else is refused.
+Config (:meth:`Llama3StateDictAdapter.args_from_hf_config`): no attention or MLP biases, no dropout;
+RoPE plain (Llama 3.0) or ``rope_type: llama3`` (3.1, 3.2); ``pretraining_tp`` (Meta's
+tensor-parallel degree, which transformers' Llama modules do not read) changes nothing; anything
+else is refused.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ HF_DEFAULTS = {
     "mlp_bias": False,
     "head_dim": None,
 }
-"""transformers' ``LlamaConfig`` defaults for the keys read here (``configuration_llama.py``; ``None``: the key
-count of heads, ``hidden_size // num_attention_heads`` for ``head_dim``)."""
+"""transformers' ``LlamaConfig`` defaults for the keys read here (``configuration_llama.py``;
+``None``: the key count of heads, ``hidden_size // num_attention_heads`` for ``head_dim``)."""
 
 
 class Llama3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~torchtitan_lite.models.llama3.args.Llama3ModelArgs` model and HF
+    """Maps tensors and configs between our
+    :class:`~torchtitan_lite.models.llama3.args.Llama3ModelArgs` model and HF
     ``LlamaForCausalLM``."""
 
     model_type = "llama"
@@ -60,12 +63,12 @@ class Llama3StateDictAdapter(DecoderStateDictAdapter):
 
     @staticmethod
     def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-        """:class:`torchtitan_lite.models.llama3.args.Llama3ModelArgs` field -> value of an HF ``config.json`` of
-        ``LlamaForCausalLM``.
+        """:class:`torchtitan_lite.models.llama3.args.Llama3ModelArgs` field -> value of an HF
+        ``config.json`` of ``LlamaForCausalLM``.
 
         Raises:
-            HFConfigError: attention or MLP biases, dropout, another activation, a RoPE other than plain or
-                ``llama3``, or a key the model does not implement.
+            HFConfigError: attention or MLP biases, dropout, another activation, a RoPE other than
+                plain or ``llama3``, or a key the model does not implement.
         """
         fields = ConfigFields(config, HF_DEFAULTS, family="llama3")
         fields.ignore(*FILE_FIELDS, "pretraining_tp")

@@ -1,5 +1,5 @@
-"""Qwen3 dense models: args and flavors, the module, its init plan, FLOPs, parallelize and HF adapter, as one
-ModelSpec."""
+"""Qwen3 dense models: args and flavors, the module, its init plan, FLOPs, parallelize and HF
+adapter, as one ModelSpec."""
 
 from torchtitan_lite.models.qwen3.args import Qwen3ModelArgs, qwen3_flavors
 from torchtitan_lite.models.qwen3.flops import num_flops_per_token

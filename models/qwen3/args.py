@@ -1,4 +1,5 @@
-"""Qwen3 model arguments and flavors (dense models of the Qwen3 technical report, arXiv 2505.09388)."""
+"""Qwen3 model arguments and flavors (dense models of the Qwen3 technical report, arXiv
+2505.09388)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from torchtitan_lite.models.common import arg_checks as check
 
 @dataclass(frozen=True)
 class Qwen3ModelArgs:
-    """Hyperparameters of a dense Qwen3 model (names of the field; HF ``config.json`` key in brackets).
+    """Hyperparameters of a dense Qwen3 model (names of the field; HF ``config.json`` key in
+    brackets).
 
     Derive a variant with ``dataclasses.replace(args, tie_embeddings=False, max_seq_len=2048)``: the
     checks below run again on the new instance.
@@ -29,7 +31,8 @@ class Qwen3ModelArgs:
     n_kv_heads: int
     """Key/value heads, a divisor of ``n_heads`` (GQA) [num_key_value_heads]."""
     head_dim: int
-    """Per-head size; independent of ``dim`` (Qwen3-0.6B: 16 heads * 128 = 2048 != 1024) [head_dim]."""
+    """Per-head size; independent of ``dim`` (Qwen3-0.6B: 16 heads * 128 = 2048 != 1024)
+    [head_dim]."""
     hidden_dim: int
     """SwiGLU inner width [intermediate_size]."""
     vocab_size: int
@@ -39,11 +42,13 @@ class Qwen3ModelArgs:
     rope_theta: float = 1e6
     """RoPE base [rope_theta]."""
     max_seq_len: int = 40960
-    """Length of the RoPE tables: the longest sequence the model accepts [max_position_embeddings]."""
+    """Length of the RoPE tables: the longest sequence the model accepts
+    [max_position_embeddings]."""
     tie_embeddings: bool = False
     """``output.weight is tok_embeddings.weight`` [tie_word_embeddings]."""
     init_std: float = 0.02
-    """Std of the input projections and the embedding at init (``init_plan.py``) [initializer_range]."""
+    """Std of the input projections and the embedding at init (``init_plan.py``)
+    [initializer_range]."""
     output_init_std: float | None = None
     """Std of ``output.weight`` at init; ``None`` = the plan's default (tied: ``init_std``,
     untied: ``dim ** -0.5``). A debugging knob: ``1.0`` on a tied model reproduces the broken
@@ -77,8 +82,9 @@ _DEBUG = Qwen3ModelArgs(
 def _published(
     dim: int, n_layers: int, n_heads: int, hidden_dim: int, tie_embeddings: bool
 ) -> Qwen3ModelArgs:
-    """A released dense Qwen3 size: the values shared by all their ``config.json`` files are fixed here
-    (8 KV heads, head_dim 128, vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6, 40960 positions)."""
+    """A released dense Qwen3 size: the values shared by all their ``config.json`` files are fixed
+    here (8 KV heads, head_dim 128, vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6, 40960
+    positions)."""
     return Qwen3ModelArgs(
         dim=dim,
         n_layers=n_layers,
@@ -96,7 +102,8 @@ def _published(
 
 # Published sizes: config.json of the Hugging Face model cards Qwen/Qwen3-{0.6B,1.7B,4B,8B,14B,32B}
 # (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, tie_word_embeddings); the
-# original releases, not the 2507 updates (Qwen3-4B-Instruct-2507: rope_theta 5e6, 262144 positions).
+# original releases, not the 2507 updates (Qwen3-4B-Instruct-2507: rope_theta 5e6, 262144
+# positions).
 # Parameter totals (checked in tests/test_qwen3.py) as listed in keras-hub's qwen3_presets.py.
 qwen3_flavors: dict[str, Qwen3ModelArgs] = {
     "debug": _DEBUG,

@@ -2,9 +2,10 @@
 
 Choices and sources:
   * Linears and the embedding: std ``init_std`` 0.02, the ``initializer_range`` of every Qwen3
-    ``config.json`` (HF ``Qwen3PreTrainedModel._init_weights`` draws ``normal_(0, initializer_range)``).
-    We truncate at +-3 sigma like torchtitan's ``trunc_normal_`` inits: it removes only 0.27% of the
-    mass (std shrinks by 1.4%) and bounds the largest initial weight.
+    ``config.json`` (HF ``Qwen3PreTrainedModel._init_weights`` draws
+    ``normal_(0, initializer_range)``). We truncate at +-3 sigma like torchtitan's ``trunc_normal_``
+    inits: it removes only 0.27% of the mass (std shrinks by 1.4%) and bounds the largest initial
+        weight.
   * Residual output projections ``wo`` and ``w2``: std ``0.02 / sqrt(2 * n_layers)``, so the sum of
     the ``2 * n_layers`` branch outputs added to the residual stream keeps a depth-independent
     scale (GPT-2 report, Radford et al. 2019, section 2.3; torchtitan ``TransformerBlock``
@@ -15,15 +16,16 @@ Choices and sources:
   * ``output.weight``, LAST so that it wins for a tied pair (see the note on tied weights in
     ``torchtitan_lite/init/spec.py``). Tied: std 0.02, the embedding's own std (step-1 loss about
     ln V + 0.05). Untied: std ``dim ** -0.5``, cutoff 3 sigma (torchtitan ``final_out_std``): after
-    the final RMSNorm (unit RMS features) the logits have std about 1 and step-1 loss about ln V + 0.5.
+    the final RMSNorm (unit RMS features) the logits have std about 1 and step-1 loss about ln V +
+    0.5.
 """
 
 from __future__ import annotations
 
 import math
 
-from torchtitan_lite.models.qwen3.args import Qwen3ModelArgs
 from torchtitan_lite.init.spec import InitPlan, ones, trunc_normal
+from torchtitan_lite.models.qwen3.args import Qwen3ModelArgs
 
 
 def qwen3_init_plan(args: Qwen3ModelArgs) -> InitPlan:

@@ -3,8 +3,8 @@
 
 Tensor parallelism (torchtitan's qwen3 plan, Megatron layout; see the notes in
 ``torchtitan_lite/distributed/tensor_parallel.py``): the GQA attention with its QK-norm
-(:func:`torchtitan_lite.models.common.parallelize.attention_plan`), the SwiGLU column-wise ``w1``/``w3`` and row-wise ``w2``,
-sequence-parallel norms.
+(:func:`torchtitan_lite.models.common.parallelize.attention_plan`), the SwiGLU column-wise
+``w1``/``w3`` and row-wise ``w2``, sequence-parallel norms.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from torchtitan_lite.models.common.parallelize import attention_plan, parallelize_decoder
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 from torchtitan_lite.distributed.parallel_options import ParallelOptions
 from torchtitan_lite.distributed.tensor_parallel import norm_plan, swiglu_plan
+from torchtitan_lite.models.common.parallelize import attention_plan, parallelize_decoder
 
 
 def block_plan(
     block: nn.Module, mesh: DeviceMesh, sequence_parallel: bool
 ) -> dict[str, ParallelStyle]:
-    """The tensor-parallel plan of one dense Qwen3 block: the attention with QK-norm, ``ffn_norm``, the SwiGLU."""
+    """The tensor-parallel plan of one dense Qwen3 block: the attention with QK-norm, ``ffn_norm``,
+    the SwiGLU."""
     return {
         **attention_plan(sequence_parallel, qk_norm=True),
         **norm_plan("ffn_norm", sequence_parallel),

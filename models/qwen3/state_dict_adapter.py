@@ -1,16 +1,14 @@
 """Qwen3 <-> Hugging Face transformers: tensor names and ``config.json`` (``Qwen3ForCausalLM``).
 
-Names (HF ``modeling_qwen3.py``), besides the decoder's (``models/common/hf_adapter.py``): the attention with
-QK-norm (``models/common/hf_attention.py``), ``mlp.gate_proj/up_proj/down_proj`` = ``feed_forward.w1/w3/w2``.
+Names (HF ``modeling_qwen3.py``), besides the decoder's (``models/common/hf_adapter.py``): the
+attention with QK-norm (``models/common/hf_attention.py``), ``mlp.gate_proj/up_proj/down_proj`` =
+``feed_forward.w1/w3/w2``.
 
-Note: on the q/k layout. Meta's Llama checkpoints pair RoPE features ``(2i, 2i+1)`` and HF's conversion
-script permutes ``wq``/``wk`` rows into HF's ``rotate_half`` pairing ``(i, i + head_dim/2)``. Our RoPE
-(``models/common/rope.py``) uses HF's ``rotate_half`` pairing and Qwen3 was released in HF format, so
-tensors map one to one with no permutation; ``tests/test_hf_fidelity.py`` pins this by comparing logits with
-``transformers``' ``Qwen3ForCausalLM`` on the published architectures.
+Config (:func:`args_from_hf_config`): every key is mapped, accepted at the values our model
+implements (no attention bias or dropout, no sliding window, plain RoPE), or known to change
+nothing; anything else is refused.
 
-Config (:func:`args_from_hf_config`): every key is mapped, accepted at the values our model implements (no
-attention bias or dropout, no sliding window, plain RoPE), or known to change nothing; anything else is refused.
+Note: docs/design.md, "on the q/k layout".
 """
 
 from __future__ import annotations
@@ -53,7 +51,8 @@ HF_DEFAULTS = {
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` field -> value of an HF ``config.json`` of ``Qwen3ForCausalLM``.
+    """:class:`torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` field -> value of an HF
+    ``config.json`` of ``Qwen3ForCausalLM``.
 
     Raises:
         HFConfigError: a key the model does not implement, or one of the values
@@ -69,8 +68,8 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class Qwen3StateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` model and HF
-    ``Qwen3ForCausalLM``."""
+    """Maps tensors and configs between our
+    :class:`~torchtitan_lite.models.qwen3.args.Qwen3ModelArgs` model and HF ``Qwen3ForCausalLM``."""
 
     model_type = "qwen3"
     architecture = "Qwen3ForCausalLM"

@@ -1,4 +1,5 @@
-"""Qwen3-MoE (Qwen3-30B-A3B): Qwen3 attention with QK-norm, 128 experts top-8, softmax router, no shared experts.
+"""Qwen3-MoE (Qwen3-30B-A3B): Qwen3 attention with QK-norm, 128 experts top-8, softmax router, no
+shared experts.
 
 ``debug`` trains on CPU; the 30b-a3b flavor gives the published parameter counts and init plan.
 """

@@ -11,13 +11,14 @@ from torchtitan_lite.models.common import arg_checks as check
 class Qwen3MoeModelArgs:
     """Hyperparameters of a Qwen3 MoE model (name of the field; HF ``config.json`` key in brackets).
 
-    Defaults are the published Qwen3-30B-A3B values (``config.json`` of Qwen/Qwen3-30B-A3B): every block
-    is an MoE (``decoder_sparse_step`` 1, no ``mlp_only_layers``), no shared experts (report sec. 2).
+    Defaults are the published Qwen3-30B-A3B values (``config.json`` of Qwen/Qwen3-30B-A3B): every
+    block is an MoE (``decoder_sparse_step`` 1, no ``mlp_only_layers``), no shared experts (report
+    sec. 2).
 
     Raises:
-        ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of ``n_kv_heads``,
-            an odd ``head_dim``, ``top_k > num_experts``, ``rope_theta <= 1``, a non-bool flag, or a
-            float out of its range.
+        ValueError: a size that is not a positive integer, ``n_heads`` not a multiple of
+            ``n_kv_heads``, an odd ``head_dim``, ``top_k > num_experts``, ``rope_theta <= 1``, a
+            non-bool flag, or a float out of its range.
     """
 
     dim: int = 2048
@@ -51,8 +52,9 @@ class Qwen3MoeModelArgs:
     init_std: float = 0.02
     """Std of the random initial weights [initializer_range]."""
     aux_loss_coeff: float = 0.001
-    """Weight of each MoE layer's Switch load-balancing loss (``models/common/balance_loss.py``); 0 = off. The
-    release's ``router_aux_loss_coef`` 0.001 (HF applies it once to all layers' tokens together)."""
+    """Weight of each MoE layer's Switch load-balancing loss (``models/common/balance_loss.py``); 0
+    = off. The release's ``router_aux_loss_coef`` 0.001 (HF applies it once to all layers' tokens
+    together)."""
 
     def __post_init__(self) -> None:
         check.ints(self)
@@ -66,7 +68,8 @@ class Qwen3MoeModelArgs:
 
 
 # Published: Qwen/Qwen3-30B-A3B config.json. 30,532,122,624 parameters on meta (model card: 30.5B),
-# 3,041,867,776 activated without the input embedding (model card: 3.3B activated; with it 3,353,032,704).
+# 3,041,867,776 activated without the input embedding (model card: 3.3B activated; with it
+# 3,353,032,704).
 _30B_A3B = Qwen3MoeModelArgs()
 
 # Debug: vocab 2048 = the bundled byte-level BPE tokenizer; 8 experts, top-2.

@@ -1,11 +1,14 @@
-"""The Qwen3-MoE transformer (Qwen3 technical report, arXiv 2505.09388, sec. 2; HF ``modeling_qwen3_moe.py``).
+"""The Qwen3-MoE transformer (Qwen3 technical report, arXiv 2505.09388, sec. 2; HF
+``modeling_qwen3_moe.py``).
 
-Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))`` with the
-dense Qwen3 attention (GQA with QK-norm, :class:`torchtitan_lite.models.common.attention.Attention`) and a mixture of bias-free SwiGLU
-experts, no shared experts. Routing (HF ``Qwen3MoeSparseMoeBlock``): softmax over all experts, top-k,
-renormalized when ``route_norm``: :class:`torchtitan_lite.models.common.routers.TokenChoiceTopKRouter` with
-``score_func="softmax"``, one group, ``route_scale`` 1 and its expert bias kept at zero
-(``bias_update_speed`` 0), so that bias changes no choice. Balancing: the Switch loss
+Per block (pre-norm): ``h = x + attention(attention_norm(x))``, ``out = h + moe(ffn_norm(h))`` with
+the dense Qwen3 attention (GQA with QK-norm,
+:class:`torchtitan_lite.models.common.attention.Attention`) and a mixture of bias-free SwiGLU
+experts, no shared experts. Routing (HF ``Qwen3MoeSparseMoeBlock``): softmax over all experts,
+top-k, renormalized when ``route_norm``:
+:class:`torchtitan_lite.models.common.routers.TokenChoiceTopKRouter` with ``score_func="softmax"``,
+one group, ``route_scale`` 1 and its expert bias kept at zero (``bias_update_speed`` 0), so that
+bias changes no choice. Balancing: the Switch loss
 (:func:`torchtitan_lite.models.common.balance_loss.switch_aux_loss`, weight ``aux_loss_coeff``).
 """
 
@@ -60,9 +63,9 @@ class TransformerBlock(nn.Module):
 
 
 class Qwen3MoeModel(Decoder):
-    """The Qwen3-MoE decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with MoE :class:`TransformerBlock`
-    blocks and plain RoPE over ``head_dim``: ``tokens`` int64 ``(bs, seqlen)`` -> logits
-    ``(bs, seqlen, vocab_size)``.
+    """The Qwen3-MoE decoder (:class:`torchtitan_lite.models.common.decoder.Decoder`) with MoE
+    :class:`TransformerBlock` blocks and plain RoPE over ``head_dim``: ``tokens`` int64
+    ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``.
     """
 
     def __init__(self, args: Qwen3MoeModelArgs):

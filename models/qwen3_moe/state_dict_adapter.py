@@ -1,13 +1,17 @@
-"""Qwen3-MoE <-> Hugging Face transformers: tensor names and ``config.json`` (``Qwen3MoeForCausalLM``).
+"""Qwen3-MoE <-> Hugging Face transformers: tensor names and ``config.json``
+(``Qwen3MoeForCausalLM``).
 
-Names (HF ``modeling_qwen3_moe.py``): the Qwen3 attention with QK-norm (``models/common/hf_attention.py``), the router
-``mlp.gate`` = ``moe.router.gate`` and the experts in the published one-tensor-per-expert layout
-(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`). The router's expert bias (kept at zero, see
-``models/qwen3_moe/model.py``) and the token counters are ours alone: zero at import, not exported.
+Names (HF ``modeling_qwen3_moe.py``): the Qwen3 attention with QK-norm
+(``models/common/hf_attention.py``), the router ``mlp.gate`` = ``moe.router.gate`` and the experts
+in the published one-tensor-per-expert layout
+(:func:`torchtitan_lite.models.common.hf_adapter.per_expert`). The router's expert bias (kept at
+zero, see ``models/qwen3_moe/model.py``) and the token counters are ours alone: zero at import, not
+exported.
 
-Config: every block is an MoE (``decoder_sparse_step`` 1, no ``mlp_only_layers``), so ``intermediate_size``
-(the width of dense blocks) sizes nothing and is not read; ``router_aux_loss_coef`` weighs HF's training loss
-(over all layers at once), ours is ``aux_loss_coeff`` per layer (``models/qwen3_moe/args.py``).
+Config: every block is an MoE (``decoder_sparse_step`` 1, no ``mlp_only_layers``), so
+``intermediate_size`` (the width of dense blocks) sizes nothing and is not read;
+``router_aux_loss_coef`` weighs HF's training loss (over all layers at once), ours is
+``aux_loss_coeff`` per layer (``models/qwen3_moe/args.py``).
 """
 
 from __future__ import annotations
@@ -51,17 +55,20 @@ HF_DEFAULTS = {
     "norm_topk_prob": False,
     "mlp_only_layers": [],
 }
-"""transformers' ``Qwen3MoeConfig`` defaults for the keys read here (``configuration_qwen3_moe.py``; it has no
+"""transformers' ``Qwen3MoeConfig`` defaults for the keys read here (``configuration_qwen3_moe.py``;
+it has no
 ``head_dim``: the attention then uses ``hidden_size // num_attention_heads``)."""
 
 
 def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
-    """:class:`torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` field -> value of an HF ``config.json`` of ``Qwen3MoeForCausalLM``
-    (``num_experts`` or transformers 5's ``num_local_experts``).
+    """:class:`torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` field -> value of an HF
+    ``config.json`` of ``Qwen3MoeForCausalLM`` (``num_experts`` or transformers 5's
+    ``num_local_experts``).
 
     Raises:
-        HFConfigError: a dense block (``decoder_sparse_step`` != 1 or ``mlp_only_layers``), the two expert counts
-            disagreeing, or any key :func:`torchtitan_lite.models.common.hf_attention.read_attention` refuses.
+        HFConfigError: a dense block (``decoder_sparse_step`` != 1 or ``mlp_only_layers``), the two
+            expert counts disagreeing, or any key
+            :func:`torchtitan_lite.models.common.hf_attention.read_attention` refuses.
     """
     fields = ConfigFields(config, HF_DEFAULTS, family="qwen3_moe")
     fields.ignore(*FILE_FIELDS, "intermediate_size", "router_aux_loss_coef")
@@ -80,7 +87,8 @@ def args_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class Qwen3MoeStateDictAdapter(DecoderStateDictAdapter):
-    """Maps tensors and configs between our :class:`~torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
+    """Maps tensors and configs between our
+    :class:`~torchtitan_lite.models.qwen3_moe.args.Qwen3MoeModelArgs` model and HF
     ``Qwen3MoeForCausalLM``."""
 
     model_type = "qwen3_moe"

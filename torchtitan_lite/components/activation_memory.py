@@ -1,11 +1,11 @@
 """Activation memory on any device, CPU included: bytes of the tensors an autograd step keeps alive.
 
-A ``TorchDispatchMode`` sees every op inside its ``with`` block (forward, recomputes, backward) and counts
-each NEW storage an op returns (views and in-place results share their input's) until it is freed
-(``weakref.finalize``): activations, recomputes, temporaries, gradients, the loss; not the parameters or the
-batch made before. CPUs have no allocator statistic and the RSS only grows; ``saved_tensors_hooks`` miss
-what a selective-checkpoint policy caches and the recompute peak (see ``docs/design.md``, "Activation
-memory: why count storages").
+A ``TorchDispatchMode`` sees every op inside its ``with`` block (forward, recomputes, backward) and
+counts each NEW storage an op returns (views and in-place results share their input's) until it is
+freed (``weakref.finalize``): activations, recomputes, temporaries, gradients, the loss; not the
+parameters or the batch made before. CPUs have no allocator statistic and the RSS only grows;
+``saved_tensors_hooks`` miss what a selective-checkpoint policy caches and the recompute peak (see
+``docs/design.md``, "Activation memory: why count storages").
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from torch.utils._pytree import tree_leaves
 
 
 class ActivationMemory(TorchDispatchMode):
-    """Live and peak bytes of the tensor storages created inside ``with ActivationMemory() as mem:``.
+    """Live and peak bytes of the tensor storages created inside
+    ``with ActivationMemory() as mem:``.
 
     Attributes:
         live: bytes of the counted storages still alive now (int).
         peak: the largest ``live`` seen after any op (int, bytes).
-        at_mark: ``live`` when :meth:`mark` was last called, e.g. right after the forward (int, bytes).
+        at_mark: ``live`` when :meth:`mark` was last called, e.g. right after the forward (int,
+            bytes).
 
     Use it in eager mode: compiled regions allocate inside the compiled code (inductor), which the
     mode does not see op by op.

@@ -8,7 +8,8 @@ import torch
 
 
 def enable_deterministic() -> str:
-    """Turn on deterministic algorithms for the rest of the process; returns a line saying what was set.
+    """Turn on deterministic algorithms for the rest of the process; returns a line saying what was
+    set.
 
     ``torch.use_deterministic_algorithms(True)`` (ops without a deterministic kernel raise), cuDNN
     autotuning off, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (required by cuBLAS for deterministic
@@ -21,6 +22,7 @@ def enable_deterministic() -> str:
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     return (
-        f"deterministic algorithms on (CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
+        "deterministic algorithms on "
+        f"(CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}, "
         f"{torch.get_num_threads()} CPU threads)"
     )

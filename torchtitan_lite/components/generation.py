@@ -1,11 +1,14 @@
-"""Text continuation with any model of the registry: greedy or sampled, one sequence, with a KV cache.
+"""Text continuation with any model of the registry: greedy or sampled, one sequence, with a KV
+cache.
 
 The prompt runs once and each new token runs alone against the per-layer key/value cache
-(:class:`~torchtitan_lite.protocols.attention.KVCache`; sliding-window layers keep only their window, MLA its
-compressed latent), so a step costs ``O(length)`` instead of the full recompute's ``O(length^2)``; ``use_cache=False``
-runs the model on the whole sequence for every token (the same ids; logits equal within fp32 rounding). Greedy (``temperature = 0``) takes the
-arg-max, first index on ties (``torch.argmax``, as transformers' greedy search); sampling divides the logits by
-``temperature``, keeps the ``top_k`` largest (all when ``None``) and draws from their softmax with ``generator``.
+(:class:`~torchtitan_lite.protocols.attention.KVCache`; sliding-window layers keep only their
+window, MLA its compressed latent), so a step costs ``O(length)`` instead of the full recompute's
+``O(length^2)``; ``use_cache=False`` runs the model on the whole sequence for every token (the same
+ids; logits equal within fp32 rounding). Greedy (``temperature = 0``) takes the arg-max, first index
+on ties (``torch.argmax``, as transformers' greedy search); sampling divides the logits by
+``temperature``, keeps the ``top_k`` largest (all when ``None``) and draws from their softmax with
+``generator``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from torchtitan_lite.protocols.attention import KVCache
 def next_token(
     logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
 ) -> int:
-    """The next token id from the last position's ``logits`` ``(vocab_size,)`` (module docstring)."""
+    """The next token id from the last position's ``logits`` ``(vocab_size,)`` (module
+    docstring)."""
     logits = logits.float()
     if temperature == 0:
         return int(torch.argmax(logits))
@@ -45,17 +49,19 @@ def generate(
     eos_id: int | None = None,
     use_cache: bool = True,
 ) -> list[int]:
-    """The ids ``model`` continues ``prompt_ids`` with: ``max_new_tokens`` of them, fewer when it produces
-    ``eos_id`` (which ends the list, as transformers' ``generate`` stops).
+    """The ids ``model`` continues ``prompt_ids`` with: ``max_new_tokens`` of them, fewer when it
+    produces ``eos_id`` (which ends the list, as transformers' ``generate`` stops).
 
     Args:
-        model: a model of the registry in eval mode (``forward(tokens (1, seqlen)) -> (1, seqlen, vocab)``).
+        model: a model of the registry in eval mode
+            (``forward(tokens (1, seqlen)) -> (1, seqlen, vocab)``).
         prompt_ids: at least one id.
         device: where the model runs.
         temperature: 0 for greedy, else the softmax temperature (> 0).
         top_k: sample among the ``top_k`` most likely tokens only.
         generator: a CPU generator for the draws (seeded by the caller).
-        use_cache: decode with a KV cache (module docstring); ``False``: recompute the whole sequence per token.
+        use_cache: decode with a KV cache (module docstring); ``False``: recompute the whole
+            sequence per token.
 
     Raises:
         ValueError: an empty prompt or a negative ``temperature``.

@@ -32,8 +32,9 @@ def wsd_lr_factor(
       * ``step <= W``: ``step / W`` (1/W at step 1, 1.0 at the end);
       * ``W < step <= S``, or any later step when ``D == 0``: 1.0;
       * ``S < step``: ``min_lr_factor + (1 - min_lr_factor) * shape(p)`` with
-        ``p = min(1, (step - S) / D)``, so step ``steps`` (and any later one) gets ``min_lr_factor``;
-        ``shape`` is ``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine), ``1 - sqrt(p)`` (sqrt).
+        ``p = min(1, (step - S) / D)``, so step ``steps`` (and any later one) gets
+        ``min_lr_factor``; ``shape`` is ``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine),
+        ``1 - sqrt(p)`` (sqrt).
 
     Raises:
         ValueError: see :func:`check_wsd_args`.
@@ -67,9 +68,9 @@ def wsd_lr_factor(
 def check_wsd_args(
     *, warmup_steps: int, steps: int, decay_ratio: float, decay_type: str, min_lr_factor: float
 ) -> None:
-    """Raise ValueError for ``steps < 1``, ``warmup_steps < 0``, ``decay_ratio`` or ``min_lr_factor`` outside
-    ``[0, 1]``, or an unknown ``decay_type``. (A warmup longer than the steps before the decay is no error: it is
-    clipped, :func:`fitted_warmup_steps`.)"""
+    """Raise ValueError for ``steps < 1``, ``warmup_steps < 0``, ``decay_ratio`` or
+    ``min_lr_factor`` outside ``[0, 1]``, or an unknown ``decay_type``. (A warmup longer than the
+    steps before the decay is no error: it is clipped, :func:`fitted_warmup_steps`.)"""
     if steps < 1:
         raise ValueError(f"lr schedule: steps must be >= 1, got {steps}")
     if warmup_steps < 0:
@@ -85,24 +86,25 @@ def check_wsd_args(
 
 
 def fitted_warmup_steps(*, warmup_steps: int, steps: int, decay_ratio: float) -> int:
-    """The warmup steps the schedule takes: ``warmup_steps`` clipped to the ``steps - round(decay_ratio * steps)``
-    steps before the decay, so a run shorter than the configured warmup warms up for as long as it can and keeps
-    its decay as a fraction of the run (torchtitan's ``build_lr_schedulers`` also clips the warmup to the run,
-    though it shortens the decay instead)."""
+    """The warmup steps the schedule takes: ``warmup_steps`` clipped to the
+    ``steps - round(decay_ratio * steps)`` steps before the decay, so a run shorter than the
+    configured warmup warms up for as long as it can and keeps its decay as a fraction of the run
+    (torchtitan's ``build_lr_schedulers`` also clips the warmup to the run, though it shortens the
+    decay instead)."""
     return min(warmup_steps, steps - round(decay_ratio * steps))
 
 
 def warmup_clipped_line(*, warmup_steps: int, steps: int, decay_ratio: float) -> str | None:
-    """The start-up line saying that the warmup was clipped (:func:`fitted_warmup_steps`), or ``None`` when the
-    configured ``warmup_steps`` fits in the run."""
+    """The start-up line saying that the warmup was clipped (:func:`fitted_warmup_steps`), or
+    ``None`` when the configured ``warmup_steps`` fits in the run."""
     fitted = fitted_warmup_steps(warmup_steps=warmup_steps, steps=steps, decay_ratio=decay_ratio)
     if fitted == warmup_steps:
         return None
     return (
         f"lr schedule: warming up for {fitted} step{'s' * (fitted != 1)}, "
         f"not lr_scheduler.warmup_steps {warmup_steps}, so that "
-        f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio {decay_ratio}) "
-        f"fit in training.steps {steps}"
+        f"the warmup and the {round(decay_ratio * steps)} decay steps (lr_scheduler.decay_ratio "
+        f"{decay_ratio}) fit in training.steps {steps}"
     )
 
 
@@ -115,8 +117,8 @@ def build_lr_scheduler(
     decay_type: str,
     min_lr_factor: float,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` following :func:`wsd_lr_factor`: the LR of step 1 at construction, of step ``k + 1`` after
-    ``k`` calls of ``scheduler.step()`` (one per ``optimizer.step()``).
+    """A ``LambdaLR`` following :func:`wsd_lr_factor`: the LR of step 1 at construction, of step
+    ``k + 1`` after ``k`` calls of ``scheduler.step()`` (one per ``optimizer.step()``).
 
     Raises:
         ValueError: see :func:`check_wsd_args`.
@@ -147,7 +149,8 @@ SCHEDULE_KEYS = {
     "decay_type": "lr_scheduler.decay_type",
     "min_lr_factor": "lr_scheduler.min_lr_factor",
 }
-"""The settings that define the LR of every step (the arguments of :func:`follow_schedule`) -> their config keys."""
+"""The settings that define the LR of every step (the arguments of :func:`follow_schedule`) -> their
+config keys."""
 
 
 def follow_schedule(
@@ -160,9 +163,10 @@ def follow_schedule(
     decay_type: str,
     min_lr_factor: float,
 ) -> None:
-    """Make ``scheduler`` (from :func:`build_lr_scheduler`) follow the schedule of these settings from the step it
-    has reached (``last_epoch`` steps done): peak LR ``lr``, and every param group's LR set now to that of the next
-    step. Used on resume, where the settings are the checkpoint's or, when asked, this run's.
+    """Make ``scheduler`` (from :func:`build_lr_scheduler`) follow the schedule of these settings
+    from the step it has reached (``last_epoch`` steps done): peak LR ``lr``, and every param
+    group's LR set now to that of the next step. Used on resume, where the settings are the
+    checkpoint's or, when asked, this run's.
 
     Raises:
         ValueError: see :func:`check_wsd_args`.

@@ -1,8 +1,8 @@
-"""Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the ETA, start-up phase times,
-the run folder.
+"""Training metrics: one log line per ``log_freq`` steps, TensorBoard scalars, the ETA, start-up
+phase times, the run folder.
 
-Tokens/s and TFLOPs are PER DEVICE (torchtitan's convention); MFU = achieved FLOP/s / the device's peak
-FLOP/s (PaLM, arXiv 2204.02311, App. B), from ``ModelSpec.num_flops_per_token``.
+Tokens/s and TFLOPs are PER DEVICE (torchtitan's convention); MFU = achieved FLOP/s / the device's
+peak FLOP/s (PaLM, arXiv 2204.02311, App. B), from ``ModelSpec.num_flops_per_token``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -45,20 +45,22 @@ def format_step_line(
     eta_s: float,
     cpu_hint: str = "",
 ) -> str:
-    """The log line of one step, e.g. ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops
-    0.12  mfu n/a  mem 1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta 0:03:10`` (one line), ``cpu_hint``
-    (:func:`cpu_share_hint`) at its end when not empty.
+    """The log line of one step, e.g.
+    ``step  12  loss  6.1234  grad_norm 1.234  lr 3.0e-03  tps 2,345  tflops 0.12  mfu n/a  mem
+    1.23GiB  data_wait 0.05ms  elapsed 0:00:42  eta
+    0:03:10`` (one line), ``cpu_hint`` (:func:`cpu_share_hint`) at its end when not empty.
 
-    Units: ``tps`` tokens/s and ``tflops`` 1e12 FLOP/s per device; ``mfu`` a fraction (printed in percent) or
-    ``None`` (``n/a``); ``memory_bytes`` bytes (printed in GiB) or ``None``; ``data_wait_s`` seconds per step
-    (printed in ms); ``elapsed_s``/``eta_s`` seconds.
+    Units: ``tps`` tokens/s and ``tflops`` 1e12 FLOP/s per device; ``mfu`` a fraction (printed in
+    percent) or ``None`` (``n/a``); ``memory_bytes`` bytes (printed in GiB) or ``None``;
+    ``data_wait_s`` seconds per step (printed in ms); ``elapsed_s``/``eta_s`` seconds.
     """
     mfu_text = "n/a" if mfu is None else f"{100 * mfu:.2f}%"
     mem_text = "n/a" if memory_bytes is None else f"{memory_bytes / GIB:.2f}GiB"
     return (
-        f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f}  "
-        f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms  "
-        f"elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
+        f"step {step:>3}  loss {loss:7.4f}  grad_norm {grad_norm:.3f}  lr {lr:.1e}  tps {tps:,.0f} "
+        " "
+        f"tflops {tflops:.2f}  mfu {mfu_text}  mem {mem_text}  data_wait {1e3 * data_wait_s:.2f}ms "
+        f" elapsed {format_duration(elapsed_s)}  eta {format_duration(eta_s)}"
         + (f"  {cpu_hint}" if cpu_hint else "")
     )
 
@@ -70,22 +72,24 @@ def process_cpu_s() -> float:
 
 
 CPU_SHARE_HINT_BELOW = 0.5
-"""The step line names the CPU share when a window's CPU seconds per wall second fall below this fraction of the
-process's compute threads: a CPU step keeps its threads busy, so a lower share means they were waiting (for cores
-that other processes hold, or for other ranks)."""
+"""The step line names the CPU share when a window's CPU seconds per wall second fall below this
+fraction of the process's compute threads: a CPU step keeps its threads busy, so a lower share means
+they were waiting (for cores that other processes hold, or for other ranks)."""
 
 
 def cpu_share_hint(cpu_s: float, wall_s: float, threads: int, load: float | None = None) -> str:
-    """``cpu 0.4/2 load 5.2``: the CPU seconds per wall second (``cpu_s / wall_s``) of this process against its
-    ``threads``, and the machine's 1-minute load average (``load``, default ``os.getloadavg()``; left out where
-    the OS has none); ``""`` when the share is at least :data:`CPU_SHARE_HINT_BELOW` of ``threads``.
+    """``cpu 0.4/2 load 5.2``: the CPU seconds per wall second (``cpu_s / wall_s``) of this process
+    against its ``threads``, and the machine's 1-minute load average (``load``, default
+    ``os.getloadavg()``; left out where the OS has none); ``""`` when the share is at least
+    :data:`CPU_SHARE_HINT_BELOW` of ``threads``.
 
     Raises:
         ValueError: ``threads < 1``, ``wall_s <= 0`` or ``cpu_s < 0``.
     """
     if threads < 1 or not wall_s > 0 or cpu_s < 0:
         raise ValueError(
-            f"cpu_share_hint: need threads >= 1, wall_s > 0, cpu_s >= 0; got {threads}, {wall_s}, {cpu_s}"
+            f"cpu_share_hint: need threads >= 1, wall_s > 0, cpu_s >= 0; got {threads}, {wall_s}, "
+            f"{cpu_s}"
         )
     share = cpu_s / wall_s
     if share >= CPU_SHARE_HINT_BELOW * threads:
@@ -96,8 +100,8 @@ def cpu_share_hint(cpu_s: float, wall_s: float, threads: int, load: float | None
 
 
 def process_age_s() -> float | None:
-    """Seconds since this process started (Linux ``/proc``: its start time in clock ticks since boot against
-    the uptime), or ``None`` where that is not available."""
+    """Seconds since this process started (Linux ``/proc``: its start time in clock ticks since boot
+    against the uptime), or ``None`` where that is not available."""
     try:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
@@ -107,12 +111,14 @@ def process_age_s() -> float | None:
 
 
 class StartupLog:
-    """The start-up lines of a run: one per phase (config, process group, data, model, parallelize, load, init)
-    with its seconds, printed as the phase ends (a long start is never silent), and kept for TensorBoard.
+    """The start-up lines of a run: one per phase (config, process group, data, model, parallelize,
+    load, init) with its seconds, printed as the phase ends (a long start is never silent), and kept
+    for TensorBoard.
 
-    :meth:`phase` prints ``<phase> (<seconds> s): <detail>``, the seconds since the previous phase ended (or the
-    log was made) unless given; :meth:`note` prints a line that is no phase. ``import_s`` is how long the process
-    ran before the log was made (its imports), or ``None`` where unknown (:func:`process_age_s`).
+    :meth:`phase` prints ``<phase> (<seconds> s): <detail>``, the seconds since the previous phase
+    ended (or the log was made) unless given; :meth:`note` prints a line that is no phase.
+    ``import_s`` is how long the process ran before the log was made (its imports), or ``None``
+    where unknown (:func:`process_age_s`).
     """
 
     def __init__(self) -> None:
@@ -121,7 +127,8 @@ class StartupLog:
         self.lines: list[str] = []
 
     def phase(self, name: str, detail: str, *, seconds: float | None = None) -> str:
-        """End phase ``name`` now; print and return its line, e.g. ``data (2.3 s): shakespeare: ...``."""
+        """End phase ``name`` now; print and return its line, e.g.
+        ``data (2.3 s): shakespeare: ...``."""
         now = time.perf_counter()
         seconds, self._last = now - self._last if seconds is None else seconds, now
         return self.note(f"{name} ({seconds:.1f} s): {detail}")
@@ -155,10 +162,10 @@ def folder_bytes(path: str | Path) -> int:
 class StepTimeAverage:
     """Mean seconds per training step over the last ``window`` or more steps: the ETA's basis.
 
-    The steps between two log lines come as one sample ``(steps, seconds)``, their wall time without the pauses
-    of the trainer (validation, checkpoint saves). The first sample of a run (its first step: allocator and
-    kernel warm-up, compile) is used only until a second one exists. The oldest samples are dropped while the
-    others still cover ``window`` steps.
+    The steps between two log lines come as one sample ``(steps, seconds)``, their wall time without
+    the pauses of the trainer (validation, checkpoint saves). The first sample of a run (its first
+    step: allocator and kernel warm-up, compile) is used only until a second one exists. The oldest
+    samples are dropped while the others still cover ``window`` steps.
 
     Raises:
         ValueError: ``window < 1``, or a sample with ``steps < 1`` or negative ``seconds``.
@@ -185,7 +192,8 @@ class StepTimeAverage:
             self._samples.pop(0)
 
     def seconds_per_step(self) -> float | None:
-        """The mean over the kept samples (the first sample alone until another exists); ``None`` before any."""
+        """The mean over the kept samples (the first sample alone until another exists); ``None``
+        before any."""
         samples = self._samples or ([self._first] if self._first else [])
         if not samples:
             return None
@@ -193,7 +201,8 @@ class StepTimeAverage:
 
 
 def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Path:
-    """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time; ``-2``, ``-3``,
+    """Create and return ``<dump_folder>/<model_name>-<flavor>-<YYYYmmdd-HHMMSS>`` (local time;
+    ``-2``, ``-3``,
     ... when taken). Call on rank 0 and broadcast the path.
 
     Raises:
@@ -214,27 +223,31 @@ def make_run_folder(dump_folder: str | Path, model_name: str, flavor: str) -> Pa
 class MetricsLogger:
     """Prints the step log line every ``log_freq`` steps and writes TensorBoard scalars on rank 0.
 
-    A line is due (:meth:`due`) on the first, every ``log_freq``-th and the last step (the trainer reads values
-    on the host only then); throughput and data wait cover the window since the previous line, less the
-    trainer's pauses in it (:meth:`paused`: validation, checkpoint saves); the ETA is the remaining steps times
-    the mean step time of the last ``eta_window`` steps (:class:`StepTimeAverage`). Every
-    rank prints; rank 0 writes TensorBoard into ``<run_folder>/<tb_subfolder>``: ``loss/train``,
-    ``loss/validation`` (nats/token), ``grad_norm``, ``lr``, ``tps``, ``tflops``, ``mfu`` (percent, known peak
-    only), ``memory_gib``, ``data_wait_ms`` (per step), ``tokens_seen`` (``step * tokens_per_step * world_size``).
-    Throughput is per device (``tps``, ``tflops``, ``mfu``): the tokens of a data-parallel rank are shared by its
-    ``tp * pp`` devices (torchtitan divides by the non-data-parallel size), and each does that share of the FLOPs.
+    A line is due (:meth:`due`) on the first, every ``log_freq``-th and the last step (the trainer
+    reads values on the host only then); throughput and data wait cover the window since the
+    previous line, less the trainer's pauses in it (:meth:`paused`: validation, checkpoint saves);
+    the ETA is the remaining steps times the mean step time of the last ``eta_window`` steps
+    (:class:`StepTimeAverage`). Every rank prints; rank 0 writes TensorBoard into
+    ``<run_folder>/<tb_subfolder>``: ``loss/train``, ``loss/validation`` (nats/token),
+    ``grad_norm``, ``lr``, ``tps``, ``tflops``, ``mfu`` (percent, known peak only), ``memory_gib``,
+    ``data_wait_ms`` (per step), ``tokens_seen`` (``step * tokens_per_step * world_size``).
+    Throughput is per device (``tps``, ``tflops``, ``mfu``): the tokens of a data-parallel rank are
+    shared by its ``tp * pp`` devices (torchtitan divides by the non-data-parallel size), and each
+    does that share of the FLOPs.
 
     Args:
         world_size: devices (ranks) of the run, for ``tokens_seen``.
         num_flops_per_token: training FLOPs per token (forward + backward), > 0.
-        peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU ``n/a``).
+        peak_flops: the device's peak FLOP/s at the compute dtype, or ``None`` (unknown: MFU
+            ``n/a``).
         eta_window: steps the ETA's mean step time covers (at least).
         cpu_threads: the compute threads of a CPU run, for the step line's CPU share hint
-            (:func:`cpu_share_hint`, given ``cpu_s`` in :meth:`log_step`); ``None``: no hint (accelerators).
+            (:func:`cpu_share_hint`, given ``cpu_s`` in :meth:`log_step`); ``None``: no hint
+            (accelerators).
 
     Raises:
-        ValueError: ``log_freq``, ``total_steps``, ``world_size``, ``eta_window`` or ``num_flops_per_token`` out
-            of range, or ``peak_flops`` not ``None`` and not > 0.
+        ValueError: ``log_freq``, ``total_steps``, ``world_size``, ``eta_window`` or
+            ``num_flops_per_token`` out of range, or ``peak_flops`` not ``None`` and not > 0.
     """
 
     def __init__(
@@ -286,7 +299,8 @@ class MetricsLogger:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Time spent inside is a pause (validation, a checkpoint save): left out of throughput and ETA."""
+        """Time spent inside is a pause (validation, a checkpoint save): left out of throughput and
+        ETA."""
         begin = time.perf_counter()
         try:
             yield
@@ -298,7 +312,8 @@ class MetricsLogger:
         self._paused_s += seconds
 
     def due(self, step: int) -> bool:
-        """Whether step ``step`` (1-based) gets a line: the run's first step, every ``log_freq``-th, the last."""
+        """Whether step ``step`` (1-based) gets a line: the run's first step, every ``log_freq``-th,
+        the last."""
         return (
             self._window_start_step is None or step % self.log_freq == 0 or step >= self.total_steps
         )
@@ -316,18 +331,20 @@ class MetricsLogger:
         data_wait_s: float,
         cpu_s: float | None = None,
     ) -> str:
-        """Print, write to TensorBoard and return the line of step ``step``, which must be :meth:`due`.
+        """Print, write to TensorBoard and return the line of step ``step``, which must be
+        :meth:`due`.
 
         Args:
             loss: the step's global mean token loss; ``grad_norm``: before clipping.
-            tokens_per_step: this device's share of the step's tokens (all micro-batches): the global batch's
-                tokens / ``world_size``.
-            elapsed_s: wall seconds since the loop started, read after the device finished the step (pauses
-                included: :meth:`paused` takes them out).
+            tokens_per_step: this device's share of the step's tokens (all micro-batches): the
+                global batch's tokens / ``world_size``.
+            elapsed_s: wall seconds since the loop started, read after the device finished the step
+                (pauses included: :meth:`paused` takes them out).
             memory_bytes: peak memory (``devices.peak_memory_bytes``) or ``None``.
             data_wait_s: seconds this rank waited for batches since the previous line.
-            cpu_s: CPU seconds of this process since the loop started (:func:`process_cpu_s` then and now), for
-                the CPU share hint over the window's wall time, pauses included (with ``cpu_threads``).
+            cpu_s: CPU seconds of this process since the loop started (:func:`process_cpu_s` then
+                and now), for the CPU share hint over the window's wall time, pauses included (with
+                ``cpu_threads``).
 
         Raises:
             ValueError: the step is not due (the window arithmetic would be wrong).
@@ -404,8 +421,9 @@ class MetricsLogger:
                 self.writer.add_scalar(f"tokens_seen/{name}", n, step)
 
     def log_validation(self, step: int, loss: float, tokens: int) -> str:
-        """Print, write (``loss/validation``) and return ``step  12  validation loss  5.4321  (8,192 tokens)``:
-        the mean token cross-entropy over ``tokens`` validation tokens."""
+        """Print, write (``loss/validation``) and return
+        ``step  12  validation loss  5.4321  (8,192 tokens)``: the mean token cross-entropy over
+        ``tokens`` validation tokens."""
         line = f"step {step:>3}  validation loss {loss:7.4f}  ({tokens:,} tokens)"
         print(line, flush=True)
         if self.writer is not None:
@@ -413,8 +431,9 @@ class MetricsLogger:
         return line
 
     def log_sample(self, step: int, prompt: str, continuation: str) -> str:
-        """Print, write (TensorBoard text ``validation/sample``) and return ``step  12  sample: <prompt> -> <text>``
-        (``repr`` quoting, so newlines stay on the line)."""
+        """Print, write (TensorBoard text ``validation/sample``) and return
+        ``step  12  sample: <prompt> -> <text>`` (``repr`` quoting, so newlines stay on the
+        line)."""
         line = f"step {step:>3}  sample: {prompt!r} -> {continuation!r}"
         print(line, flush=True)
         if self.writer is not None:
@@ -422,7 +441,8 @@ class MetricsLogger:
         return line
 
     def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
-        """Write ``scalars`` (TensorBoard tag -> value, e.g. from a model's training hooks) at ``step`` (rank 0)."""
+        """Write ``scalars`` (TensorBoard tag -> value, e.g. from a model's training hooks) at
+        ``step`` (rank 0)."""
         if self.writer is not None:
             for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, step)
@@ -432,8 +452,8 @@ class MetricsLogger:
         print(line, flush=True)
 
     def log_text(self, lines: Iterable[str], *, echo: bool = True) -> None:
-        """Print ``lines`` (unless ``echo`` is false: printed already) and store them as TensorBoard text
-        ``run/header``."""
+        """Print ``lines`` (unless ``echo`` is false: printed already) and store them as TensorBoard
+        text ``run/header``."""
         lines = list(lines)
         for line in lines if echo else ():
             print(line, flush=True)

@@ -1,21 +1,13 @@
 """Muon for the weight matrices, AdamW for the rest, on whole matrices under FSDP2 / HSDP.
 
-Muon (Keller Jordan 2024; Moonlight, "Muon is Scalable for LLM Training", arXiv 2502.16982): a momentum buffer
-``B <- lerp(B, G, 1 - momentum)``, the update ``U = lerp(G, B, momentum)`` (Nesterov) orthogonalized by a quintic
-Newton-Schulz iteration in bfloat16, decoupled weight decay ``W <- W * (1 - lr * wd)`` and ``W <- W - lr' * NS(U)``,
-``lr' = lr * 0.2 * sqrt(max(rows, cols))`` (Moonlight's update RMS matched to AdamW's). The op sequence is
-``torch.optim.Muon``'s (torch 2.13 ``torch/optim/_muon.py``); ``tests/test_muon.py`` holds it bitwise equal.
+Muon (Keller Jordan 2024; Moonlight, "Muon is Scalable for LLM Training", arXiv 2502.16982): a
+momentum buffer ``B <- lerp(B, G, 1 - momentum)``, the update ``U = lerp(G, B, momentum)``
+(Nesterov) orthogonalized by a quintic Newton-Schulz iteration in bfloat16, decoupled weight decay
+``W <- W * (1 - lr * wd)`` and ``W <- W - lr' * NS(U)``, ``lr' = lr * 0.2 * sqrt(max(rows, cols))``
+(Moonlight's update RMS matched to AdamW's). The op sequence is ``torch.optim.Muon``'s (torch 2.13
+``torch/optim/_muon.py``); ``tests/test_muon.py`` holds it bitwise equal.
 
-Note: on whole matrices. The elementwise steps (momentum, Nesterov, weight decay, the update) run on each rank's
-FSDP2 row shard; Newton-Schulz needs the whole matrix. A 3-D expert stack is sharded by whole experts (FSDP2's dim 0
-is the expert dimension), so each rank orthogonalizes the experts it holds, with no communication. A 2-D matrix has
-an owner among the ranks of its shard dimension (largest matrix first, each to the least loaded rank so far, ties
-to the lower rank: the same on every rank, from the shapes): one ``all_to_all_single`` sends every rank's bfloat16
-shard of ``U`` to its owner, the owner runs Newton-Schulz on the whole matrix, and a second ``all_to_all_single``
-sends each rank its rows of the result. The whole matrix is the concatenation of the shards, the same bits on every
-layout, and Newton-Schulz runs on it with the same ops wherever it runs, so ``training.deterministic = "layout"``
-stays bitwise (HSDP replicas each do this within their shard group, with the same result). Memory and bytes:
-``docs/optimizers.md``.
+Note: docs/design.md, "on whole matrices".
 """
 
 from __future__ import annotations
@@ -36,10 +28,10 @@ ADJUST_LR_FNS = ("match_rms_adamw", "original")
 
 
 def check_muon_config(config, sources) -> None:
-    """``optimizer.name = "Muon"`` runs on data-parallel layouts only (FSDP2, HSDP; its matrices are gathered over
-    the row-shard dimension), and ``ns_coefficients`` is three numbers; one :class:`ConfigError` line otherwise.
-    Tensor- and expert-parallel weights are split over more mesh dimensions (and pipeline stages were not run
-    with it), which this gather does not cover."""
+    """``optimizer.name = "Muon"`` runs on data-parallel layouts only (FSDP2, HSDP; its matrices are
+    gathered over the row-shard dimension), and ``ns_coefficients`` is three numbers; one
+    :class:`ConfigError` line otherwise. Tensor- and expert-parallel weights are split over more
+    mesh dimensions (and pipeline stages were not run with it), which this gather does not cover."""
     opt = config.optimizer
     if opt.name != "Muon":
         return
@@ -47,8 +39,9 @@ def check_muon_config(config, sources) -> None:
         degree = getattr(config.parallelism, name)
         if degree > 1:
             raise ConfigError(
-                f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / HSDP "
-                f"shards only, but parallelism.{name} = {degree}; set it to 1 (use data parallelism) "
+                f"{where(sources, 'optimizer.name')}: Muon gathers whole matrices over FSDP2 / "
+                f"HSDP shards only, but parallelism.{name} = {degree}; set it to 1 (use data "
+                "parallelism) "
                 'or optimizer.name = "AdamW"'
             )
     if len(opt.ns_coefficients) != 3:
@@ -61,9 +54,9 @@ def check_muon_config(config, sources) -> None:
 def newton_schulz(
     update: torch.Tensor, coefficients: Sequence[float], steps: int, eps: float
 ) -> torch.Tensor:
-    """The quintic Newton-Schulz orthogonalization of one matrix (Keller Jordan's Muon; ``torch.optim.Muon``'s op
-    order): in bfloat16, the wide orientation, divided by ``max(||X||_F, eps)``, then ``steps`` times
-    ``A = X X^T``, ``X <- a X + (b A + c A A) X``.
+    """The quintic Newton-Schulz orthogonalization of one matrix (Keller Jordan's Muon;
+    ``torch.optim.Muon``'s op order): in bfloat16, the wide orientation, divided by
+    ``max(||X||_F, eps)``, then ``steps`` times ``A = X X^T``, ``X <- a X + (b A + c A A) X``.
 
     Args:
         update: ``(rows, cols)`` matrix, any float dtype.
@@ -72,7 +65,8 @@ def newton_schulz(
         eps: floor of the norm, > 0.
 
     Returns:
-        ``(rows, cols)`` bfloat16, singular values near 1 (in about ``[0.7, 1.2]``, not exactly orthogonal).
+        ``(rows, cols)`` bfloat16, singular values near 1 (in about ``[0.7, 1.2]``, not exactly
+        orthogonal).
     """
     a, b, c = coefficients
     x = update.bfloat16()
@@ -89,8 +83,8 @@ def newton_schulz(
 
 def adjusted_lr(lr: float, adjust_lr_fn: str, rows: int, cols: int) -> float:
     """The learning rate of a ``(rows, cols)`` matrix's orthogonalized update: ``match_rms_adamw`` =
-    ``lr * 0.2 * sqrt(max(rows, cols))`` (Moonlight, eq. 4), ``original`` = ``lr * sqrt(max(1, rows / cols))``
-    (Keller Jordan's Muon); as ``torch.optim.Muon``."""
+    ``lr * 0.2 * sqrt(max(rows, cols))`` (Moonlight, eq. 4), ``original`` =
+    ``lr * sqrt(max(1, rows / cols))`` (Keller Jordan's Muon); as ``torch.optim.Muon``."""
     if adjust_lr_fn == "match_rms_adamw":
         return lr * (0.2 * math.sqrt(max(rows, cols)))
     return lr * math.sqrt(max(1, rows / cols))
@@ -99,9 +93,10 @@ def adjusted_lr(lr: float, adjust_lr_fn: str, rows: int, cols: int) -> float:
 def split_muon_params(
     model: nn.Module, decay: list[tuple[str, nn.Parameter]]
 ) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
-    """Split the weight-decay group ``decay`` (:func:`~.optimizer.split_decay_params`) into (Muon, AdamW): Muon takes
-    the parameters with >= 2 dims that are neither an ``nn.Embedding``'s nor ``model.output``'s (Moonlight's
-    reference split: the embedding and the head stay on AdamW); 3-D parameters are stacks of expert matrices."""
+    """Split the weight-decay group ``decay`` (:func:`~.optimizer.split_decay_params`) into (Muon,
+    AdamW): Muon takes the parameters with >= 2 dims that are neither an ``nn.Embedding``'s nor
+    ``model.output``'s (Moonlight's reference split: the embedding and the head stay on AdamW); 3-D
+    parameters are stacks of expert matrices."""
     kept_out = {
         id(p)
         for m in model.modules()
@@ -121,12 +116,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def _shard_group(param: torch.Tensor) -> tuple[dist.ProcessGroup | None, int, int]:
-    """(process group, size, this rank's index) of the mesh dimension that row-shards ``param``; ``(None, 1, 0)``
-    when every rank holds it whole.
+    """(process group, size, this rank's index) of the mesh dimension that row-shards ``param``;
+    ``(None, 1, 0)`` when every rank holds it whole.
 
     Raises:
-        ValueError: a placement other than ``Shard(0)`` on one mesh dimension and ``Replicate`` on the others (tensor
-            or expert parallelism; ``check_optimizer`` refuses those layouts before launch).
+        ValueError: a placement other than ``Shard(0)`` on one mesh dimension and ``Replicate`` on
+            the others (tensor or expert parallelism; ``check_optimizer`` refuses those layouts
+            before launch).
     """
     if not isinstance(param, DTensor):
         return None, 1, 0
@@ -135,8 +131,8 @@ def _shard_group(param: torch.Tensor) -> tuple[dist.ProcessGroup | None, int, in
         return None, 1, 0
     if len(sharded) > 1 or param.placements[sharded[0]] != Shard(0):
         raise ValueError(
-            f"Muon needs parameters row-sharded on one mesh dimension (FSDP2 / HSDP), got placements "
-            f"{param.placements} of shape {tuple(param.shape)}"
+            "Muon needs parameters row-sharded on one mesh dimension (FSDP2 / HSDP), got "
+            f"placements {param.placements} of shape {tuple(param.shape)}"
         )
     dim = sharded[0]
     mesh = param.device_mesh
@@ -144,14 +140,15 @@ def _shard_group(param: torch.Tensor) -> tuple[dist.ProcessGroup | None, int, in
 
 
 def _rows(n: int, size: int) -> list[int]:
-    """Rows of each of ``size`` shards of ``n`` rows (``torch.chunk``'s split, which FSDP2's ``Shard(0)`` uses)."""
+    """Rows of each of ``size`` shards of ``n`` rows (``torch.chunk``'s split, which FSDP2's
+    ``Shard(0)`` uses)."""
     per = -(-n // size)
     return [max(0, min(per, n - k * per)) for k in range(size)]
 
 
 def _orthogonalize(matrix: torch.Tensor, coefficients, steps: int, eps: float) -> torch.Tensor:
-    """:func:`newton_schulz` of a 2-D matrix, or of each matrix of a 3-D expert stack (none: an empty shard),
-    contiguous bfloat16."""
+    """:func:`newton_schulz` of a 2-D matrix, or of each matrix of a 3-D expert stack (none: an
+    empty shard), contiguous bfloat16."""
     if matrix.ndim == 2:
         return newton_schulz(matrix, coefficients, steps, eps).contiguous()
     if matrix.shape[0] == 0:
@@ -160,8 +157,9 @@ def _orthogonalize(matrix: torch.Tensor, coefficients, steps: int, eps: float) -
 
 
 def owners(numels: list[int], size: int) -> list[int]:
-    """The owner rank of each matrix: the largest first, each to the rank with the fewest elements so far (ties: the
-    lower rank, then the earlier matrix), so every rank computes the same assignment from the shapes."""
+    """The owner rank of each matrix: the largest first, each to the rank with the fewest elements
+    so far (ties: the lower rank, then the earlier matrix), so every rank computes the same
+    assignment from the shapes."""
     load, owner = [0] * size, [0] * len(numels)
     for i in sorted(range(len(numels)), key=lambda i: -numels[i]):
         owner[i] = min(range(size), key=load.__getitem__)
@@ -179,13 +177,14 @@ def orthogonalize_sharded(
     steps: int,
     eps: float,
 ) -> list[torch.Tensor]:
-    """Newton-Schulz of whole matrices held as row shards over ``group``, each on its owner (:func:`owners`): see
-    the module note.
+    """Newton-Schulz of whole matrices held as row shards over ``group``, each on its owner
+    (:func:`owners`): docs/design.md, "Note: on whole matrices".
 
     Args:
         updates: this rank's row shards, bfloat16, ``(rows of this rank, cols)`` each.
         shapes: each update's global ``(rows, cols)``.
-        group, size, rank: the shard dimension's process group, its size and this rank's index in it.
+        group, size, rank: the shard dimension's process group, its size and this rank's index in
+        it.
 
     Returns:
         this rank's row shards of the orthogonalized updates, bfloat16, the shapes of ``updates``.
@@ -234,32 +233,39 @@ def orthogonalize_sharded(
     )
     out: list[torch.Tensor | None] = [None] * len(shapes)
     for j, block in enumerate(back):
-        for i, piece in zip(owned[j], block.split([rows[i][rank] * inner[i] for i in owned[j]])):
+        for i, piece in zip(
+            owned[j], block.split([rows[i][rank] * inner[i] for i in owned[j]]), strict=True
+        ):
             out[i] = piece.view(updates[i].shape)
     return out
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """Muon for ``muon_params`` and ``torch.optim.AdamW`` for ``adamw_groups``, as one optimizer: one set of param
-    groups (``use_muon`` tells them apart) and one ``state`` for the LR schedule, ``zero_grad`` and DCP checkpoints.
+    """Muon for ``muon_params`` and ``torch.optim.AdamW`` for ``adamw_groups``, as one optimizer:
+    one set of param groups (``use_muon`` tells them apart) and one ``state`` for the LR schedule,
+    ``zero_grad`` and DCP checkpoints.
 
-    The AdamW groups are an inner ``torch.optim.AdamW``'s own group dicts, which steps them on the shared state
-    (re-linked after ``load_state_dict``). A Muon group's state is ``momentum_buffer``, shaped and sharded as the
-    parameter. Muon parameters are 2-D matrices or 3-D ``(experts, rows, cols)`` stacks, each expert's matrix
-    orthogonalized and learning-rate-scaled on its own; FSDP2 / HSDP row shards of 2-D matrices are orthogonalized
-    whole (:func:`orthogonalize_sharded`), every rank taking part in every step (see the module note).
+    The AdamW groups are an inner ``torch.optim.AdamW``'s own group dicts, which steps them on the
+    shared state (re-linked after ``load_state_dict``). A Muon group's state is ``momentum_buffer``,
+    shaped and sharded as the parameter. Muon parameters are 2-D matrices or 3-D
+    ``(experts, rows, cols)`` stacks, each expert's matrix orthogonalized and learning-rate-scaled
+    on its own; FSDP2 / HSDP row shards of 2-D matrices are orthogonalized whole
+    (:func:`orthogonalize_sharded`), every rank taking part in every step (docs/design.md, "Note: on
+    whole matrices").
 
     Args:
         muon_params: the matrices (same order on every rank).
         adamw_groups: ``[{"params": [...], "weight_decay": wd}, ...]`` for ``torch.optim.AdamW``.
-        lr, weight_decay: of the Muon group (``adamw_groups`` carry their own weight decay; ``lr`` is shared).
-        momentum, nesterov, ns_coefficients, ns_steps, muon_eps, adjust_lr_fn: ``torch.optim.Muon``'s
-            ``momentum``, ``nesterov``, ``ns_coefficients``, ``ns_steps``, ``eps``, ``adjust_lr_fn``.
+        lr, weight_decay: of the Muon group (``adamw_groups`` carry their own weight decay; ``lr``
+        is shared). momentum, nesterov, ns_coefficients, ns_steps, muon_eps, adjust_lr_fn:
+        ``torch.optim.Muon``'s
+            ``momentum``, ``nesterov``, ``ns_coefficients``, ``ns_steps``, ``eps``,
+            ``adjust_lr_fn``.
         betas, eps, fused: the AdamW part's (``fused=False`` is ``foreach``).
 
     Raises:
-        ValueError: no Muon parameter, a parameter that is not 2-D or 3-D, an unknown ``adjust_lr_fn`` or a
-            ``ns_coefficients`` that is not three numbers.
+        ValueError: no Muon parameter, a parameter that is not 2-D or 3-D, an unknown
+            ``adjust_lr_fn`` or a ``ns_coefficients`` that is not three numbers.
     """
 
     def __init__(
@@ -328,13 +334,15 @@ class MuonWithAdamW(torch.optim.Optimizer):
             self._adamw.state = self.state
 
     def load_state_dict(self, state_dict) -> None:
-        """``torch.optim.Optimizer.load_state_dict``, then the inner AdamW re-linked to the new groups and state."""
+        """``torch.optim.Optimizer.load_state_dict``, then the inner AdamW re-linked to the new
+        groups and state."""
         super().load_state_dict(state_dict)
         self._link_adamw()
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One step of every group (a collective under FSDP2: every rank must call it); returns ``closure()``."""
+        """One step of every group (a collective under FSDP2: every rank must call it); returns
+        ``closure()``."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -347,8 +355,9 @@ class MuonWithAdamW(torch.optim.Optimizer):
         return loss
 
     def _muon_step(self, group: dict) -> None:
-        """Each matrix held whole here is updated as soon as its momentum is (one update alive at a time); the row
-        shards of each shard group are kept, bfloat16, for one exchange (:func:`orthogonalize_sharded`)."""
+        """Each matrix held whole here is updated as soon as its momentum is (one update alive at a
+        time); the row shards of each shard group are kept, bfloat16, for one exchange
+        (:func:`orthogonalize_sharded`)."""
         momentum, lr, wd = group["momentum"], group["lr"], group["weight_decay"]
         ns = (group["ns_coefficients"], group["ns_steps"], group["eps"])
 
@@ -382,5 +391,6 @@ class MuonWithAdamW(torch.optim.Optimizer):
             for p, ortho in zip(
                 params,
                 orthogonalize_sharded(updates, [p.shape for p in params], pg, size, rank, *ns),
+                strict=True,
             ):
                 apply(p, ortho)

@@ -1,10 +1,10 @@
-"""AdamW with decay / no-decay parameter groups (or Muon for the matrices: ``muon.py``), and global-norm gradient
-clipping over DTensors."""
+"""AdamW with decay / no-decay parameter groups (or Muon for the matrices: ``muon.py``), and
+global-norm gradient clipping over DTensors."""
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
@@ -25,10 +25,11 @@ def split_decay_params(
 ) -> tuple[NamedParams, NamedParams]:
     """Split the trainable parameters of ``model`` into (decay, no_decay), each ``[(name, param)]``.
 
-    Rules, in order (GPT-2/nanoGPT and torchtitan practice: decay the matrices that mix features): an
-    ``nn.Embedding``'s parameter (a tied output too) decays iff ``decay_embeddings``; a bias or a parameter
-    with fewer than 2 dims iff ``decay_norms_and_biases``; everything else decays. Frozen parameters and
-    buffers are left out; each tensor appears once, in ``model.named_parameters()`` order.
+    Rules, in order (GPT-2/nanoGPT and torchtitan practice: decay the matrices that mix features):
+    an ``nn.Embedding``'s parameter (a tied output too) decays iff ``decay_embeddings``; a bias or a
+    parameter with fewer than 2 dims iff ``decay_norms_and_biases``; everything else decays. Frozen
+    parameters and buffers are left out; each tensor appears once, in ``model.named_parameters()``
+    order.
     """
     embedding_ids = {
         id(p)
@@ -53,9 +54,10 @@ def split_decay_params(
 
 def fused_adamw_runs(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether torch's fused AdamW kernel runs for ``dtype`` parameters on ``device``: one step of
-    ``torch.optim.AdamW(fused=True)`` on a 1-element parameter there. Torch names no public list of such devices;
-    it checks each parameter's device and dtype when a fused optimizer first steps (``RuntimeError``), and a backend
-    without the kernel raises ``NotImplementedError`` (a ``RuntimeError``) from the step itself."""
+    ``torch.optim.AdamW(fused=True)`` on a 1-element parameter there. Torch names no public list of
+    such devices; it checks each parameter's device and dtype when a fused optimizer first steps
+    (``RuntimeError``), and a backend without the kernel raises ``NotImplementedError`` (a
+    ``RuntimeError``) from the step itself."""
     probe = torch.zeros(1, device=device, dtype=dtype, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
     try:
@@ -66,8 +68,8 @@ def fused_adamw_runs(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def muon_settings(optimizer_config) -> dict | None:
-    """The ``muon`` argument of :func:`build_optimizer` for an ``[optimizer]`` section (``config.schema.Optimizer``):
-    ``None`` unless ``name = "Muon"``."""
+    """The ``muon`` argument of :func:`build_optimizer` for an ``[optimizer]`` section
+    (``config.schema.Optimizer``): ``None`` unless ``name = "Muon"``."""
     if optimizer_config.name != "Muon":
         return None
     return {
@@ -95,14 +97,16 @@ def build_optimizer(
     implementation: str = "auto",
     muon: dict | None = None,
 ) -> torch.optim.Optimizer:
-    """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``; with ``muon``,
-    Muon for the decay group's matrices (:func:`~.muon.split_muon_params`) and AdamW for the rest
-    (:class:`~.muon.MuonWithAdamW`, same ``lr``; the matrices' weight decay is ``weight_decay``).
+    """AdamW (Loshchilov & Hutter 2019, arXiv 1711.05101) over the trainable params of ``model``;
+    with ``muon``, Muon for the decay group's matrices (:func:`~.muon.split_muon_params`) and AdamW
+    for the rest (:class:`~.muon.MuonWithAdamW`, same ``lr``; the matrices' weight decay is
+    ``weight_decay``).
 
-    Param groups ``[decay (weight_decay), no_decay (0.0)]`` (:func:`split_decay_params`; empty ones omitted).
-    ``fused`` is one kernel for all parameters, ``foreach`` a few batched ones (both take FSDP2 shards);
-    ``auto`` is fused where torch's kernel runs for the parameters' device and dtype (:func:`fused_adamw_runs`),
-    else foreach. Build it after ``apply_fsdp``, so it holds the sharded parameters.
+    Param groups ``[decay (weight_decay), no_decay (0.0)]`` (:func:`split_decay_params`; empty ones
+    omitted). ``fused`` is one kernel for all parameters, ``foreach`` a few batched ones (both take
+    FSDP2 shards); ``auto`` is fused where torch's kernel runs for the parameters' device and dtype
+    (:func:`fused_adamw_runs`), else foreach. Build it after ``apply_fsdp``, so it holds the sharded
+    parameters.
 
     Args:
         lr: peak learning rate (the LR schedule multiplies it).
@@ -110,12 +114,14 @@ def build_optimizer(
         eps: Adam epsilon, > 0.
         weight_decay: decoupled weight decay of the decay group, >= 0.
         implementation: ``"auto"``, ``"fused"`` or ``"foreach"`` (of the AdamW part under Muon).
-        muon: ``None`` (AdamW only) or the keyword arguments ``momentum``, ``nesterov``, ``ns_coefficients``,
-            ``ns_steps``, ``muon_eps``, ``adjust_lr_fn`` of :class:`~.muon.MuonWithAdamW`.
+        muon: ``None`` (AdamW only) or the keyword arguments ``momentum``, ``nesterov``,
+            ``ns_coefficients``, ``ns_steps``, ``muon_eps``, ``adjust_lr_fn`` of
+            :class:`~.muon.MuonWithAdamW`.
 
     Raises:
-        ValueError: an out-of-range hyperparameter (named, with its value), an unknown implementation, fused
-            asked for a device without fused kernels, or no trainable parameter.
+        ValueError: an out-of-range hyperparameter (named, with its value), an unknown
+            implementation, fused asked for a device without fused kernels, or no trainable
+            parameter.
     """
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"optimizer lr must be finite and > 0, got {lr}")
@@ -174,17 +180,20 @@ def clip_grad_norm_(
 ) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``.
 
-    The norm covers every rank's shard of every gradient, whatever mesh it lives on (dense FSDP x TP, expert
-    meshes, pipeline stages): the gradients are grouped by their DTensor mesh (plain tensors form one group),
-    ``torch.nn.utils.get_total_norm`` gives each group's norm, ``full_tensor()`` all-reduces it over that mesh (as
-    torchtitan's ``dist_utils.clip_grad_norm_``), the groups' squares add up, and with ``pp_mesh`` the sum is
+    The norm covers every rank's shard of every gradient, whatever mesh it lives on (dense FSDP x
+    TP, expert meshes, pipeline stages): the gradients are grouped by their DTensor mesh (plain
+    tensors form one group), ``torch.nn.utils.get_total_norm`` gives each group's norm,
+    ``full_tensor()`` all-reduces it over that mesh (as torchtitan's
+    ``dist_utils.clip_grad_norm_``), the groups' squares add up, and with ``pp_mesh`` the sum is
     all-reduced over the pipeline stages, each of which holds other parameters. Scaling is torch's
-    ``clip_grads_with_norm_`` per group (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite norm leaves the
-    gradients untouched and is returned for the caller to decide. One ``foreach`` norm and one all-reduce per mesh
-    (plus one over ``pp_mesh``), no host-device sync. Parameters without a grad are ignored.
+    ``clip_grads_with_norm_`` per group (factor ``min(1, max_norm / (norm + 1e-6))``). A non-finite
+    norm leaves the gradients untouched and is returned for the caller to decide. One ``foreach``
+    norm and one all-reduce per mesh (plus one over ``pp_mesh``), no host-device sync. Parameters
+    without a grad are ignored.
 
     Returns:
-        0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads), the same on every rank.
+        0-dim fp32 tensor: the global gradient norm before clipping (0.0 if no grads), the same on
+        every rank.
 
     Raises:
         ValueError: ``max_norm`` is not finite and > 0.

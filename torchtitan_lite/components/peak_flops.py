@@ -6,10 +6,14 @@ import torch
 
 from torchtitan_lite.distributed.devices import device_module
 
-# Dense (no 2:4 sparsity) peak throughput of one device: (substrings its name must contain, BF16/FP16 FLOP/s,
-# FP32 FLOP/s or None where unpublished, source). The tensor-core BF16 and FP16 peaks are equal on every
-# row; FP32 is the non-tensor (CUDA core / vector) peak, TF32 being off by default in PyTorch. First match
-# wins, so variants come before their family. FP8 (e4m3, dense) is in _FP8_PEAK_FLOPS, keyed like this table.
+# Dense (no 2:4 sparsity) peak throughput of one device: (substrings its name must contain,
+# BF16/FP16 FLOP/s,
+# FP32 FLOP/s or None where unpublished, source). The tensor-core BF16 and FP16 peaks are equal on
+# every
+# row; FP32 is the non-tensor (CUDA core / vector) peak, TF32 being off by default in PyTorch. First
+# match
+# wins, so variants come before their family. FP8 (e4m3, dense) is in _FP8_PEAK_FLOPS, keyed like
+# this table.
 _PEAK_FLOPS: tuple[tuple[tuple[str, ...], float, float | None, str], ...] = (
     (
         ("H100", "NVL"),
@@ -71,7 +75,8 @@ _PEAK_FLOPS: tuple[tuple[tuple[str, ...], float, float | None, str], ...] = (
     ),
 )
 
-# Dense FP8 tensor-core peak of the rows above that have one (the same datasheets: the FP8 figure with sparsity / 2;
+# Dense FP8 tensor-core peak of the rows above that have one (the same datasheets: the FP8 figure
+# with sparsity / 2;
 # A100 and the Ascend 910B have no FP8 tensor cores).
 _FP8_PEAK_FLOPS: dict[tuple[str, ...], float] = {
     ("H100", "NVL"): 1670.5e12,
@@ -85,14 +90,16 @@ _FP8_PEAK_FLOPS: dict[tuple[str, ...], float] = {
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
-    """Dense peak FLOP/s of one ``device`` computing in ``dtype``, for MFU; ``None`` = unknown ("n/a").
+    """Dense peak FLOP/s of one ``device`` computing in ``dtype``, for MFU; ``None`` = unknown
+    ("n/a").
 
-    ``bfloat16``/``float16`` use the tensor-core (cube) peak, ``float32`` the non-tensor FP32 peak (TF32
-    is off by default in PyTorch). The device's name (``get_device_name``) is looked up in the table
-    ``_PEAK_FLOPS`` of this module (one datasheet per row: H100 SXM/PCIe/NVL, H200 SXM/NVL, B200, A100,
-    MI300X, Ascend 910B2); ``float8_e4m3fn`` the FP8 tensor-core peak (``_FP8_PEAK_FLOPS``). ``None`` for CPU, for
-    devices not in the table, for a dtype the table has no figure for (fp32 on NPU, fp8 on A100), and for other
-    dtypes (fp64), so MFU shows "n/a" rather than a wrong number.
+    ``bfloat16``/``float16`` use the tensor-core (cube) peak, ``float32`` the non-tensor FP32 peak
+    (TF32 is off by default in PyTorch). The device's name (``get_device_name``) is looked up in the
+    table ``_PEAK_FLOPS`` of this module (one datasheet per row: H100 SXM/PCIe/NVL, H200 SXM/NVL,
+    B200, A100, MI300X, Ascend 910B2); ``float8_e4m3fn`` the FP8 tensor-core peak
+    (``_FP8_PEAK_FLOPS``). ``None`` for CPU, for devices not in the table, for a dtype the table has
+    no figure for (fp32 on NPU, fp8 on A100), and for other dtypes (fp64), so MFU shows "n/a" rather
+    than a wrong number.
     """
     if device.type == "cpu":
         return None
@@ -110,17 +117,18 @@ def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
 def mixed_peak_flops(
     total_flops: float, float8_flops: float, peak: float | None, float8_peak: float | None
 ) -> float | None:
-    """The peak FLOP/s of a step whose ``float8_flops`` of ``total_flops`` (any unit, per token) run at
-    ``float8_peak`` and the rest at ``peak``: ``total / (float8 / float8_peak + rest / peak)``, the rate of a step that
-    ran each share at its own peak (so MFU 100% means both kinds of matmul at their peaks). ``peak`` when
-    ``float8_flops`` is 0; ``None`` when a needed peak is unknown.
+    """The peak FLOP/s of a step whose ``float8_flops`` of ``total_flops`` (any unit, per token) run
+    at ``float8_peak`` and the rest at ``peak``: ``total / (float8 / float8_peak + rest / peak)``,
+    the rate of a step that ran each share at its own peak (so MFU 100% means both kinds of matmul
+    at their peaks). ``peak`` when ``float8_flops`` is 0; ``None`` when a needed peak is unknown.
 
     Raises:
         ValueError: ``float8_flops`` outside ``[0, total_flops]``.
     """
     if not 0 <= float8_flops <= total_flops:
         raise ValueError(
-            f"mixed_peak_flops: float8_flops {float8_flops} must lie in [0, total_flops = {total_flops}]"
+            f"mixed_peak_flops: float8_flops {float8_flops} must lie in [0, total_flops = "
+            f"{total_flops}]"
         )
     if float8_flops == 0 or peak is None:
         return peak

@@ -1,16 +1,18 @@
-"""Profile a window of training steps: torch.profiler traces and, where the device has one, a memory snapshot.
+"""Profile a window of training steps: torch.profiler traces and, where the device has one, a memory
+snapshot.
 
-Files in the run folder: ``profile/rank<r>_steps<a>-<b>.json``, a Chrome trace (https://ui.perfetto.dev) with
-one ``ProfilerStep#<n>`` span per step; ``memory/rank<r>_steps<a>-<b>.pickle``, an allocator snapshot for
-https://pytorch.org/memory_viz, on CUDA-like devices only (``memory._record_memory_history``; CPUs have none,
+Files in the run folder: ``profile/rank<r>_steps<a>-<b>.json``, a Chrome trace
+(https://ui.perfetto.dev) with one ``ProfilerStep#<n>`` span per step;
+``memory/rank<r>_steps<a>-<b>.pickle``, an allocator snapshot for https://pytorch.org/memory_viz, on
+CUDA-like devices only (``memory._record_memory_history``; CPUs have none,
 :attr:`StepProfiler.memory_note` says so).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -41,8 +43,8 @@ class StepProfiler:
         start_step: first profiled step, >= 1.
         steps: number of profiled steps, >= 1.
         rank: this process's rank (file names).
-        device: this process's device (``cpu``, ``cuda:0``, ...): CUDA-like devices add device activity
-            and the memory snapshot.
+        device: this process's device (``cpu``, ``cuda:0``, ...): CUDA-like devices add device
+            activity and the memory snapshot.
 
     Raises:
         ValueError: ``start_step`` or ``steps`` < 1.
@@ -109,8 +111,9 @@ class StepProfiler:
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Profile training step ``step`` if it lies in the window (recording starts at the first step in it,
-        e.g. mid-window after a resume); files are written after the window's last step."""
+        """Profile training step ``step`` if it lies in the window (recording starts at the first
+        step in it, e.g. mid-window after a resume); files are written after the window's last
+        step."""
         if not self.enable or not self.first <= step <= self.last:
             yield
             return
@@ -122,6 +125,7 @@ class StepProfiler:
             self._stop()
 
     def close(self) -> None:
-        """Write what was recorded if the run ended inside the window; file names keep the configured window."""
+        """Write what was recorded if the run ended inside the window; file names keep the
+        configured window."""
         if self._profile is not None:
             self._stop()

@@ -1,7 +1,8 @@
-"""Typed values from TOML and the command line, for any sectioned dataclass schema (``config/schema.py``): field
-docs read from the string under each field (as torchtitan's ``JobConfig``), coercion to the annotation,
-declared bounds, ``--help`` and the resolved TOML. Field types: ``int``, ``float``, ``str``, ``bool``,
-``X | None``, ``list[X]``, ``Literal[...]`` and ``dict[str, Any]`` (a sub-table the caller validates).
+"""Typed values from TOML and the command line, for any sectioned dataclass schema
+(``config/schema.py``): field docs read from the string under each field (as torchtitan's
+``JobConfig``), coercion to the annotation, declared bounds, ``--help`` and the resolved TOML. Field
+types: ``int``, ``float``, ``str``, ``bool``, ``X | None``, ``list[X]``, ``Literal[...]`` and
+``dict[str, Any]`` (a sub-table the caller validates).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
 class ConfigError(UserError, ValueError):
-    """A bad configuration; ``str(err)`` is one line naming the key, where it was set, and the fix."""
+    """A bad configuration; ``str(err)`` is one line naming the key, where it was set, and the
+    fix."""
 
 
 class BadValue(ValueError):
@@ -57,7 +59,8 @@ def bounded(
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Map each field of dataclass ``cls`` to the string literal right under its annotation ("" if none).
+    """Map each field of dataclass ``cls`` to the string literal right under its annotation ("" if
+    none).
 
     Raises:
         OSError: the source of ``cls`` is unavailable (e.g. a frozen executable).
@@ -65,7 +68,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs: dict[str, str] = {}
-    for stmt, nxt in zip(body, body[1:] + [None]):
+    for stmt, nxt in zip(body, body[1:] + [None], strict=True):
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             value = nxt.value if isinstance(nxt, ast.Expr) else None
             is_doc = isinstance(value, ast.Constant) and isinstance(value.value, str)
@@ -74,14 +77,16 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def is_bool(tp: Any) -> bool:
-    """Whether annotation ``tp`` is ``bool`` or ``bool | None`` (a field that a bare ``--flag`` sets)."""
+    """Whether annotation ``tp`` is ``bool`` or ``bool | None`` (a field that a bare ``--flag``
+    sets)."""
     if typing.get_origin(tp) in (Union, types.UnionType):
         return bool in typing.get_args(tp)
     return tp is bool
 
 
 def field_type(root: type, key: str) -> Any:
-    """The annotation of ``section.field`` in the sectioned dataclass ``root``, or ``None`` if unknown."""
+    """The annotation of ``section.field`` in the sectioned dataclass ``root``, or ``None`` if
+    unknown."""
     section_name, _, field_name = key.partition(".")
     section = typing.get_type_hints(root).get(section_name)
     if section is None or not dataclasses.is_dataclass(section):
@@ -90,7 +95,8 @@ def field_type(root: type, key: str) -> Any:
 
 
 def type_name(tp: Any) -> str:
-    """Readable name of a supported annotation, e.g. ``int``, ``str | None``, ``"none" | "full"``."""
+    """Readable name of a supported annotation, e.g. ``int``, ``str | None``,
+    ``"none" | "full"``."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         return " | ".join(type_name(arg) for arg in typing.get_args(tp))
@@ -106,9 +112,10 @@ def type_name(tp: Any) -> str:
 
 
 def coerce(value: Any, tp: Any, *, from_cli: bool) -> Any:
-    """``value`` (a TOML value, or with ``from_cli`` a command-line string or ``True`` for a bare flag) converted
-    to annotation ``tp``. Command-line strings: numbers, ``true``/``false``, ``none``/``null`` for ``X | None``,
-    comma-separated items (optionally in brackets) for ``list[X]``.
+    """``value`` (a TOML value, or with ``from_cli`` a command-line string or ``True`` for a bare
+    flag) converted to annotation ``tp``. Command-line strings: numbers, ``true``/``false``,
+    ``none``/``null`` for ``X | None``, comma-separated items (optionally in brackets) for
+    ``list[X]``.
 
     Raises:
         BadValue: the value does not fit ``tp`` (message says what was expected and what came).
@@ -201,9 +208,9 @@ def bounds_text(metadata: typing.Mapping[str, Any]) -> str:
 def split_cli(argv: list[str], is_flag: typing.Callable[[str], bool]) -> list[tuple[str, Any]]:
     """Command-line tokens as ``(dotted_key, value)`` pairs, in order.
 
-    Forms: ``--a.b=value``, ``--a.b value``, and a bare ``--a.b`` (value ``True``) when the next token
-    starts with ``--`` or there is none. A key for which ``is_flag`` is true takes the next token only if
-    it reads ``true`` or ``false``.
+    Forms: ``--a.b=value``, ``--a.b value``, and a bare ``--a.b`` (value ``True``) when the next
+    token starts with ``--`` or there is none. A key for which ``is_flag`` is true takes the next
+    token only if it reads ``true`` or ``false``.
 
     Raises:
         ConfigError: a token that is not ``--section.key`` (e.g. a stray positional argument).
@@ -235,7 +242,8 @@ def split_cli(argv: list[str], is_flag: typing.Callable[[str], bool]) -> list[tu
 
 
 def flatten_toml(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested TOML tables as ``(dotted_key, value)`` pairs, in file order (``{"a": {"b": 1}}`` -> ``a.b``)."""
+    """Nested TOML tables as ``(dotted_key, value)`` pairs, in file order (``{"a": {"b": 1}}`` ->
+    ``a.b``)."""
     pairs: list[tuple[str, Any]] = []
     for key, value in data.items():
         dotted = f"{prefix}{key}"
@@ -253,8 +261,9 @@ MOVED_KEYS = {
 
 
 def set_value(config: Any, key: str, value: Any, where: str) -> None:
-    """Set ``key`` (``section.field``, or ``section.field.name`` for a table field) on the sectioned ``config``;
-    ``where`` (:data:`COMMAND_LINE` or ``"file.toml line 3"``) goes into messages and decides the parsing.
+    """Set ``key`` (``section.field``, or ``section.field.name`` for a table field) on the sectioned
+    ``config``; ``where`` (:data:`COMMAND_LINE` or ``"file.toml line 3"``) goes into messages and
+    decides the parsing.
 
     Raises:
         ConfigError: unknown section or key, a value of the wrong type, or one out of its bounds.
@@ -332,9 +341,9 @@ def suggestion(name: str, candidates: typing.Iterable[str]) -> str:
 
 
 def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, str]] = {}) -> str:
-    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)`` and its doc;
-    ``set_by`` maps keys (``section.key``, or ``section.table.name`` for a table's item) to ``(value, where)``,
-    shown under the key as ``this run: value (where)``."""
+    """Every key of the sectioned dataclass ``root``: ``--section.key  type = default  (bounds)``
+    and its doc; ``set_by`` maps keys (``section.key``, or ``section.table.name`` for a table's
+    item) to ``(value, where)``, shown under the key as ``this run: value (where)``."""
     lines = [title, ""]
     section_docs = field_docs(root)
     for section in dataclasses.fields(root):
@@ -354,7 +363,8 @@ def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, s
                 if given == key or given.startswith(key + "."):
                     item = given.removeprefix(key).removeprefix(".")
                     lines.append(
-                        f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} ({where})"
+                        f"      this run: {f'{item} = ' if item else ''}{_toml_value(value)} "
+                        f"({where})"
                     )
             lines.extend(f"      {doc_line}" for doc_line in docs[f.name].splitlines())
         lines.append("")
@@ -362,12 +372,13 @@ def format_help(root: type, title: str, set_by: typing.Mapping[str, tuple[Any, s
 
 
 NOT_SAVED = ("job.config_file", "job.print_config")
-"""Keys a saved config leaves out: the file to load (command line only) and ``print_config`` (a file holding it
-would only print)."""
+"""Keys a saved config leaves out: the file to load (command line only) and ``print_config`` (a file
+holding it would only print)."""
 
 
 def config_dict(config: Any) -> dict[str, dict[str, Any]]:
-    """The sectioned dataclass instance ``config`` as ``{section: {key: value}}`` (tables as dicts), without
+    """The sectioned dataclass instance ``config`` as ``{section: {key: value}}`` (tables as dicts),
+    without
     :data:`NOT_SAVED`: what :func:`format_toml` writes."""
     return {
         section.name: {

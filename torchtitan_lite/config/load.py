@@ -1,8 +1,8 @@
-"""Loading the configuration into the :class:`JobConfig` dataclasses: the TOML file, then the command line on top
-(keys and types checked, :func:`read_config`).
+"""Loading the configuration into the :class:`JobConfig` dataclasses: the TOML file, then the
+command line on top (keys and types checked, :func:`read_config`).
 
-Every problem is a :class:`ConfigError` whose message is one line naming the key and where it was set
-(``train.toml line 12``, ``command line`` or ``default``): :func:`where` writes that part.
+Every problem is a :class:`ConfigError` whose message is one line naming the key and where it was
+set (``train.toml line 12``, ``command line`` or ``default``): :func:`where` writes that part.
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ from torchtitan_lite.config.cli import (
 from torchtitan_lite.config.schema import JobConfig
 
 Sources = dict[str, str]
-"""Where each key given was set: ``dotted key -> "command line" | "<file> line N"`` (``job.config_file``: also
-``"CONFIG_FILE"``, see :data:`CONFIG_FILE_FROM_ENV`)."""
+"""Where each key given was set: ``dotted key -> "command line" | "<file> line N"``
+(``job.config_file``: also ``"CONFIG_FILE"``, see :data:`CONFIG_FILE_FROM_ENV`)."""
 
 CONFIG_FILE_FROM_ENV = "TORCHTITAN_LITE_CONFIG_FILE_FROM"
-"""Environment variable through which ``run_train.sh`` names where the ``--job.config_file`` it passes came from
-(``CONFIG_FILE``, or run_train.sh's default of it); it labels that key in messages and ``--help`` unless the
-command line gives ``--job.config_file`` again."""
+"""Environment variable through which ``run_train.sh`` names where the ``--job.config_file`` it
+passes came from (``CONFIG_FILE``, or run_train.sh's default of it); it labels that key in messages
+and ``--help`` unless the command line gives ``--job.config_file`` again."""
 
 
 def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
-    """The config the file (``--job.config_file``) and the command line ``argv`` set, and where each key given was
-    set; keys and types checked only.
+    """The config the file (``--job.config_file``) and the command line ``argv`` set, and where each
+    key given was set; keys and types checked only.
 
     Raises:
         ConfigError: a bad file, key or value.
@@ -60,7 +60,8 @@ def read_config(argv: list[str]) -> tuple[JobConfig, Sources]:
 
 
 def _read_toml(path: str, path_from: str) -> list[tuple[str, Any, str]]:
-    """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path`` (given by ``path_from``)."""
+    """``(dotted_key, value, "file line N")`` for every value in the TOML file ``path`` (given by
+    ``path_from``)."""
     if not os.path.isfile(path):
         raise ConfigError(
             f"job.config_file ({path_from}): no such file {path!r}; "

@@ -1,7 +1,7 @@
-"""The checks of the data settings (``[training]`` dataset keys, ``[validation]``), of the training data (prepared
-folders whole and made with the run's tokenizer, raw files readable, a mixture's weights) and of the tokenizer
-against the model, run before any work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line
-naming the key)."""
+"""The checks of the data settings (``[training]`` dataset keys, ``[validation]``), of the training
+data (prepared folders whole and made with the run's tokenizer, raw files readable, a mixture's
+weights) and of the tokenizer against the model, run before any work starts (``preflight/checks.py``
+calls them; one :class:`ConfigError` line naming the key)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from torchtitan_lite.errors import InputError
 
 
 def check_data_settings(config: JobConfig, sources: Sources) -> None:
-    """The dataset keys agree: ``dataset = "hf"`` with a hub name and no local path, streaming only where it
-    applies, a sample prompt only with validation, and no validation of a streamed local dataset."""
+    """The dataset keys agree: ``dataset = "hf"`` with a hub name and no local path, streaming only
+    where it applies, a sample prompt only with validation, and no validation of a streamed local
+    dataset."""
     training = config.training
     if training.dataset == "hf" and not training.hf_dataset_name:
         raise ConfigError(
@@ -44,20 +45,22 @@ def check_data_settings(config: JobConfig, sources: Sources) -> None:
         )
     if config.validation.sample_prompt is not None and not config.validation.enable:
         raise ConfigError(
-            f"{where(sources, 'validation.sample_prompt')}: samples are written at each validation, "
-            "and validation.enable is false; enable validation or unset the prompt"
+            f"{where(sources, 'validation.sample_prompt')}: samples are written at each "
+            "validation, and validation.enable is false; enable validation or unset the prompt"
         )
     if training.streaming and training.dataset_path is not None and config.validation.enable:
         raise ConfigError(
-            f"{where(sources, 'validation.enable')}: a streamed local dataset (training.dataset_path "
+            f"{where(sources, 'validation.enable')}: a streamed local dataset "
+            "(training.dataset_path "
             "with training.streaming) has no validation split; set --validation.enable=false, or "
             "training.streaming=false to hold out the end of the data"
         )
 
 
 def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: int) -> None:
-    """``training.dataset_path`` or each of ``training.dataset_paths`` is a whole prepared folder or set
-    (``data/shards.py``: every shard present, one tokenizer) made with ``tokenizer`` whose largest id is below ``vocab_size``, or raw files of one known format; a mixture's
+    """``training.dataset_path`` or each of ``training.dataset_paths`` is a whole prepared folder or
+    set (``data/shards.py``: every shard present, one tokenizer) made with ``tokenizer`` whose
+    largest id is below ``vocab_size``, or raw files of one known format; a mixture's
     ``dataset_weights`` has one positive weight per path. Reads manifests and file sizes only.
 
     Raises:
@@ -96,16 +99,17 @@ def check_training_data(training: Training, tokenizer: Tokenizer, vocab_size: in
 
 
 def check_tokenizer(config: JobConfig, path: str | None, args: Any) -> Tokenizer:
-    """The tokenizer at ``path`` (``None``: the bundled one) reads, its vocab fits the model ``args``'s embedding
-    rows, and ``validation.sample_prompt`` (if set) has tokens and fits ``max_seq_len`` with
-    ``validation.sample_tokens``; the tokenizer."""
+    """The tokenizer at ``path`` (``None``: the bundled one) reads, its vocab fits the model
+    ``args``'s embedding rows, and ``validation.sample_prompt`` (if set) has tokens and fits
+    ``max_seq_len`` with ``validation.sample_tokens``; the tokenizer."""
     try:
         tokenizer = build_tokenizer(path)
     except InputError as err:
         raise ConfigError(f"model.tokenizer_path: {err}") from None
     if tokenizer.vocab_size > args.vocab_size:
         raise ConfigError(
-            f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size {tokenizer.vocab_size} "
+            f"model.tokenizer_path: tokenizer {tokenizer.path} has vocab_size "
+            f"{tokenizer.vocab_size} "
             f"but the model has {args.vocab_size} embedding rows; set --model.overrides.vocab_size="
             f"{tokenizer.vocab_size} (or more) or use a smaller tokenizer"
         )

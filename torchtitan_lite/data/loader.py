@@ -1,29 +1,33 @@
-"""Data: text documents -> token ids -> packed windows -> a torchdata ``StatefulDataLoader``: the loaders of a run.
+"""Data: text documents -> token ids -> packed windows -> a torchdata ``StatefulDataLoader``: the
+loaders of a run.
 
-Sources (``data/sources.py``): ``dataset="shakespeare"``, the plays of :mod:`~torchtitan_lite.data.corpus` (one
-document per play; ``validation`` is ``the-tempest``, ``train`` the other 37); local files (``dataset_path``: a
-``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of one format, read by ``datasets.load_dataset``;
-a ``.txt`` file is one document, other rows are documents from ``text_column``; the end of the token stream is
-the validation split, 1% or one global batch, see :func:`~torchtitan_lite.data.windows.held_out_tokens`);
+Sources (``data/sources.py``): ``dataset="shakespeare"``, the plays of
+:mod:`~torchtitan_lite.data.corpus` (one document per play; ``validation`` is ``the-tempest``,
+``train`` the other 37); local files (``dataset_path``: a ``.txt``/``.jsonl``/``.json``/``.parquet``
+file or a folder of one format, read by ``datasets.load_dataset``; a ``.txt`` file is one document,
+other rows are documents from ``text_column``; the end of the token stream is the validation split,
+1% or one global batch, see :func:`~torchtitan_lite.data.windows.held_out_tokens`);
 ``dataset="hf"``, a hub dataset.
 
-Packing (``data/windows.py``): every document's ids and the EOS, concatenated into one stream of ``n_tokens`` ids:
-read from a prepared folder (``data/prepared.py``; raw local files and the plays are prepared on first use into a
-cache), or int32 in memory for a downloaded hub dataset, cut into windows of ``seq_len + 1`` tokens.
+Packing (``data/windows.py``): every document's ids and the EOS, concatenated into one stream of
+``n_tokens`` ids: read from a prepared folder (``data/prepared.py``; raw local files and the plays
+are prepared on first use into a cache), or int32 in memory for a downloaded hub dataset, cut into
+windows of ``seq_len + 1`` tokens.
 
-Ranks (``data/streams.py``): map-style training data is one infinite, seeded global window stream that ranks take
-in chunks of ``local_batch_size``; its state is the global position, so it resumes exactly on any world size.
-Validation reads its windows in order and ends, with the same number of batches on every rank. Several local
-sources (``dataset_paths``) are mixed by weight over the global stream (``data/mixing.py``). Streaming data is read
-per rank (``split_dataset_by_node``), in stream order, forever; it resumes on the same world size only. The loader
-runs in the main process.
+Ranks (``data/streams.py``): map-style training data is one infinite, seeded global window stream
+that ranks take in chunks of ``local_batch_size``; its state is the global position, so it resumes
+exactly on any world size. Validation reads its windows in order and ends, with the same number of
+batches on every rank. Several local sources (``dataset_paths``) are mixed by weight over the global
+stream (``data/mixing.py``). Streaming data is read per rank (``split_dataset_by_node``), in stream
+order, forever; it resumes on the same world size only. The loader runs in the main process.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
@@ -78,7 +82,8 @@ def _check_args(
     split,
     val_fraction,
 ) -> None:
-    """Raise ValueError naming the first argument of :func:`build_dataloader` outside its contract, with its value."""
+    """Raise ValueError naming the first argument of :func:`build_dataloader` outside its contract,
+    with its value."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset '{dataset}'; use one of {', '.join(DATASETS)}")
     if split not in SPLITS:
@@ -102,8 +107,8 @@ def _check_args(
 
 @dataclass(frozen=True)
 class SplitSize:
-    """The size of a map-style split: ``documents`` (``None`` for a part of a local stream, cut by tokens),
-    ``tokens`` and ``windows`` (:class:`PackedWindows`)."""
+    """The size of a map-style split: ``documents`` (``None`` for a part of a local stream, cut by
+    tokens), ``tokens`` and ``windows`` (:class:`PackedWindows`)."""
 
     documents: int | None
     tokens: int
@@ -144,17 +149,18 @@ class DataLoaders:
     sources: list[str] = field(default_factory=list)
 
     def tokens_per_source(self, tokens_seen: int) -> dict[str, int]:
-        """Training tokens each mixed source gave in the first ``tokens_seen`` global tokens (whole windows of
-        ``seq_len``), e.g. ``{"/data/web": 71680, "/data/code": 30720}``; empty for one source."""
+        """Training tokens each mixed source gave in the first ``tokens_seen`` global tokens (whole
+        windows of ``seq_len``), e.g. ``{"/data/web": 71680, "/data/code": 30720}``; empty for one
+        source."""
         if not self.sources:
             return {}
         counts = self.train.dataset.windows_per_source(tokens_seen // self.seq_len)
-        return {name: n * self.seq_len for name, n in zip(self.sources, counts)}
+        return {name: n * self.seq_len for name, n in zip(self.sources, counts, strict=True)}
 
     def describe(self, steps: int, global_batch: int) -> str:
-        """One line: tokens, windows and the epochs ``steps`` of ``global_batch`` windows cover, e.g.
-        ``shakespeare: train 37 documents, 1,759,944 tokens = 6,874 windows of 256, 400 steps x 16 windows =
-        0.93 epochs; validation 1 document, 36,778 tokens = 143 windows of 256``."""
+        """One line: tokens, windows and the epochs ``steps`` of ``global_batch`` windows cover,
+        e.g. ``shakespeare: train 37 documents, 1,759,944 tokens = 6,874 windows of 256, 400 steps x
+        16 windows = 0.93 epochs; validation 1 document, 36,778 tokens = 143 windows of 256``."""
         if self.train_size is None:
             return f"{self.name}: streamed, size unknown (epochs not counted)"
         epochs = steps * global_batch / self.train_size.windows
@@ -163,8 +169,7 @@ class DataLoaders:
             + (f"{self.total.describe(self.seq_len).split(' = ')[0]}; " if self.total else "")
             + f"train {self.train_size.describe(self.seq_len)}, "
             f"{steps:,} step{'s' * (steps != 1)} x "
-            f"{global_batch:,} window{'s' * (global_batch != 1)} = "
-            f"{epochs:.3g} epochs"
+            f"{global_batch:,} window{'s' * (global_batch != 1)} = {epochs:.3g} epochs"
         )
         if self.validation_size is not None:
             where = "the last " if self.total else ""
@@ -238,9 +243,9 @@ def _source(
     documents=False,
     **_,
 ) -> tuple[PackedWindows, int, str]:
-    """``(windows, documents, source name)`` of a map-style split (local data: the whole stream). A prepared folder
-    is mapped; raw local files and the plays are prepared on first use into the cache (``data/prepared.py``); a hub
-    dataset is tokenized here, in memory."""
+    """``(windows, documents, source name)`` of a map-style split (local data: the whole stream). A
+    prepared folder is mapped; raw local files and the plays are prepared on first use into the
+    cache (``data/prepared.py``); a hub dataset is tokenized here, in memory."""
     if path is not None and (is_prepared(path) or is_prepared_set(path)):
         corpora = [PreparedCorpus(folder) for folder in prepared_folders(path)]
         for corpus in corpora:
@@ -282,9 +287,9 @@ def _source(
 
 
 def _joined(corpora: list[PreparedCorpus]) -> tuple[TokenFile | TokenFiles, np.ndarray]:
-    """The token stream and document starts of prepared ``corpora`` one after another (a set's shards): one
-    folder's file and mapped starts as they are; several as :class:`TokenFiles` and the starts shifted by the
-    tokens before each (int64 in memory, 8 bytes per document)."""
+    """The token stream and document starts of prepared ``corpora`` one after another (a set's
+    shards): one folder's file and mapped starts as they are; several as :class:`TokenFiles` and the
+    starts shifted by the tokens before each (int64 in memory, 8 bytes per document)."""
     files = [
         TokenFile(c.tokens_path, np.dtype(c.manifest.dtype), 0, c.manifest.n_tokens)
         for c in corpora
@@ -292,12 +297,14 @@ def _joined(corpora: list[PreparedCorpus]) -> tuple[TokenFile | TokenFiles, np.n
     if len(corpora) == 1:
         return files[0], corpora[0].starts
     offsets = np.cumsum([0] + [c.manifest.n_tokens for c in corpora[:-1]])
-    return TokenFiles(files), np.concatenate([c.starts + off for c, off in zip(corpora, offsets)])
+    return TokenFiles(files), np.concatenate(
+        [c.starts + off for c, off in zip(corpora, offsets, strict=True)]
+    )
 
 
 def _local_splits(windows: PackedWindows, held: int) -> dict[str, tuple[PackedWindows | None, int]]:
-    """``{split: (windows, tokens)}`` of a local stream: validation is its last ``held`` tokens (``windows`` is
-    ``None`` for a validation part shorter than one window).
+    """``{split: (windows, tokens)}`` of a local stream: validation is its last ``held`` tokens
+    (``windows`` is ``None`` for a validation part shorter than one window).
 
     Raises:
         InputError: the training part is shorter than one window."""
@@ -349,9 +356,10 @@ def _map_splits(
     seq_len,
     **kw,
 ) -> tuple[dict[str, tuple[Any, SplitSize]], SplitSize | None, str]:
-    """``({split: (windows, size)}, total, source name)`` of the ``wanted`` map-style splits. Local data: each
-    source's last :func:`held_out_tokens` are its validation part (a mixture's validation: the parts one after
-    another), ``total`` sums the whole streams; the training windows of a mixture are a list, one per source."""
+    """``({split: (windows, size)}, total, source name)`` of the ``wanted`` map-style splits. Local
+    data: each source's last :func:`held_out_tokens` are its validation part (a mixture's
+    validation: the parts one after another), ``total`` sums the whole streams; the training windows
+    of a mixture are a list, one per source."""
     paths = list(dataset_paths) or ([dataset_path] if dataset_path is not None else [])
     if not paths:
         splits = {}
@@ -415,34 +423,39 @@ def build_dataloader(
     pin_memory: bool = False,
     documents: bool = False,
 ) -> StatefulDataLoader:
-    """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)`` (module docstring).
+    """A loader of ``(input_ids, labels)`` batches, each int64 ``(local_batch_size, seq_len)``
+    (module docstring).
 
-    Training loaders never end; map-style validation loaders end after ``len(loader)`` batches, the same on
-    every rank, and restart on each ``iter()``. After ``load_state_dict`` the next batch is the one the saved run
-    would have produced.
+    Training loaders never end; map-style validation loaders end after ``len(loader)`` batches, the
+    same on every rank, and restart on each ``iter()``. After ``load_state_dict`` the next batch is
+    the one the saved run would have produced.
 
     Args:
-        dataset, dataset_path, hf_dataset_name, hf_dataset_config, streaming: the source (module docstring;
-            ``dataset_path`` wins over ``dataset``; which combinations a run may use is the config's check).
-            ``dataset_path`` may be a prepared folder (``data/prepared.py``); raw files are prepared on first use.
-        dataset_paths, dataset_weights: several local sources (prepared or raw) mixed by weight (equal when
+        dataset, dataset_path, hf_dataset_name, hf_dataset_config, streaming: the source (module
+        docstring;
+            ``dataset_path`` wins over ``dataset``; which combinations a run may use is the config's
+            check). ``dataset_path`` may be a prepared folder (``data/prepared.py``); raw files are
+            prepared on first use.
+        dataset_paths, dataset_weights: several local sources (prepared or raw) mixed by weight
+        (equal when
             ``dataset_weights`` is empty; ``data/mixing.py``); they win over ``dataset_path``.
         text_column: the text column of ``.jsonl``/``.parquet``/hub rows.
         seed: seeds the per-epoch shuffle (``seed + epoch``).
         split: ``"train"`` or ``"validation"``.
-        val_fraction, min_val_windows: local files: the part of the token stream (its end) held out for
+        val_fraction, min_val_windows: local files: the part of the token stream (its end) held out
+        for
             validation (:func:`held_out_tokens`).
         pin_memory: batches in page-locked memory, for ``non_blocking`` copies to an accelerator.
-        documents: batches are ``(input_ids, labels, document_ids)``, the ids int32 ``(local_batch_size, seq_len)``
-            (:func:`document_ids`) from the document starts of the source (streamed data: from the EOS the loader
-            puts after each document).
+        documents: batches are ``(input_ids, labels, document_ids)``, the ids int32
+            ``(local_batch_size, seq_len)`` (:func:`document_ids`) from the document starts of the
+            source (streamed data: from the EOS the loader puts after each document).
 
     Raises:
-        ValueError: arguments outside the contract (named with their value), e.g. a validation split of a
-            streamed local dataset.
+        ValueError: arguments outside the contract (named with their value), e.g. a validation split
+            of a streamed local dataset.
         InputError: a missing ``dataset_path``, an unknown file extension, a missing text column, no
-            documents, fewer tokens than one window, too few validation windows for one batch per rank, or a
-            prepared folder that is incomplete or made with another tokenizer.
+            documents, fewer tokens than one window, too few validation windows for one batch per
+            rank, or a prepared folder that is incomplete or made with another tokenizer.
     """
     kw = dict(
         dataset=dataset,
@@ -502,14 +515,16 @@ def build_dataloaders(
     dataset_weights: Sequence[float] = (),
     **kw: Any,
 ) -> DataLoaders:
-    """The training loader and, with ``validation``, the validation loader of one run, with their sizes.
+    """The training loader and, with ``validation``, the validation loader of one run, with their
+    sizes.
 
-    Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is read once per source (local
-    files: once for both splits). A local dataset holds out :func:`held_out_tokens` with ``min_val_windows`` (the
-    trainer's global batch, so validation gets at least one batch on every rank when the data allows). Map-style
-    validation reads whole batches of ``min_val_windows`` windows (:class:`OrderedWindows`: the same windows on
-    every layout with that global batch); a validation split with fewer windows than that leaves validation off,
-    saying why in ``validation_off``, instead of failing.
+    Arguments as :func:`build_dataloader` (``split`` excepted). Map-style data is read once per
+    source (local files: once for both splits). A local dataset holds out :func:`held_out_tokens`
+    with ``min_val_windows`` (the trainer's global batch, so validation gets at least one batch on
+    every rank when the data allows). Map-style validation reads whole batches of
+    ``min_val_windows`` windows (:class:`OrderedWindows`: the same windows on every layout with that
+    global batch); a validation split with fewer windows than that leaves validation off, saying why
+    in ``validation_off``, instead of failing.
 
     Raises:
         ValueError, InputError: as :func:`build_dataloader` (the training split).
@@ -571,9 +586,10 @@ def build_dataloaders(
             else ""
         )
         result.validation_off = (
-            f"{source} (validation) has {val_size.tokens:,} tokens = {val_size.windows} windows of {seq_len}, fewer "
-            f"than one global batch ({need} windows){share}; use more data, a smaller seq_len or global batch, or "
-            "--validation.enable=false"
+            f"{source} (validation) has {val_size.tokens:,} tokens = {val_size.windows} windows of "
+            f"{seq_len}, fewer "
+            f"than one global batch ({need} windows){share}; use more data, a smaller seq_len or "
+            "global batch, or --validation.enable=false"
         )
         return result
     result.validation = _loader(

@@ -3,13 +3,16 @@
     python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.prepared
     ./run_train.sh --training.dataset_path=/data/corpus.prepared
 
-``--input``: a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of one format (read as training reads
-raw files: a ``.txt`` file is one document, other rows are documents from ``--text_column``), or the name of a
-Hugging Face hub dataset, streamed. A bad input prints one line and exits 2 before anything is written.
+``--input``: a ``.txt``/``.jsonl``/``.json``/``.parquet`` file or a folder of one format (read as
+training reads raw files: a ``.txt`` file is one document, other rows are documents from
+``--text_column``), or the name of a Hugging Face hub dataset, streamed. A bad input prints one line
+and exits 2 before anything is written.
 
-On many machines, each runs one shard of a set (``data/shards.py``), and training reads the set as one corpus::
+On many machines, each runs one shard of a set (``data/shards.py``), and training reads the set as
+one corpus::
 
-    python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set --num_shards 3 --shard_index 0
+    python -m torchtitan_lite.data.prepare --input /data/corpus --output /data/corpus.set
+    --num_shards 3 --shard_index 0
     python -m torchtitan_lite.data.prepare --verify /data/corpus.set
     ./run_train.sh --training.dataset_path=/data/corpus.set
 """
@@ -19,10 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import datasets
 
@@ -41,9 +44,10 @@ from torchtitan_lite.data.tokenizer import build_tokenizer
 from torchtitan_lite.errors import InputError
 
 BYTES_PER_WORKER = 16 * 2**20
-"""Input bytes per default encoding worker: each spawned worker pays its start-up (imports, its own tokenizer)
-before it encodes, so a small input is faster in this process (``benchmarks/bench_prepare_workers.py``; the
-measurements behind this value: ``docs/benchmarks.md``, "Prepare workers")."""
+"""Input bytes per default encoding worker: each spawned worker pays its start-up (imports, its own
+tokenizer) before it encodes, so a small input is faster in this process
+(``benchmarks/bench_prepare_workers.py``; the measurements behind this value:
+``docs/benchmarks.md``, "Prepare workers")."""
 
 
 def _texts(rows: Iterable[dict], text_column: str, where: str) -> Iterator[str]:
@@ -59,8 +63,9 @@ def _texts(rows: Iterable[dict], text_column: str, where: str) -> Iterator[str]:
 @dataclass
 class InputPart:
     """What one prepare reads: its ``documents`` in order, the ``sources`` recorded in the manifest
-    (``[{"path", "size"}]``), ``total_bytes`` (an estimate of the documents' UTF-8 bytes for the progress and the
-    worker count, ``None``: unknown) and, for a shard of a set, its ``shard`` record (``data/shards.py``)."""
+    (``[{"path", "size"}]``), ``total_bytes`` (an estimate of the documents' UTF-8 bytes for the
+    progress and the worker count, ``None``: unknown) and, for a shard of a set, its ``shard``
+    record (``data/shards.py``)."""
 
     documents: Iterator[str]
     sources: list[dict]
@@ -69,8 +74,9 @@ class InputPart:
 
 
 def input_bytes(files: list[str]) -> int:
-    """The bytes of ``files`` on disk; for ``.parquet`` files the uncompressed size of their row groups (read from
-    the footer), since compressed text would count a fraction of the text prepare encodes."""
+    """The bytes of ``files`` on disk; for ``.parquet`` files the uncompressed size of their row
+    groups (read from the footer), since compressed text would count a fraction of the text prepare
+    encodes."""
     import pyarrow.parquet as pq
 
     total = 0
@@ -91,9 +97,10 @@ def input_documents(
     num_shards: int = 1,
     shard_index: int = 0,
 ) -> InputPart:
-    """The documents of ``source`` (a local file or folder when it exists, else a hub dataset name, streamed, whose
-    ``sources`` are ``[{"path": name, "size": 0}]``), or of its shard ``shard_index`` of ``num_shards``
-    (``data/shards.py``: by file, by document, or a hub dataset's files).
+    """The documents of ``source`` (a local file or folder when it exists, else a hub dataset name,
+    streamed, whose ``sources`` are ``[{"path": name, "size": 0}]``), or of its shard
+    ``shard_index`` of ``num_shards`` (``data/shards.py``: by file, by document, or a hub dataset's
+    files).
 
     Raises:
         InputError: an unknown extension, a folder without data files, a missing text column (see
@@ -137,20 +144,21 @@ def input_documents(
             {**shard, "by": "file", "files": [begin, end]},
         )
     print(
-        f"prepare: {source} has {len(files)} file{'s' * (len(files) > 1)} for {num_shards} shards: counting its "
-        "documents to split them (one pass, no tokenizing)",
+        f"prepare: {source} has {len(files)} file{'s' * (len(files) > 1)} for {num_shards} shards: "
+        "counting its documents to split them (one pass, no tokenizing)",
         flush=True,
     )
     stream, column, _ = local_dataset(source, text_column, streaming=True)
     n_documents = sum(1 for _ in stream)
     if n_documents < num_shards:
         raise InputError(
-            f"{source} holds {n_documents} documents, fewer than --num_shards {num_shards}; use at most "
-            f"{max(n_documents, 1)} shards"
+            f"{source} holds {n_documents} documents, fewer than --num_shards {num_shards}; use at "
+            f"most {max(n_documents, 1)} shards"
         )
     begin, end = contiguous_range(n_documents, num_shards, shard_index)
     print(
-        f"prepare: {n_documents:,} documents; shard {shard_index} takes documents {begin:,} .. {end - 1:,}",
+        f"prepare: {n_documents:,} documents; shard {shard_index} takes documents {begin:,} .. "
+        f"{end - 1:,}",
         flush=True,
     )
     stream, column, _ = local_dataset(source, text_column, streaming=True)
@@ -164,16 +172,17 @@ def input_documents(
 
 
 def default_workers(total_bytes: int | None, cpus: int) -> int:
-    """Encoding processes for an input of ``total_bytes`` (``None``: unknown, a hub stream) on ``cpus`` CPUs: one
-    per :data:`BYTES_PER_WORKER` of input, at most ``cpus``; 0 (this process, with the tokenizer library's threads)
-    when that is fewer than 2 (one worker encodes no faster than this process) or there is one CPU; ``cpus`` for
-    an unknown size."""
+    """Encoding processes for an input of ``total_bytes`` (``None``: unknown, a hub stream) on
+    ``cpus`` CPUs: one per :data:`BYTES_PER_WORKER` of input, at most ``cpus``; 0 (this process,
+    with the tokenizer library's threads) when that is fewer than 2 (one worker encodes no faster
+    than this process) or there is one CPU; ``cpus`` for an unknown size."""
     n = cpus if total_bytes is None else min(cpus, total_bytes // BYTES_PER_WORKER)
     return n if n >= 2 else 0
 
 
 def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, as ``os.process_cpu_count`` of Python 3.13)."""
+    """The CPUs this process may run on (its affinity mask, as ``os.process_cpu_count`` of Python
+    3.13)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -187,7 +196,8 @@ def _workers_line(workers: int, total_bytes: int | None, cpus: int) -> str:
 
 
 def verify(path: str) -> str:
-    """One line describing the prepared folder or set at ``path`` after checking it (``shards.checked_folders``).
+    """One line describing the prepared folder or set at ``path`` after checking it
+    (``shards.checked_folders``).
 
     Raises:
         InputError: the first problem found.
@@ -203,8 +213,8 @@ def verify(path: str) -> str:
     docs, tokens = sum(m.n_documents for _, m in shards), sum(m.n_tokens for _, m in shards)
     what = f"{len(shards)} shards, each whole, " if len(shards) > 1 else ""
     return (
-        f"{path}: {what}{docs:,} documents, {tokens:,} tokens ({shards[0][1].dtype}), tokenizer {tok['path']} "
-        f"(sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})"
+        f"{path}: {what}{docs:,} documents, {tokens:,} tokens ({shards[0][1].dtype}), tokenizer "
+        f"{tok['path']} (sha256 {tok['sha256'][:12]}, eos {tok['eos_id']})"
     )
 
 

@@ -1,18 +1,22 @@
-"""Prepared corpora: token ids written once to memory-mapped files, as Megatron-LM's ``.bin``/``.idx`` and nanoGPT's
-``train.bin`` are (see ``docs/data.md``, "Prepared data").
+"""Prepared corpora: token ids written once to memory-mapped files, as Megatron-LM's
+``.bin``/``.idx`` and nanoGPT's ``train.bin`` are (see ``docs/data.md``, "Prepared data").
 
 A prepared folder holds three files:
 
-- ``tokens.bin``: every document's ids followed by the EOS, concatenated (the stream of ``windows.py``), raw
-  little-endian ``uint16`` when the tokenizer's ids fit (vocab <= 65,536), else ``uint32``;
-- ``documents.bin``: int64, the position in ``tokens.bin`` where each document starts (the first is 0);
-- ``manifest.json``: format, tokenizer (path, sha256 of its file, vocab size, EOS id), dtype, counts, the largest
-  id, the source files with their sizes, and for a shard of a set its place in the set (``data/shards.py``).
+- ``tokens.bin``: every document's ids followed by the EOS, concatenated (the stream of
+  ``windows.py``), raw little-endian ``uint16`` when the tokenizer's ids fit (vocab <= 65,536), else
+  ``uint32``;
+- ``documents.bin``: int64, the position in ``tokens.bin`` where each document starts (the first is
+  0);
+- ``manifest.json``: format, tokenizer (path, sha256 of its file, vocab size, EOS id), dtype,
+  counts, the largest id, the source files with their sizes, and for a shard of a set its place in
+  the set (``data/shards.py``).
 
-Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a folder with a
-manifest at the output path is always whole. Documents are encoded by ``workers`` spawned processes (each with the
-tokenizer library's own threads off), or in this process with its threads for ``workers=0``. The worker code lives in
-``encoding.py``, which imports neither torch nor ``datasets``.
+Writing goes to a ``.partial-*`` folder beside the output, renamed to the output when complete, so a
+folder with a manifest at the output path is always whole. Documents are encoded by ``workers``
+spawned processes (each with the tokenizer library's own threads off), or in this process with its
+threads for ``workers=0``. The worker code lives in ``encoding.py``, which imports neither torch nor
+``datasets``.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -40,7 +44,8 @@ from torchtitan_lite.errors import InputError
 FORMAT = "torchtitan_lite.prepared/1"
 MANIFEST, TOKENS, DOCUMENTS = "manifest.json", "tokens.bin", "documents.bin"
 CACHE_ENV = "TORCHTITAN_LITE_DATA_CACHE"
-"""Environment variable naming the cache of raw text prepared on first use (default ``~/.cache/torchtitan_lite/data``)."""
+"""Environment variable naming the cache of raw text prepared on first use (default
+``~/.cache/torchtitan_lite/data``)."""
 
 CHUNK_DOCUMENTS = (
     1024  # documents per task sent to a worker: bounds its memory and the results in flight
@@ -55,13 +60,15 @@ MIN_CHUNK_CHARACTERS = (
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
-    """``uint16`` when every id of a ``vocab_size`` vocabulary fits (<= 65,536 ids), else ``uint32``."""
+    """``uint16`` when every id of a ``vocab_size`` vocabulary fits (<= 65,536 ids), else
+    ``uint32``."""
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
 
 def tokenizer_identity(tokenizer: Tokenizer) -> dict:
-    """``{"path", "sha256", "vocab_size", "eos_id"}`` of ``tokenizer``: the sha256 of its ``tokenizer.json`` file and
-    the EOS id decide the token stream (the path is for messages only)."""
+    """``{"path", "sha256", "vocab_size", "eos_id"}`` of ``tokenizer``: the sha256 of its
+    ``tokenizer.json`` file and the EOS id decide the token stream (the path is for messages
+    only)."""
     digest = hashlib.sha256(Path(tokenizer.path).read_bytes()).hexdigest()
     return {
         "path": tokenizer.path,
@@ -110,13 +117,15 @@ class Manifest:
 
 
 def is_prepared(path: str | Path) -> bool:
-    """Whether ``path`` is a folder holding a ``manifest.json`` (a prepared corpus, whole or not)."""
+    """Whether ``path`` is a folder holding a ``manifest.json`` (a prepared corpus, whole or
+    not)."""
     return (Path(path) / MANIFEST).is_file()
 
 
 class PreparedCorpus:
-    """A prepared folder opened for reading: its checked ``manifest``, ``tokens_path`` (read a window at a time by
-    ``windows.TokenFile``) and ``starts`` (int64 array mapped from ``documents.bin``, ``(n_documents,)``).
+    """A prepared folder opened for reading: its checked ``manifest``, ``tokens_path`` (read a
+    window at a time by ``windows.TokenFile``) and ``starts`` (int64 array mapped from
+    ``documents.bin``, ``(n_documents,)``).
 
     Raises:
         InputError: see :func:`check_files`.
@@ -131,8 +140,9 @@ class PreparedCorpus:
 
 
 def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
-    """The first ``count`` items of ``path`` as a copy-on-write map, advised random access (a search touches a
-    few pages anywhere in the file; the kernel's default read-around would map megabytes around each)."""
+    """The first ``count`` items of ``path`` as a copy-on-write map, advised random access (a search
+    touches a few pages anywhere in the file; the kernel's default read-around would map megabytes
+    around each)."""
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     if hasattr(mmap, "MADV_RANDOM"):
@@ -141,8 +151,9 @@ def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
 
 
 def check_files(folder: str | Path) -> Manifest:
-    """The manifest of ``folder`` after checking that its files are whole: ``tokens.bin`` and ``documents.bin`` hold
-    the manifest's counts, the dtype holds the largest id, and there is at least one token.
+    """The manifest of ``folder`` after checking that its files are whole: ``tokens.bin`` and
+    ``documents.bin`` hold the manifest's counts, the dtype holds the largest id, and there is at
+    least one token.
 
     Raises:
         InputError: the first problem, naming the file and the fix.
@@ -152,12 +163,13 @@ def check_files(folder: str | Path) -> Manifest:
     again = "prepare it again with python -m torchtitan_lite.data.prepare"
     if m.n_tokens == 0:
         raise InputError(
-            f"{folder / MANIFEST}: the prepared corpus holds no tokens (empty input); prepare non-empty "
-            "data"
+            f"{folder / MANIFEST}: the prepared corpus holds no tokens (empty input); prepare "
+            "non-empty data"
         )
     if m.dtype not in ("uint16", "uint32") or m.max_token_id >= np.iinfo(m.dtype).max + 1:
         raise InputError(
-            f"{folder / MANIFEST}: token ids up to {m.max_token_id} do not fit dtype {m.dtype}; {again}"
+            f"{folder / MANIFEST}: token ids up to {m.max_token_id} do not fit dtype {m.dtype}; "
+            f"{again}"
         )
     for name, itemsize, count in (
         (TOKENS, np.dtype(m.dtype).itemsize, m.n_tokens),
@@ -177,8 +189,8 @@ def check_files(folder: str | Path) -> Manifest:
 def check_tokenizer(
     folder: str | Path, manifest: Manifest, tokenizer: Tokenizer, vocab_size: int
 ) -> None:
-    """The prepared ``folder`` was made with ``tokenizer`` (same file hash and EOS id) and its ids fit a model of
-    ``vocab_size`` embedding rows.
+    """The prepared ``folder`` was made with ``tokenizer`` (same file hash and EOS id) and its ids
+    fit a model of ``vocab_size`` embedding rows.
 
     Raises:
         InputError: naming the manifest and the fix.
@@ -187,22 +199,25 @@ def check_tokenizer(
     path = Path(folder) / MANIFEST
     if (made.get("sha256"), made.get("eos_id")) != (now["sha256"], now["eos_id"]):
         raise InputError(
-            f"{path}: prepared with tokenizer {made.get('path')} (sha256 {str(made.get('sha256'))[:12]}, "
-            f"eos {made.get('eos_id')}), but this run uses {now['path']} (sha256 {now['sha256'][:12]}, "
+            f"{path}: prepared with tokenizer {made.get('path')} (sha256 "
+            f"{str(made.get('sha256'))[:12]}, "
+            f"eos {made.get('eos_id')}), but this run uses {now['path']} (sha256 "
+            f"{now['sha256'][:12]}, "
             f"eos {now['eos_id']}); prepare the data with this run's tokenizer or set "
             "model.tokenizer_path to the one it was prepared with"
         )
     if manifest.max_token_id >= vocab_size:
         raise InputError(
-            f"{path}: token id {manifest.max_token_id} exceeds the model's vocab_size {vocab_size}; set "
-            f"--model.overrides.vocab_size={manifest.max_token_id + 1} (or more) or prepare with the "
-            "model's tokenizer"
+            f"{path}: token id {manifest.max_token_id} exceeds the model's vocab_size "
+            f"{vocab_size}; set "
+            f"--model.overrides.vocab_size={manifest.max_token_id + 1} (or more) or prepare with "
+            "the model's tokenizer"
         )
 
 
 def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[list[str], int]]:
-    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and ``max_characters``
-    characters (a longer document alone)."""
+    """``(documents, utf-8 bytes)`` in runs of at most :data:`CHUNK_DOCUMENTS` documents and
+    ``max_characters`` characters (a longer document alone)."""
     chunk, characters, size = [], 0, 0
     for doc in documents:
         if chunk and (len(chunk) >= CHUNK_DOCUMENTS or characters + len(doc) > max_characters):
@@ -218,9 +233,10 @@ def _chunks(documents: Iterable[str], max_characters: int) -> Iterator[tuple[lis
 def _encoded(
     documents: Iterable[str], tokenizer: Tokenizer, workers: int, total_bytes: int | None
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-    """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of ``total_bytes``
-    when known, but at least ``MIN_CHUNK_CHARACTERS``), in order; at most ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the
-    whole input ahead)."""
+    """``(ids, lengths, bytes)`` of each chunk of ``documents`` (at most ``1 / MIN_CHUNKS`` of
+    ``total_bytes`` when known, but at least ``MIN_CHUNK_CHARACTERS``), in order; at most
+    ``2 * workers`` chunks in flight (``multiprocessing.Pool.imap`` would read the whole input
+    ahead)."""
     max_characters = min(
         CHUNK_CHARACTERS, max(MIN_CHUNK_CHARACTERS, (total_bytes or 2**62) // MIN_CHUNKS)
     )
@@ -255,7 +271,8 @@ def write_prepared(
     total_bytes: int | None = None,
     shard: dict | None = None,
 ) -> Manifest:
-    """Tokenize ``documents`` into the prepared folder ``output`` (module docstring) and return its manifest.
+    """Tokenize ``documents`` into the prepared folder ``output`` (module docstring) and return its
+    manifest.
 
     Args:
         sources: ``[{"path", "size"}, ...]`` recorded in the manifest.
@@ -304,8 +321,8 @@ def _write(
             max_id = max(max_id, int(ids.max()))
             if max_id > np.iinfo(dtype).max:
                 raise InputError(
-                    f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its vocab_size "
-                    f"{tokenizer.vocab_size} is wrong (ids must be below it)"
+                    f"tokenizer {tokenizer.path} gave id {max_id}, beyond {dtype.name}; its "
+                    f"vocab_size {tokenizer.vocab_size} is wrong (ids must be below it)"
                 )
             ids.astype(dtype).tofile(tokens_file)
             (n_tokens + np.cumsum(lengths) - lengths).tofile(documents_file)
@@ -344,9 +361,10 @@ def cached_corpus(
 ) -> PreparedCorpus:
     """The prepared corpus of ``documents`` from the cache, prepared (in this process) on first use.
 
-    The key is a hash of ``kind`` (how documents are read from the files, e.g. ``"shakespeare/train"`` or
-    ``"json:text"``), ``sources`` (``[{"path", "size"}]``) and the tokenizer's identity; ``documents`` is only
-    iterated on a miss. Ranks that miss together each prepare and the first rename wins.
+    The key is a hash of ``kind`` (how documents are read from the files, e.g.
+    ``"shakespeare/train"`` or ``"json:text"``), ``sources`` (``[{"path", "size"}]``) and the
+    tokenizer's identity; ``documents`` is only iterated on a miss. Ranks that miss together each
+    prepare and the first rename wins.
     """
     identity = tokenizer_identity(tokenizer)
     key = json.dumps(

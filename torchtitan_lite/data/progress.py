@@ -1,30 +1,34 @@
-"""Progress of long phases outside the training loop, e.g. tokenizing: a ``tqdm`` bar (as ``datasets`` shows) on a
-terminal, else lines (torchrun sends a worker's output through a pipe, where a bar would never show)."""
+"""Progress of long phases outside the training loop, e.g. tokenizing: a ``tqdm`` bar (as
+``datasets`` shows) on a terminal, else lines (torchrun sends a worker's output through a pipe,
+where a bar would never show)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 
-
 LINES_AFTER_S = 5.0
-"""Seconds a phase runs before :class:`ProgressLines` prints its first line (a shorter phase prints none)."""
+"""Seconds a phase runs before :class:`ProgressLines` prints its first line (a shorter phase prints
+none)."""
 UNKNOWN_TOTAL_EVERY_S = 30.0
-"""Seconds between :class:`ProgressLines`' lines when the total is unknown (0), e.g. a streamed hub dataset."""
+"""Seconds between :class:`ProgressLines`' lines when the total is unknown (0), e.g. a streamed hub
+dataset."""
 
 
 class ProgressLines:
-    """Prints ``tokenizing: 30% (11 of 37 documents), 6.2 s`` each time another ``every_percent`` of ``total`` is
-    done, once ``after_s`` seconds (default :data:`LINES_AFTER_S`) have passed, each followed by the status of
-    :meth:`set_postfix_str` if one was set (``..., 6.2 s, 55,970 tokens/s``), and a last line
-    ``tokenizing: 100% (37 documents), 7.0 s`` when the phase ends (the ``with`` block exits without an error) after
-    ``after_s``. ``total`` may be an estimate: past it no line comes until the end's; 0 means unknown (a line of the
-    count every :data:`UNKNOWN_TOTAL_EVERY_S`). Used like a ``tqdm`` bar:
-    ``with ProgressLines(...) as bar: bar.update(k)``. ``clock`` gives the time in seconds (``time.perf_counter``).
+    """Prints ``tokenizing: 30% (11 of 37 documents), 6.2 s`` each time another ``every_percent`` of
+    ``total`` is done, once ``after_s`` seconds (default :data:`LINES_AFTER_S`) have passed, each
+    followed by the status of :meth:`set_postfix_str` if one was set
+    (``..., 6.2 s, 55,970 tokens/s``), and a last line ``tokenizing: 100% (37 documents), 7.0 s``
+    when the phase ends (the ``with`` block exits without an error) after ``after_s``. ``total`` may
+    be an estimate: past it no line comes until the end's; 0 means unknown (a line of the count
+    every :data:`UNKNOWN_TOTAL_EVERY_S`). Used like a ``tqdm`` bar:
+    ``with ProgressLines(...) as bar: bar.update(k)``. ``clock`` gives the time in seconds
+    (``time.perf_counter``).
 
     Raises:
         ValueError: ``total < 0`` or ``every_percent`` not in ``(0, 100]``.
@@ -85,8 +89,8 @@ class ProgressLines:
         )
 
     def set_postfix_str(self, status: str, refresh: bool = True) -> None:
-        """Show ``status`` after the next lines (``tqdm.set_postfix_str``'s signature; ``refresh`` is unused: a line
-        is printed only at the next ``every_percent``)."""
+        """Show ``status`` after the next lines (``tqdm.set_postfix_str``'s signature; ``refresh``
+        is unused: a line is printed only at the next ``every_percent``)."""
         self._postfix = status
 
     def __enter__(self) -> ProgressLines:
@@ -104,10 +108,11 @@ class ProgressLines:
 
 
 def progress(total: int, desc: str, unit: str = "it") -> tqdm | ProgressLines:
-    """The progress of ``total`` units, e.g. ``with progress(n, "tokenizing", "document") as bar: ... bar.update(k)``:
-    on rank 0 (``RANK``, set by torchrun) a ``tqdm`` bar when standard error is a terminal, else
-    :class:`ProgressLines` (a line per 10% once :data:`LINES_AFTER_S` have passed, and one at the end); on other
-    ranks a disabled bar (no output)."""
+    """The progress of ``total`` units, e.g.
+    ``with progress(n, "tokenizing", "document") as bar: ... bar.update(k)``: on rank 0 (``RANK``,
+    set by torchrun) a ``tqdm`` bar when standard error is a terminal, else :class:`ProgressLines`
+    (a line per 10% once :data:`LINES_AFTER_S` have passed, and one at the end); on other ranks a
+    disabled bar (no output)."""
     if os.environ.get("RANK", "0") != "0":
         return tqdm(total=total, disable=True)
     if sys.stderr.isatty():

@@ -1,15 +1,16 @@
-"""Raw text sources: documents from local files (``datasets.load_dataset``), a hub dataset or the bundled plays, and
-their token ids.
+"""Raw text sources: documents from local files (``datasets.load_dataset``), a hub dataset or the
+bundled plays, and their token ids.
 
-``datasets`` is imported inside the functions that read raw files or a hub dataset, not with this module: it takes
-about 2 s per process (pandas, pyarrow, httpx), which every rank would pay at start-up while a run on prepared or
-cached data never calls it.
+``datasets`` is imported inside the functions that read raw files or a hub dataset, not with this
+module: it takes about 2 s per process (pandas, pyarrow, httpx), which every rank would pay at
+start-up while a run on prepared or cached data never calls it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,17 +36,18 @@ _ENCODE_CHARACTERS = (
 def local_dataset(
     path: str, text_column: str, *, streaming: bool, files: list[str] | None = None
 ) -> tuple[datasets.Dataset | datasets.IterableDataset, str, list[str]]:
-    """The local dataset at ``path`` (only its ``files``, in that order, when given: a shard of a prepared set), its
-    text column (always ``"text"`` for ``.txt`` files) and its files. HF datasets' progress bar for converting the
-    files is off while they load: its carriage-return updates garble the rank logs, and the run prints its own data
-    and tokenizing lines."""
+    """The local dataset at ``path`` (only its ``files``, in that order, when given: a shard of a
+    prepared set), its text column (always ``"text"`` for ``.txt`` files) and its files. HF
+    datasets' progress bar for converting the files is off while they load: its carriage-return
+    updates garble the rank logs, and the run prints its own data and tokenizing lines."""
     import datasets
 
     builder, all_files = local_data_files(path)
     files = all_files if files is None else files
     if all(Path(f).stat().st_size == 0 for f in files):
         raise InputError(
-            f"dataset_path {path} holds no documents (its files are empty); point it at non-empty data"
+            f"dataset_path {path} holds no documents (its files are empty); point it at non-empty "
+            "data"
         )
     options = {"sample_by": "document"} if builder == "text" else {}
     bars_were_off = datasets.are_progress_bars_disabled()
@@ -63,7 +65,8 @@ def local_dataset(
 def _column(ds: datasets.Dataset, text_column: str, where: str) -> list[str]:
     if text_column not in ds.column_names:
         raise InputError(
-            f"{where} has no text column '{text_column}' (columns: {', '.join(ds.column_names)}); set text_column"
+            f"{where} has no text column '{text_column}' (columns: {', '.join(ds.column_names)}); "
+            "set text_column"
         )
     return list(ds[text_column])
 
@@ -79,7 +82,8 @@ def load_documents(
 ) -> tuple[list[str], str]:
     """The documents of a map-style source's split, and a short name of the source for messages.
 
-    For local files (``dataset_path`` set) these are all the documents (training splits them by tokens).
+    For local files (``dataset_path`` set) these are all the documents (training splits them by
+    tokens).
 
     Raises:
         InputError: a missing text column, no documents, or see :func:`local_data_files`.
@@ -104,7 +108,8 @@ def load_documents(
 
 
 def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.Tensor:
-    """All documents' token ids, each followed by ``tokenizer.eos_id``, as one int32 tensor ``(n_tokens,)``."""
+    """All documents' token ids, each followed by ``tokenizer.eos_id``, as one int32 tensor
+    ``(n_tokens,)``."""
     eos = np.array([tokenizer.eos_id], dtype=np.int32)
     parts = []
     with progress(len(documents), "tokenizing", unit="document") as bar:
@@ -116,8 +121,8 @@ def tokenize_documents(tokenizer: Tokenizer, documents: Sequence[str]) -> torch.
 
 
 def _encode_chunks(documents: Sequence[str]) -> Iterator[list[str]]:
-    """``documents`` in consecutive runs of at most ``_ENCODE_DOCUMENTS`` documents and ``_ENCODE_CHARACTERS``
-    characters (a longer document alone)."""
+    """``documents`` in consecutive runs of at most ``_ENCODE_DOCUMENTS`` documents and
+    ``_ENCODE_CHARACTERS`` characters (a longer document alone)."""
     start = 0
     while start < len(documents):
         end, characters = start + 1, len(documents[start])
@@ -133,13 +138,15 @@ def _encode_chunks(documents: Sequence[str]) -> Iterator[list[str]]:
 
 
 def play_texts(split: str) -> Iterator[str]:
-    """The texts of the bundled plays of ``split`` (``"train"`` or ``"validation"``), one per play."""
+    """The texts of the bundled plays of ``split`` (``"train"`` or ``"validation"``), one per
+    play."""
     for _, text in shakespeare_plays(split):
         yield text
 
 
 def local_texts(path: str, text_column: str) -> Iterator[str]:
-    """The documents of the local dataset at ``path``, streamed (``text_column``; a ``.txt`` file is one document).
+    """The documents of the local dataset at ``path``, streamed (``text_column``; a ``.txt`` file is
+    one document).
 
     Raises (while iterating):
         InputError: a row without ``text_column``.
@@ -148,7 +155,7 @@ def local_texts(path: str, text_column: str) -> Iterator[str]:
     for row in ds:
         if text_column not in row:
             raise InputError(
-                f"dataset_path {path} has no text column '{text_column}' (columns: {', '.join(row)}); "
-                "set text_column"
+                f"dataset_path {path} has no text column '{text_column}' (columns: "
+                f"{', '.join(row)}); set text_column"
             )
         yield row[text_column]

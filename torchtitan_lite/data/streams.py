@@ -1,13 +1,16 @@
-"""Each rank's iterable datasets: its share of the seeded global window stream (training), of the validation
-windows in order, or of a streamed dataset packed on the fly; and the collate function of their batches.
+"""Each rank's iterable datasets: its share of the seeded global window stream (training), of the
+validation windows in order, or of a streamed dataset packed on the fly; and the collate function of
+their batches.
 
-The global stream's state is a global position, so it resumes exactly on any world size (``docs/design.md``,
-"Data: the global window stream"); a streamed dataset resumes on the same world size only.
+The global stream's state is a global position, so it resumes exactly on any world size
+(``docs/design.md``, "Data: the global window stream"); a streamed dataset resumes on the same world
+size only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset
@@ -23,10 +26,11 @@ if TYPE_CHECKING:
 
 
 def rank_chunk(local_chunk: int, dp_rank: int, dp_world_size: int, rank_block: int = 1) -> int:
-    """Global index of rank ``dp_rank``'s ``local_chunk``-th chunk (micro-batch) when each of the ``dp_world_size``
-    ranks takes the aligned block of ``rank_block`` consecutive chunks of every ``rank_block * dp_world_size``
-    (``rank_block = 1``: chunks interleave over the ranks; ``training.deterministic = "layout"`` uses the micro-batches
-    per rank, see ``distributed/deterministic.py``)."""
+    """Global index of rank ``dp_rank``'s ``local_chunk``-th chunk (micro-batch) when each of the
+    ``dp_world_size`` ranks takes the aligned block of ``rank_block`` consecutive chunks of every
+    ``rank_block * dp_world_size`` (``rank_block = 1``: chunks interleave over the ranks;
+    ``training.deterministic = "layout"`` uses the micro-batches per rank, see
+    ``distributed/deterministic.py``)."""
     block, within = divmod(local_chunk, rank_block)
     return (block * dp_world_size + dp_rank) * rank_block + within
 
@@ -34,17 +38,19 @@ def rank_chunk(local_chunk: int, dp_rank: int, dp_world_size: int, rank_block: i
 class GlobalWindowStream(IterableDataset):
     """Rank ``dp_rank``'s share of the infinite, seeded global window stream (training, map-style).
 
-    Epoch ``e`` of a source is ``randperm(n_windows)`` seeded with ``seed + e`` (source ``k > 0`` of a mixture:
-    ``seed + e + k * 2**32``); from the start position (0, or the one loaded) rank ``r`` of ``W`` takes the chunks
-    ``c % W == r`` of ``local_batch_size`` windows, or with ``rank_block = m`` > 1 the aligned blocks of ``m``
-    consecutive chunks (:func:`rank_chunk`). With several sources (``windows`` a list, ``weights`` given),
-    global position ``g`` is window ``Mixture.locate(g)`` of its source's own stream (``data/mixing.py``). The state
-    is the global position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for any
+    Epoch ``e`` of a source is ``randperm(n_windows)`` seeded with ``seed + e`` (source ``k > 0`` of
+    a mixture: ``seed + e + k * 2**32``); from the start position (0, or the one loaded) rank ``r``
+    of ``W`` takes the chunks ``c % W == r`` of ``local_batch_size`` windows, or with
+    ``rank_block = m`` > 1 the aligned blocks of ``m`` consecutive chunks (:func:`rank_chunk`). With
+    several sources (``windows`` a list, ``weights`` given), global position ``g`` is window
+    ``Mixture.locate(g)`` of its source's own stream (``data/mixing.py``). The state is the global
+    position ``windows_consumed`` (``k * G`` after ``k`` steps of global batch ``G``), valid for any
     world size and batch size.
     """
 
     world_size_invariant = True
-    """The state is a global position: it loads with any ``dp_world_size`` (read by the checkpointer)."""
+    """The state is a global position: it loads with any ``dp_world_size`` (read by the
+    checkpointer)."""
 
     def __init__(
         self,
@@ -106,9 +112,10 @@ class GlobalWindowStream(IterableDataset):
             yield self.sources[source][window]
 
     def repeated_targets(self, positions: int) -> float:
-        """Share of the targets equal to their input token (``labels == input_ids``) in the ``positions`` windows
-        from the start position on (the first step's whole global batch when ``positions`` is its size in windows,
-        whatever this rank's share): reads ``positions * (seq_len + 1)`` tokens, moves no position."""
+        """Share of the targets equal to their input token (``labels == input_ids``) in the
+        ``positions`` windows from the start position on (the first step's whole global batch when
+        ``positions`` is its size in windows, whatever this rank's share): reads
+        ``positions * (seq_len + 1)`` tokens, moves no position."""
         same = total = 0
         for position in range(self._start, self._start + positions):
             source, window = self.locate(position)
@@ -122,16 +129,18 @@ class GlobalWindowStream(IterableDataset):
         return [positions] if self.mixture is None else self.mixture.counts(positions)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"windows_consumed", "n_windows", "seq_len", "seed"}`` (and ``"quotas"`` of a mixture, whose
-        ``n_windows`` is a list per source): the global position (epoch ``windows_consumed // n_windows``, index
-        ``windows_consumed % n_windows`` into its permutation)."""
+        """``{"windows_consumed", "n_windows", "seq_len", "seed"}`` (and ``"quotas"`` of a mixture,
+        whose ``n_windows`` is a list per source): the global position (epoch
+        ``windows_consumed // n_windows``, index ``windows_consumed % n_windows`` into its
+        permutation)."""
         return {
             "windows_consumed": self._start + self._consumed * self._dp_world_size,
             **self._settings,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any world size).
+        """Continue from the global position of ``state`` (from :meth:`state_dict`, saved with any
+        world size).
 
         Raises:
             InputError: ``state`` was saved with other data, seq_len, seed or weights.
@@ -149,12 +158,14 @@ class GlobalWindowStream(IterableDataset):
 
 
 class OrderedWindows(IterableDataset):
-    """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module docstring).
+    """Rank ``dp_rank``'s share of the validation windows, in order, ending (see the module
+    docstring).
 
-    The windows are read in whole batches of ``batch_windows`` (default ``local_batch_size * dp_world_size``; the
-    trainer passes its global batch, so the windows read do not depend on the layout), as chunks of
-    ``local_batch_size``; rank ``r`` takes the chunks ``c % dp_world_size == r``: its ``i``-th batch is global
-    chunk ``i * dp_world_size + dp_rank`` (:func:`rank_chunk`).
+    The windows are read in whole batches of ``batch_windows`` (default
+    ``local_batch_size * dp_world_size``; the trainer passes its global batch, so the windows read
+    do not depend on the layout), as chunks of ``local_batch_size``; rank ``r`` takes the chunks
+    ``c % dp_world_size == r``: its ``i``-th batch is global chunk ``i * dp_world_size + dp_rank``
+    (:func:`rank_chunk`).
 
     Raises:
         InputError: fewer than ``batch_windows`` windows (not one batch per rank).
@@ -173,13 +184,13 @@ class OrderedWindows(IterableDataset):
         batch_windows = batch_windows or local_batch_size * dp_world_size
         if batch_windows % (local_batch_size * dp_world_size):
             raise ValueError(
-                f"OrderedWindows: batch_windows {batch_windows} is not a multiple of local_batch_size "
-                f"{local_batch_size} * dp_world_size {dp_world_size}"
+                f"OrderedWindows: batch_windows {batch_windows} is not a multiple of "
+                f"local_batch_size {local_batch_size} * dp_world_size {dp_world_size}"
             )
         if len(windows) < batch_windows:
             raise InputError(
-                f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer than "
-                f"one global batch = {batch_windows}; "
+                f"{windows.name} has {len(windows)} windows of seq_len {windows.seq_len}, fewer "
+                f"than one global batch = {batch_windows}; "
                 "use more validation data, a smaller seq_len or a smaller global batch"
             )
         n_chunks = len(windows) // batch_windows * (batch_windows // local_batch_size)
@@ -199,17 +210,19 @@ class OrderedWindows(IterableDataset):
 class StreamingWindows(IterableDataset):
     """Windows packed on the fly from this rank's part of a streaming ``datasets.IterableDataset``.
 
-    Documents in stream order, each followed by the EOS, forever; the state (epoch, stream state, unused
-    tokens) resumes exactly with the same ``dp_rank`` and ``dp_world_size``. ``restart=True`` (validation)
-    starts every new iterator from the beginning. ``documents``: each window also carries its document ids, from the
-    EOS this loader puts after each document (:func:`~torchtitan_lite.data.documents.document_ids_from_eos`).
+    Documents in stream order, each followed by the EOS, forever; the state (epoch, stream state,
+    unused tokens) resumes exactly with the same ``dp_rank`` and ``dp_world_size``. ``restart=True``
+    (validation) starts every new iterator from the beginning. ``documents``: each window also
+    carries its document ids, from the EOS this loader puts after each document
+    (:func:`~torchtitan_lite.data.documents.document_ids_from_eos`).
 
     Raises (while iterating):
         InputError: a document without ``text_column``, or no document in this rank's share.
     """
 
     world_size_invariant = False
-    """The state is this rank's position in its own part of the stream (read by the checkpointer)."""
+    """The state is this rank's position in its own part of the stream (read by the
+    checkpointer)."""
 
     def __init__(
         self,
@@ -284,6 +297,6 @@ class StreamingWindows(IterableDataset):
 
 
 def collate_windows(batch: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
-    """Stack windows into ``(input_ids, labels)``, each int64 ``(batch, seq_len)`` (and their int32 document ids
-    ``(batch, seq_len)`` when the windows carry them)."""
-    return tuple(torch.stack(column) for column in zip(*batch))
+    """Stack windows into ``(input_ids, labels)``, each int64 ``(batch, seq_len)`` (and their int32
+    document ids ``(batch, seq_len)`` when the windows carry them)."""
+    return tuple(torch.stack(column) for column in zip(*batch, strict=True))

@@ -1,6 +1,6 @@
-"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json`` (the bundled byte-level BPE,
-vocab 2048, from ``scripts/train_tokenizer.py``, or a real model's). Text is encoded without special tokens:
-the data pipeline places the EOS between documents itself.
+"""Tokenizer: a thin wrapper around a Hugging Face ``tokenizers`` ``tokenizer.json`` (the bundled
+byte-level BPE, vocab 2048, from ``scripts/train_tokenizer.py``, or a real model's). Text is encoded
+without special tokens: the data pipeline places the EOS between documents itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ class Tokenizer:
 
     Args:
         path: a ``tokenizer.json`` file.
-        eos_token: the end-of-text token; ``None`` takes the first of :data:`EOS_TOKEN_NAMES` in the vocab.
+        eos_token: the end-of-text token; ``None`` takes the first of :data:`EOS_TOKEN_NAMES` in the
+            vocab.
 
     Attributes:
         vocab_size: ids an embedding table must hold: the largest id (added tokens included) + 1.
@@ -48,9 +49,10 @@ class Tokenizer:
         found = [name for name in names if name in vocab]
         if not found:
             raise InputError(
-                f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; use a tokenizer.json whose vocab "
-                "has one (the data pipeline puts it between documents), or from Python name its end-of-text token "
-                "with eos_token=..."
+                f"tokenizer {path} has none of the EOS tokens {', '.join(names)}; use a "
+                "tokenizer.json whose vocab "
+                "has one (the data pipeline puts it between documents), or from Python name its "
+                "end-of-text token with eos_token=..."
             )
         self.eos_token, self.eos_id = found[0], vocab[found[0]]
 
@@ -71,7 +73,8 @@ class Tokenizer:
 
 
 def build_tokenizer(path: str | None = None, eos_token: str | None = None) -> Tokenizer:
-    """The tokenizer at ``path``, or the bundled one (``torchtitan_lite/data/assets/tokenizer.json``) when ``None``.
+    """The tokenizer at ``path``, or the bundled one
+    (``torchtitan_lite/data/assets/tokenizer.json``) when ``None``.
 
     Raises:
         InputError: see :class:`Tokenizer`.

@@ -1,21 +1,14 @@
-"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op policy).
+"""Activation checkpointing per block: modes none / full / selective (every k-th block, or an op
+policy).
 
-Note: on telling a forward from its recompute. A checkpointed block runs its forward again in backward; state a
-module updates in forward (MoE token counters) must not count twice. Every block is checkpointed with
-:func:`checkpoint_contexts` as ``torch.utils.checkpoint``'s ``context_fn`` (its public hook for this), whose
-recompute context makes :func:`recomputing` true; a module asks it. Under ``torch.compile`` a block traced whole
-is recomputed by AOTAutograd from the graph, not by re-running Python: the contexts are then only the
-selective-checkpointing modes torch.compile needs, and the flag stays false. A block that is checkpointed whole and
-compiled gets no ``context_fn`` at all: torch.compile then recomputes it as it does any checkpoint (its own
-always-recompute policy), and logs no warning; a ``context_fn`` under compile makes torch log "Detected that
-context_fn is passed to torch.utils.checkpoint under torch.compile" (``torch/_higher_order_ops/wrap.py``), which
-the op policy cannot avoid.
+Note: docs/design.md, "on telling a forward from its recompute".
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
@@ -29,7 +22,8 @@ AC_MODES = ("none", "full", "selective")
 
 
 def selective_every(option: str) -> int | None:
-    """Parse ``activation_checkpoint.selective_ac_option``: ``"op"`` -> ``None``, ``"k"`` (k >= 1) -> ``k``.
+    """Parse ``activation_checkpoint.selective_ac_option``: ``"op"`` -> ``None``, ``"k"`` (k >= 1)
+    -> ``k``.
 
     Raises:
         ValueError: anything else (names the value and the two valid forms).
@@ -64,20 +58,22 @@ _MATMUL_OPS = frozenset(
         torch.ops.aten._grouped_mm.default,
     }
 )
-"""Matrix products: ``nn.Linear`` without (``mm``) and with bias (``addmm``), batched products of the
-attention math fallback and MoE (``bmm``, ``baddbmm``), grouped expert GEMMs (``_grouped_mm``)."""
+"""Matrix products: ``nn.Linear`` without (``mm``) and with bias (``addmm``), batched products of
+the attention math fallback and MoE (``bmm``, ``baddbmm``), grouped expert GEMMs
+(``_grouped_mm``)."""
 
 
 _recomputing = False
 
 
 def recomputing() -> bool:
-    """Whether the forward running now is an activation-checkpoint recompute (see the note in this module)."""
+    """Whether the forward running now is an activation-checkpoint recompute (see the note in this
+    module)."""
     return _recomputing
 
 
 @contextlib.contextmanager
-def _recomputation(inner: ContextManager) -> Iterator[None]:
+def _recomputation(inner: AbstractContextManager) -> Iterator[None]:
     """``inner``, with :func:`recomputing` true inside."""
     global _recomputing
     previous, _recomputing = _recomputing, True
@@ -93,11 +89,13 @@ def _recompute_everything(ctx, func, *args, **kwargs) -> CheckpointPolicy:
 
 
 def checkpoint_contexts(
-    policy_contexts: Callable[[], tuple[ContextManager, ContextManager]] | None = None,
-) -> tuple[ContextManager, ContextManager]:
-    """``torch.utils.checkpoint``'s ``context_fn`` of a checkpointed block: the forward and recompute contexts of
-    ``policy_contexts()`` (selective checkpointing; none: recompute everything), the recompute one making
-    :func:`recomputing` true. Under ``torch.compile`` the selective-checkpointing modes only (the note)."""
+    policy_contexts: Callable[[], tuple[AbstractContextManager, AbstractContextManager]]
+    | None = None,
+) -> tuple[AbstractContextManager, AbstractContextManager]:
+    """``torch.utils.checkpoint``'s ``context_fn`` of a checkpointed block: the forward and
+    recompute contexts of ``policy_contexts()`` (selective checkpointing; none: recompute
+    everything), the recompute one making :func:`recomputing` true. Under ``torch.compile`` the
+    selective-checkpointing modes only (the note)."""
     if torch.compiler.is_compiling():
         return (
             policy_contexts or (lambda: create_selective_checkpoint_contexts(_recompute_everything))
@@ -111,8 +109,8 @@ def checkpoint_contexts(
 
 
 def _op_policy_context():
-    """Fresh forward/recompute contexts for one block call: the n-th matmul of forward and of recompute get
-    the same decision."""
+    """Fresh forward/recompute contexts for one block call: the n-th matmul of forward and of
+    recompute get the same decision."""
     matmuls = {False: 0, True: 0}  # per pass: forward (False) and recompute (True)
 
     def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:
@@ -127,7 +125,7 @@ def _op_policy_context():
     return create_selective_checkpoint_contexts(policy)
 
 
-def _op_checkpoint_contexts() -> tuple[ContextManager, ContextManager]:
+def _op_checkpoint_contexts() -> tuple[AbstractContextManager, AbstractContextManager]:
     """:func:`checkpoint_contexts` of the op policy."""
     return checkpoint_contexts(_op_policy_context)
 
@@ -137,24 +135,28 @@ def apply_activation_checkpointing(
 ) -> nn.Module:
     """Recompute activations in backward, per block of ``model.layers``, in place.
 
-    A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant) under the same key, so names
-    gain only ``_checkpoint_wrapped_module.``. Modes (torchtitan's ``activation_checkpoint`` config):
+    A checkpointed block is wrapped in ``checkpoint_wrapper`` (non-reentrant) under the same key, so
+    names gain only ``_checkpoint_wrapped_module.``. Modes (torchtitan's ``activation_checkpoint``
+    config):
     ``"full"``: every block keeps only its input; ``"selective"`` ``"k"``: layer ids with
-    ``(layer_id + 1) % k == 0`` (torchtitan's count from 1; ``"1"`` = full); ``"selective"`` ``"op"``: every
-    block under ``create_selective_checkpoint_contexts``, saving fused attention and every other matrix
-    product (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm`` in call order: 1st, 3rd, ...; torchtitan's
-    ``_save_list``) and recomputing the rest. Gradients are bitwise those of ``"none"``; recomputes run under
-    :func:`recomputing` (the note in this module).
+    ``(layer_id + 1) % k == 0`` (torchtitan's count from 1; ``"1"`` = full); ``"selective"``
+    ``"op"``: every block under ``create_selective_checkpoint_contexts``, saving fused attention and
+    every other matrix product (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm`` in call
+    order: 1st, 3rd, ...; torchtitan's ``_save_list``) and recomputing the rest. Gradients are
+    bitwise those of ``"none"``; recomputes run under :func:`recomputing` (the note in this module).
 
     Args:
         model: with ``layers`` (``nn.ModuleDict``), on meta or materialized, not yet FSDP-sharded.
         mode: one of ``AC_MODES``.
-        selective_ac_option: ``"op"`` or a positive integer as a string; used by ``"selective"`` only.
-        compiled: the blocks will be ``torch.compile``-d: those checkpointed whole get no ``context_fn`` (the note).
+        selective_ac_option: ``"op"`` or a positive integer as a string; used by ``"selective"``
+            only.
+        compiled: the blocks will be ``torch.compile``-d: those checkpointed whole get no
+            ``context_fn`` (the note).
 
     Raises:
-        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see :func:`selective_every`).
-            A ``k`` beyond the number of blocks checkpoints none (the config refuses it for a run).
+        ValueError: ``mode`` not in ``AC_MODES``; a bad ``selective_ac_option`` (see
+            :func:`selective_every`). A ``k`` beyond the number of blocks checkpoints none (the
+            config refuses it for a run).
         TypeError: ``model.layers`` is not an ``nn.ModuleDict``.
     """
     if mode not in AC_MODES:

@@ -1,9 +1,10 @@
 """The nodes of a run agree on what they run: the same resolved configuration and the same code.
 
-Each node's launcher checks and resolves the configuration on its own (``run_train.sh``), so a node started with
-another ``CONFIG_FILE``, other overrides or another checkout would train a different model or data order with no
-error until the collectives' shapes disagree, or silently. :func:`check_nodes_agree` compares one digest per rank
-right after the process group starts and, when they differ, names the keys and files that do.
+Each node's launcher checks and resolves the configuration on its own (``run_train.sh``), so a node
+started with another ``CONFIG_FILE``, other overrides or another checkout would train a different
+model or data order with no error until the collectives' shapes disagree, or silently.
+:func:`check_nodes_agree` compares one digest per rank right after the process group starts and,
+when they differ, names the keys and files that do.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ _SHOWN = 5
 
 
 def code_digests() -> dict[str, str]:
-    """``relative path -> sha256`` (16 hex digits) of every ``.py`` file of the ``torchtitan_lite`` and
-    ``torchtitan_lite.models`` packages this process imports, and ``torch`` -> torch's version."""
+    """``relative path -> sha256`` (16 hex digits) of every ``.py`` file of the ``torchtitan_lite``
+    and ``torchtitan_lite.models`` packages this process imports, and ``torch`` -> torch's
+    version."""
     digests = {"torch": torch.__version__}
     for package in ("torchtitan_lite", "torchtitan_lite.models"):
         spec = importlib.util.find_spec(package)
@@ -42,7 +44,8 @@ def code_digests() -> dict[str, str]:
 
 
 def run_identity(config: JobConfig) -> dict[str, dict[str, Any]]:
-    """``{"config": {"section.key": value}, "code": code_digests()}``: what every node must share."""
+    """``{"config": {"section.key": value}, "code": code_digests()}``: what every node must
+    share."""
     flat = {
         f"{section}.{key}": value
         for section, keys in config_dict(config).items()
@@ -63,8 +66,9 @@ def _ranks_text(ranks: list[int]) -> str:
 def differences(
     reference: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]
 ) -> list[str]:
-    """What ``other`` (a :func:`run_identity`) changes from ``reference``: ``key value (rank 0: value)`` per config
-    key, then ``code: path, ...`` for the files that differ or exist on one side only, then the torch version."""
+    """What ``other`` (a :func:`run_identity`) changes from ``reference``:
+    ``key value (rank 0: value)`` per config key, then ``code: path, ...`` for the files that differ
+    or exist on one side only, then the torch version."""
     config_a, config_b = reference["config"], other["config"]
     found = [
         f"{key} {config_b.get(key)!r} (rank 0: {config_a.get(key)!r})"
@@ -89,13 +93,14 @@ def differences(
 
 
 def check_nodes_agree(config: JobConfig, group: dist.ProcessGroup | None = None) -> None:
-    """Refuse a run whose ranks do not share rank 0's configuration and code (:func:`run_identity`): one
-    ``all_gather_object`` of a digest and the host name on ``group`` (a gloo group; ``None`` = the default), and
-    only when they differ a second one of the identities themselves. Call on every rank.
+    """Refuse a run whose ranks do not share rank 0's configuration and code (:func:`run_identity`):
+    one ``all_gather_object`` of a digest and the host name on ``group`` (a gloo group; ``None`` =
+    the default), and only when they differ a second one of the identities themselves. Call on every
+    rank.
 
     Raises:
-        ConfigError: on every rank, naming the first ranks that differ from rank 0, their host, and up to
-            :data:`_SHOWN` differing keys and files.
+        ConfigError: on every rank, naming the first ranks that differ from rank 0, their host, and
+            up to :data:`_SHOWN` differing keys and files.
     """
     identity = run_identity(config)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()
@@ -114,8 +119,8 @@ def check_nodes_agree(config: JobConfig, group: dist.ProcessGroup | None = None)
     )
     others = sum(1 for d, _ in seen if d not in (seen[0][0], seen[first][0]))
     raise ConfigError(
-        f"the nodes do not run the same config and code: {_ranks_text(ranks)} (host {seen[first][1]}) differ from "
-        f"rank 0 (host {seen[0][1]}) in {shown}"
+        f"the nodes do not run the same config and code: {_ranks_text(ranks)} (host "
+        f"{seen[first][1]}) differ from rank 0 (host {seen[0][1]}) in {shown}"
         + (f"; {others} more ranks differ otherwise" if others else "")
         + "; start every node with the same CONFIG_FILE, overrides and code version"
     )

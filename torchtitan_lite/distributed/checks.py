@@ -1,5 +1,6 @@
-"""The checks of ``[parallelism]``, ``[activation_checkpoint]`` and ``[compile]`` against the model, run before any
-work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the key)."""
+"""The checks of ``[parallelism]``, ``[activation_checkpoint]`` and ``[compile]`` against the model,
+run before any work starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line naming
+the key)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from torchtitan_lite.distributed.pipeline import stage_layer_ids
 from torchtitan_lite.errors import LaunchError, UserError
 
 TP_SPLIT_FIELDS = ("n_heads", "n_kv_heads", "vocab_size", "hidden_dim")
-"""Model-args fields that tensor parallelism splits into ``tensor_parallel_degree`` equal parts where a family has
-them: attention heads (column-wise q/k/v), key/value heads (GQA: each rank keeps whole kv heads), the vocabulary
-(vocab-parallel embedding and output) and the dense SwiGLU width (column-wise w1/w3)."""
+"""Model-args fields that tensor parallelism splits into ``tensor_parallel_degree`` equal parts
+where a family has them: attention heads (column-wise q/k/v), key/value heads (GQA: each rank keeps
+whole kv heads), the vocabulary (vocab-parallel embedding and output) and the dense SwiGLU width
+(column-wise w1/w3)."""
 
 
 def check_degrees(config: JobConfig, sources: Sources) -> None:
@@ -28,14 +30,14 @@ def check_degrees(config: JobConfig, sources: Sources) -> None:
     dp = config.parallelism.data_parallel_shard_degree
     if dp != -1 and dp < 1:
         raise ConfigError(
-            f"{where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks left "
-            f"by the other degrees) or >= 1, got {dp}"
+            f"{where(sources, 'parallelism.data_parallel_shard_degree')}: must be -1 (the ranks "
+            f"left by the other degrees) or >= 1, got {dp}"
         )
 
 
 def check_activation_checkpoint_and_compile(config: JobConfig, sources: Sources) -> None:
-    """``activation_checkpoint.selective_ac_option`` is "op" or a positive integer; ``compile.backend`` is a
-    registered ``torch.compile`` backend."""
+    """``activation_checkpoint.selective_ac_option`` is "op" or a positive integer;
+    ``compile.backend`` is a registered ``torch.compile`` backend."""
     try:
         selective_every(config.activation_checkpoint.selective_ac_option)
     except ValueError as err:
@@ -53,8 +55,8 @@ def check_activation_checkpoint_and_compile(config: JobConfig, sources: Sources)
 
 
 def check_model_fit(config: JobConfig, args: Any, sources: Sources) -> None:
-    """``training.seq_len <= max_seq_len`` of the model ``args``, and ``selective_ac_option = "k"`` leaves a block to
-    checkpoint (``k <= n_layers``)."""
+    """``training.seq_len <= max_seq_len`` of the model ``args``, and ``selective_ac_option = "k"``
+    leaves a block to checkpoint (``k <= n_layers``)."""
     seq_len = config.training.seq_len
     if seq_len > args.max_seq_len:
         raise ConfigError(
@@ -66,17 +68,19 @@ def check_model_fit(config: JobConfig, args: Any, sources: Sources) -> None:
     n_layers = args.n_layers
     if every is not None and every > n_layers:
         raise ConfigError(
-            f"{where(sources, 'activation_checkpoint.selective_ac_option')}: {ac.selective_ac_option!r} "
+            f"{where(sources, 'activation_checkpoint.selective_ac_option')}: "
+            f"{ac.selective_ac_option!r} "
             f"checkpoints no block of the {n_layers}-layer model; use a value <= {n_layers}"
         )
 
 
 def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> None:
-    """The parallel degrees fit the model ``args``: ``tensor_parallel_degree`` divides every :data:`TP_SPLIT_FIELDS`
-    field the model has (and ``training.seq_len`` under sequence parallelism); ``expert_parallel_degree`` > 1 needs
-    experts and divides ``num_experts``; no tensor or pipeline parallelism with multi-token prediction
-    (``mtp_num_layers``); ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of
-    the degrees against the world size: :func:`check_world_size`.)"""
+    """The parallel degrees fit the model ``args``: ``tensor_parallel_degree`` divides every
+    :data:`TP_SPLIT_FIELDS` field the model has (and ``training.seq_len`` under sequence
+    parallelism); ``expert_parallel_degree`` > 1 needs experts and divides ``num_experts``; no
+    tensor or pipeline parallelism with multi-token prediction (``mtp_num_layers``);
+    ``pipeline_parallel_degree`` > 1: :func:`_check_pipeline`. (The product of the degrees against
+    the world size: :func:`check_world_size`.)"""
     par = config.parallelism
     tp, tp_key = par.tensor_parallel_degree, where(sources, "parallelism.tensor_parallel_degree")
     if tp > 1:
@@ -84,13 +88,15 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
             value = getattr(args, name, None)
             if value is not None and value % tp:
                 raise ConfigError(
-                    f"{tp_key}: {tp} does not divide the model's {name} {value} (tensor parallelism "
-                    f"splits it into {tp} equal parts); pick a tensor_parallel_degree that divides it"
+                    f"{tp_key}: {tp} does not divide the model's {name} {value} (tensor "
+                    "parallelism "
+                    f"splits it into {tp} equal parts); pick a tensor_parallel_degree that divides "
+                    "it"
                 )
         if par.enable_sequence_parallel and config.training.seq_len % tp:
             raise ConfigError(
-                f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} (sequence "
-                f"parallelism splits the sequence); pick a multiple of {tp} or "
+                f"{tp_key}: {tp} does not divide training.seq_len {config.training.seq_len} "
+                f"(sequence parallelism splits the sequence); pick a multiple of {tp} or "
                 "--parallelism.enable_sequence_parallel=false"
             )
     ep = par.expert_parallel_degree
@@ -104,14 +110,18 @@ def check_layout_fits_model(config: JobConfig, args: Any, sources: Sources) -> N
             )
         if experts % ep:
             raise ConfigError(
-                f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank holds "
-                "whole experts); pick an expert_parallel_degree that divides it"
+                f"{ep_key}: {ep} does not divide the model's num_experts {experts} (each rank "
+                "holds whole experts); pick an expert_parallel_degree that divides it"
             )
     mtp = getattr(args, "mtp_num_layers", 0)
     missing = {  # what each layout would need for the MTP modules (models/common/mtp.py)
-        "tensor_parallel_degree": "the MTP modules (eh_proj, their block) have no tensor-parallel plan",
-        "pipeline_parallel_degree": "the MTP modules would run on the last stage, but they read the token embedding, "
-        "which the first stage owns",
+        "tensor_parallel_degree": (
+            "the MTP modules (eh_proj, their block) have no tensor-parallel plan"
+        ),
+        "pipeline_parallel_degree": (
+            "the MTP modules would run on the last stage, but they read the token embedding, "
+            "which the first stage owns"
+        ),
     }
     for degree, name in (
         (tp, "tensor_parallel_degree"),
@@ -168,11 +178,11 @@ def _check_context_parallel(config: JobConfig, mtp: int, sources: Sources) -> No
 
 
 def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
-    """Under ``pipeline_parallel_degree`` > 1: untied embeddings (the first stage owns the embedding, the last the
-    output), no Hugging Face export (it writes the whole model from one rank),
-    ``pipeline_parallel_microbatch_size`` dividing ``training.local_batch_size``, and a split into stages
-    the schedule runs (:func:`torchtitan_lite.distributed.pipeline.stage_layer_ids`, the one place those rules
-    live)."""
+    """Under ``pipeline_parallel_degree`` > 1: untied embeddings (the first stage owns the
+    embedding, the last the output), no Hugging Face export (it writes the whole model from one
+    rank), ``pipeline_parallel_microbatch_size`` dividing ``training.local_batch_size``, and a split
+    into stages the schedule runs (:func:`torchtitan_lite.distributed.pipeline.stage_layer_ids`, the
+    one place those rules live)."""
     par = config.parallelism
     pp, pp_key = (
         par.pipeline_parallel_degree,
@@ -181,13 +191,15 @@ def _check_pipeline(config: JobConfig, args: Any, sources: Sources) -> None:
     if getattr(args, "tie_embeddings", False):
         raise ConfigError(
             f"{pp_key}: {pp} pipeline stages need untied embeddings (the first stage owns "
-            f"tok_embeddings, the last the output), but {config.model.name} flavor {config.model.flavor} "
-            "ties them; use an untied flavor or --model.tie_embeddings=false"
+            f"tok_embeddings, the last the output), but {config.model.name} flavor "
+            f"{config.model.flavor} ties them; use an untied flavor or --model.tie_embeddings=false"
         )
     if config.checkpoint.export_hf is not None:
         raise ConfigError(
-            f"{where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole model "
-            f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint with "
+            f"{where(sources, 'checkpoint.export_hf')}: the Hugging Face export writes the whole "
+            "model "
+            f"from one rank, not from {pp} pipeline stages; export from the run's DCP checkpoint "
+            "with "
             "pipeline_parallel_degree 1 (--checkpoint.load_path=<step-N folder> --training.steps=N "
             "trains nothing and exports)"
         )
@@ -291,10 +303,11 @@ def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
     """What ``training.deterministic = "layout"`` needs, for the layout ``dims``.
 
     Raises:
-        ConfigError: one line naming the setting and the fix: tensor, expert or pipeline parallelism (they change
-            the arithmetic inside a matmul or were not proven to keep the order), streaming data (read per rank,
-            not a global stream), ``optimizer.implementation = "fused"``, pure replication (HSDP with
-            ``dp_shard`` 1), or micro-batches per rank not a power of two on several data-parallel ranks.
+        ConfigError: one line naming the setting and the fix: tensor, expert or pipeline parallelism
+            (they change the arithmetic inside a matmul or were not proven to keep the order),
+            streaming data (read per rank, not a global stream),
+            ``optimizer.implementation = "fused"``, pure replication (HSDP with ``dp_shard`` 1), or
+            micro-batches per rank not a power of two on several data-parallel ranks.
     """
     training = config.training
     if training.deterministic != "layout":
@@ -308,31 +321,35 @@ def check_deterministic(config: JobConfig, dims: ParallelDims) -> None:
     ):
         if degree > 1:
             raise ConfigError(
-                f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it to 1, "
+                f"{where} covers data parallelism only, but parallelism.{name} = {degree}; set it "
+                "to 1, "
                 'or use training.deterministic = "run"'
             )
     if training.streaming:
         raise ConfigError(
-            f"{where} needs the global window stream, but training.streaming = true reads per rank; "
+            f"{where} needs the global window stream, but training.streaming = true reads per "
+            "rank; "
             'turn streaming off or use training.deterministic = "run"'
         )
     if config.optimizer.implementation == "fused":
         raise ConfigError(
-            f'{where}: optimizer.implementation = "fused" rounds a shard\'s tail elements its own way; '
+            f'{where}: optimizer.implementation = "fused" rounds a shard\'s tail elements its own '
+            "way; "
             'use "foreach" or "auto"'
         )
     if dims.dp_replicate > 1 and dims.dp_shard == 1:
         raise ConfigError(
             f"{where}: pure replication (data_parallel_replicate_degree = {dims.dp_replicate}, "
-            "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard instead "
-            "(data_parallel_shard_degree > 1)"
+            "data_parallel_shard_degree = 1) all-reduces outside the canonical order; shard "
+            "instead (data_parallel_shard_degree > 1)"
         )
     local, dp = training.local_batch_size, dims.dp_degree
     global_bs = local * dp if training.global_batch_size == -1 else training.global_batch_size
     per_rank = global_bs // (local * dp)
     if dp > 1 and not _is_power_of_two(per_rank):
         raise ConfigError(
-            f"{where}: {per_rank} micro-batches per data-parallel rank (global_batch_size {global_bs} / "
+            f"{where}: {per_rank} micro-batches per data-parallel rank (global_batch_size "
+            f"{global_bs} / "
             f"(local_batch_size {local} x {dp} ranks)) is not a power of two; pick a global batch "
             "that makes it one"
         )

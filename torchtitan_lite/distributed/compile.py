@@ -15,8 +15,8 @@ from torchtitan_lite.distributed.fsdp import _layers
 def apply_compile(model: nn.Module, *, backend: str = "inductor") -> nn.Module:
     """``torch.compile`` each block of ``model.layers`` in place (``nn.Module.compile``).
 
-    One graph serves all identical blocks (torchtitan's choice); ``nn.Module.compile`` keeps parameter
-    names and state-dict keys (no ``_orig_mod.`` prefix).
+    One graph serves all identical blocks (torchtitan's choice); ``nn.Module.compile`` keeps
+    parameter names and state-dict keys (no ``_orig_mod.`` prefix).
 
     Args:
         backend: ``torch.compile`` backend, e.g. ``"inductor"``, ``"eager"``.
@@ -30,7 +30,8 @@ def apply_compile(model: nn.Module, *, backend: str = "inductor") -> nn.Module:
 
 
 def _inductor_cpu_compilers() -> list[str]:
-    """The C++ compilers inductor tries on CPU, in order (``torch._inductor.config.cpp.cxx``, ``None`` skipped)."""
+    """The C++ compilers inductor tries on CPU, in order (``torch._inductor.config.cpp.cxx``,
+    ``None`` skipped)."""
     from torch._inductor import config as inductor_config
 
     cxx = inductor_config.cpp.cxx
@@ -42,11 +43,12 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
 
 
 def compile_fallback_reason(backend: str, device_type: str) -> str | None:
-    """Why ``torch.compile(backend=backend)`` cannot run on ``device_type`` in this process, or ``None``.
+    """Why ``torch.compile(backend=backend)`` cannot run on ``device_type`` in this process, or
+    ``None``.
 
-    Inductor on CPU needs a C++ compiler (``torch._inductor.config.cpp.cxx`` on ``PATH``); then a two-op
-    probe is compiled with ``backend`` (``fullgraph=True``) and run on ``device_type``: any exception (no
-    triton, a broken toolchain) is the reason. The probe costs one compile.
+    Inductor on CPU needs a C++ compiler (``torch._inductor.config.cpp.cxx`` on ``PATH``); then a
+    two-op probe is compiled with ``backend`` (``fullgraph=True``) and run on ``device_type``: any
+    exception (no triton, a broken toolchain) is the reason. The probe costs one compile.
 
     Returns:
         One line naming the cause and the fix, or ``None`` when compile works.
@@ -56,18 +58,19 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
         compilers = _inductor_cpu_compilers()
         if not any(shutil.which(c) for c in compilers):
             return (
-                f"inductor compiles C++ on CPU and found none of {compilers} on PATH; install g++ or set CXX "
-                f"to a C++ compiler, or {avoid}"
+                f"inductor compiles C++ on CPU and found none of {compilers} on PATH; install g++ "
+                f"or set CXX to a C++ compiler, or {avoid}"
             )
     try:
         torch.compile(_probe, backend=backend, fullgraph=True)(torch.ones(4, device=device_type))
     except Exception as err:  # noqa: BLE001 - any failure of the backend means: run eager
         while (inner := getattr(err, "inner_exception", None) or err.__cause__) is not None:
-            err = inner  # dynamo wraps the backend's own error (BackendCompilerFailed.inner_exception)
+            # dynamo wraps the backend's own error (BackendCompilerFailed.inner_exception)
+            err = inner
         detail = (str(err).strip().splitlines() or [""])[0]
         return (
-            f"torch.compile(backend={backend!r}) failed on a probe: {type(err).__name__}: {detail}; fix the "
-            f"backend's toolchain, or {avoid}"
+            f"torch.compile(backend={backend!r}) failed on a probe: {type(err).__name__}: "
+            f"{detail}; fix the backend's toolchain, or {avoid}"
         )
     return None
 
@@ -76,8 +79,8 @@ def compile_fallback_reason(backend: str, device_type: str) -> str | None:
 def compile_available(backend: str, device_type: str) -> bool:
     """Whether to compile with ``backend`` on ``device_type``; when not, print ONE warning line.
 
-    Cached per ``(backend, device_type)``; the line, on stderr, is ``warning: torch.compile disabled, running
-    eager: <reason>`` (:func:`compile_fallback_reason`).
+    Cached per ``(backend, device_type)``; the line, on stderr, is
+    ``warning: torch.compile disabled, running eager: <reason>`` (:func:`compile_fallback_reason`).
     """
     reason = compile_fallback_reason(backend, device_type)
     if reason is not None:

@@ -1,14 +1,7 @@
 """Context parallelism: a window's positions split over the ``cp`` ranks of a group, keys and
 values all-gathered.
 
-Note: on the load-balanced split. A window of ``S`` positions is cut into ``2 x cp`` chunks of
-``c = S / (2 cp)``; rank ``r`` holds chunks ``r`` and ``2 cp - 1 - r`` (in that order), so every
-rank has the same causal work (torchtitan's and Megatron's head-tail balancing). Tokens, labels,
-RoPE positions and document ids are split the same way (:func:`split_sequence`); the loss follows
-its tokens. In attention each rank keeps its queries and gathers the whole window's keys and values
-(the Llama 3 paper's all-gather CP, arXiv 2407.21783 sec. 3.3.2: any mask works, the window, sinks
-and documents included); their gradients come back by ``all_to_all`` and are summed in rank order,
-so the backward's sum has one fixed order.
+Note: docs/design.md, "on the load-balanced split".
 """
 
 from __future__ import annotations

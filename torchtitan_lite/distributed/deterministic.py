@@ -1,27 +1,21 @@
-"""``training.deterministic``: runs that are bitwise the same twice (``run``) or on any data-parallel layout
-(``layout``).
-
-Note: on the canonical order of cross-micro-batch sums. A step trains on ``M`` global micro-batches of
-``local_batch_size`` windows; data-parallel rank ``d`` of ``D`` runs the aligned block ``[d * m, (d + 1) * m)``
-(``m = M / D``, see ``GlobalWindowStream`` in ``data/streams.py``). A micro-batch's forward and backward is the same
-computation on whichever rank runs it: same shapes, weights all-gathered exactly, its loss divided by the step's
-global token count (an integer). Only the order of the sums over micro-batches depends on the layout, so in
-``layout`` mode every such sum follows ONE tree over the global micro-batch index, the pairwise tree that
-:class:`PairwiseSum` builds (binary-counter accumulation, ``log2 m`` buffers). An aligned block of ``2**j``
-micro-batches is a complete subtree of it, so a rank sums its own block, and the block sums combine in the same
-tree as level-``j`` items, whatever ``D`` is. ``m`` must be a power of two when ``D > 1``.
+"""``training.deterministic``: runs that are bitwise the same twice (``run``) or on any
+data-parallel layout (``layout``).
 
 Gradients (FSDP2, through its public hooks): each FSDP module's reduce-scatter is replaced by
-:class:`_Exchange` (``FSDPModule.set_custom_reduce_scatter``), an ``all_to_all`` over the data-parallel ranks
-that hands each shard's owner every rank's contribution to it (the bytes of a reduce-scatter without HSDP), and
-the post-reduce hook (``FSDPModule.set_all_reduce_hook``, which runs after HSDP's all-reduce and also on one
-rank) sums them: per source rank over its micro-batches, then over ranks, in the tree above, and writes the sum
-into the reduce output on the step's last micro-batch (zeros before, which FSDP2 accumulates exactly). HSDP's
-own all-reduce then sums zeros and its result is overwritten. The loss sum follows the same tree
-(:func:`canonical_loss_sum`), the gradient norm its own layout-free order (``distributed/grad_norm.py``).
-MoE auxiliary losses are part of each micro-batch's forward; expert-load counts are integers in fp32 (exact).
-AdamW runs ``foreach``: torch's fused CPU kernel takes another rounding path in a tensor's tail elements, so a
-parameter's update depends on where its shard ends (``tests/test_deterministic.py``).
+:class:`_Exchange` (``FSDPModule.set_custom_reduce_scatter``), an ``all_to_all`` over the
+data-parallel ranks that hands each shard's owner every rank's contribution to it (the bytes of a
+reduce-scatter without HSDP), and the post-reduce hook (``FSDPModule.set_all_reduce_hook``, which
+runs after HSDP's all-reduce and also on one rank) sums them: per source rank over its
+micro-batches, then over ranks, in the tree above, and writes the sum into the reduce output on the
+step's last micro-batch (zeros before, which FSDP2 accumulates exactly). HSDP's own all-reduce then
+sums zeros and its result is overwritten. The loss sum follows the same tree
+(:func:`canonical_loss_sum`), the gradient norm its own layout-free order
+(``distributed/grad_norm.py``). MoE auxiliary losses are part of each micro-batch's forward;
+expert-load counts are integers in fp32 (exact). AdamW runs ``foreach``: torch's fused CPU kernel
+takes another rounding path in a tensor's tail elements, so a parameter's update depends on where
+its shard ends (``tests/test_deterministic.py``).
+
+Note: docs/design.md, "on the canonical order of cross-micro-batch sums".
 """
 
 from __future__ import annotations
@@ -40,10 +34,11 @@ MODES = ("off", "run", "layout")
 class PairwiseSum:
     """The sum of a sequence of same-shape tensors in the pairwise tree over their index.
 
-    ``push(x)`` adds the next item; ``push(x, level=j)`` the sum of the next aligned block of ``2**j`` items (a
-    complete subtree). :meth:`finish` returns the sum (for a count that is not a power of two, the leftover
-    subtrees are added from the smallest, the latest, to the largest, the earliest: ``earlier + later``) and
-    starts over. Additions are elementwise, so rows of a stacked tensor are summed exactly as apart.
+    ``push(x)`` adds the next item; ``push(x, level=j)`` the sum of the next aligned block of
+    ``2**j`` items (a complete subtree). :meth:`finish` returns the sum (for a count that is not a
+    power of two, the leftover subtrees are added from the smallest, the latest, to the largest, the
+    earliest: ``earlier + later``) and starts over. Additions are elementwise, so rows of a stacked
+    tensor are summed exactly as apart.
     """
 
     def __init__(self):
@@ -53,12 +48,14 @@ class PairwiseSum:
         """Add ``x``, the sum of ``2**level`` items.
 
         Raises:
-            ValueError: the items so far are not a multiple of ``2**level`` (the block is not aligned).
+            ValueError: the items so far are not a multiple of ``2**level`` (the block is not
+                aligned).
         """
         self._levels += [None] * (level + 1 - len(self._levels))
         if any(buf is not None for buf in self._levels[:level]):
             raise ValueError(
-                f"PairwiseSum: a block of 2**{level} items pushed at a position not a multiple of it"
+                f"PairwiseSum: a block of 2**{level} items pushed at a position not a multiple of "
+                "it"
             )
         while self._levels[level] is not None:
             x, self._levels[level] = self._levels[level] + x, None
@@ -83,18 +80,20 @@ class PairwiseSum:
 
 
 def optimizer_implementation(config) -> str:
-    """``optimizer.implementation`` for the run: ``foreach`` in ``layout`` mode (see the module note), else as set."""
+    """``optimizer.implementation`` for the run: ``foreach`` in ``layout`` mode (see the module
+    note), else as set."""
     return (
         "foreach" if config.training.deterministic == "layout" else config.optimizer.implementation
     )
 
 
 class _Exchange:
-    """FSDP2's reduce-scatter replaced by an ``all_to_all`` over the data-parallel ranks: each rank receives every
-    rank's contribution to its shard, ``(D, shard numel)`` rows in data-parallel rank order, kept in
-    ``received`` for the post-reduce hook; the reduce output is zeroed. It has the two methods of FSDP2's
-    ``ReduceScatter`` interface (``allocate``, ``__call__``), which ``set_custom_reduce_scatter`` calls; the
-    interface class itself lives in a private module, so it is not subclassed."""
+    """FSDP2's reduce-scatter replaced by an ``all_to_all`` over the data-parallel ranks: each rank
+    receives every rank's contribution to its shard, ``(D, shard numel)`` rows in data-parallel rank
+    order, kept in ``received`` for the post-reduce hook; the reduce output is zeroed. It has the
+    two methods of FSDP2's ``ReduceScatter`` interface (``allocate``, ``__call__``), which
+    ``set_custom_reduce_scatter`` calls; the interface class itself lives in a private module, so it
+    is not subclassed."""
 
     def __init__(self, dims: ParallelDims):
         self.group, self.dp_shard, self.dp_replicate = (
@@ -126,8 +125,9 @@ class _Exchange:
 
 
 class _CanonicalReduction:
-    """One FSDP module's gradient sum in the canonical tree (module note): :class:`_Exchange` and the post-reduce
-    hook :meth:`__call__`, which counts the rank's ``micro_batches`` backwards of a step."""
+    """One FSDP module's gradient sum in the canonical tree (module note): :class:`_Exchange` and
+    the post-reduce hook :meth:`__call__`, which counts the rank's ``micro_batches`` backwards of a
+    step."""
 
     def __init__(self, dims: ParallelDims, micro_batches: int):
         self.exchange = _Exchange(dims) if dims.dp_degree > 1 else None
@@ -156,7 +156,8 @@ class _CanonicalReduction:
 
 
 def install_canonical_reduction(model: nn.Module, dims: ParallelDims, micro_batches: int) -> int:
-    """Sum ``model``'s gradients over micro-batches and data-parallel ranks in the canonical tree (module note).
+    """Sum ``model``'s gradients over micro-batches and data-parallel ranks in the canonical tree
+    (module note).
 
     Args:
         model: parallelized by ``apply_fsdp`` (every FSDP module gets its own reduction).
@@ -178,8 +179,9 @@ def install_canonical_reduction(model: nn.Module, dims: ParallelDims, micro_batc
 def canonical_loss_sum(
     micro_losses: PairwiseSum, dims: ParallelDims, micro_batches: int
 ) -> torch.Tensor:
-    """The step's summed token cross-entropy over all ranks in the canonical tree, on data-parallel rank 0, and
-    0.0 on the others, so that the trainer's all-reduce (SUM) gives every rank exactly that sum.
+    """The step's summed token cross-entropy over all ranks in the canonical tree, on data-parallel
+    rank 0, and 0.0 on the others, so that the trainer's all-reduce (SUM) gives every rank exactly
+    that sum.
 
     Args:
         micro_losses: this rank's micro-batch losses (0-dim fp32), pushed in order.

@@ -1,9 +1,10 @@
-"""Devices: the device type a run uses, its collective backend and its device module, from torch's public accelerator
-API: ``torch.accelerator`` (which accelerator this process has, device count and index, peak memory),
-``torch.get_device_module`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``: ``get_device_name`` and
-``get_device_properties``, which ``torch.accelerator`` lacks in torch 2.13) and
-``torch.distributed.get_default_backend_for_device``. Ascend NPUs come through ``torch_npu``, which registers ``npu``
-as torch's accelerator when imported.
+"""Devices: the device type a run uses, its collective backend and its device module, from torch's
+public accelerator
+API: ``torch.accelerator`` (which accelerator this process has, device count and index, peak
+memory), ``torch.get_device_module`` (``torch.cuda``, ``torch.npu``, ``torch.xpu``:
+``get_device_name`` and ``get_device_properties``, which ``torch.accelerator`` lacks in torch 2.13)
+and ``torch.distributed.get_default_backend_for_device``. Ascend NPUs come through ``torch_npu``,
+which registers ``npu`` as torch's accelerator when imported.
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ import torch.distributed as dist
 from torchtitan_lite.errors import LaunchError
 
 DEVICE_TYPES = ("cuda", "npu", "xpu", "cpu")
-"""Device types a run may ask for (``training.device``; ``auto`` takes the accelerator torch reports, else cpu)."""
+"""Device types a run may ask for (``training.device``; ``auto`` takes the accelerator torch
+reports, else cpu)."""
 
 _NPU_BACKEND = "hccl"
-"""Ascend's collective backend: ``torch_npu`` registers it as npu's default when imported; named here so that a
-configuration can be checked without ``torch_npu``."""
+"""Ascend's collective backend: ``torch_npu`` registers it as npu's default when imported; named
+here so that a configuration can be checked without ``torch_npu``."""
 
 
 def _accelerator() -> str | None:
-    """The type of torch's accelerator when one of its devices is available in this process, else ``None``
-    (``torch.accelerator.current_accelerator(check_available=True)``). ``torch_npu`` is imported first where it is
-    installed (torch also loads it at start-up unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``)."""
+    """The type of torch's accelerator when one of its devices is available in this process, else
+    ``None`` (``torch.accelerator.current_accelerator(check_available=True)``). ``torch_npu`` is
+    imported first where it is installed (torch also loads it at start-up unless
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``)."""
     with contextlib.suppress(ImportError):
         import torch_npu  # noqa: F401
     accelerator = torch.accelerator.current_accelerator(check_available=True)
@@ -37,8 +40,8 @@ def _accelerator() -> str | None:
 
 
 def device_type(requested: str = "auto") -> str:
-    """The device type to run on: ``requested``, or for ``auto`` torch's available accelerator (cuda, npu, xpu, ...),
-    else cpu.
+    """The device type to run on: ``requested``, or for ``auto`` torch's available accelerator
+    (cuda, npu, xpu, ...), else cpu.
 
     Raises:
         ValueError: ``requested`` is not ``auto`` or one of :data:`DEVICE_TYPES`.
@@ -78,7 +81,8 @@ def backend_for(device_type: str) -> str:
 
 
 class _CpuDeviceModule:
-    """Stand-in for ``torch.cuda`` on CPU: ``max_memory_allocated`` is the peak RSS, the rest do nothing."""
+    """Stand-in for ``torch.cuda`` on CPU: ``max_memory_allocated`` is the peak RSS, the rest do
+    nothing."""
 
     @staticmethod
     def synchronize(device: Any = None) -> None:
@@ -108,8 +112,8 @@ _CPU_MODULE = _CpuDeviceModule()
 
 
 def device_module(device_type: str) -> Any:
-    """The device module of ``device_type`` (``torch.get_device_module``: ``torch.cuda``, ``torch.npu``,
-    ``torch.xpu``), or a CPU stand-in.
+    """The device module of ``device_type`` (``torch.get_device_module``: ``torch.cuda``,
+    ``torch.npu``, ``torch.xpu``), or a CPU stand-in.
 
     Raises:
         ValueError: a device type outside :data:`DEVICE_TYPES`.
@@ -119,8 +123,8 @@ def device_module(device_type: str) -> Any:
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this process in bytes: the accelerator allocator's peak (``torch.accelerator``), or the peak
-    RSS on CPU."""
+    """Peak memory of this process in bytes: the accelerator allocator's peak
+    (``torch.accelerator``), or the peak RSS on CPU."""
     if device.type == "cpu":
         return _CPU_MODULE.max_memory_allocated(device)
     return int(torch.accelerator.max_memory_allocated(device))

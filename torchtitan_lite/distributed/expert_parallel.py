@@ -1,35 +1,9 @@
-"""Expert parallelism (GShard, arXiv 2006.16668; torchtitan's ``ExpertParallel``): each rank of the ``ep`` mesh holds
-``num_experts / ep`` whole experts, and the (token, expert) pairs travel to the rank of their expert and back with
-two ``all_to_all_single`` of uneven splits.
+"""Expert parallelism (GShard, arXiv 2006.16668; torchtitan's ``ExpertParallel``): each rank of the
+``ep`` mesh holds ``num_experts / ep`` whole experts, and the (token, expert) pairs travel to the
+rank of their expert and back with two ``all_to_all_single`` of uneven splits.
 
-Note: on the token dispatch under expert parallelism. Per MoE layer and forward, on the grouped-experts module
-(:class:`ExpertParallel`, a ``ParallelStyle`` applied with ``distribute_module``):
-  1. the pairs of the rank's ``T`` tokens are sorted by expert (stable), which groups them by destination rank;
-  2. the per-expert counts go through one ``all_to_all_single`` (``E`` integers), so each rank learns how many rows
-     every source sends to each of its experts;
-  3. the send and receive split sizes are read on the host, ONE host sync (both lists in one ``tolist``): the
-     collective needs them as Python ints (torchtitan has the same one per MoE layer);
-  4. the token rows go out (``all_to_all_single``, autograd-aware: its backward is the reverse exchange);
-  5. the module's own grouped matmuls run on the received rows with the local expert of each row and weight 1
-     (``models/common/token_dispatch.py``, no host sync);
-  6. the outputs go back (the reverse exchange) and are combined at their origin with the router weights, in the
-     order a single process adds them.
-No pair is dropped (no capacity factor). A rank may send or receive no rows at all.
-
-Note: on expert parallelism borrowing tensor-parallel ranks. ``ep`` takes its ranks from ``dp_shard * tp``
-innermost first (``ParallelDims``), so with ``tp > 1`` an EP group holds tensor-parallel ranks, which see the same
-tokens: the MoE layer runs whole on each of them (``replicated_module_plan``). The experts then take only their
-tensor-parallel rank's share of the tokens (``T / tp`` of them, a ``Replicate -> Shard(0)`` DTensor redistribution
-of the tokens, their expert ids and router weights) and gather the outputs back (``Shard(0) -> Replicate``), so that
-every token is sent to its experts once per data-parallel batch. Both redistributions are DTensor's, so the
-gradients of the tokens and of the router weights come back whole on every tensor-parallel rank (all-gathered) and
-the router, the shared experts and the expert loads stay those of one process.
-
-Note: on the experts' output. FSDP2 registers its pre-backward hook on the output of the module it wraps and warns
-when that output is a view (an in-place op on a view would replace the hook's grad_fn). ``DTensor.to_local()``
-always returns a view (``view_as``, so that autograd metadata does not land on the DTensor's own tensor), so the
-gathered output of the tensor-parallel case is cloned: one copy of ``(T, dim)`` per MoE layer and forward, beside
-the all-gather of the same size. The other cases return the fresh tensor of ``index_add``.
+Notes in docs/design.md: "on the token dispatch under expert parallelism", "on expert parallelism
+borrowing tensor-parallel ranks", "on the experts' output".
 """
 
 from __future__ import annotations
@@ -60,16 +34,17 @@ class _Routed:
 
 
 class ExpertParallel(ParallelStyle):
-    """Shard a grouped-experts module's parameters by whole experts over ``ep_mesh`` (``Shard(0)`` on the expert
-    dimension) and dispatch its tokens with all-to-all (see the notes in this module).
+    """Shard a grouped-experts module's parameters by whole experts over ``ep_mesh`` (``Shard(0)``
+    on the expert dimension) and dispatch its tokens with all-to-all (see the notes in this module).
 
-    The module is called as ``experts(x, indices, weights)`` with ``x`` ``(T, dim)``, int64 global expert ids
-    ``indices`` and router ``weights`` ``(T, k)``, returns ``(T, dim)``, has a ``num_experts`` attribute, and runs
-    its experts on the local shards of its parameters (``models/common/experts.py``).
+    The module is called as ``experts(x, indices, weights)`` with ``x`` ``(T, dim)``, int64 global
+    expert ids ``indices`` and router ``weights`` ``(T, k)``, returns ``(T, dim)``, has a
+    ``num_experts`` attribute, and runs its experts on the local shards of its parameters
+    (``models/common/experts.py``).
 
     Args:
-        tp_mesh: the tensor-parallel mesh when the MoE layer runs replicated on ``tp > 1`` ranks (see the note on
-            expert parallelism borrowing tensor-parallel ranks), else ``None``.
+        tp_mesh: the tensor-parallel mesh when the MoE layer runs replicated on ``tp > 1`` ranks
+            (see the note on expert parallelism borrowing tensor-parallel ranks), else ``None``.
 
     Raises:
         ValueError: (at apply time) ``num_experts`` not a multiple of the mesh size.
@@ -84,8 +59,8 @@ class ExpertParallel(ParallelStyle):
         ep = device_mesh.size()
         if module.num_experts % ep:
             raise ValueError(
-                f"expert_parallel_degree {ep} does not divide num_experts {module.num_experts} (each "
-                "rank holds whole experts); pick a divisor"
+                f"expert_parallel_degree {ep} does not divide num_experts {module.num_experts} "
+                "(each rank holds whole experts); pick a divisor"
             )
         self.num_experts, self.ep = module.num_experts, ep
         self.group = device_mesh.get_group()
@@ -104,8 +79,8 @@ class ExpertParallel(ParallelStyle):
     def _dispatch(
         self, module: nn.Module, inputs: tuple[Any, ...], mesh: DeviceMesh
     ) -> tuple[torch.Tensor, ...]:
-        """``(x, indices, weights)`` of the rank's tokens -> ``(rows, local ids, ones)`` of the rows its experts run:
-        steps 1-4 of the note on the token dispatch."""
+        """``(x, indices, weights)`` of the rank's tokens -> ``(rows, local ids, ones)`` of the rows
+        its experts run: steps 1-4 of the note on the token dispatch."""
         x, indices, weights = inputs
         num_tokens = x.shape[0]
         if self.tp_mesh is not None:
@@ -140,8 +115,9 @@ class ExpertParallel(ParallelStyle):
         )
 
     def _combine(self, module: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-        """The experts' rows ``(R, dim)`` -> ``(T, dim)``: back to their origin, weighted and summed per token
-        (steps 6 of the note; ``torchtitan_lite.models.common.token_dispatch.combine``'s order)."""
+        """The experts' rows ``(R, dim)`` -> ``(T, dim)``: back to their origin, weighted and summed
+        per token (steps 6 of the note; ``torchtitan_lite.models.common.token_dispatch.combine``'s
+        order)."""
         routed, self._routed = self._routed, None
         back = all_to_all_single_autograd(
             out, routed.send, routed.receive, self.group
@@ -168,7 +144,8 @@ class ExpertParallel(ParallelStyle):
 
 
 def _shard_experts(name: str, module: nn.Module, mesh: DeviceMesh) -> None:
-    """Every parameter of the grouped-experts module itself becomes a ``Shard(0)`` DTensor on ``mesh``."""
+    """Every parameter of the grouped-experts module itself becomes a ``Shard(0)`` DTensor on
+    ``mesh``."""
     if name:
         return
     for param_name, param in list(module.named_parameters(recurse=False)):

@@ -2,11 +2,7 @@
 
 Apply after activation checkpointing and compile (torchtitan's order), on the model built on meta.
 
-Note: on gradient reduction semantics. Each rank's loss is divided by the GLOBAL token count, so gradients
-are SUMMED over ranks: every FSDP module gets ``set_gradient_divide_factor(1.0)`` and
-``set_force_sum_reduction_for_comms(True)``, which in torch 2.13 (``_fsdp_collectives.py``,
-``_get_gradient_divide_factors``) is ``ReduceOp.SUM`` without division on every backend (the default is AVG;
-a divide factor alone gives ``PREMUL_SUM``, which gloo rejects).
+Note: docs/design.md, "on gradient reduction semantics".
 """
 
 from __future__ import annotations
@@ -24,14 +20,15 @@ def _layers(model: nn.Module) -> nn.ModuleDict:
     if not isinstance(layers, nn.ModuleDict):
         raise TypeError(
             f"{type(model).__name__}.layers must be an nn.ModuleDict keyed by str(layer_id) "
-            f"(the model contract in torchtitan_lite/protocols/model_spec.py), got {type(layers).__name__}"
+            "(the model contract in torchtitan_lite/protocols/model_spec.py), got "
+            f"{type(layers).__name__}"
         )
     return layers
 
 
 def is_tied(model: nn.Module) -> bool:
-    """Whether ``model.output.weight is model.tok_embeddings.weight`` (one tensor, two names); ``False`` on a
-    pipeline stage that lacks either module (``None``)."""
+    """Whether ``model.output.weight is model.tok_embeddings.weight`` (one tensor, two names);
+    ``False`` on a pipeline stage that lacks either module (``None``)."""
     if model.output is None or model.tok_embeddings is None:
         return False
     return model.output.weight is model.tok_embeddings.weight
@@ -50,24 +47,27 @@ def apply_fsdp(
     """Shard ``model`` with FSDP2 (``fully_shard``, Shard(0) on ``mesh``), in place.
 
     Groups (one all-gather / reduce-scatter each), after torchtitan's llama3 ``apply_fsdp``: each of
-    ``expert_modules`` over ``expert_mesh`` (expert parallelism: torchtitan's ``dp_shard_mod_ep`` sharding); each block; the
-    output group ``[norm, output]``, with ``tok_embeddings`` when tied (a tensor in two groups would be
-    sharded twice), kept unsharded after forward (backward starts with it); the root. On a pipeline stage the
-    modules it lacks (``None``) are left out, and the output group with them. Parameters stay in
-    their dtype (fp32), compute in ``param_dtype``, gradients reduce in ``reduce_dtype`` and are SUMMED over
-    ranks (see the note on gradient reduction semantics).
+    ``expert_modules`` over ``expert_mesh`` (expert parallelism: torchtitan's ``dp_shard_mod_ep``
+    sharding); each block; the output group ``[norm, output]``, with ``tok_embeddings`` when tied (a
+    tensor in two groups would be sharded twice), kept unsharded after forward (backward starts with
+    it); the root. On a pipeline stage the modules it lacks (``None``) are left out, and the output
+    group with them. Parameters stay in their dtype (fp32), compute in ``param_dtype``, gradients
+    reduce in ``reduce_dtype`` and are SUMMED over ranks (see the note on gradient reduction
+    semantics).
 
     Args:
         model: with ``layers`` (``nn.ModuleDict``), ``tok_embeddings``, ``norm`` and ``output``.
-        mesh: the data-parallel ``DeviceMesh``: 1-D (FSDP: sharded over it) or 2-D ``(dp_replicate, dp_shard)``
-            (HSDP: replicated over the first dimension, sharded over the second). Parameters that are already
-            DTensors (tensor parallelism) become 2-D or 3-D DTensors over ``mesh`` and their own mesh.
+        mesh: the data-parallel ``DeviceMesh``: 1-D (FSDP: sharded over it) or 2-D
+            ``(dp_replicate, dp_shard)`` (HSDP: replicated over the first dimension, sharded over
+            the second). Parameters that are already DTensors (tensor parallelism) become 2-D or 3-D
+            DTensors over ``mesh`` and their own mesh.
         param_dtype, reduce_dtype: compute and gradient reduce-scatter dtypes.
-        reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3) or keep
-            them until backward (one all-gather less per block).
-        expert_modules: modules (inside the blocks) whose parameters are sharded by whole experts over the
-            expert-parallel mesh; each becomes its own group over ``expert_mesh``.
-        expert_mesh: the mesh the experts are FSDP-sharded over (1-D, or 2-D for HSDP), with ``expert_modules``.
+        reshard_after_forward: free each block's gathered parameters after its forward (ZeRO-3) or
+            keep them until backward (one all-gather less per block).
+        expert_modules: modules (inside the blocks) whose parameters are sharded by whole experts
+            over the expert-parallel mesh; each becomes its own group over ``expert_mesh``.
+        expert_mesh: the mesh the experts are FSDP-sharded over (1-D, or 2-D for HSDP), with
+            ``expert_modules``.
 
     Returns:
         ``model`` itself, an ``FSDPModule`` with ``DTensor`` parameters.

@@ -1,9 +1,11 @@
-"""The global gradient norm in an order that no sharding changes (``training.deterministic = "layout"``).
+"""The global gradient norm in an order that no sharding changes
+(``training.deterministic = "layout"``).
 
-Each parameter's gradient is cut into rows (dim 0, the dim FSDP2 shards; a 1-D gradient's rows are its elements).
-A row's sum of squares is computed whole on the rank that holds it, so it is the same number on any layout; the
-rows' sums are gathered in global row order (one ``all_gather`` over the shard group for all parameters), summed
-per parameter, and the parameters' sums are added in ``named_parameters`` order.
+Each parameter's gradient is cut into rows (dim 0, the dim FSDP2 shards; a 1-D gradient's rows are
+its elements). A row's sum of squares is computed whole on the rank that holds it, so it is the same
+number on any layout; the rows' sums are gathered in global row order (one ``all_gather`` over the
+shard group for all parameters), summed per parameter, and the parameters' sums are added in
+``named_parameters`` order.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from torch.distributed.tensor import DTensor, Shard
 
 
 def _shard_group(grads: list[torch.Tensor]) -> tuple[dist.ProcessGroup | None, int]:
-    """``(group, size)`` over which the gradients are ``Shard(0)`` (``(None, 1)`` when none is sharded).
+    """``(group, size)`` over which the gradients are ``Shard(0)`` (``(None, 1)`` when none is
+    sharded).
 
     Raises:
         ValueError: gradients sharded over different mesh dimensions, or on another dim than 0.
@@ -88,8 +91,9 @@ def layout_invariant_grad_norm(model: nn.Module) -> torch.Tensor:
 
 @torch.no_grad()
 def clip_grad_norm_layout_invariant_(model: nn.Module, max_norm: float) -> torch.Tensor:
-    """:func:`layout_invariant_grad_norm`, then every gradient scaled by ``min(1, max_norm / (norm + 1e-6))``
-    (torch's ``clip_grads_with_norm_``, elementwise); a non-finite norm leaves the gradients as they are.
+    """:func:`layout_invariant_grad_norm`, then every gradient scaled by
+    ``min(1, max_norm / (norm + 1e-6))`` (torch's ``clip_grads_with_norm_``, elementwise); a
+    non-finite norm leaves the gradients as they are.
 
     Returns:
         The norm before clipping (0-dim fp32), for the caller to log or check.

@@ -1,10 +1,10 @@
-"""The parallel layout of a run: its degrees, the one device mesh built from them, and the answers to "which
-data-parallel rank am I, how many are there" that every consumer asks (data loader, loss scaling, checkpoint
-keys, metrics, expert-load sums).
+"""The parallel layout of a run: its degrees, the one device mesh built from them, and the answers
+to "which data-parallel rank am I, how many are there" that every consumer asks (data loader, loss
+scaling, checkpoint keys, metrics, expert-load sums).
 
-Names and layout follow torchtitan's ``ParallelDims`` (``torchtitan/distributed/parallel_dims.py``): the
-world is one 1-D mesh, unflattened (``DeviceMesh._unflatten``) into named views over the same ranks, with
-the innermost dimension varying fastest:
+Names and layout follow torchtitan's ``ParallelDims`` (``torchtitan/distributed/parallel_dims.py``):
+the world is one 1-D mesh, unflattened (``DeviceMesh._unflatten``) into named views over the same
+ranks, with the innermost dimension varying fastest:
 
   * dense ``(pp, dp_replicate, dp_shard, cp, tp)``: pipeline stages, HSDP replicas, FSDP2 shards,
     context parallel (a window's sequence split), tensor parallel;
@@ -34,7 +34,8 @@ class ParallelDims:
 
     Args:
         dp_replicate: HSDP replica groups (``data_parallel_replicate_degree``), >= 1.
-        dp_shard: FSDP2 sharding degree (``data_parallel_shard_degree``); -1 = the ranks left by the others.
+        dp_shard: FSDP2 sharding degree (``data_parallel_shard_degree``); -1 = the ranks left by the
+            others.
         tp: tensor-parallel degree, >= 1.
         cp: context-parallel degree (``context_parallel_degree``), >= 1.
         pp: pipeline-parallel degree (stages), >= 1.
@@ -114,7 +115,8 @@ class ParallelDims:
 
     @classmethod
     def from_config(cls, parallelism: Any, world_size: int) -> ParallelDims:
-        """The degrees of a ``[parallelism]`` config section (``config/schema.py``) on ``world_size`` ranks.
+        """The degrees of a ``[parallelism]`` config section (``config/schema.py``) on
+        ``world_size`` ranks.
 
         Raises:
             LaunchError: as the constructor.
@@ -236,7 +238,8 @@ class ParallelDims:
 
     @property
     def dp_mesh(self) -> DeviceMesh:
-        """The ranks that see different batches (``dp_replicate * dp_shard`` of them), as one dimension."""
+        """The ranks that see different batches (``dp_replicate * dp_shard`` of them), as one
+        dimension."""
         return self._view("batch")["dp"]
 
     @property
@@ -251,7 +254,8 @@ class ParallelDims:
 
     @property
     def dp_group(self) -> dist.ProcessGroup:
-        """The process group of the data-parallel ranks (sums over distinct batches: loss, expert loads)."""
+        """The process group of the data-parallel ranks (sums over distinct batches: loss, expert
+        loads)."""
         return self.dp_mesh.get_group()
 
     @property
@@ -293,6 +297,6 @@ class ParallelDims:
 
     def __repr__(self) -> str:
         return (
-            f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, tp={self.tp}, "
-            f"pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})"
+            f"ParallelDims(dp_replicate={self.dp_replicate}, dp_shard={self.dp_shard}, "
+            f"tp={self.tp}, pp={self.pp}, ep={self.ep}, cp={self.cp}, world_size={self.world_size})"
         )

@@ -1,34 +1,24 @@
-"""Pipeline parallelism with ``torch.distributed.pipelining``: the layers split into stages, this rank's stages built
-from the model on meta, one schedule that runs them, and one module that holds this rank's parts under the whole
-model's names.
+"""Pipeline parallelism with ``torch.distributed.pipelining``: the layers split into stages, this
+rank's stages built from the model on meta, one schedule that runs them, and one module that holds
+this rank's parts under the whole model's names.
 
-After torchtitan's ``distributed/pipeline_parallel.py`` (``pipeline_llm``): a stage is a deep copy of the model
-built on meta with the layers it does not own deleted from ``layers`` (a ``ModuleDict`` keyed by layer id, so
-names stay the whole model's) and ``tok_embeddings`` (all but the first stage) or ``norm`` and ``output`` (all but
-the last) set to ``None``; the family's ``parallelize`` (TP, AC, compile, FSDP2) is applied to each stage, which a
-``PipelineStage`` wraps. A looped schedule (``Interleaved1F1B``) gives pipeline rank ``r`` the stages ``r, r + pp,
-r + 2 pp, ...``; ``1F1B`` and ``GPipe`` one stage per rank.
+After torchtitan's ``distributed/pipeline_parallel.py`` (``pipeline_llm``): a stage is a deep copy
+of the model built on meta with the layers it does not own deleted from ``layers`` (a ``ModuleDict``
+keyed by layer id, so names stay the whole model's) and ``tok_embeddings`` (all but the first stage)
+or ``norm`` and ``output`` (all but the last) set to ``None``; the family's ``parallelize`` (TP, AC,
+compile, FSDP2) is applied to each stage, which a ``PipelineStage`` wraps. A looped schedule
+(``Interleaved1F1B``) gives pipeline rank ``r`` the stages ``r, r + pp, r + 2 pp, ...``; ``1F1B``
+and ``GPipe`` one stage per rank.
 
-Note: on the loss under pipeline parallelism. The last stage computes each pipeline micro-batch's summed token
-cross-entropy, adds it to :attr:`PipelineLoss.total` and returns it times :attr:`PipelineLoss.scale` (1 / the
-step's global token count) for backward; the schedule is built with ``scale_grads=False``. The gradient is then
-the trainer's 1-process gradient (``train.py``, the note on the loss over a global batch). Other stages' total is
-0: the trainer sums it over the pipeline group to log the last stage's loss on every rank.
-
-Note: on stage metadata. Each stage is told the shapes and dtypes it receives and sends (``PipelineStage``'s
-static mode): int64 tokens ``(microbatch_size, seq_len)`` into the first stage, hidden states ``(microbatch_size,
-seq_len, dim)`` in the compute dtype between stages (a block returns its input's dtype) and logits
-``(microbatch_size, seq_len, vocab_size)`` out of the last. PyTorch's dynamic mode would instead run every stage
-once on uninitialized tensors before the first step and after each switch between training and validation, and
-so count tokens into the MoE load counters.
+Notes in docs/design.md: "on the loss under pipeline parallelism", "on stage metadata".
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -42,12 +32,14 @@ from torchtitan_lite.init.apply import materialize
 if TYPE_CHECKING:
     from torch.distributed.pipelining import PipelineStage
 
-# torch.distributed.pipelining is imported where it is used: it imports torch._dynamo (a second of CPU), which every
+# torch.distributed.pipelining is imported where it is used: it imports torch._dynamo (a second of
+# CPU), which every
 # process would pay at start-up (the preflight and each rank), pipelined or not.
 
 
 def _single_stage(schedule: str) -> bool:
-    """Whether ``schedule`` (a ``torch.distributed.pipelining`` schedule name) runs one stage per rank."""
+    """Whether ``schedule`` (a ``torch.distributed.pipelining`` schedule name) runs one stage per
+    rank."""
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
     return issubclass(get_schedule_class(schedule), PipelineScheduleSingle)
@@ -62,12 +54,13 @@ def stage_layer_ids(
     layers_per_stage: int | None = None,
     split_points: Sequence[int] = (),
 ) -> list[list[int]]:
-    """The layer ids of every (virtual) pipeline stage, in stage order, for a layout the schedule can run.
+    """The layer ids of every (virtual) pipeline stage, in stage order, for a layout the schedule
+    can run.
 
     Stages: at ``split_points`` (the first layer of every stage but the first, torchtitan's former
-    ``pipeline_parallel_split_points``), else ``ceil(n_layers / layers_per_stage)`` stages, else one per rank
-    (``1F1B``, ``GPipe``) or two (``Interleaved1F1B``; torchtitan's defaults). Without split points the layers are
-    spread evenly: stage sizes differ by at most one, the larger first.
+    ``pipeline_parallel_split_points``), else ``ceil(n_layers / layers_per_stage)`` stages, else one
+    per rank (``1F1B``, ``GPipe``) or two (``Interleaved1F1B``; torchtitan's defaults). Without
+    split points the layers are spread evenly: stage sizes differ by at most one, the larger first.
 
     Args:
         n_layers: layers of the model.
@@ -76,11 +69,11 @@ def stage_layer_ids(
         n_microbatches: pipeline micro-batches per step (``local_batch_size / microbatch_size``).
 
     Raises:
-        ValueError: one line naming the setting: both split points and ``layers_per_stage``, split points not
-            increasing within ``1..n_layers - 1``, more stages than layers, stages not a multiple of ``pp``, a
-            single-stage schedule with several stages per rank or a looped one with one, or fewer micro-batches
-            than stages under ``1F1B``, or a count ``Interleaved1F1B`` cannot round (a multiple of
-            ``max(1, n_microbatches // pp)``).
+        ValueError: one line naming the setting: both split points and ``layers_per_stage``, split
+            points not increasing within ``1..n_layers - 1``, more stages than layers, stages not a
+            multiple of ``pp``, a single-stage schedule with several stages per rank or a looped one
+            with one, or fewer micro-batches than stages under ``1F1B``, or a count
+            ``Interleaved1F1B`` cannot round (a multiple of ``max(1, n_microbatches // pp)``).
     """
     if split_points and layers_per_stage is not None:
         raise ValueError(
@@ -104,8 +97,8 @@ def stage_layer_ids(
                 else f"{pp} ranks x {per_rank}"
             )
             raise ValueError(
-                f"{n_stages} pipeline stages ({made}) but the model has {n_layers} layers; use at most "
-                f"{n_layers} stages"
+                f"{n_stages} pipeline stages ({made}) but the model has {n_layers} layers; use at "
+                f"most {n_layers} stages"
             )
         base, extra = divmod(n_layers, n_stages)
         bounds = [0]
@@ -120,19 +113,19 @@ def stage_layer_ids(
     per_rank = n_stages // pp
     if _single_stage(schedule) and per_rank != 1:
         raise ValueError(
-            f"{n_stages} stages on {pp} ranks are {per_rank} per rank but {schedule} runs one per rank; "
-            "use Interleaved1F1B or one stage per rank"
+            f"{n_stages} stages on {pp} ranks are {per_rank} per rank but {schedule} runs one per "
+            "rank; use Interleaved1F1B or one stage per rank"
         )
     if not _single_stage(schedule) and per_rank < 2:
         raise ValueError(
-            f"{schedule} runs several stages per rank but {n_stages} stages on {pp} ranks are one per "
-            "rank; use 1F1B or GPipe, or more stages"
+            f"{schedule} runs several stages per rank but {n_stages} stages on {pp} ranks are one "
+            "per rank; use 1F1B or GPipe, or more stages"
         )
     if schedule == "1F1B" and n_microbatches < n_stages:
         raise ValueError(
             f"1F1B needs at least as many micro-batches as stages: {n_microbatches} micro-batches "
-            f"(local_batch_size / pipeline_parallel_microbatch_size) for {n_stages} stages; use GPipe or "
-            "smaller micro-batches"
+            f"(local_batch_size / pipeline_parallel_microbatch_size) for {n_stages} stages; use "
+            "GPipe or smaller micro-batches"
         )
     rounds = max(1, n_microbatches // pp)
     if not _single_stage(schedule) and n_microbatches % rounds:
@@ -140,22 +133,24 @@ def stage_layer_ids(
             f"{schedule} needs a number of micro-batches divisible by max(1, micro-batches // "
             f"pipeline_parallel_degree) = {rounds}, got {n_microbatches}"
         )
-    return [list(range(start, end)) for start, end in zip(bounds, bounds[1:])]
+    return [list(range(start, end)) for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
 def split_stage(
     model: nn.Module, layer_ids: Sequence[int], *, first: bool, last: bool
 ) -> nn.Module:
-    """A deep copy of ``model`` (on meta) that keeps only ``layers[str(i)]`` for ``i`` in ``layer_ids``,
-    ``tok_embeddings`` if ``first`` and ``norm`` and ``output`` if ``last`` (the others set to ``None``).
+    """A deep copy of ``model`` (on meta) that keeps only ``layers[str(i)]`` for ``i`` in
+    ``layer_ids``, ``tok_embeddings`` if ``first`` and ``norm`` and ``output`` if ``last`` (the
+    others set to ``None``).
 
     Raises:
-        ValueError: ``model`` ties ``output`` to ``tok_embeddings`` and the stage is not both first and last.
+        ValueError: ``model`` ties ``output`` to ``tok_embeddings`` and the stage is not both first
+            and last.
     """
     if is_tied(model) and not (first and last):
         raise ValueError(
-            "a tied model (output.weight is tok_embeddings.weight) cannot be split into pipeline stages: "
-            "the first stage owns the embedding and the last the output"
+            "a tied model (output.weight is tok_embeddings.weight) cannot be split into pipeline "
+            "stages: the first stage owns the embedding and the last the output"
         )
     stage = copy.deepcopy(model)
     keep = {str(i) for i in layer_ids}
@@ -170,14 +165,15 @@ def split_stage(
 
 
 class StageModules(nn.Module):
-    """This rank's pipeline stages seen as one model, for everything that works by name: ``tok_embeddings`` (on the
-    rank of the first stage, else ``None``), ``layers`` (the layers of all its stages, keyed as in the whole
-    model, in layer order), ``norm`` and ``output`` (on the rank of the last stage, else ``None``).
+    """This rank's pipeline stages seen as one model, for everything that works by name:
+    ``tok_embeddings`` (on the rank of the first stage, else ``None``), ``layers`` (the layers of
+    all its stages, keyed as in the whole model, in layer order), ``norm`` and ``output`` (on the
+    rank of the last stage, else ``None``).
 
-    The modules are the stages' own (shared, not copied): parameter and buffer names are the whole model's, so the
-    init keys, the fingerprint, the optimizer and the checkpoint's FQNs are those of a 1-process run.
-    :meth:`init_buffers` and :meth:`train` reach every stage. The schedule runs the stages (``parts``), never
-    this module's forward.
+    The modules are the stages' own (shared, not copied): parameter and buffer names are the whole
+    model's, so the init keys, the fingerprint, the optimizer and the checkpoint's FQNs are those of
+    a 1-process run. :meth:`init_buffers` and :meth:`train` reach every stage. The schedule runs the
+    stages (``parts``), never this module's forward.
 
     Args:
         parts: this rank's stage modules in stage order (from :func:`split_stage`, parallelized).
@@ -199,7 +195,8 @@ class StageModules(nn.Module):
             part.init_buffers(buffer_device)
 
     def train(self, mode: bool = True) -> StageModules:
-        """``nn.Module.train`` of this module and of every stage (the stages' roots are not submodules here)."""
+        """``nn.Module.train`` of this module and of every stage (the stages' roots are not
+        submodules here)."""
         super().train(mode)
         for part in self.parts:
             part.train(mode)
@@ -213,10 +210,12 @@ class StageModules(nn.Module):
 
 
 class PipelineLoss:
-    """The schedule's loss function (the last stage calls it per micro-batch): see the note on the loss.
+    """The schedule's loss function (the last stage calls it per micro-batch): see the note on the
+    loss.
 
     Args:
-        loss_fn: ``(logits (mb, seqlen, V), labels (mb, seqlen)) -> summed token cross-entropy`` (0-dim fp32).
+        loss_fn: ``(logits (mb, seqlen, V), labels (mb, seqlen)) -> summed token cross-entropy``
+            (0-dim fp32).
 
     Attributes:
         scale: factor of the returned loss (1 / the step's global token count in training).
@@ -266,16 +265,17 @@ class Pipeline:
         self.has_last = any(stage.is_last for stage in stages)
 
     def describe(self) -> str:
-        """``pipeline 1F1B: stage 0 of 2 (layers 0-1), 4 micro-batches of 2 sequences per local batch``."""
+        """``pipeline 1F1B: stage 0 of 2 (layers 0-1), 4 micro-batches of 2 sequences per local
+        batch``."""
         held = ", ".join(
             f"{stage.stage_index} (layers {_span(part.layers)})"
-            for stage, part in zip(self.stages, self.model.parts)
+            for stage, part in zip(self.stages, self.model.parts, strict=False)
         )
         n_stages = self.stages[0].num_stages
         return (
             f"pipeline {type(self.schedule).__name__.removeprefix('Schedule')}: "
-            f"stage{'s' if len(self.stages) > 1 else ''} {held} of {n_stages}, {self.n_microbatches} "
-            "micro-batch(es) per local batch"
+            f"stage{'s' if len(self.stages) > 1 else ''} {held} of {n_stages}, "
+            f"{self.n_microbatches} micro-batch(es) per local batch"
         )
 
     def _run(self, run, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
@@ -288,16 +288,17 @@ class Pipeline:
         return torch.as_tensor(self.loss.total, dtype=torch.float32, device=self.device)
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor, scale: float) -> torch.Tensor:
-        """Forward and backward of one local batch (int64 ``(local_batch_size, seq_len)`` tokens and labels) in
-        :attr:`n_microbatches` micro-batches, each micro-batch's loss times ``scale`` backpropagated; gradients
-        accumulate. Returns this rank's summed token cross-entropy of the batch (0-dim fp32; 0 off the last
-        stage). A collective over the pipeline (and the stages' FSDP meshes)."""
+        """Forward and backward of one local batch (int64 ``(local_batch_size, seq_len)`` tokens and
+        labels) in :attr:`n_microbatches` micro-batches, each micro-batch's loss times ``scale``
+        backpropagated; gradients accumulate. Returns this rank's summed token cross-entropy of the
+        batch (0-dim fp32; 0 off the last stage). A collective over the pipeline (and the stages'
+        FSDP meshes)."""
         return self._run(self.schedule.step, inputs, labels, scale)
 
     @torch.no_grad()
     def evaluate(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Forward only of one local batch: this rank's summed token cross-entropy (0-dim fp32; 0 off the last
-        stage). Call in eval mode."""
+        """Forward only of one local batch: this rank's summed token cross-entropy (0-dim fp32; 0
+        off the last stage). Call in eval mode."""
         return self._run(self.schedule.eval, inputs, labels, 1.0)
 
 
@@ -310,7 +311,8 @@ def _span(layers: nn.ModuleDict) -> str:
 
 
 def gather_stages(obj, group: dist.ProcessGroup) -> list:
-    """``obj`` of every rank of the pipeline ``group`` (picklable), in pipeline rank order; a collective."""
+    """``obj`` of every rank of the pipeline ``group`` (picklable), in pipeline rank order; a
+    collective."""
     gathered = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, obj, group=group)
     return gathered
@@ -325,8 +327,8 @@ def _stage_metadata(
     seq_shards: int,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input, output)`` meta tensors of stage ``stage`` (see the note on stage metadata); the hidden states hold
-    ``seq_len / seq_shards`` positions (sequence parallelism)."""
+    """``(input, output)`` meta tensors of stage ``stage`` (see the note on stage metadata); the
+    hidden states hold ``seq_len / seq_shards`` positions (sequence parallelism)."""
     dim, vocab_size = model.tok_embeddings.embedding_dim, model.output.out_features
     hidden = torch.empty(
         microbatch_size, seq_len // seq_shards, dim, dtype=dtype, device="meta", requires_grad=True
@@ -353,20 +355,22 @@ def build_pipeline(
     split_points: Sequence[int],
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Pipeline:
-    """Split ``model`` (built on meta, untied) into stages (:func:`stage_layer_ids`), build, ``parallelize`` and
-    materialize on ``device`` this rank's (uninitialized: ``init_weights`` comes next), and the schedule over them.
+    """Split ``model`` (built on meta, untied) into stages (:func:`stage_layer_ids`), build,
+    ``parallelize`` and materialize on ``device`` this rank's (uninitialized: ``init_weights`` comes
+    next), and the schedule over them.
 
     Args:
         parallelize: the family's ``ModelSpec.parallelize``, applied to each stage.
         options: its options; ``param_dtype`` is the dtype of the hidden states between stages.
-        schedule: ``pipeline_parallel_schedule``; ``local_batch_size`` and ``microbatch_size`` give the
-            micro-batches per step; ``seq_len`` the tokens per sequence.
+        schedule: ``pipeline_parallel_schedule``; ``local_batch_size`` and ``microbatch_size`` give
+            the micro-batches per step; ``seq_len`` the tokens per sequence.
         layers_per_stage, split_points: ``pipeline_parallel_layers_per_stage`` and
             ``pipeline_parallel_split_points``.
         loss_fn: the summed token cross-entropy (wrapped in a :class:`PipelineLoss`).
 
     Raises:
-        ValueError: see :func:`stage_layer_ids` and :func:`split_stage` (the config checks both first).
+        ValueError: see :func:`stage_layer_ids` and :func:`split_stage` (the config checks both
+            first).
     """
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import get_schedule_class

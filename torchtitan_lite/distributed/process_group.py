@@ -1,6 +1,7 @@
-"""Process groups and the device mesh: :func:`init_distributed` starts the group, :func:`shutdown_distributed`
-leaves it. Gloo (CPU) has no ``ReduceOp.AVG``/``PREMUL_SUM``: see the note on gradient reduction semantics
-in :mod:`torchtitan_lite.distributed.fsdp`; :func:`uses_gloo` tells code that must differ.
+"""Process groups and the device mesh: :func:`init_distributed` starts the group,
+:func:`shutdown_distributed` leaves it. Gloo (CPU) has no ``ReduceOp.AVG``/``PREMUL_SUM``: see the
+note on gradient reduction semantics in :mod:`torchtitan_lite.distributed.fsdp`; :func:`uses_gloo`
+tells code that must differ.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ class DistInfo:
     """Where this process runs.
 
     Attributes:
-        rank, world_size: global rank and number of processes; ``local_rank`` (also the device index) and
+        rank, world_size: global rank and number of processes; ``local_rank`` (also the device
+        index) and
             ``local_world_size`` on this node.
         backend: ``nccl``, ``hccl``, ``xccl`` or ``gloo``.
         dims: the parallel layout, its mesh built.
-        cpu_group: a gloo group of all ranks for host-side agreements (stop signals); ``None`` when the
-            default group is gloo.
+        cpu_group: a gloo group of all ranks for host-side agreements (stop signals); ``None`` when
+            the default group is gloo.
     """
 
     rank: int
@@ -60,12 +62,13 @@ def _env_int(name: str, default: int) -> int:
 
 
 def init_distributed(config: Any) -> DistInfo:
-    """Pick the device, set CPU threads, start the process group and build the device mesh (:class:`ParallelDims`).
+    """Pick the device, set CPU threads, start the process group and build the device mesh
+    (:class:`ParallelDims`).
 
-    Under torchrun the group starts from the environment; without it, a 1-rank group on an in-memory store
-    (the same FSDP2 code paths). Reads ``training.device``, ``training.num_threads`` (unset: cores //
-    processes on this node; 1 on CPU with ``training.deterministic = "layout"``), the degrees of ``[parallelism]``
-    and ``comm_timeout_seconds``.
+    Under torchrun the group starts from the environment; without it, a 1-rank group on an in-memory
+    store (the same FSDP2 code paths). Reads ``training.device``, ``training.num_threads`` (unset:
+    cores // processes on this node; 1 on CPU with ``training.deterministic = "layout"``), the
+    degrees of ``[parallelism]`` and ``comm_timeout_seconds``.
 
     Raises:
         LaunchError: more processes on a node than devices, the requested device is unavailable, or
@@ -83,8 +86,8 @@ def init_distributed(config: Any) -> DistInfo:
         count = torch.accelerator.device_count()
         if local_rank >= count:
             raise LaunchError(
-                f"local rank {local_rank} needs {kind} device {local_rank}, but this node has {count}; "
-                f"start at most {count} processes per node (NGPU={count})"
+                f"local rank {local_rank} needs {kind} device {local_rank}, but this node has "
+                f"{count}; start at most {count} processes per node (NGPU={count})"
             )
         device = torch.device(kind, local_rank)
         torch.accelerator.set_device_index(local_rank)
@@ -116,14 +119,16 @@ def init_distributed(config: Any) -> DistInfo:
 
 
 def uses_gloo(info: DistInfo) -> bool:
-    """Whether collectives run on gloo (CPU), which lacks ``ReduceOp.AVG``/``PREMUL_SUM`` (see the note above)."""
+    """Whether collectives run on gloo (CPU), which lacks ``ReduceOp.AVG``/``PREMUL_SUM`` (see the
+    note above)."""
     return info.backend == "gloo"
 
 
 def shutdown_distributed(*, in_step: bool) -> None:
-    """End this process's part in the process group: barrier (when ``in_step``, so that every rank leaves the
-    last collective together; see ``docs/design.md``, "Distributed: exiting together"), then destroy it.
-    After an error (``in_step=False``) there is no barrier: the other ranks may never arrive."""
+    """End this process's part in the process group: barrier (when ``in_step``, so that every rank
+    leaves the last collective together; see ``docs/design.md``, "Distributed: exiting together"),
+    then destroy it. After an error (``in_step=False``) there is no barrier: the other ranks may
+    never arrive."""
     if not dist.is_initialized():
         return
     if in_step:

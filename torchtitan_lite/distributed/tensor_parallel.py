@@ -1,29 +1,10 @@
-"""Tensor parallelism (Megatron-LM, arXiv 1909.08053) with sequence parallelism (arXiv 2205.05198): the pieces a
-family's ``parallelize.py`` assembles into its plan, all of them PyTorch's ``torch.distributed.tensor.parallel``
-styles applied by ``parallelize_module`` (torchtitan's ``apply_non_moe_tp`` / ``apply_moe_ep_tp`` layouts).
+"""Tensor parallelism (Megatron-LM, arXiv 1909.08053) with sequence parallelism (arXiv 2205.05198):
+the pieces a family's ``parallelize.py`` assembles into its plan, all of them PyTorch's
+``torch.distributed.tensor.parallel`` styles applied by ``parallelize_module`` (torchtitan's
+``apply_non_moe_tp`` / ``apply_moe_ep_tp`` layouts).
 
-Note: on the activations between blocks. The residual stream is a plain tensor on every rank, ``(bs, seqlen / tp,
-dim)`` sharded along the sequence with sequence parallelism (``Shard(1)``: norms run on their shard) or whole
-without (``Replicate()``); :func:`residual_layout` says which. Each sub-layer gathers its input
-(``PrepareModuleInput`` to ``Replicate``), works on its share of the heads or of the hidden width (column-wise
-q/k/v and w1/w3, local head counts) and reduces (-scatters) its output back to the residual layout (row-wise wo and
-w2). Parameters that every head uses, such as QK-norm weights, MLA's low-rank projections and the norms, stay
-whole on every rank (``Replicate`` DTensors); their gradients come out partial (each rank's heads or tokens) and
-are summed over the tensor-parallel ranks before use (FSDP2 redistributes a gradient to its parameter's placements).
-
-Note: on MoE layers under tensor parallelism. The experts are not split by tensor parallelism (expert parallelism,
-issue 14, will split them by whole experts): an MoE layer takes its input gathered to ``Replicate`` (as torchtitan
-does when EP is off), every tensor-parallel rank routes and runs all tokens of its data-parallel batch with
-whole (``fully_shard``-ed, not TP-split) router and experts, and keeps its sequence shard of the output
-(:func:`replicated_module_plan`). The computation of an MoE layer is thus repeated on each of the ``tp`` ranks,
-its results and gradients are identical on them, and routing, expert loads and the auxiliary losses are those of
-one process.
-
-Note: on the embedding's output under compile. ``RowwiseParallel`` reduce-scatters the embedding's output
-asynchronously and hands back an ``AsyncCollectiveTensor``; the first block, ``torch.compile``-d with AOTAutograd
-(``aot_eager``, ``inductor``; torch 2.13, gloo), then computes a wrong (zero) gradient for that input, so the
-embedding would learn nothing. A forward hook on ``tok_embeddings`` makes its output a plain tensor (one copy of
-``(bs, seqlen / tp, dim)``; any op on an ``AsyncCollectiveTensor`` waits for it and keeps its autograd history).
+Notes in docs/design.md: "on the activations between blocks", "on MoE layers under tensor
+parallelism", "on the embedding's output under compile".
 """
 
 from __future__ import annotations
@@ -57,15 +38,16 @@ from torchtitan_lite.distributed.fsdp import is_tied
 
 
 def residual_layout(sequence_parallel: bool) -> Placement:
-    """The placement of the residual stream between sub-layers: ``Shard(1)`` (sequence) or ``Replicate()``."""
+    """The placement of the residual stream between sub-layers: ``Shard(1)`` (sequence) or
+    ``Replicate()``."""
     return Shard(1) if sequence_parallel else Replicate()
 
 
 class ReplicateParallel(ParallelStyle):
-    """A module run whole on every tensor-parallel rank, inside a region of DTensor activations: its parameters
-    become ``Replicate`` DTensors, its inputs ``Replicate`` DTensors (plain tensors are taken as replicated), its
-    outputs stay DTensors unless ``use_local_output`` (torchtitan's ``NoParallel``; for MLA's low-rank projections
-    and their norms).
+    """A module run whole on every tensor-parallel rank, inside a region of DTensor activations: its
+    parameters become ``Replicate`` DTensors, its inputs ``Replicate`` DTensors (plain tensors are
+    taken as replicated), its outputs stay DTensors unless ``use_local_output`` (torchtitan's
+    ``NoParallel``; for MLA's low-rank projections and their norms).
     """
 
     def __init__(self, *, use_local_output: bool = False):
@@ -93,24 +75,26 @@ class ReplicateParallel(ParallelStyle):
 
 
 def head_norm() -> ParallelStyle:
-    """A norm over ``head_dim`` applied to head-sharded ``(bs, seqlen, heads, head_dim)`` activations (Qwen3's
-    QK-norm): one weight shared by all heads, kept whole (``Replicate``), input and output sharded on the heads
-    (torchtitan's qwen3 plan: ``SequenceParallel(sequence_dim=2)``), plain tensors outside."""
+    """A norm over ``head_dim`` applied to head-sharded ``(bs, seqlen, heads, head_dim)``
+    activations (Qwen3's QK-norm): one weight shared by all heads, kept whole (``Replicate``), input
+    and output sharded on the heads (torchtitan's qwen3 plan: ``SequenceParallel(sequence_dim=2)``),
+    plain tensors outside."""
     return SequenceParallel(sequence_dim=2, use_local_output=True)
 
 
 def norm_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
-    """The plan of the norm ``name`` between sub-layers: ``SequenceParallel`` (its weight ``Replicate``) with
-    sequence parallelism, nothing (a plain module on the whole residual) without."""
+    """The plan of the norm ``name`` between sub-layers: ``SequenceParallel`` (its weight
+    ``Replicate``) with sequence parallelism, nothing (a plain module on the whole residual)
+    without."""
     return {name: SequenceParallel()} if sequence_parallel else {}
 
 
 def input_gathered(
     sequence_parallel: bool, n_extra: int = 0, extra: Placement | None = None
 ) -> ParallelStyle:
-    """``PrepareModuleInput`` of a sub-layer: its first input (the normed residual) gathered to a ``Replicate``
-    DTensor, and ``n_extra`` more inputs (e.g. RoPE ``cos, sin``) left alone (``extra = None``) or taken as
-    ``extra`` DTensors."""
+    """``PrepareModuleInput`` of a sub-layer: its first input (the normed residual) gathered to a
+    ``Replicate`` DTensor, and ``n_extra`` more inputs (e.g. RoPE ``cos, sin``) left alone
+    (``extra = None``) or taken as ``extra`` DTensors."""
     layout = residual_layout(sequence_parallel)
     return PrepareModuleInput(
         input_layouts=(layout, *[extra] * n_extra),
@@ -119,8 +103,8 @@ def input_gathered(
 
 
 def swiglu_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
-    """A SwiGLU ``name`` (``models/common/ffn.py``): input gathered, ``w1``/``w3`` column-wise, ``w2`` row-wise
-    back to the residual layout (Megatron MLP)."""
+    """A SwiGLU ``name`` (``models/common/ffn.py``): input gathered, ``w1``/``w3`` column-wise,
+    ``w2`` row-wise back to the residual layout (Megatron MLP)."""
     return {
         name: input_gathered(sequence_parallel),
         f"{name}.w1": ColwiseParallel(),
@@ -130,9 +114,9 @@ def swiglu_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
 
 
 def replicated_module_plan(name: str, sequence_parallel: bool) -> dict[str, ParallelStyle]:
-    """Module ``name`` run whole on every tensor-parallel rank on plain tensors: its input gathered to the whole
-    sequence, its output cut back to the residual layout; its parameters are not split (see the note on MoE
-    layers under tensor parallelism)."""
+    """Module ``name`` run whole on every tensor-parallel rank on plain tensors: its input gathered
+    to the whole sequence, its output cut back to the residual layout; its parameters are not split
+    (see the note on MoE layers under tensor parallelism)."""
     layout = residual_layout(sequence_parallel)
     return {
         name: PrepareModuleInputOutput(
@@ -147,9 +131,9 @@ def replicated_module_plan(name: str, sequence_parallel: bool) -> dict[str, Para
 
 
 def shard_parameter(module: nn.Module, name: str, mesh: DeviceMesh, placement: Placement) -> None:
-    """Replace parameter ``name`` of ``module`` by a DTensor with ``placement`` on ``mesh`` (e.g. GPT-OSS's per-head
-    sinks, ``Shard(0)`` with the heads); works on meta. The module must then see its local shard, e.g. through a
-    ``PrepareModuleInput`` of the submodule it is passed to."""
+    """Replace parameter ``name`` of ``module`` by a DTensor with ``placement`` on ``mesh`` (e.g.
+    GPT-OSS's per-head sinks, ``Shard(0)`` with the heads); works on meta. The module must then see
+    its local shard, e.g. through a ``PrepareModuleInput`` of the submodule it is passed to."""
     param = getattr(module, name)
     module.register_parameter(
         name,
@@ -162,11 +146,11 @@ def shard_parameter(module: nn.Module, name: str, mesh: DeviceMesh, placement: P
 def apply_embedding_and_output_tp(
     model: nn.Module, mesh: DeviceMesh, *, sequence_parallel: bool, loss_parallel: bool
 ) -> None:
-    """Vocab-parallel ``tok_embeddings`` (row-wise: ``Shard(0)`` on the vocabulary; output to the residual
-    layout), ``norm`` (sequence parallel) and ``output`` (column-wise: ``Shard(0)`` on the vocabulary; logits
-    ``Shard(-1)`` DTensors for :func:`loss_parallel_context`, or gathered plain ``(bs, seqlen, vocab)`` tensors),
-    in place. A tied pair stays one tensor: both are ``Shard(0)`` on the vocabulary, so the output reuses the
-    embedding's DTensor.
+    """Vocab-parallel ``tok_embeddings`` (row-wise: ``Shard(0)`` on the vocabulary; output to the
+    residual layout), ``norm`` (sequence parallel) and ``output`` (column-wise: ``Shard(0)`` on the
+    vocabulary; logits ``Shard(-1)`` DTensors for :func:`loss_parallel_context`, or gathered plain
+    ``(bs, seqlen, vocab)`` tensors), in place. A tied pair stays one tensor: both are ``Shard(0)``
+    on the vocabulary, so the output reuses the embedding's DTensor.
 
     Args:
         model: the model contract of ``torchtitan_lite/protocols/model_spec.py``, on meta.
@@ -200,6 +184,6 @@ def _plain_output(module: nn.Module, inputs: Any, output: Any) -> Any:
 
 
 def loss_parallel_context(enabled: bool) -> contextlib.AbstractContextManager:
-    """``torch.distributed.tensor.parallel.loss_parallel()`` when ``enabled`` (the cross-entropy of ``Shard(-1)``
-    logits, forward and backward, without gathering them), else a no-op context."""
+    """``torch.distributed.tensor.parallel.loss_parallel()`` when ``enabled`` (the cross-entropy of
+    ``Shard(-1)`` logits, forward and backward, without gathering them), else a no-op context."""
     return loss_parallel() if enabled else contextlib.nullcontext()

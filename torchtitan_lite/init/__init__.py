@@ -1,10 +1,10 @@
-"""The init engine: init plans as data (``spec.py``), keyed sampling (``sampling.py``), applying a plan
-(``apply.py``), the init report (``report.py``), the fingerprint (``fingerprint.py``) and the expected
-step-1 loss (``step1.py``).
+"""The init engine: init plans as data (``spec.py``), keyed sampling (``sampling.py``), applying a
+plan (``apply.py``), the init report (``report.py``), the fingerprint (``fingerprint.py``) and the
+expected step-1 loss (``step1.py``).
 
-Public: :func:`trunc_normal_` (the exact, no-grad drop-in for ``torch.nn.init.trunc_normal_``) and :class:`InitKey`
-(what a keyed draw is keyed by). Both load on first use (PEP 562), so importing ``torchtitan_lite.init.spec``
-does not import DTensor."""
+Public: :func:`trunc_normal_` (the exact, no-grad drop-in for ``torch.nn.init.trunc_normal_``) and
+:class:`InitKey` (what a keyed draw is keyed by). Both load on first use (PEP 562), so importing
+``torchtitan_lite.init.spec`` does not import DTensor."""
 
 from __future__ import annotations
 

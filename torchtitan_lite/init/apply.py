@@ -1,17 +1,12 @@
-"""Apply a model family's :class:`~torchtitan_lite.init.spec.InitPlan`: :func:`init_weights`, :func:`materialize`.
+"""Apply a model family's :class:`~torchtitan_lite.init.spec.InitPlan`: :func:`init_weights`,
+:func:`materialize`.
 
-Note: on canonical names. Tensors are named over ``named_parameters(remove_duplicate=False)`` plus the
-persistent buffers, without the wrapper components of :data:`WRAPPER_NAMES`, so the plan, the sampling
-keys and the fingerprint are the same with or without wrappers.
+Persistent buffers (MoE load-balancing bias, counters) are state, covered by the plan;
+non-persistent ones (RoPE tables) are derived and recomputed by
+``model.init_buffers(buffer_device)``. Tensors in ``skip`` (loaded from a checkpoint or HF) are
+never drawn.
 
-Note: on tied weights. One tensor under several names is one group, initialized once: the last plan entry
-matching any of its names wins, and the alphabetically first name it matches keys the random stream (plans
-list ``output.weight`` after ``tok_embeddings.weight``: see :mod:`torchtitan_lite.init.spec`).
-``model.to_empty`` unties a tie made on meta; :func:`materialize` re-ties it.
-
-Persistent buffers (MoE load-balancing bias, counters) are state, covered by the plan; non-persistent ones
-(RoPE tables) are derived and recomputed by ``model.init_buffers(buffer_device)``. Tensors in ``skip``
-(loaded from a checkpoint or HF) are never drawn.
+Notes in docs/design.md: "on canonical names", "on tied weights".
 """
 
 from __future__ import annotations
@@ -34,7 +29,8 @@ WRAPPER_NAMES = ("_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_modul
 
 
 def canonical_name(name: str) -> str:
-    """``name`` with wrapper components removed: ``layers.0._checkpoint_wrapped_module.w`` -> ``layers.0.w``."""
+    """``name`` with wrapper components removed: ``layers.0._checkpoint_wrapped_module.w`` ->
+    ``layers.0.w``."""
     return ".".join(part for part in name.split(".") if part not in WRAPPER_NAMES)
 
 
@@ -54,7 +50,8 @@ def named_state_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 def tensor_groups(model: nn.Module) -> list[tuple[tuple[str, ...], torch.Tensor]]:
-    """One ``(names, tensor)`` per distinct tensor object; ``names`` are its canonical aliases, sorted."""
+    """One ``(names, tensor)`` per distinct tensor object; ``names`` are its canonical aliases,
+    sorted."""
     groups: dict[int, tuple[list[str], torch.Tensor]] = {}
     for name, tensor in named_state_tensors(model):
         names, _ = groups.setdefault(id(tensor), ([], tensor))
@@ -109,12 +106,12 @@ def resolve_plan(
 ) -> list[tuple[ResolvedTensor, torch.Tensor]]:
     """Match every parameter / persistent buffer of ``model`` to its plan entry.
 
-    ``partial``: ``model`` holds only some of the plan's tensors (a rank's pipeline stages), so entries may match
-    none of them.
+    ``partial``: ``model`` holds only some of the plan's tensors (a rank's pipeline stages), so
+    entries may match none of them.
 
     Raises:
-        ValueError: a tensor matches no entry, an entry matches no tensor (unless ``partial``), or a ``skip``
-            name is not a tensor of the model (each message names the culprit).
+        ValueError: a tensor matches no entry, an entry matches no tensor (unless ``partial``), or a
+            ``skip`` name is not a tensor of the model (each message names the culprit).
         RuntimeError: two canonical names share a 128-bit digest (their streams would coincide).
     """
     groups = tensor_groups(model)
@@ -171,16 +168,17 @@ def init_weights(
     buffer_device: torch.device | str | None = None,
     partial: bool = False,
 ) -> InitResult:
-    """Initialize every parameter and persistent buffer of ``model`` (materialized: plain, wrapped or
-    FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
+    """Initialize every parameter and persistent buffer of ``model`` (materialized: plain, wrapped
+    or FSDP2-sharded) from ``plan``, then ``model.init_buffers(buffer_device)`` if it has one.
 
-    Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one call per
-    tensor, independent of sharding; fills set the local shard. The draws use the native CPU kernels, and on other
-    devices compiled kernels when the random tensors' local elements number at least
-    :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS` in all (the same values either way). ``seed`` is in
-    ``[0, 2**64)``; tensors named
+    Random kinds draw from :func:`trunc_normal_` with ``key=InitKey(seed, canonical name)``, one
+    call per tensor, independent of sharding; fills set the local shard. The draws use the native
+    CPU kernels, and on other devices compiled kernels when the random tensors' local elements
+    number at least :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS` in all (the same values
+    either way). ``seed`` is in ``[0, 2**64)``; tensors named
     in ``skip`` (any alias) are untouched. ``partial``: ``model`` is a rank's pipeline stages (see
-    :func:`resolve_plan`); each tensor still draws from its canonical name, so the values are the whole model's.
+    :func:`resolve_plan`); each tensor still draws from its canonical name, so the values are the
+    whole model's.
 
     Raises:
         ValueError: bad seed, or see :func:`resolve_plan`.
@@ -219,8 +217,9 @@ def init_weights(
 
 
 def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
-    """``model.to_empty(device=device)`` that re-ties the parameters tied before (``to_empty`` gives every module
-    a new Parameter); returns ``model``, uninitialized: call :func:`init_weights` next."""
+    """``model.to_empty(device=device)`` that re-ties the parameters tied before (``to_empty`` gives
+    every module a new Parameter); returns ``model``, uninitialized: call :func:`init_weights`
+    next."""
     ties: dict[int, list[tuple[nn.Module, str]]] = {}
     for module in model.modules():
         for name, param in module._parameters.items():

@@ -1,28 +1,15 @@
-"""Counter-based random values: Philox4x32-10 words and standard normals as pure functions of (key, counter).
+"""Counter-based random values: Philox4x32-10 words and standard normals as pure functions of (key,
+counter).
 
-Every function here maps integer tensors to values elementwise, with no generator state: the value at a counter is
-the same whichever elements are computed with it, in which order, in what chunks, on which device.
+Every function here maps integer tensors to values elementwise, with no generator state: the value
+at a counter is the same whichever elements are computed with it, in which order, in what chunks, on
+which device.
 
-Note: on counters. A keyed stream has a 64-bit Philox key ``(k0, k1)`` and a 32-bit ``salt`` (both from a blake2b
-hash of the seed and the tensor's canonical name, :func:`stream_words`). Element ``i`` (row-major global index) of a
-tensor takes its ``k``-th candidate from the Philox block at counter ``(block_lo, block_hi, k, salt)``:
-``block = i // 4`` for normal candidates (a block gives four normals: :func:`block_normals`), ``block = i`` where a
-candidate needs two uniforms of its own (:func:`element_words`).
+Philox4x32-10: Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011
+(the multipliers and Weyl constants below are theirs, as in Random123 and cuRAND). Box-Muller: Box &
+Muller, "A note on the generation of random normal deviates", Ann. Math. Stat. 29 (1958).
 
-Note: on the same bits everywhere. Philox is integer arithmetic (exact on every device: 32-bit words held in int64,
-``32 x 32 -> 64``-bit products that wrap as two's complement). The float stage uses only IEEE-754 operations that are
-correctly rounded in float64 on every CPU ISA and accelerator: ``+ - * /``, comparisons, exact conversions
-from integers below 2**53, selections and bit-casts. There is no vendor ``log``/``sin``/``cos`` (their last bit
-differs between libm, SLEEF's AVX2/AVX-512 kernels and CUDA), and no ``sqrt`` (torch's eager CPU one is SLEEF's and
-misrounds some float64 values): :func:`log_word_uniform` and :func:`sincos_2pi_turns` are Taylor series of fixed
-length evaluated by Horner's rule, :func:`sqrt_positive` a fixed number of Newton steps. Each operation is its own torch op in eager
-mode; compiled, inductor's C++ is built with ``-ffp-contract=off`` and without unsafe math (torch 2.13's defaults,
-also forced by :data:`EXACT_COMPILE_OPTIONS`), and Triton's FMA fusion is turned off (``emulate_precision_casts``),
-so no multiply-add is contracted and no operation is reassociated: eager, compiled, CPU and GPU give the same bits.
-
-Philox4x32-10: Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011 (the
-multipliers and Weyl constants below are theirs, as in Random123 and cuRAND). Box-Muller: Box & Muller, "A note on
-the generation of random normal deviates", Ann. Math. Stat. 29 (1958).
+Notes in docs/design.md: "on counters", "on the same bits everywhere".
 """
 
 from __future__ import annotations
@@ -35,7 +22,8 @@ import torch
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 """Philox4x32 round multipliers (Salmon et al. 2011, table 2)."""
 PHILOX_W = (0x9E3779B9, 0xBB67AE85)
-"""Philox4x32 key increments per round: the golden ratio and sqrt(3) - 1 as 32-bit fractions (Salmon et al. 2011)."""
+"""Philox4x32 key increments per round: the golden ratio and sqrt(3) - 1 as 32-bit fractions (Salmon
+et al. 2011)."""
 PHILOX_ROUNDS = 10
 MASK32 = 0xFFFFFFFF
 
@@ -44,13 +32,14 @@ EXACT_COMPILE_OPTIONS = {
     "cpp.enable_unsafe_math_opt_flag": False,
     "emulate_precision_casts": True,
 }
-"""Inductor options under which compiled kernels round every float operation as eager does (no FMA contraction in
-C++ or Triton, no reassociation)."""
+"""Inductor options under which compiled kernels round every float operation as eager does (no FMA
+contraction in C++ or Triton, no reassociation)."""
 
 _LN2 = math.log(2.0)
 _SQRT2 = math.sqrt(2.0)
 _LOG_TERMS = tuple(1.0 / (2 * k + 1) for k in range(8))
-"""``atanh(s) / s = sum s^(2k) / (2k + 1)``; 8 terms: the first omitted one is below 2**-42 for ``|s| <= 0.172``."""
+"""``atanh(s) / s = sum s^(2k) / (2k + 1)``; 8 terms: the first omitted one is below 2**-42 for
+``|s| <= 0.172``."""
 _SQRT2_F32, _LN2_F32, _HALF_PI_F32 = 1.4142135381698608, 0.6931471824645996, 1.5707963705062866
 """``sqrt(2)``, ``ln 2``, ``pi / 2`` rounded to float32."""
 _LN_POLY = (
@@ -65,9 +54,9 @@ _LN_POLY = (
     0.129141703248024,
     -0.07638592272996902,
 )
-"""``ln(1 + f) / f`` on ``f`` in ``[sqrt(1/2) - 1, sqrt(2) - 1]``: a least-squares fit of degree 9 on 4,000
-Chebyshev nodes, rounded to float32 (relative error 7e-9 before float32 evaluation; docs/design.md, the float32
-transform)."""
+"""``ln(1 + f) / f`` on ``f`` in ``[sqrt(1/2) - 1, sqrt(2) - 1]``: a least-squares fit of degree 9
+on 4,000 Chebyshev nodes, rounded to float32 (relative error 7e-9 before float32 evaluation;
+docs/design.md, the float32 transform)."""
 _SIN_POLY = (
     1.0,
     -0.1666666716337204,
@@ -83,15 +72,17 @@ _COS_POLY = (
     2.4801587642286904e-05,
     -2.755731998149713e-07,
 )
-"""Taylor coefficients of ``sin(x) / x`` and ``cos(x)`` in ``x^2``, rounded to float32: the first omitted terms are
-below 3e-9 for ``0 <= x <= pi / 4``."""
+"""Taylor coefficients of ``sin(x) / x`` and ``cos(x)`` in ``x^2``, rounded to float32: the first
+omitted terms are below 3e-9 for ``0 <= x <= pi / 4``."""
 _RSQRT_STEPS = 3
-"""Newton steps of :func:`sqrt32`: the relative error goes 0.035 -> 1.8e-3 -> 5e-6 -> float32 rounding."""
+"""Newton steps of :func:`sqrt32`: the relative error goes 0.035 -> 1.8e-3 -> 5e-6 -> float32
+rounding."""
 
 
 def stream_words(seed: int, digest: bytes) -> tuple[int, int, int]:
-    """``(k0, k1, salt)``: the Philox key words and the counter's salt word of the stream ``(seed, name digest)``,
-    each in ``[0, 2**32)``, from a 96-bit blake2b digest of the 64-bit little-endian seed and the 16-byte digest."""
+    """``(k0, k1, salt)``: the Philox key words and the counter's salt word of the stream
+    ``(seed, name digest)``, each in ``[0, 2**32)``, from a 96-bit blake2b digest of the 64-bit
+    little-endian seed and the 16-byte digest."""
     words = hashlib.blake2b(
         seed.to_bytes(8, "little") + digest, digest_size=12, person=b"tt-lite-philox"
     ).digest()
@@ -109,10 +100,12 @@ def _hi16(x: torch.Tensor) -> torch.Tensor:
 
 
 def mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(hi, lo)`` words of the 64-bit product of the int32 words ``a`` and the 32-bit constant ``m``.
+    """``(hi, lo)`` words of the 64-bit product of the int32 words ``a`` and the 32-bit constant
+    ``m``.
 
-    Only int32 lanes (no 64-bit multiply, which AVX2 lacks): ``lo`` is the wrapping int32 product; ``hi`` sums the
-    four 16 x 16-bit partial products, each below ``2**32`` (held wrapped), with masks and shifts for the carries.
+    Only int32 lanes (no 64-bit multiply, which AVX2 lacks): ``lo`` is the wrapping int32 product;
+    ``hi`` sums the four 16 x 16-bit partial products, each below ``2**32`` (held wrapped), with
+    masks and shifts for the carries.
     """
     m_hi, m_lo = m >> 16, m & 0xFFFF
     a_hi, a_lo = _hi16(a), a & 0xFFFF
@@ -132,8 +125,8 @@ def philox4x32(
     """Philox4x32-10 of the counters ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``.
 
     Args:
-        c0, c1, c2, c3: int32 tensors (broadcastable), 32-bit words as two's complement (:func:`as_word32`).
-        k0, k1: int32 0-d tensors, the same.
+        c0, c1, c2, c3: int32 tensors (broadcastable), 32-bit words as two's complement
+        (:func:`as_word32`). k0, k1: int32 0-d tensors, the same.
 
     Returns:
         The four output words, int32 tensors (two's complement).
@@ -147,7 +140,8 @@ def philox4x32(
 
 
 def unit_uniform(word: torch.Tensor) -> torch.Tensor:
-    """float64 ``(w + 0.5) * 2**-32`` of 32-bit words ``w`` (int64): uniforms in ``(0, 1)``, exact (33 bits)."""
+    """float64 ``(w + 0.5) * 2**-32`` of 32-bit words ``w`` (int64): uniforms in ``(0, 1)``, exact
+    (33 bits)."""
     return (word.to(torch.float64) + 0.5) * 2.0**-32
 
 
@@ -160,12 +154,13 @@ def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
 
 
 def log_word_uniform(word: torch.Tensor) -> torch.Tensor:
-    """float64 ``ln u`` of the uniform ``u = (w + 0.5) 2^-32`` (:func:`unit_uniform`) of 32-bit words ``w`` (int64),
-    from IEEE-rounded ``+ - * /`` only (the proposals' float64 stage): ``ln u = ln(2 w + 1) - 33 ln 2``.
+    """float64 ``ln u`` of the uniform ``u = (w + 0.5) 2^-32`` (:func:`unit_uniform`) of 32-bit
+    words ``w`` (int64), from IEEE-rounded ``+ - * /`` only (the proposals' float64 stage):
+    ``ln u = ln(2 w + 1) - 33 ln 2``.
 
-    ``x = 2 w + 1 = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``, ``e`` and ``m`` read from the float64 bits of
-    ``x`` (exact), then ``ln m = 2 atanh(s)``, ``s = (m - 1) / (m + 1)``, by its series (:data:`_LOG_TERMS`):
-    relative error below 1e-12.
+    ``x = 2 w + 1 = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``, ``e`` and ``m`` read from the
+    float64 bits of ``x`` (exact), then ``ln m = 2 atanh(s)``, ``s = (m - 1) / (m + 1)``, by its
+    series (:data:`_LOG_TERMS`): relative error below 1e-12.
     """
     x = (word + word + 1).to(torch.float64)  # odd integers below 2**33: exact
     e = (x.view(torch.int64) >> 52) - 1023
@@ -179,12 +174,15 @@ def log_word_uniform(word: torch.Tensor) -> torch.Tensor:
 
 
 def log_uniform32(word: torch.Tensor) -> torch.Tensor:
-    """float32 ``ln u`` of the uniform ``u`` of int32 words ``w`` (32-bit words, two's complement), in
-    ``[-23.2, 0]``: ``u = (w + 0.5) 2^-32`` for ``w < 2**31`` (``w`` rounded to float32 first: exact below
-    ``2**24``, so the smallest ``u`` is ``2**-33``), else ``1 + (w - 2**32 + 0.5) 2^-32`` rounded to float32.
+    """float32 ``ln u`` of the uniform ``u`` of int32 words ``w`` (32-bit words, two's complement),
+    in
+    ``[-23.2, 0]``: ``u = (w + 0.5) 2^-32`` for ``w < 2**31`` (``w`` rounded to float32 first: exact
+    below ``2**24``, so the smallest ``u`` is ``2**-33``), else ``1 + (w - 2**32 + 0.5) 2^-32``
+    rounded to float32.
 
-    ``u = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from its bits, ``ln u = e ln 2 + f P(f)``, ``f = m - 1``
-    (exact), ``P`` :data:`_LN_POLY`: relative error below 1e-6 (``tests/test_counter.py``).
+    ``u = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from its bits, ``ln u = e ln 2 + f P(f)``,
+    ``f = m - 1`` (exact), ``P`` :data:`_LN_POLY`: relative error below 1e-6
+    (``tests/test_counter.py``).
     """
     scaled = (word.to(torch.float32) + 0.5) * 2.0**-32  # exact scaling of a rounded value
     u = torch.where(word < 0, scaled + 1.0, scaled)
@@ -199,8 +197,8 @@ def log_uniform32(word: torch.Tensor) -> torch.Tensor:
 
 def sqrt32(x: torch.Tensor) -> torch.Tensor:
     """float32 ``sqrt`` of non-negative float32 ``x`` below ``2**64`` from multiplies and adds only:
-    ``x * rsqrt(x)``, ``rsqrt`` from a bit-level guess (within 3.5%) and :data:`_RSQRT_STEPS` Newton steps
-    ``y (1.5 - x/2 y^2)``; relative error below 1e-6 (``0`` gives ``0``)."""
+    ``x * rsqrt(x)``, ``rsqrt`` from a bit-level guess (within 3.5%) and :data:`_RSQRT_STEPS` Newton
+    steps ``y (1.5 - x/2 y^2)``; relative error below 1e-6 (``0`` gives ``0``)."""
     x_safe = torch.clamp_min(x, 2.0**-60)  # keeps y^2 finite; x * y is 0 for x = 0
     y = (0x5F3759DF - (x_safe.view(torch.int32) >> 1)).view(torch.float32)
     half = x_safe * 0.5
@@ -210,12 +208,13 @@ def sqrt32(x: torch.Tensor) -> torch.Tensor:
 
 
 def sincos_turns32(word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 ``(sin t, cos t)`` of the angles ``t = 2 pi (v + 0.5) / 2**25``, ``v`` the top 25 bits of the int32
-    words (two's complement).
+    """float32 ``(sin t, cos t)`` of the angles ``t = 2 pi (v + 0.5) / 2**25``, ``v`` the top 25
+    bits of the int32 words (two's complement).
 
-    The top two bits pick the quadrant, the next 23 give ``f = (g + 0.5) 2^-23`` in ``(0, 1)`` within it (exact);
-    ``f > 1/2`` is mirrored to ``1 - f`` (exact) so that the Taylor polynomials (:data:`_SIN_POLY`,
-    :data:`_COS_POLY`) run on ``x = f pi / 2`` in ``(0, pi / 4]``: absolute error below 1e-7.
+    The top two bits pick the quadrant, the next 23 give ``f = (g + 0.5) 2^-23`` in ``(0, 1)``
+    within it (exact); ``f > 1/2`` is mirrored to ``1 - f`` (exact) so that the Taylor polynomials
+    (:data:`_SIN_POLY`, :data:`_COS_POLY`) run on ``x = f pi / 2`` in ``(0, pi / 4]``: absolute
+    error below 1e-7.
     """
     quadrant = (word >> 30) & 3
     f = (((word >> 7) & 0x7FFFFF).to(torch.float32) + 0.5) * 2.0**-23
@@ -246,7 +245,8 @@ def box_muller(u_word: torch.Tensor, t_word: torch.Tensor) -> tuple[torch.Tensor
 
 
 def _split(index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Low and high 32-bit words (int32, two's complement) of non-negative int64 ``index`` below ``2**63``."""
+    """Low and high 32-bit words (int32, two's complement) of non-negative int64 ``index`` below
+    ``2**63``."""
     lo = ((index & MASK32) ^ 0x80000000) - 0x80000000  # in [-2**31, 2**31): an exact conversion
     return lo.to(torch.int32), (index >> 32).to(torch.int32)
 
@@ -258,11 +258,12 @@ def block_normals(
     k1: torch.Tensor,
     salt: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The four standard normals of each Philox block: four float32 ``(n,)`` for int64 ``block`` ``(n,)``.
+    """The four standard normals of each Philox block: four float32 ``(n,)`` for int64 ``block``
+    ``(n,)``.
 
-    Normal ``j`` of block ``b`` is element ``4 b + j``'s candidate number ``attempt``; ``attempt``, ``k0``, ``k1``,
-    ``salt`` are int32 0-d words (:func:`as_word32`). Words 0 and 1 give normals 0 and 1 (:func:`box_muller`),
-    words 2 and 3 normals 2 and 3.
+    Normal ``j`` of block ``b`` is element ``4 b + j``'s candidate number ``attempt``; ``attempt``,
+    ``k0``, ``k1``, ``salt`` are int32 0-d words (:func:`as_word32`). Words 0 and 1 give normals 0
+    and 1 (:func:`box_muller`), words 2 and 3 normals 2 and 3.
     """
     lo, hi = _split(block)
     w0, w1, w2, w3 = philox4x32(lo, hi, attempt.expand_as(lo), salt.expand_as(lo), k0, k1)
@@ -278,8 +279,9 @@ def element_normals(
     k1: torch.Tensor,
     salt: torch.Tensor,
 ) -> torch.Tensor:
-    """Candidate number ``attempt`` of the elements at global indices ``index`` (int64 ``(n,)``): float32 ``(n,)``,
-    bitwise the values :func:`block_normals` gives them (each element computes its block and keeps its normal)."""
+    """Candidate number ``attempt`` of the elements at global indices ``index`` (int64 ``(n,)``):
+    float32 ``(n,)``, bitwise the values :func:`block_normals` gives them (each element computes its
+    block and keeps its normal)."""
     lo, hi = _split(index >> 2)
     w0, w1, w2, w3 = philox4x32(lo, hi, attempt.expand_as(lo), salt.expand_as(lo), k0, k1)
     second = (index & 2) == 2
@@ -294,8 +296,9 @@ def element_words(
     k1: torch.Tensor,
     salt: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two 32-bit words (int64 ``(n,)``, in ``[0, 2**32)``) of candidate number ``attempt`` of the elements at
-    ``index`` (int64 ``(n,)``): words 0 and 1 of the Philox block at counter ``(index, attempt, salt)``."""
+    """Two 32-bit words (int64 ``(n,)``, in ``[0, 2**32)``) of candidate number ``attempt`` of the
+    elements at ``index`` (int64 ``(n,)``): words 0 and 1 of the Philox block at counter
+    ``(index, attempt, salt)``."""
     lo, hi = _split(index)
     w0, w1, _, _ = philox4x32(lo, hi, attempt.expand_as(lo), salt.expand_as(lo), k0, k1)
     return w0.to(torch.int64) & MASK32, w1.to(torch.int64) & MASK32

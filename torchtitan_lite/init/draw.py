@@ -1,32 +1,19 @@
-"""Keyed draws of one law: the kernels that turn counters into values (native, compiled or eager torch ops), and
-the rejection loop.
+"""Keyed draws of one law: the kernels that turn counters into values (native, compiled or eager
+torch ops), and the rejection loop.
 
-A rank fills exactly its local elements (:func:`fill_local`): its box of the global tensor is a set of runs of
-consecutive global indices (:func:`torchtitan_lite.init.keyed.element_runs`); runs that start and end on multiples of 4
-are drawn a Philox block (four normals) at a time, other runs element by element (each element computes its own
-block: the same values, 4x the Philox work). Both are cut into chunks, so temporaries stay bounded whatever the shard.
+A rank fills exactly its local elements (:func:`fill_local`): its box of the global tensor is a set
+of runs of consecutive global indices (:func:`torchtitan_lite.init.keyed.element_runs`); runs that
+start and end on multiples of 4 are drawn a Philox block (four normals) at a time, other runs
+element by element (each element computes its own block: the same values, 4x the Philox work). Both
+are cut into chunks, so temporaries stay bounded whatever the shard.
 
-Note: on exact truncation per element. Element ``i``'s value is its first candidate ``k = 0, 1, ...`` that lies in
-``[lo, hi]`` after rounding to the work dtype (:mod:`torchtitan_lite.init.counter`: candidate ``k`` comes from counter
-``(i, k)``), so it is an exact draw of the truncated law and a function of ``(key, i)`` only: the first pass draws
-candidate 0 of every element, each later pass only the elements still out of bounds. Where the in-bounds mass is
-below :data:`MIN_REJECTION_MASS` the candidates come from a proposal instead of the normal, with the same per-element
-counter (Robert, "Simulation of truncated normal variables", Stat. Comput. 5, 1995: a uniform proposal on the
-interval, or a translated exponential one with rate ``(alpha + sqrt(alpha^2 + 4)) / 2`` in a tail, whichever accepts
-more), accepted by ``ln u <= log density ratio`` so that only :func:`counter.log_word_uniform` is needed.
-
-Note: on where values are computed. On CPU, CUDA and XPU the values are computed on the tensor's device; other
-accelerators (NPU, MPS) compute on the host CPU and copy each chunk over. On the CPU the C kernels of
-:mod:`torchtitan_lite.init.native` compute them (eager torch ops without a C compiler, or with ``compiled=False``);
-elsewhere torch ops, compiled (:func:`_compiled`, static chunk shapes: one compile per device type and dtype, kept by
-inductor's cache) for large draws. Every path gives the same bits (:mod:`torchtitan_lite.init.counter`).
+Notes in docs/design.md: "on exact truncation per element", "on where values are computed".
 """
 
 from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -35,31 +22,34 @@ import torch
 from torchtitan_lite.init import counter, native
 
 MIN_REJECTION_MASS = 0.3
-"""Below this in-bounds mass, candidates come from a proposal (Robert 1995) instead of the normal."""
+"""Below this in-bounds mass, candidates come from a proposal (Robert 1995) instead of the
+normal."""
 COMPILE_MIN_ELEMENTS = 2**25
-"""Off the CPU: a draw of at least this many elements (one call of ``init_weights``) uses compiled kernels; below it
-eager torch ops, whose cost stays under a compile's start-up."""
+"""Off the CPU: a draw of at least this many elements (one call of ``init_weights``) uses compiled
+kernels; below it eager torch ops, whose cost stays under a compile's start-up."""
 COMPILED_MIN_LOCAL = 2**14
-"""Off the CPU, tensors with fewer local elements stay eager even in a compiled draw (a compiled call computes a
-whole chunk)."""
+"""Off the CPU, tensors with fewer local elements stay eager even in a compiled draw (a compiled
+call computes a whole chunk)."""
 BLOCK_CHUNK = {True: 2**18, False: 2**16}
-"""Philox blocks per call (4 elements each), compiled / eager torch ops: one static shape for compiled kernels; a
-cache-sized chunk for eager ops."""
+"""Philox blocks per call (4 elements each), compiled / eager torch ops: one static shape for
+compiled kernels; a cache-sized chunk for eager ops."""
 NATIVE_BLOCK_CHUNK = 2**20
-"""Philox blocks per call of the CPU kernels: few calls, so that threads meet rarely (each call splits over them)."""
+"""Philox blocks per call of the CPU kernels: few calls, so that threads meet rarely (each call
+splits over them)."""
 ELEMENT_CHUNK = {True: 2**16, False: 2**16}
 """Elements per call of the element path, compiled / eager."""
 MAX_ATTEMPTS = 10_000
-"""Candidates per element before giving up (with mass >= 0.3 the chance of reaching it is below 1e-1500)."""
+"""Candidates per element before giving up (with mass >= 0.3 the chance of reaching it is below
+1e-1500)."""
 
 _COMPILED: dict[tuple[str, str], Callable] = {}
 _STATE = {"eager_only": False, "compile_seconds": 0.0}
 
 
 class Law(NamedTuple):
-    """``N(mean, std^2)`` truncated to ``[lo, hi]``, values in ``dtype`` (float32 or float64; ``lo``/``hi``
-    representable in it, infinite for no bound), with the standardized bounds ``alpha``, ``beta`` of the requested
-    interval and its normal mass."""
+    """``N(mean, std^2)`` truncated to ``[lo, hi]``, values in ``dtype`` (float32 or float64;
+    ``lo``/``hi`` representable in it, infinite for no bound), with the standardized bounds
+    ``alpha``, ``beta`` of the requested interval and its normal mass."""
 
     mean: float
     std: float
@@ -72,19 +62,20 @@ class Law(NamedTuple):
 
 
 def draw_device(device: torch.device) -> torch.device:
-    """Where the values of a tensor on ``device`` are computed (see the note on where values are computed)."""
+    """Where the values of a tensor on ``device`` are computed (see the note on where values are
+    computed)."""
     return device if device.type in ("cpu", "cuda", "xpu") else torch.device("cpu")
 
 
 def compile_seconds() -> float:
-    """Seconds this process spent building :mod:`native` kernels and in the first call of each ``torch.compile``-d
-    kernel (compiling or loading inductor's cache)."""
+    """Seconds this process spent building :mod:`native` kernels and in the first call of each
+    ``torch.compile``-d kernel (compiling or loading inductor's cache)."""
     return _STATE["compile_seconds"] + native.build_seconds()
 
 
 def compile_note() -> str:
-    """``"init kernels built/compiled in 0.5 s"`` when this process spent time on that (:func:`compile_seconds`),
-    else ``""``: for the init line."""
+    """``"init kernels built/compiled in 0.5 s"`` when this process spent time on that
+    (:func:`compile_seconds`), else ``""``: for the init line."""
     seconds = compile_seconds()
     return f"init kernels built/compiled in {seconds:.1f} s" if seconds > 0 else ""
 
@@ -92,13 +83,15 @@ def compile_note() -> str:
 def _scaled(
     z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
-    """``z std + mean`` in the dtype of ``mean`` and ``std`` (the law's: float32, or float64 for float64 tensors)."""
+    """``z std + mean`` in the dtype of ``mean`` and ``std`` (the law's: float32, or float64 for
+    float64 tensors)."""
     return (z.to(std.dtype) * std + mean).to(dtype)
 
 
 def _normal_blocks(block, attempt, k0, k1, salt, mean, std, dtype: torch.dtype):
-    """Values of the four elements of each block: ``(v0, v1, v2, v3)``. (Out-of-bounds flags are computed from them
-    outside: as extra outputs of the compiled kernel, inductor recomputes the whole transform for them.)"""
+    """Values of the four elements of each block: ``(v0, v1, v2, v3)``. (Out-of-bounds flags are
+    computed from them outside: as extra outputs of the compiled kernel, inductor recomputes the
+    whole transform for them.)"""
     return [
         _scaled(z, mean, std, dtype) for z in counter.block_normals(block, attempt, k0, k1, salt)
     ]
@@ -127,9 +120,10 @@ def _proposal_elements(
     exponential: bool,
     flip: bool,
 ):
-    """Values and rejection flags of candidate ``attempt`` from the proposal on standardized ``[alpha, beta]``
-    (``alpha >= 0`` or containing 0; mirrored back when ``flip``): exponential with ``rate``, else uniform with the
-    density's peak ``peak`` (``alpha`` or 0) on the interval. Values are clamped into ``[lo, hi]`` after rounding."""
+    """Values and rejection flags of candidate ``attempt`` from the proposal on standardized
+    ``[alpha, beta]`` (``alpha >= 0`` or containing 0; mirrored back when ``flip``): exponential
+    with ``rate``, else uniform with the density's peak ``peak`` (``alpha`` or 0) on the interval.
+    Values are clamped into ``[lo, hi]`` after rounding."""
     w0, w1 = counter.element_words(index, attempt, k0, k1, salt)
     log_u = counter.log_word_uniform(w1)
     if exponential:
@@ -144,8 +138,8 @@ def _proposal_elements(
 
 
 def _compiled(fn: Callable, device: torch.device) -> Callable | None:
-    """``fn`` compiled for ``device`` with :data:`counter.EXACT_COMPILE_OPTIONS`, or ``None`` for eager (after a
-    failed compile, with one warning)."""
+    """``fn`` compiled for ``device`` with :data:`counter.EXACT_COMPILE_OPTIONS`, or ``None`` for
+    eager (after a failed compile, with one warning)."""
     if _STATE["eager_only"]:
         return None
     key = (fn.__name__, device.type)
@@ -157,7 +151,8 @@ def _compiled(fn: Callable, device: torch.device) -> Callable | None:
 def _call(
     fn: Callable, compiled: bool, chunk: int, x: torch.Tensor, *args, **static
 ) -> list[torch.Tensor]:
-    """``fn(x, *args, **static)``, compiled on ``x`` padded to ``chunk`` elements when ``compiled``."""
+    """``fn(x, *args, **static)``, compiled on ``x`` padded to ``chunk`` elements when
+    ``compiled``."""
     kernel = _compiled(fn, x.device) if compiled else None
     if kernel is None:
         return list(fn(x, *args, **static))
@@ -169,10 +164,10 @@ def _call(
         out = kernel(padded, *args, **static)
     except Exception as err:  # noqa: BLE001 - any compiler failure: draw eagerly instead (same values)
         _STATE["eager_only"] = True
-        warnings.warn(
-            f"init: torch.compile of the keyed init kernels failed ({type(err).__name__}); drawing with "
-            "eager ops (the same values, slower)",
-            stacklevel=3,
+        print(
+            "warning: init: torch.compile of the keyed init kernels failed "
+            f"({type(err).__name__}); drawing with eager ops (the same values, slower)",
+            flush=True,
         )
         return list(fn(x, *args, **static))
     if not first:
@@ -200,12 +195,14 @@ def _scalars(
 
 
 def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
-    """``(parameters, exponential, flip)`` of the proposal for a law with little in-bounds mass (Robert 1995)."""
+    """``(parameters, exponential, flip)`` of the proposal for a law with little in-bounds mass
+    (Robert 1995)."""
     flip = law.alpha + law.beta < 0  # put the interval at alpha >= 0 (or around 0)
     alpha, beta = (-law.beta, -law.alpha) if flip else (law.alpha, law.beta)
     peak = max(alpha, 0.0)
     rate = (alpha + math.sqrt(alpha * alpha + 4.0)) / 2.0
-    # log acceptance rates less ln(mass / sqrt(2 pi)), which both share (the mass underflows far out in a tail)
+    # log acceptance rates less ln(mass / sqrt(2 pi)), which both share (the mass underflows far out
+    # in a tail)
     log_uniform = 0.5 * peak * peak - math.log(beta - alpha) if math.isfinite(beta) else -math.inf
     log_exponential = math.log(rate) + rate * alpha - 0.5 * rate * rate if alpha > 0 else -math.inf
     return (
@@ -217,7 +214,8 @@ def _proposal(law: Law) -> tuple[dict[str, float], bool, bool]:
 
 def _index_chunks(starts: list[int], length: int, cap: int, device: torch.device):
     """``(position, indices)``: consecutive pieces of at most ``cap`` of the concatenated runs
-    ``range(s, s + length)`` for ``s`` in ``starts``; ``position`` is the piece's offset in that concatenation."""
+    ``range(s, s + length)`` for ``s`` in ``starts``; ``position`` is the piece's offset in that
+    concatenation."""
     if length >= cap:
         for r, s in enumerate(starts):
             for j in range(0, length, cap):
@@ -240,10 +238,11 @@ def _normals(
     compiled: bool | None,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(values, bad)``: candidate ``attempt`` of the normals at ``index`` (``kind`` ``"blocks"``: four values per
-    Philox block, in element order; ``"elements"``: one per global index) in ``law.dtype``, and the sorted
-    positions of the values outside ``[lo, hi]``. On the CPU by :mod:`native` unless ``compiled`` is ``False`` (or it
-    cannot be built; then into ``out`` when given), elsewhere by torch ops, compiled when ``compiled``."""
+    """``(values, bad)``: candidate ``attempt`` of the normals at ``index`` (``kind`` ``"blocks"``:
+    four values per Philox block, in element order; ``"elements"``: one per global index) in
+    ``law.dtype``, and the sorted positions of the values outside ``[lo, hi]``. On the CPU by
+    :mod:`native` unless ``compiled`` is ``False`` (or it cannot be built; then into ``out`` when
+    given), elsewhere by torch ops, compiled when ``compiled``."""
     device = index.device
     lib = native.library() if device.type == "cpu" and compiled is not False else None
     if lib is not None:
@@ -276,16 +275,18 @@ def fill_local(
     cast: Callable[[torch.Tensor], torch.Tensor],
     compiled: bool | None,
 ) -> int:
-    """Fill the contiguous 1-D ``flat`` (a rank's local elements in order) with the keyed values of ``law``.
+    """Fill the contiguous 1-D ``flat`` (a rank's local elements in order) with the keyed values of
+    ``law``.
 
     Args:
-        flat: the local elements, whose global row-major indices are the runs ``range(s, s + length)``, ``s`` in
-            ``starts``, concatenated.
+        flat: the local elements, whose global row-major indices are the runs
+            ``range(s, s + length)``, ``s`` in ``starts``, concatenated.
         key_words: :func:`counter.stream_words` of the stream.
         law: the distribution (:class:`Law`).
         cast: rounds work-dtype values to ``flat``'s dtype (and keeps them in bounds).
-        compiled: ``True``: native kernels (:mod:`native` on the CPU, ``torch.compile`` elsewhere); ``None``: native
-            on the CPU, eager torch ops elsewhere; ``False``: eager torch ops (the same values in every case).
+        compiled: ``True``: native kernels (:mod:`native` on the CPU, ``torch.compile`` elsewhere);
+            ``None``: native on the CPU, eager torch ops elsewhere; ``False``: eager torch ops (the
+                same values in every case).
 
     Returns:
         The number of elements drawn (first pass): ``flat.numel()``.
@@ -340,7 +341,8 @@ def fill_local(
                             **static,
                         )
                         for s in range(0, index.numel(), chunk)
-                    )
+                    ),
+                    strict=True,
                 )
             )
             return values, bad.nonzero().squeeze(1)
@@ -354,7 +356,7 @@ def fill_local(
                 for s in range(0, index.numel(), chunk)
             ]
             return torch.cat([v for v, _ in parts]), torch.cat(
-                [b + s for (_, b), s in zip(parts, range(0, index.numel(), chunk))]
+                [b + s for (_, b), s in zip(parts, range(0, index.numel(), chunk), strict=True)]
             )
 
     # The native kernels write into flat itself where it is a plain CPU tensor of the work dtype (a

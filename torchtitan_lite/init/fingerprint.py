@@ -1,24 +1,17 @@
-"""The model fingerprint: one 64-bit hash of every parameter and persistent buffer, computed from local shards.
+"""The model fingerprint: one 64-bit hash of every parameter and persistent buffer, computed from
+local shards.
 
-Each element contributes ``h = mix(mix(key + index * GOLDEN) ^ bits)``: ``key`` is a 64-bit blake2b digest
-of the tensor's canonical names (each tied tensor once, under all its names), dtype and global shape;
-``index`` its row-major index in the global tensor; ``bits`` its value's bit pattern as an integer;
-``mix`` the splitmix64 finalizer (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
-OOPSLA 2014; constants from Vigna's ``splitmix64.c``). The fingerprint is the sum of all ``h`` mod 2**64,
-each element counted once (see the note below), computed with int64 tensor ops (multiplication and addition
-wrap mod 2**64). The sum does not depend on the order of elements, tensors or ranks, so it is bitwise the same
-for every world size, layout and wrapper; no tensor is gathered.
+Each element contributes ``h = mix(mix(key + index * GOLDEN) ^ bits)``: ``key`` is a 64-bit blake2b
+digest of the tensor's canonical names (each tied tensor once, under all its names), dtype and
+global shape; ``index`` its row-major index in the global tensor; ``bits`` its value's bit pattern
+as an integer; ``mix`` the splitmix64 finalizer (Steele, Lea & Flood, "Fast splittable pseudorandom
+number generators", OOPSLA 2014; constants from Vigna's ``splitmix64.c``). The fingerprint is the
+sum of all ``h`` mod 2**64, each element counted once (see the note below), computed with int64
+tensor ops (multiplication and addition wrap mod 2**64). The sum does not depend on the order of
+elements, tensors or ranks, so it is bitwise the same for every world size, layout and wrapper; no
+tensor is gathered.
 
-Note: on who counts an element. Each rank hashes every element it holds: a DTensor's local shard at the global
-indices of its placements (:func:`_global_indices`: the local box of ``Shard``, also uneven, ``_StridedShard``
-and ``Replicate`` placements on any mesh, from :func:`torchtitan_lite.init.keyed.local_box`; anything else is
-refused rather than guessed), a plain tensor whole. It sums them per tensor into one pair (box key, sum), the box
-key a hash of the tensor key and the box (global offset and local shape). Copies of a shard held by several
-ranks (``Replicate`` mesh dimensions; a module kept whole outside its mesh, such as an MoE layer or a norm on
-every tensor-parallel rank; plain tensors) give the same pair, and a tensor of one pipeline stage only exists
-there: the ranks gather their pairs (16 bytes per tensor: one ``all_reduce`` of the pair count, one
-``all_gather_single``) and add the sums of the distinct pairs, so every element counts once whatever the
-layout. Copies that differ (a bug: ranks that should agree do not) count separately and change the fingerprint.
+Note: docs/design.md, "on who counts an element".
 """
 
 from __future__ import annotations
@@ -38,15 +31,16 @@ _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
 _M1, _M2 = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64
 """splitmix64's multipliers, as signed int64."""
 _CHUNK = 1 << 16
-"""Elements hashed per batch of tensor ops: two int64 work buffers of 512 KiB, small enough to stay in a CPU core's
-cache, each op writing into them in place (a fresh tensor per op costs more in page faults than the op itself)."""
+"""Elements hashed per batch of tensor ops: two int64 work buffers of 512 KiB, small enough to stay
+in a CPU core's cache, each op writing into them in place (a fresh tensor per op costs more in page
+faults than the op itself)."""
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 """Element size in bytes -> the integer dtype its bit pattern is read as."""
 
 
 def _mix_(z: torch.Tensor, work: torch.Tensor) -> None:
-    """splitmix64's finalizer on int64 ``z``, elementwise and in place (a bijection of the 64-bit words); ``work`` is
-    scratch space of ``z``'s shape."""
+    """splitmix64's finalizer on int64 ``z``, elementwise and in place (a bijection of the 64-bit
+    words); ``work`` is scratch space of ``z``'s shape."""
     for shift, multiplier in ((30, _M1), (27, _M2), (31, None)):
         torch.bitwise_right_shift(z, shift, out=work)
         z ^= work.bitwise_and_(
@@ -63,12 +57,12 @@ def tensor_key(names: tuple[str, ...], dtype: torch.dtype, shape: tuple[int, ...
 
 
 def _global_indices(tensor: torch.Tensor) -> tuple[list[torch.Tensor], tuple[int, ...]] | None:
-    """Per tensor dimension, the global index of each local position (int64 vectors, local lengths), and the global
-    offset of the local box; ``None`` on a rank outside the DTensor's mesh.
+    """Per tensor dimension, the global index of each local position (int64 vectors, local lengths),
+    and the global offset of the local box; ``None`` on a rank outside the DTensor's mesh.
 
     Raises:
-        ValueError: a placement other than ``Shard``, ``_StridedShard`` and ``Replicate``, or a local shard whose
-            shape is not the one its placements give.
+        ValueError: a placement other than ``Shard``, ``_StridedShard`` and ``Replicate``, or a
+            local shard whose shape is not the one its placements give.
     """
     if not isinstance(tensor, DTensor):
         return [torch.arange(n, device=tensor.device) for n in tensor.shape], (0,) * tensor.dim()
@@ -86,15 +80,16 @@ def _global_indices(tensor: torch.Tensor) -> tuple[list[torch.Tensor], tuple[int
             f"{tuple(local_shape)} its placements {tensor.placements} give"
         )
     return [
-        torch.arange(o, o + n, device=tensor.device) for o, n in zip(offset, local_shape)
+        torch.arange(o, o + n, device=tensor.device)
+        for o, n in zip(offset, local_shape, strict=True)
     ], tuple(offset)
 
 
 def _local_sum(
     key: int, local: torch.Tensor, indices: list[torch.Tensor], shape: tuple[int, ...]
 ) -> torch.Tensor:
-    """Sum mod 2**64 of the element hashes of ``local`` (a shard whose dim ``d`` sits at ``indices[d]`` of a
-    global tensor of ``shape``): a 0-dim int64 tensor."""
+    """Sum mod 2**64 of the element hashes of ``local`` (a shard whose dim ``d`` sits at
+    ``indices[d]`` of a global tensor of ``shape``): a 0-dim int64 tensor."""
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
@@ -105,8 +100,10 @@ def _local_sum(
             [0],
         )
     bits = local.detach().view(_BITS[local.element_size()])
-    # key + flat * GOLDEN with flat = sum_d indices[d] * strides[d]: int64 products and sums wrap mod 2**64, so the
-    # product distributes over the sum; the terms of dims 1.. are one pattern (n_1, ..., n_d) shared by every row
+    # key + flat * GOLDEN with flat = sum_d indices[d] * strides[d]: int64 products and sums wrap
+    # mod 2**64, so the
+    # product distributes over the sum; the terms of dims 1.. are one pattern (n_1, ..., n_d) shared
+    # by every row
     pattern = torch.zeros((), dtype=torch.int64, device=local.device)
     for d in range(1, local.dim()):
         pattern = pattern + (indices[d] * strides[d] * _GOLDEN).view(
@@ -134,7 +131,8 @@ def _local_sum(
 
 
 def _box_key(key: int, offset: tuple[int, ...], local_shape: tuple[int, ...]) -> int:
-    """The signed 64-bit key of one box of a tensor: blake2b of the tensor key, global offset and local shape."""
+    """The signed 64-bit key of one box of a tensor: blake2b of the tensor key, global offset and
+    local shape."""
     text = f"{key}|{offset}|{local_shape}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
 
@@ -142,9 +140,9 @@ def _box_key(key: int, offset: tuple[int, ...], local_shape: tuple[int, ...]) ->
 def model_fingerprint(model: nn.Module) -> str:
     """16 hex digits: the sum mod 2**64 of every element's hash (see the module docstring).
 
-    A collective when a process group of several ranks is initialized: call it on every rank. It reads only local
-    shards; the ranks exchange one (box key, sum) pair of int64 per tensor on the model's device (the default
-    group's backend must gather int64).
+    A collective when a process group of several ranks is initialized: call it on every rank. It
+    reads only local shards; the ranks exchange one (box key, sum) pair of int64 per tensor on the
+    model's device (the default group's backend must gather int64).
 
     Raises:
         ValueError: a tensor on meta, or a placement it cannot index (see :func:`_global_indices`).
@@ -154,7 +152,8 @@ def model_fingerprint(model: nn.Module) -> str:
     for names, tensor in tensor_groups(model):
         if tensor.device.type == "meta":
             raise ValueError(
-                f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize first"
+                f"model_fingerprint: {' = '.join(names)} is on meta; materialize and initialize "
+                "first"
             )
         device = (
             device or tensor.device

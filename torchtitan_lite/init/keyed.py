@@ -1,14 +1,11 @@
-"""Sharding-invariant keyed values: :class:`InitKey`, a rank's local box, and filling it from the counter-based stream.
+"""Sharding-invariant keyed values: :class:`InitKey`, a rank's local box, and filling it from the
+counter-based stream.
 
-The value of every element of a keyed tensor is a function of (seed, canonical name, the element's global row-major
-index, the distribution) only (:mod:`torchtitan_lite.init.counter`, :mod:`torchtitan_lite.init.draw`), whatever the
-device, host CPU, world size or parallel layout.
+The value of every element of a keyed tensor is a function of (seed, canonical name, the element's
+global row-major index, the distribution) only (:mod:`torchtitan_lite.init.counter`,
+:mod:`torchtitan_lite.init.draw`), whatever the device, host CPU, world size or parallel layout.
 
-Note: on local boxes. The local shard of every DTensor placement this project uses (``Shard`` and ``_StridedShard``
-on any dimension, ``Replicate``, on 1-D to 3-D meshes: FSDP2, tensor, expert and pipeline parallelism) is a box in
-global index space (``compute_local_shape_and_global_offset``). Its elements, in local row-major order, are runs of
-consecutive global indices (:func:`element_runs`): one run for a ``Shard(0)`` box, one per row for a column shard. A
-rank computes the values of exactly those elements, on its own device (:func:`torchtitan_lite.init.draw.fill_local`).
+Note: docs/design.md, "on local boxes".
 """
 
 from __future__ import annotations
@@ -65,15 +62,16 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
     """``(local tensor, local shape, global offset)`` of a plain tensor or a DTensor shard.
 
     Raises:
-        ValueError: a DTensor placement other than ``Shard`` (incl. ``_StridedShard``) or ``Replicate``.
+        ValueError: a DTensor placement other than ``Shard`` (incl. ``_StridedShard``) or
+            ``Replicate``.
     """
     if not isinstance(tensor, DTensor):
         return tensor, tuple(tensor.shape), (0,) * tensor.dim()
     for placement in tensor.placements:
         if not isinstance(placement, (Shard, _StridedShard, Replicate)):
             raise ValueError(
-                f"unsupported DTensor placement {placement}; only Shard, _StridedShard and Replicate are supported "
-                "(initialize before making it Partial)"
+                f"unsupported DTensor placement {placement}; only Shard, _StridedShard and "
+                "Replicate are supported (initialize before making it Partial)"
             )
     shape, offset = compute_local_shape_and_global_offset(
         tensor.shape, tensor.device_mesh, tensor.placements
@@ -84,9 +82,10 @@ def local_box(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tupl
 def element_runs(
     shape: tuple[int, ...], local_shape: tuple[int, ...], offset: tuple[int, ...]
 ) -> tuple[list[int], int]:
-    """The local box ``(local_shape, offset)`` of a tensor of global ``shape`` as runs of consecutive global row-major
-    indices: ``(starts, length)``, the runs ``range(s, s + length)`` in local row-major order (a 0-d tensor: one run
-    of 1). Dimensions after the last one that the box cuts are whole, so each run spans them."""
+    """The local box ``(local_shape, offset)`` of a tensor of global ``shape`` as runs of
+    consecutive global row-major indices: ``(starts, length)``, the runs ``range(s, s + length)`` in
+    local row-major order (a 0-d tensor: one run of 1). Dimensions after the last one that the box
+    cuts are whole, so each run spans them."""
     if not shape:
         return [0], 1
     d = len(shape) - 1
@@ -106,15 +105,16 @@ def element_runs(
 def keyed_fill(
     tensor: torch.Tensor, key: InitKey, law: draw.Law, cast, compiled: bool | None
 ) -> int:
-    """Fill this rank's part of ``tensor`` (plain or DTensor) with the keyed values of ``law`` under ``key``.
+    """Fill this rank's part of ``tensor`` (plain or DTensor) with the keyed values of ``law`` under
+    ``key``.
 
     Args:
         tensor: the tensor to fill, global shape ``tensor.shape``.
         key: the stream.
         law: the distribution (:class:`torchtitan_lite.init.draw.Law`).
         cast: rounds ``law.dtype`` values to the tensor's dtype, keeping them in bounds.
-        compiled: draw with compiled kernels (the same values); ``None``: when the local elements number at least
-            :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`. Fewer than
+        compiled: draw with compiled kernels (the same values); ``None``: when the local elements
+            number at least :data:`~torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`. Fewer than
             :data:`~torchtitan_lite.init.draw.COMPILED_MIN_LOCAL` are always drawn eagerly.
 
     Returns:

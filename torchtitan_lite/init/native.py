@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -109,6 +108,11 @@ def _compiler() -> tuple[str, str] | None:
     return None
 
 
+def _warn(text: str) -> None:
+    """One line ``warning: <text>`` on stdout (no source line, as a ``UserWarning`` prints)."""
+    print(f"warning: {text}", flush=True)
+
+
 def _isa(identity: str | None) -> tuple[str, ...]:
     """The vector ISA flags of this process's build (:data:`ISA_FLAGS`); an ``ATEN_CPU_CAPABILITY``
     build whose instructions this CPU lacks is replaced by none, with one warning."""
@@ -117,10 +121,9 @@ def _isa(identity: str | None) -> tuple[str, ...]:
         return ("-march=native",) if identity is not None else ()
     need = ISA_NEEDS.get(capability)
     if need is not None and identity is not None and need not in _cpu_flags(identity):
-        warnings.warn(
+        _warn(
             f"init: ATEN_CPU_CAPABILITY={capability} but this CPU has no {need} (/proc/cpuinfo); "
-            "the init kernels are built without vector ISA flags (the same values)",
-            stacklevel=4,
+            "the init kernels are built without vector ISA flags (the same values)"
         )
         return ()
     return ISA_FLAGS[capability]
@@ -219,17 +222,16 @@ def _build() -> ctypes.CDLL:
 
 
 def library() -> ctypes.CDLL | None:
-    """The loaded kernels, built on first use; ``None`` (after one warning) where they cannot be
-    built."""
+    """The loaded kernels, built on first use; ``None`` where they cannot be built, after one line
+    ``warning: init: the CPU kernels could not be built (<reason>); ...`` on stdout."""
     if not _STATE["tried"]:
         _STATE["tried"] = True
         try:
             _STATE["library"] = _build()
         except (OSError, RuntimeError) as err:
-            warnings.warn(
+            _warn(
                 f"init: the CPU kernels could not be built ({err}); drawing with eager "
-                "torch ops (the same values, slower)",
-                stacklevel=2,
+                "torch ops (the same values, slower)"
             )
     return _STATE["library"]
 

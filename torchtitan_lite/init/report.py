@@ -1,4 +1,5 @@
-"""The init report (``debug.init_report``): per-tensor measured vs expected moments and anomaly flags.
+"""The init report (``debug.init_report``): per-tensor measured vs expected moments and anomaly
+flags.
 
 Moments of a truncated normal (Johnson, Kotz & Balakrishnan, *Continuous Univariate Distributions*
 vol. 1, ch. 13): for the standard normal truncated to ``[alpha, beta]`` with mass
@@ -7,8 +8,9 @@ vol. 1, ch. 13): for the standard normal truncated to ``[alpha, beta]`` with mas
 ``m_1 = (phi(alpha) - phi(beta)) / Z``. For +-3 sigma this gives std factor 0.98658 and excess
 kurtosis -0.1711; for +-2 sigma 0.87963 and -0.6345.
 
-:func:`init_report` gathers each DTensor whole with ``full_tensor()``, one tensor at a time, in the same order
-on every rank (a collective: call it on all ranks); the trainer runs it only when ``debug.init_report`` is set.
+:func:`init_report` gathers each DTensor whole with ``full_tensor()``, one tensor at a time, in the
+same order on every rank (a collective: call it on all ranks); the trainer runs it only when
+``debug.init_report`` is set.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -34,14 +36,15 @@ _MIN_NUMEL_STD_CHECK = 10_000
 _KURTOSIS_TOLERANCE = 0.1
 _MIN_NUMEL_KURTOSIS_CHECK = 100_000
 _CHUNK = 1 << 16
-"""Elements per float64 work chunk of :func:`tensor_stats`: its temporaries are a few times 512 KiB whatever the
-size of the tensor, and stay in a CPU core's cache."""
+"""Elements per float64 work chunk of :func:`tensor_stats`: its temporaries are a few times 512 KiB
+whatever the size of the tensor, and stay in a CPU core's cache."""
 
 
 def truncated_normal_moments(alpha: float, beta: float) -> tuple[float, float, float]:
     """``(mean, std, excess kurtosis)`` of the standard normal truncated to ``[alpha, beta]``.
 
-    Bounds may be infinite (``(-inf, inf)`` gives ``(0, 1, 0)``). Raises ValueError if ``alpha >= beta``.
+    Bounds may be infinite (``(-inf, inf)`` gives ``(0, 1, 0)``). Raises ValueError if
+    ``alpha >= beta``.
     """
     if not alpha < beta:
         raise ValueError(f"truncated_normal_moments: need alpha < beta, got {alpha}, {beta}")
@@ -62,15 +65,16 @@ def truncated_normal_moments(alpha: float, beta: float) -> tuple[float, float, f
 def text_table(
     header: Sequence[str], rows: Iterable[Sequence[str]], *, right: Collection[int] = ()
 ) -> str:
-    """``rows`` of cells under ``header`` as aligned columns: each as wide as its widest cell, two spaces apart,
-    the columns whose index is in ``right`` right-aligned (numbers), trailing spaces removed."""
+    """``rows`` of cells under ``header`` as aligned columns: each as wide as its widest cell, two
+    spaces apart, the columns whose index is in ``right`` right-aligned (numbers), trailing spaces
+    removed."""
     table = [list(header), *map(list, rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     right = set(right)
     return "\n".join(
         "  ".join(
             cell.rjust(w) if i in right else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(row, widths))
+            for i, (cell, w) in enumerate(zip(row, widths, strict=False))
         ).rstrip()
         for row in table
     )
@@ -79,9 +83,10 @@ def text_table(
 def pattern_summary(
     tensors: Iterable[tuple[str, str, int, str, float | None, float, Sequence[str]]],
 ) -> str:
-    """One line per plan pattern over ``(pattern, spec, elements, status, measured std or None, expected std,
-    flags)`` per tensor: pattern, tensor count, elements, spec, statuses, the range of the measured stds
-    (``-`` on meta), expected std and each flag with the number of tensors that raised it (``std off x2``)."""
+    """One line per plan pattern over
+    ``(pattern, spec, elements, status, measured std or None, expected std, flags)`` per tensor:
+    pattern, tensor count, elements, spec, statuses, the range of the measured stds (``-`` on meta),
+    expected std and each flag with the number of tensors that raised it (``std off x2``)."""
     groups: dict[str, list[tuple]] = {}
     for item in tensors:
         groups.setdefault(item[0], []).append(item)
@@ -119,8 +124,8 @@ class InitReportRow:
     """One tensor of the report. Statistics are over the full (gathered) tensor, in float64.
 
     ``at_bound`` is the fraction of values within ``1e-6 * std`` of a bound (``trunc_normal`` only);
-    ``status`` is ``init``, ``tied`` (initialized, several names) or ``loaded`` (skipped); ``pattern`` is the plan
-    entry that gave ``spec``.
+    ``status`` is ``init``, ``tied`` (initialized, several names) or ``loaded`` (skipped);
+    ``pattern`` is the plan entry that gave ``spec``.
     """
 
     name: str
@@ -185,7 +190,8 @@ class InitReport:
         return text_table(header, rows, right=range(4, 12))
 
     def by_pattern(self) -> str:
-        """:func:`pattern_summary` of the rows: one line per plan entry, before the per-tensor rows."""
+        """:func:`pattern_summary` of the rows: one line per plan entry, before the per-tensor
+        rows."""
         return pattern_summary(
             (r.pattern, r.spec, math.prod(r.shape), r.status, r.std, r.expected_std, r.flags)
             for r in self.rows
@@ -206,9 +212,10 @@ class InitReport:
 
 @dataclass(frozen=True)
 class TensorStats:
-    """Statistics of the finite values of a tensor (:func:`tensor_stats`), in float64; ``nan`` where none is finite
-    (``excess_kurtosis`` also when all are equal). ``std`` is the population one (divides by ``finite``);
-    ``at_bounds`` counts the values within ``tol`` of ``a`` plus those within ``tol`` of ``b``."""
+    """Statistics of the finite values of a tensor (:func:`tensor_stats`), in float64; ``nan`` where
+    none is finite (``excess_kurtosis`` also when all are equal). ``std`` is the population one
+    (divides by ``finite``); ``at_bounds`` counts the values within ``tol`` of ``a`` plus those
+    within ``tol`` of ``b``."""
 
     finite: int
     mean: float
@@ -227,10 +234,11 @@ def tensor_stats(
     chunk: int = _CHUNK,
     progress: Callable[[int], object] | None = None,
 ) -> TensorStats:
-    """:class:`TensorStats` of ``x`` (any shape, floating or integer dtype), in two passes over chunks of ``chunk``
-    elements: the float64 sum, the min and max and the values at ``bounds = (a, b)`` first, then the sums of the
-    second and fourth powers of ``x - mean`` in float64. Only a chunk's float64 copy is held, never one of the whole
-    tensor. ``progress(k)``, when given, is called as each ``k`` more elements are done (in the second pass)."""
+    """:class:`TensorStats` of ``x`` (any shape, floating or integer dtype), in two passes over
+    chunks of ``chunk`` elements: the float64 sum, the min and max and the values at
+    ``bounds = (a, b)`` first, then the sums of the second and fourth powers of ``x - mean`` in
+    float64. Only a chunk's float64 copy is held, never one of the whole tensor. ``progress(k)``,
+    when given, is called as each ``k`` more elements are done (in the second pass)."""
     flat = x.detach().reshape(-1)
     starts = range(0, flat.numel(), chunk)
     nonfinite: set[int] = set()  # the starts of the chunks that hold a nan or an inf
@@ -255,7 +263,8 @@ def tensor_stats(
         count, total = count + piece.numel(), total + piece_sum
         piece_lo, piece_hi = (float(v.item()) for v in torch.aminmax(piece))
         lo, hi = min(lo, piece_lo), max(hi, piece_hi)
-        # float64 rounding is monotonic: no x in [piece_lo, piece_hi] has |x - bound| <= tol unless one of these holds
+        # float64 rounding is monotonic: no x in [piece_lo, piece_hi] has |x - bound| <= tol unless
+        # one of these holds
         for bound in bounds if bounds is not None else ():
             if piece_lo - bound <= tol and piece_hi - bound >= -tol:
                 at_bounds += int(((piece.to(torch.float64) - bound).abs() <= tol).sum())
@@ -354,17 +363,19 @@ def init_report(
     *,
     progress: Callable[[int], object] | None = None,
 ) -> InitReport:
-    """Per-tensor measured vs expected statistics of an initialized ``model`` (:func:`tensor_stats`).
+    """Per-tensor measured vs expected statistics of an initialized ``model``
+    (:func:`tensor_stats`).
 
-    ``result`` is what :func:`~torchtitan_lite.init.init_weights` returned for ``model`` and ``plan``
-    (its table gives each tensor's spec and status); ``progress(k)``, when given, is called as each ``k`` more
-    elements are measured (e.g. a ``tqdm`` bar's ``update``). Flags: ``nan/inf``; ``std off`` (> 5% off, tensors
-    over 10k elements); ``kurtosis off`` (> 0.1 off, over 100k elements); ``mass at bounds`` (more values
-    within 1e-6 std of a bound than rounding can explain); ``not constant`` (a fill that is not).
+    ``result`` is what :func:`~torchtitan_lite.init.init_weights` returned for ``model`` and
+    ``plan`` (its table gives each tensor's spec and status); ``progress(k)``, when given, is called
+    as each ``k`` more elements are measured (e.g. a ``tqdm`` bar's ``update``). Flags: ``nan/inf``;
+    ``std off`` (> 5% off, tensors over 10k elements); ``kurtosis off`` (> 0.1 off, over 100k
+    elements); ``mass at bounds`` (more values within 1e-6 std of a bound than rounding can
+    explain); ``not constant`` (a fill that is not).
 
     Raises:
-        ValueError: ``result`` does not describe ``model`` (a tensor is missing from its table), or a
-            tensor is still on meta.
+        ValueError: ``result`` does not describe ``model`` (a tensor is missing from its table), or
+            a tensor is still on meta.
     """
     rows = []
     by_names = {entry.names: entry for entry in result.table.values()}
@@ -381,8 +392,8 @@ def init_report(
 def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Path]:
     """Write ``init_report.json`` and ``init_report.csv`` into ``folder``; returns both paths.
 
-    CSV columns are the :class:`~torchtitan_lite.init.report.InitReportRow` fields; ``names`` are joined
-    with `` = ``, ``shape`` with ``x``, ``flags`` with ``;``.
+    CSV columns are the :class:`~torchtitan_lite.init.report.InitReportRow` fields; ``names`` are
+    joined with `` = ``, ``shape`` with ``x``, ``flags`` with ``;``.
     """
     folder = Path(folder)
     json_path, csv_path = folder / "init_report.json", folder / "init_report.csv"
@@ -400,7 +411,8 @@ def write_init_report(report: InitReport, folder: str | Path) -> tuple[Path, Pat
 
 
 def init_report_summary(report: InitReport) -> str:
-    """``init report: 46 tensors, none flagged`` or ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
+    """``init report: 46 tensors, none flagged`` or
+    ``init report: 46 tensors, 1 flagged: output.weight (std off)``."""
     flagged = [f"{r.name} ({', '.join(r.flags)})" for r in report.rows if r.flags]
     return f"init report: {len(report.rows)} tensors, " + (
         f"{len(flagged)} flagged: {'; '.join(flagged)}" if flagged else "none flagged"

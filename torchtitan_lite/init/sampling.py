@@ -1,15 +1,14 @@
 """Exact, fast truncated-normal sampling: :func:`trunc_normal_`, one keyed sampler.
 
-``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds) plus a keyword
-``key``. With ``key=InitKey(seed, name)`` every element's value depends only on (seed, name, the element's global
-index, distribution), whatever the sharding, device or world size (:mod:`torchtitan_lite.init.keyed`). Without a key
-it draws a 64-bit seed from ``generator`` (torch's default CPU generator when ``None``) and uses the same keyed draw:
-one algorithm (:mod:`torchtitan_lite.init.draw`: exact per-element rejection, a proposal where the in-bounds mass is
-small) for both.
+``trunc_normal_`` is a drop-in for ``torch.nn.init.trunc_normal_`` (same arguments, absolute bounds)
+plus a keyword ``key``. With ``key=InitKey(seed, name)`` every element's value depends only on
+(seed, name, the element's global index, distribution), whatever the sharding, device or world size
+(:mod:`torchtitan_lite.init.keyed`). Without a key it draws a 64-bit seed from ``generator``
+(torch's default CPU generator when ``None``) and uses the same keyed draw: one algorithm
+(:mod:`torchtitan_lite.init.draw`: exact per-element rejection, a proposal where the in-bounds mass
+is small) for both.
 
-Note: on casting. Values are drawn in float32 (float64 for float64 tensors) and rounded to the target dtype; a value
-that rounds outside ``[a, b]`` is clamped onto the nearest representable value inside (torch 2.13's bf16 result can
-exceed ``b`` by half an ulp).
+Note: docs/design.md, "on casting".
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ def _phi(x: float) -> float:
 
 
 def normal_mass(alpha: float, beta: float) -> float:
-    """``Phi(beta) - Phi(alpha)`` in float64 for standardized bounds, mirrored to the lower tail for accuracy."""
+    """``Phi(beta) - Phi(alpha)`` in float64 for standardized bounds, mirrored to the lower tail for
+    accuracy."""
     if alpha + beta > 0:
         return _phi(-alpha) - _phi(-beta)
     return _phi(beta) - _phi(alpha)
@@ -72,7 +72,8 @@ def _check_args(mean: float, std: float, a: float, b: float) -> None:
 
 
 def _law(mean: float, std: float, a: float, b: float, dtype: torch.dtype) -> Law:
-    """The :class:`~torchtitan_lite.init.draw.Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in ``dtype``."""
+    """The :class:`~torchtitan_lite.init.draw.Law` of ``N(mean, std^2)`` truncated to ``[a, b]`` in
+    ``dtype``."""
     alpha, beta = (a - mean) / std, (b - mean) / std
     return Law(mean, std, *inner_bounds(a, b, dtype), alpha, beta, normal_mass(alpha, beta), dtype)
 
@@ -82,7 +83,8 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _caster(dtype: torch.dtype, work_dtype: torch.dtype, a: float, b: float):
-    """Rounds ``work_dtype`` values to ``dtype`` (nearest), clamped into ``[a, b]`` when they differ."""
+    """Rounds ``work_dtype`` values to ``dtype`` (nearest), clamped into ``[a, b]`` when they
+    differ."""
     if dtype == work_dtype:
         return lambda values: values
     bounds = inner_bounds(a, b, dtype)
@@ -114,14 +116,15 @@ def trunc_normal_(
             (then ``key`` is required).
         mean, std: of the untruncated normal.
         a, b: absolute bounds.
-        generator: without ``key``: the generator whose next 64-bit draw seeds the keyed stream (torch's default CPU
-            generator when ``None``).
-        key: draw from the counter-based stream of ``key`` (:mod:`torchtitan_lite.init.keyed`): the value of every
-            element depends only on (``key``, the global shape, the element's global index, mean, std, a, b), the
-            same bits on every device and host CPU.
+        generator: without ``key``: the generator whose next 64-bit draw seeds the keyed stream
+            (torch's default CPU generator when ``None``).
+        key: draw from the counter-based stream of ``key`` (:mod:`torchtitan_lite.init.keyed`): the
+            value of every element depends only on (``key``, the global shape, the element's global
+            index, mean, std, a, b), the same bits on every device and host CPU.
         compiled: ``False``: eager torch ops; ``True``: native kernels (the same values; see
-            :func:`torchtitan_lite.init.draw.fill_local`); ``None``: native on the CPU, and elsewhere when the local
-            elements number at least :data:`torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`.
+            :func:`torchtitan_lite.init.draw.fill_local`); ``None``: native on the CPU, and
+            elsewhere when the local elements number at least
+            :data:`torchtitan_lite.init.draw.COMPILE_MIN_ELEMENTS`.
 
     Raises:
         ValueError: non-finite mean or std, std <= 0, NaN bound, a >= b, a dtype that is not
@@ -137,8 +140,8 @@ def trunc_normal_(
     if key is None:
         if isinstance(tensor, DTensor):
             raise ValueError(
-                "trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed would "
-                "give every rank the same values (or depend on the world size)"
+                "trunc_normal_ on a DTensor needs key=InitKey(seed, name): a generator's seed "
+                "would give every rank the same values (or depend on the world size)"
             )
         device = generator.device if generator is not None else "cpu"
         seed = torch.randint(

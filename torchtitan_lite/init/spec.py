@@ -1,12 +1,10 @@
 """Init plans as data: what distribution every parameter and state buffer starts from.
 
-A model family declares an :class:`InitPlan`, an ordered table of (name pattern, :class:`InitSpec`) that
-:mod:`torchtitan_lite.init.apply` applies. Patterns are ``fnmatch`` globs over canonical names, and ``*``
-matches dots too (``layers.*.attention.wq.weight`` covers every layer).
+A model family declares an :class:`InitPlan`, an ordered table of (name pattern, :class:`InitSpec`)
+that :mod:`torchtitan_lite.init.apply` applies. Patterns are ``fnmatch`` globs over canonical names,
+and ``*`` matches dots too (``layers.*.attention.wq.weight`` covers every layer).
 
-Note: on tied weights. Among the entries matching any name of a tied tensor the *last* wins. Plans put
-``output.weight`` after ``tok_embeddings.weight`` so the output's small std wins: each token's own embedding
-stays in the residual stream, so a tied model's step-1 logits grow with std * dim.
+Note: docs/design.md, "on tied weights".
 """
 
 from __future__ import annotations
@@ -99,8 +97,8 @@ def constant(value: float, source: str = "") -> InitSpec:
 
 @dataclass(frozen=True)
 class InitPlan:
-    """An ordered table of ``(pattern, InitSpec)``: every parameter and persistent buffer matches a pattern and
-    every pattern a tensor (else the engine raises ValueError); the last match wins."""
+    """An ordered table of ``(pattern, InitSpec)``: every parameter and persistent buffer matches a
+    pattern and every pattern a tensor (else the engine raises ValueError); the last match wins."""
 
     model: str
     entries: tuple[tuple[str, InitSpec], ...] = field(default_factory=tuple)

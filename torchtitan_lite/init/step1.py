@@ -1,40 +1,35 @@
 """The expected step-1 loss of a freshly initialized model and the step-1 check.
 
-Note: on the expected step-1 loss. At init the next token ``y`` is independent of the logits, so the
-expected cross-entropy is ``E[ln sum_v exp z_v] - E[z_y]`` with ``E[z_y] = 0``. The logits are
-``z_v = h . w_v`` where ``h`` is the final RMSNorm output (weight ``g``, so ``|h|^2 = g^2 dim``) and
-``w_v`` the rows of ``output.weight``, drawn with effective std ``s`` (the spec's std times the
-truncated-normal std factor, 0.98658 at +-3 sigma). Rows independent of ``h`` give logits
-``N(0, sigma^2)`` with ``sigma = g sqrt(dim) s``. The mean log-partition function of ``n`` iid
-``exp(sigma X)`` terms is that of Derrida's random energy model (B. Derrida, "Random-energy model: an
-exactly solvable model of disordered systems", Phys. Rev. B 24, 2613, 1981): ``ln n + sigma^2 / 2``
-(the log of the log-normal mean) for ``sigma <= sqrt(2 ln n)``, and ``sigma sqrt(2 ln n)`` (the
-largest of the ``n`` logits dominates) above. Untied: ``E[loss] = ln V + sigma^2 / 2`` for small sigma.
-
 Tied (``output.weight is tok_embeddings.weight``): the input token's own embedding ``e_t`` is in the
 residual stream ``x = e_t + B`` (``B`` the sum of the blocks' branch outputs), so the self-logit is
-``z_t = h . e_t = g sqrt(dim) (|e_t|^2 + B . e_t) / |x|`` with ``|e_t|^2 = dim s^2``. ``B`` is independent of
-``e_t``'s direction at init (zero-mean weights), so ``E[B . e_t] = 0`` and ``|x|^2 = |e_t|^2 + |B|^2``;
-``|B|^2`` is at least ``F``, the sum over the dense SwiGLU feed-forward branches the plan describes (pre-norm:
-each branch sees ``u = RMSNorm(x)``, ``|u|^2 = g_ffn^2 dim``, whatever the depth; ``a = w1 u`` and ``b = w3 u``
-have iid components ``N(0, s1^2 |u|^2)`` and ``N(0, s3^2 |u|^2)``; the output ``w2 (silu(a) * b)`` has
-``E|y|^2 = dim * hidden * s2^2 * M(s1 |u|) * s3^2 |u|^2`` with ``M(sigma) = E[silu(sigma Z)^2]`` by Gauss-Hermite
-quadrature). Attention branches and any block the estimate does not recognize (MoE, MLA) are left out of ``F``:
-that can only make ``|x|`` smaller, so the self-logit ``mu = g sqrt(dim) |e|^2 / sqrt(|e|^2 + F)`` is an upper
-end (``cos(e_t, x) <= |e| / sqrt(|e|^2 + F)``; ``F = 0`` gives the plain bound ``cos <= 1``). ``z_t`` varies
-from token to token: ``|e_t|^2`` has relative std ``sqrt(2 / dim)`` (a chi-square with ``dim`` degrees) and
-``B . e_t`` std ``|B| |e| / sqrt(dim)``, so ``z_t ~ N(mu, tau^2)`` with ``tau^2 = mu^2 2 / dim + g^2 |e|^2 F /
-(|e|^2 + F)``. The range of a tied model goes from the untied value (``low``, no self-logit) to
-``high = E[logaddexp(partition of the V - 1 other rows, z_t)]`` (Gauss-Hermite over ``z_t``). This is tight when
-the embedding dominates (a tied output left at std 1: a loss in the hundreds) and when the branches do (deep
-models: the self-logit vanishes). Measured against it: ``docs/benchmarks.md``. The step-1 loss is that of the
-first optimizer step of a freshly initialized model (never on resume).
+``z_t = h . e_t = g sqrt(dim) (|e_t|^2 + B . e_t) / |x|`` with ``|e_t|^2 = dim s^2``. ``B`` is
+independent of ``e_t``'s direction at init (zero-mean weights), so ``E[B . e_t] = 0`` and
+``|x|^2 = |e_t|^2 + |B|^2``; ``|B|^2`` is at least ``F``, the sum over the dense SwiGLU feed-forward
+branches the plan describes (pre-norm: each branch sees ``u = RMSNorm(x)``, ``|u|^2 = g_ffn^2 dim``,
+whatever the depth; ``a = w1 u`` and ``b = w3 u`` have iid components ``N(0, s1^2 |u|^2)`` and
+``N(0, s3^2 |u|^2)``; the output ``w2 (silu(a) * b)`` has
+``E|y|^2 = dim * hidden * s2^2 * M(s1 |u|) * s3^2 |u|^2`` with ``M(sigma) = E[silu(sigma Z)^2]`` by
+Gauss-Hermite quadrature). Attention branches and any block the estimate does not recognize (MoE,
+MLA) are left out of ``F``: that can only make ``|x|`` smaller, so the self-logit
+``mu = g sqrt(dim) |e|^2 / sqrt(|e|^2 + F)`` is an upper end
+(``cos(e_t, x) <= |e| / sqrt(|e|^2 + F)``; ``F = 0`` gives the plain bound ``cos <= 1``). ``z_t``
+varies from token to token: ``|e_t|^2`` has relative std ``sqrt(2 / dim)`` (a chi-square with
+``dim`` degrees) and ``B . e_t`` std ``|B| |e| / sqrt(dim)``, so ``z_t ~ N(mu, tau^2)`` with
+``tau^2 = mu^2 2 / dim + g^2 |e|^2 F / (|e|^2 + F)``. The range of a tied model goes from the untied
+value (``low``, no self-logit) to ``high = E[logaddexp(partition of the V - 1 other rows, z_t)]``
+(Gauss-Hermite over ``z_t``). This is tight when the embedding dominates (a tied output left at std
+1: a loss in the hundreds) and when the branches do (deep models: the self-logit vanishes). Measured
+against it: ``docs/benchmarks.md``. The step-1 loss is that of the first optimizer step of a freshly
+initialized model (never on resume).
 
-Repeated tokens. A target that repeats its input token (``y = t``) has the tied self-logit as its target logit,
-``E[z_y] = E[z_t] >= 0`` instead of 0, so real text with a share ``r`` of such targets (2-3% in prose) has a lower
-loss than the partition range says: ``E[loss] >= low - r mu`` (the partition is at least ``low``, the target
-logit at most ``mu`` on average). :meth:`Step1Expectation.with_repeats` widens the range down to that, given ``r``
-measured on the step-1 batch; untied outputs have no self-logit and keep their value.
+Repeated tokens. A target that repeats its input token (``y = t``) has the tied self-logit as its
+target logit, ``E[z_y] = E[z_t] >= 0`` instead of 0, so real text with a share ``r`` of such targets
+(2-3% in prose) has a lower loss than the partition range says: ``E[loss] >= low - r mu`` (the
+partition is at least ``low``, the target logit at most ``mu`` on average).
+:meth:`Step1Expectation.with_repeats` widens the range down to that, given ``r`` measured on the
+step-1 batch; untied outputs have no self-logit and keep their value.
+
+Note: docs/design.md, "on the expected step-1 loss".
 """
 
 from __future__ import annotations
@@ -55,12 +50,13 @@ from torchtitan_lite.init.report import InitReport, truncated_normal_moments
 from torchtitan_lite.init.spec import InitPlan, InitSpec
 
 MAX_EXCESS_NATS = 1.0
-"""A plan whose expected step-1 loss (low end) exceeds ln V by more than this is flagged on its own: the
-usual inits start within 0.5 nats (untied ``dim^-0.5``: +0.49; tied 0.02: +0.05)."""
+"""A plan whose expected step-1 loss (low end) exceeds ln V by more than this is flagged on its own:
+the usual inits start within 0.5 nats (untied ``dim^-0.5``: +0.49; tied 0.02: +0.05)."""
 
 
 class InitCheckError(UserError, RuntimeError):
-    """The step-1 check failed in strict mode (``debug.strict_init``); the message names the parameter."""
+    """The step-1 check failed in strict mode (``debug.strict_init``); the message names the
+    parameter."""
 
 
 @dataclass(frozen=True)
@@ -69,17 +65,20 @@ class Step1Expectation:
 
     Attributes:
         low: expected mean token cross-entropy without the tied self-logit (``cos = 0``), nats.
-        high: with the tied self-logit at its upper end (``mu``, spread ``tau``); ``low`` when untied, nats.
+        high: with the tied self-logit at its upper end (``mu``, spread ``tau``); ``low`` when
+            untied, nats.
         ln_vocab: ``ln(vocab_size)``, nats.
         logit_std: std of the logits of rows independent of ``h`` (``sigma``).
         self_logit: the tied self-logit's upper end ``mu = g sqrt(dim) |e| cos`` (0.0 when untied).
         self_logit_std: its spread over tokens ``tau`` (0.0 when untied).
         cos: the upper end of ``cos(e_t, x)`` (0.0 when untied).
-        ffn_norm_sq: ``F``, the squared norm the recognized feed-forward branches add to the residual stream.
+        ffn_norm_sq: ``F``, the squared norm the recognized feed-forward branches add to the
+            residual stream.
         embedding_norm_sq: ``|e|^2 = dim s^2`` (0.0 when untied).
         output_names: every name of the output projection's tensor (two when tied).
         output_spec: the plan's winning spec for that tensor.
-        repeat_rate: share of the step-1 targets equal to their input token (0.0: not measured); see :attr:`bounds`.
+        repeat_rate: share of the step-1 targets equal to their input token (0.0: not measured); see
+            :attr:`bounds`.
     """
 
     low: float
@@ -102,18 +101,20 @@ class Step1Expectation:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        """The expected step-1 loss range in nats: ``(low - repeat_rate * self_logit, high)`` (module note)."""
+        """The expected step-1 loss range in nats: ``(low - repeat_rate * self_logit, high)``
+        (module note)."""
         return self.low - self.repeat_rate * self.self_logit, self.high
 
     @property
     def span(self) -> str:
-        """:attr:`bounds` as text, to 4 decimals: ``7.5937..7.6913`` (tied), ``8.1113`` (untied: one value)."""
+        """:attr:`bounds` as text, to 4 decimals: ``7.5937..7.6913`` (tied), ``8.1113`` (untied: one
+        value)."""
         low, high = self.bounds
         return f"{low:.4f}" + (f"..{high:.4f}" if self.tied else "")
 
     def with_repeats(self, rate: float) -> Step1Expectation:
-        """This expectation for a step-1 batch whose targets repeat their input token at share ``rate`` (module
-        note, "Repeated tokens").
+        """This expectation for a step-1 batch whose targets repeat their input token at share
+        ``rate`` (module note, "Repeated tokens").
 
         Raises:
             ValueError: ``rate`` not in ``[0, 1]``.
@@ -128,14 +129,15 @@ class Step1Expectation:
         extra = ""
         if self.tied:
             extra = (
-                f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: cos(embedding, "
-                f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to |e|^2 "
-                f"{self.embedding_norm_sq:.3g}"
+                f", tied self-logit <= {self.self_logit:.3g} +- {self.self_logit_std:.2g}: "
+                "cos(embedding, "
+                f"residual) <= {self.cos:.3g}, feed-forward branches add {self.ffn_norm_sq:.3g} to "
+                f"|e|^2 {self.embedding_norm_sq:.3g}"
             )
             if self.repeat_rate > 0:
                 extra += (
-                    f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, which lowers the "
-                    f"low end by {self.repeat_rate * self.self_logit:.3f}"
+                    f"; {self.repeat_rate:.1%} of the step-1 targets repeat their input token, "
+                    f"which lowers the low end by {self.repeat_rate * self.self_logit:.3f}"
                 )
         return (
             f"terms of the expected step-1 loss: logit std {self.logit_std:.3g}{extra}; "
@@ -144,7 +146,8 @@ class Step1Expectation:
 
 
 def mean_log_partition(sigma: float, n: int) -> float:
-    """``E[ln sum_{i<n} exp(sigma X_i)]`` for iid standard normal ``X_i`` (random energy model, see the note).
+    """``E[ln sum_{i<n} exp(sigma X_i)]`` for iid standard normal ``X_i`` (random energy model, see
+    the note).
 
     Raises:
         ValueError: ``sigma < 0`` or ``n < 1``.
@@ -160,7 +163,8 @@ def mean_log_partition(sigma: float, n: int) -> float:
 
 
 def _winning_spec(plan: InitPlan, names: tuple[str, ...], what: str) -> InitSpec:
-    """The spec the engine applies to a tensor with ``names``: the last plan entry matching any of them."""
+    """The spec the engine applies to a tensor with ``names``: the last plan entry matching any of
+    them."""
     matches = [
         spec for pattern, spec in plan.entries if any(fnmatchcase(n, pattern) for n in names)
     ]
@@ -173,16 +177,19 @@ def _winning_spec(plan: InitPlan, names: tuple[str, ...], what: str) -> InitSpec
 
 
 def _effective_std(spec: InitSpec) -> float:
-    """Std of the values a spec draws (0 for fills); a non-zero mean is not modelled (see the note)."""
+    """Std of the values a spec draws (0 for fills); a non-zero mean is not modelled (see the
+    note)."""
     if spec.kind == "trunc_normal":
         return spec.std * truncated_normal_moments(-spec.cutoff, spec.cutoff)[1]
     return spec.std if spec.kind == "normal" else 0.0
 
 
 def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
-    """The expected step-1 loss of ``model`` initialized from ``plan`` (formula and accuracy: module note).
+    """The expected step-1 loss of ``model`` initialized from ``plan`` (formula and accuracy: module
+    note).
 
-    Reads shapes and ties only (works on meta): ``output`` ``(vocab_size, dim)`` and the final ``norm``.
+    Reads shapes and ties only (works on meta): ``output`` ``(vocab_size, dim)`` and the final
+    ``norm``.
 
     Raises:
         ValueError: the model has no ``output.weight``, its final ``norm.weight`` is not a constant
@@ -203,8 +210,8 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
         norm_spec = _winning_spec(plan, norm_names, "tensor")
         if norm_spec.kind not in ("ones", "constant"):
             raise ValueError(
-                f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the formula "
-                "needs a constant fill (ones or constant)"
+                f"expected_step1_loss: final norm.weight has spec {norm_spec.describe()}; the "
+                "formula needs a constant fill (ones or constant)"
             )
         gain = abs(norm_spec.value) if norm_spec.kind == "constant" else 1.0
     s = _effective_std(out_spec)
@@ -223,7 +230,11 @@ def expected_step1_loss(model: nn.Module, plan: InitPlan) -> Step1Expectation:
     others = mean_log_partition(sigma, vocab_size - 1)
     nodes, weights = _GAUSS_HERMITE
     high = max(
-        low, sum(w * float(np.logaddexp(others, mu + tau * z)) for z, w in zip(nodes, weights))
+        low,
+        sum(
+            w * float(np.logaddexp(others, mu + tau * z))
+            for z, w in zip(nodes, weights, strict=True)
+        ),
     )
     return Step1Expectation(
         low, high, math.log(vocab_size), sigma, mu, out_names, out_spec, tau, cos, ffn_sq, e_sq
@@ -244,9 +255,10 @@ def silu_square_mean(sigma: float) -> float:
 
 
 def _ffn_norm_sq(groups: dict[tuple[str, ...], torch.Tensor], plan: InitPlan) -> float:
-    """``F``: the expected squared norm that the dense SwiGLU feed-forward branches (``layers.<i>.feed_forward``
-    ``.w1/.w3`` ``(hidden, dim)``, ``.w2`` ``(dim, hidden)`` after ``layers.<i>.ffn_norm``, a constant fill) add to
-    the residual stream at init (module note); blocks without one add nothing."""
+    """``F``: the expected squared norm that the dense SwiGLU feed-forward branches
+    (``layers.<i>.feed_forward`` ``.w1/.w3`` ``(hidden, dim)``, ``.w2`` ``(dim, hidden)`` after
+    ``layers.<i>.ffn_norm``, a constant fill) add to the residual stream at init (module note);
+    blocks without one add nothing."""
     by_name = {name: (names, tensor) for names, tensor in groups.items() for name in names}
     total = 0.0
     for name in by_name:
@@ -290,10 +302,11 @@ def check_step1_loss(
     report: InitReport | None = None,
     max_excess: float = MAX_EXCESS_NATS,
 ) -> list[str]:
-    """The problem lines (warnings; empty when it passes) of a fresh run's measured step-1 loss against
-    :func:`expected_step1_loss`: not finite or more than ``margin`` nats outside the expected range, or a
-    range whose low end exceeds ``ln V`` by more than ``max_excess``. Each names the output tensor, its spec
-    and, given ``report``, its measured std.
+    """The problem lines (warnings; empty when it passes) of a fresh run's measured step-1 loss
+    against
+    :func:`expected_step1_loss`: not finite or more than ``margin`` nats outside the expected range,
+    or a range whose low end exceeds ``ln V`` by more than ``max_excess``. Each names the output
+    tensor, its spec and, given ``report``, its measured std.
 
     Raises:
         ValueError: ``margin`` or ``max_excess`` not > 0.
@@ -315,14 +328,16 @@ def check_step1_loss(
     low, high = expected.bounds
     if not low - margin <= measured <= high + margin:
         problems.append(
-            f"step-1 loss {measured:.4f} is outside the {expected.span} expected from the init plan by more than "
-            f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output left at the "
-            f"embedding's std-1 init starts near dim nats)"
+            f"step-1 loss {measured:.4f} is outside the {expected.span} expected from the init "
+            "plan by more than "
+            f"debug.init_loss_margin = {margin} nats; check the init of {detail} (a tied output "
+            f"left at the embedding's std-1 init starts near dim nats)"
         )
     excess = expected.low - expected.ln_vocab
     if excess > max_excess:
         problems.append(
-            f"the init plan of {detail} starts at least {excess:.3g} nats above ln V = {expected.ln_vocab:.4f} "
+            f"the init plan of {detail} starts at least {excess:.3g} nats above ln V = "
+            f"{expected.ln_vocab:.4f} "
             f"(limit {max_excess}); lower that std (tied outputs: about 0.02, untied: dim^-0.5)"
         )
     if problems and strict:

@@ -1,15 +1,6 @@
 """The launcher behind ``run_train.sh``: check the config in one plain process, then run torchrun.
 
-Note: on stopping. SIGTERM or SIGINT asks the workers to save and exit 0: the launcher writes the
-signal's name to the control folder (``lifecycle/control.py``), which the workers poll; torchrun's
-agent and the config check ignore both signals (torchrun would SIGKILL the workers after its
-shutdown timeout). The launcher waits as long as the workers said a stop needs, then kills the
-agent; a second signal kills it at once. The workers die with the agent or the launcher
-(``faults.exit_with_launcher``).
-
-Note: on the last line. A worker's user error or stop line (its outcome in the control folder) is
-repeated with its status; else a worker's ``error:`` line; else the agent's record of torchrun's
-report names the failed rank and how it ended, or the rendezvous that failed (``ending.py``).
+Notes in docs/design.md: "on stopping", "on the last line".
 """
 
 from __future__ import annotations

@@ -30,12 +30,12 @@ class _Tee:
 class ConsoleLog:
     """Copies what this process writes to ``sys.stdout`` and ``sys.stderr`` into one file, in order.
 
-    Made at the start of a worker: ``sys.stdout``/``sys.stderr`` are wrapped at once and the text is kept in
-    memory until :meth:`open` names the file (the run folder exists only once the inputs are checked; a run that
-    never opens it writes nothing). Each piece is written through, so the file is complete at any exit. A
-    terminal redraw (text holding a carriage return: a progress bar) goes to the console only. Text written
-    below Python (a C++ library's warnings on file descriptor 2) is not copied. :meth:`close` restores the
-    streams.
+    Made at the start of a worker: ``sys.stdout``/``sys.stderr`` are wrapped at once and the text is
+    kept in memory until :meth:`open` names the file (the run folder exists only once the inputs are
+    checked; a run that never opens it writes nothing). Each piece is written through, so the file
+    is complete at any exit. A terminal redraw (text holding a carriage return: a progress bar) goes
+    to the console only. Text written below Python (a C++ library's warnings on file descriptor 2)
+    is not copied. :meth:`close` restores the streams.
     """
 
     def __init__(self) -> None:
@@ -57,7 +57,8 @@ class ConsoleLog:
                 self._pending.append(text)
 
     def open(self, path: str | Path) -> Path:
-        """Write what was kept to ``path`` (its folders made) and everything after it; returns ``path``.
+        """Write what was kept to ``path`` (its folders made) and everything after it; returns
+        ``path``.
 
         Raises:
             OSError: the file cannot be created.
@@ -72,8 +73,8 @@ class ConsoleLog:
         return path
 
     def copy_exception(self) -> None:
-        """Write the exception being handled, with its traceback, to the file only (the interpreter prints it to
-        the console when it propagates)."""
+        """Write the exception being handled, with its traceback, to the file only (the interpreter
+        prints it to the console when it propagates)."""
         with self._lock:
             if self._file is not None:
                 self._file.write(traceback.format_exc())

@@ -1,39 +1,8 @@
-"""Faults during a run: stop requests (SIGTERM/SIGINT), a launcher that dies, non-finite losses or gradient norms.
+"""Faults during a run: stop requests (SIGTERM/SIGINT), a launcher that dies, non-finite losses or
+gradient norms.
 
-Note: on stopping. The launcher (``torchtitan_lite.launch``) does not pass SIGTERM/SIGINT to
-torchrun (which would SIGKILL the workers after its ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` and print a
-traceback): torchrun ignores both, and the launcher creates the file ``stop`` in the run's control
-folder (:data:`CONTROL_ENV`). :class:`StopRequest` turns a signal that reaches a worker directly (a
-scheduler that signals every process, or ``kill`` of a worker) and that file into one request. At
-safe points the ranks agree on it (one all-reduce on a CPU group: the request may reach them at
-different moments): after each step, after a save, and between the start-up phases; then the worker
-saves (or, before the first step, has nothing to save), prints one line and exits 0. The time a stop
-needs is measured (the longest step and save so far) and written to the control folder
-(:meth:`StopRequest.publish_budget`): the launcher waits that long before it kills the workers.
-
-Note: on orphans. torchrun starts each worker in a new session, so a ``kill -9`` of the launcher's process group
-does not reach them. :func:`exit_with_launcher` makes the kernel SIGKILL a worker when its parent (torchrun) dies
-(``PR_SET_PDEATHSIG``, Linux) and starts a watchdog thread that ends the worker within a second or two when its
-parent changes or the launcher process (:data:`LAUNCHER_PID_ENV`) is gone.
-
-Note: on failing workers. A worker that fails exits non-zero (2 for a user error found before
-training, 1 for one during training or a bug), so torchrun's fail-fast stops the others. A user
-error is printed as one line and also written to the control folder (:func:`report_outcome`) for the
-launcher to repeat; a bug or a lost peer goes to the worker's error file (:func:`record_error`),
-which torchrun's agent reads. The other workers are usually waiting in a collective for the failed
-one: with gloo the closed connection raises in them at once, and ``train.main`` ends them silently
-with status 1 when a peer's outcome says it failed (:func:`peer_failed`); torchrun sends them
-SIGTERM, which only records a stop request while they block, and kills them 30 s later; the watchdog
-of :func:`exit_with_launcher` ends them a few seconds after the peer's outcome appears. The run
-therefore ends within seconds with the failed worker's line and status.
-
-Note: on non-finite steps without a sync per step. :class:`NonFiniteGuard` records on the device, with
-tensor ops only, the first step whose local loss or global gradient norm was not finite; the ranks agree on
-it (one all-reduce, one host read) at log steps, before every save, and every step under ``skip``. ``stop``
-then raises :class:`NonFiniteError` naming that step: with ``log_freq = 1`` before its update is applied,
-otherwise after the updates up to the sync step (the error says so); saving checks first, so no checkpoint
-holds a non-finite state. ``skip`` drops the update (weights and moments unchanged, data and LR move on) up
-to ``max_skipped_steps`` times in the run, at one host sync per step.
+Notes in docs/design.md: "on stopping", "on orphans", "on failing workers", "on non-finite steps
+without a sync per step".
 """
 
 from __future__ import annotations
@@ -80,16 +49,18 @@ SAVE_BYTES_PER_S = 50 * 2**20
 
 
 class Stopped(Exception):
-    """A stop request agreed before the first step: nothing to save (``main`` prints the message and exits 0)."""
+    """A stop request agreed before the first step: nothing to save (``main`` prints the message and
+    exits 0)."""
 
 
 class StopRequest:
-    """Records SIGTERM/SIGINT instead of dying (handlers of :data:`STOP_SIGNALS` replaced in this process, main
-    thread only, until :meth:`restore`) and sees the launcher's ``stop`` file; :meth:`agreed` tells every rank
-    whether any got either. Repeated signals are harmless.
+    """Records SIGTERM/SIGINT instead of dying (handlers of :data:`STOP_SIGNALS` replaced in this
+    process, main thread only, until :meth:`restore`) and sees the launcher's ``stop`` file;
+    :meth:`agreed` tells every rank whether any got either. Repeated signals are harmless.
 
     Args:
-        control: the control folder (default: :data:`CONTROL_ENV`, unset = no launcher to listen to).
+        control: the control folder (default: :data:`CONTROL_ENV`, unset = no launcher to listen
+            to).
     """
 
     def __init__(self, control: str | None = None):
@@ -102,7 +73,8 @@ class StopRequest:
         self.signal_name = signal.Signals(signum).name
 
     def requested(self) -> bool:
-        """Whether this process got a stop signal or the launcher asked for a stop (no collective)."""
+        """Whether this process got a stop signal or the launcher asked for a stop (no
+        collective)."""
         if self.signal_name is None and self.control is not None:
             try:
                 with open(os.path.join(self.control, STOP_FILE), encoding="utf-8") as handle:
@@ -125,15 +97,15 @@ class StopRequest:
         """
         if self.agreed(group):
             raise Stopped(
-                f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, before the "
-                "first step; nothing to save"
+                f"stopped by a signal ({self.signal_name or 'on another rank'}) after {phase}, "
+                "before the first step; nothing to save"
             )
 
     def publish_budget(self, step_s: float, save_s: float | None, save_bytes: int) -> None:
-        """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``, to the control
-        folder (local rank 0's call on each node; when it grows by 10% or more). ``step_s``: the longest step so
-        far (with validation); ``save_s``: the longest save, or ``None`` before the first (then ``save_bytes`` at
-        :data:`SAVE_BYTES_PER_S`)."""
+        """Write the seconds the launcher waits after a stop request, ``2 * (step_s + save) + 60``,
+        to the control folder (local rank 0's call on each node; when it grows by 10% or more).
+        ``step_s``: the longest step so far (with validation); ``save_s``: the longest save, or
+        ``None`` before the first (then ``save_bytes`` at :data:`SAVE_BYTES_PER_S`)."""
         save = save_s if save_s is not None else save_bytes / SAVE_BYTES_PER_S
         budget = math.ceil(2 * (step_s + save) + 60)
         if self.control is None or budget < 1.1 * self._budget_s:
@@ -165,8 +137,8 @@ def report_outcome(code: int, line: str | None) -> int:
 
 
 def peer_failed(control: str | None = None) -> bool:
-    """Whether another worker of this node reported a non-zero outcome (:func:`report_outcome`) in the control
-    folder (default: :data:`CONTROL_ENV`; ``False`` without one)."""
+    """Whether another worker of this node reported a non-zero outcome (:func:`report_outcome`) in
+    the control folder (default: :data:`CONTROL_ENV`; ``False`` without one)."""
     control = control if control is not None else os.environ.get(CONTROL_ENV)
     if control is None:
         return False
@@ -206,8 +178,8 @@ _LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
 
 
 def lost_peer(err: BaseException) -> bool:
-    """Whether ``err`` is a collective failing because another rank's process is gone (gloo's connection closed or
-    reset by the peer), not a fault of this rank."""
+    """Whether ``err`` is a collective failing because another rank's process is gone (gloo's
+    connection closed or reset by the peer), not a fault of this rank."""
     return isinstance(err, RuntimeError) and any(text in str(err) for text in _LOST_PEER)
 
 
@@ -229,9 +201,9 @@ def _alive(pid: int) -> bool:
 
 
 def _sibling_workers(pid: int) -> dict[int, str]:
-    """The worker processes among the children of ``pid`` (Linux ``/proc/<pid>/task/*/children``): each child's
-    PID and its ``LOCAL_RANK`` (from ``/proc/<child>/environ``; children without one, not workers, are left out;
-    empty where ``/proc`` does not exist)."""
+    """The worker processes among the children of ``pid`` (Linux ``/proc/<pid>/task/*/children``):
+    each child's PID and its ``LOCAL_RANK`` (from ``/proc/<child>/environ``; children without one,
+    not workers, are left out; empty where ``/proc`` does not exist)."""
     found: dict[int, str] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -257,20 +229,21 @@ def _sibling_workers(pid: int) -> dict[int, str]:
 
 
 def _killed(local_rank: str, control: str | None) -> bool:
-    """Whether the ended worker ``local_rank`` of this node left no outcome in the control folder: it was killed
-    or crashed (a worker that ends by itself writes one, :func:`report_outcome`); ``True`` without a folder."""
+    """Whether the ended worker ``local_rank`` of this node left no outcome in the control folder:
+    it was killed or crashed (a worker that ends by itself writes one, :func:`report_outcome`);
+    ``True`` without a folder."""
     outcome = f"{OUTCOME_PREFIX}{local_rank}"
     return control is None or not os.path.exists(os.path.join(control, outcome))
 
 
 FAILED_KEY = "torchtitan_lite/failed"
-"""Key of torchrun's store that a failing worker sets (:func:`announce_failure`): the workers of every node watch
-it (:func:`exit_with_launcher`)."""
+"""Key of torchrun's store that a failing worker sets (:func:`announce_failure`): the workers of
+every node watch it (:func:`exit_with_launcher`)."""
 
 
 def _run_store() -> dist.TCPStore | None:
-    """A client of torchrun's store (``MASTER_ADDR``/``MASTER_PORT`` of the worker's environment), or ``None``
-    without one or when it does not answer within 10 s."""
+    """A client of torchrun's store (``MASTER_ADDR``/``MASTER_PORT`` of the worker's environment),
+    or ``None`` without one or when it does not answer within 10 s."""
     host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
     if not host or not port.isdigit() or "TORCHELASTIC_RUN_ID" not in os.environ:
         return None
@@ -287,9 +260,10 @@ def _run_store() -> dist.TCPStore | None:
 
 
 def announce_failure(what: str) -> None:
-    """Tell the workers of every node that this run failed (``what``: who and how, for their line), through
-    torchrun's store; nothing without one. A worker of another node blocked in a collective may otherwise wait
-    for gloo's timeout (300 s): its own peers are alive, only waiting for the failed one."""
+    """Tell the workers of every node that this run failed (``what``: who and how, for their line),
+    through torchrun's store; nothing without one. A worker of another node blocked in a collective
+    may otherwise wait for gloo's timeout (300 s): its own peers are alive, only waiting for the
+    failed one."""
     store = _run_store()
     if store is not None:
         try:
@@ -299,18 +273,19 @@ def announce_failure(what: str) -> None:
 
 
 def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
-    """Let this worker not outlive torchrun, the launcher or a failed peer (see the module notes):
-    ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread that every ``poll_s``
-    seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV` (gone: prints one line and ends the
-    process, status 1), and the control folder: when another worker of this node failed (:func:`peer_failed`), or
-    one of this worker's siblings (torchrun's other workers) ended without an outcome while this one runs (a
-    worker killed, which reports nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a
-    collective for the failed rank, or for a rank on another node waiting for it), it ends silently with status 1
+    """Let this worker not outlive torchrun, the launcher or a failed peer (docs/design.md, "on
+    orphans"): ``PR_SET_PDEATHSIG`` = SIGKILL where the platform has ``prctl``, and a daemon thread
+    that every ``poll_s`` seconds checks the parent PID and the process of :data:`LAUNCHER_PID_ENV`
+    (gone: prints one line and ends the process, status 1), and the control folder: when another
+    worker of this node failed (:func:`peer_failed`), or one of this worker's siblings (torchrun's
+    other workers) ended without an outcome while this one runs (a worker killed, which reports
+    nothing), and this one has not ended ``peer_grace_s`` seconds later (waiting in a collective for
+    the failed rank, or for a rank on another node waiting for it), it ends silently with status 1
     (the failed worker's line is the run's; a sibling's end is also announced to the other nodes,
-    :func:`announce_failure`).
-    Without this, torchrun's SIGTERM to such a worker only records a stop request, and torchrun kills it 30 s
-    later. When a worker of any node announced a failure in torchrun's store, this one ends ``peer_grace_s``
-    seconds later with the line ``lost a peer: rank R's run ended: <what>``, status 1."""
+    :func:`announce_failure`). Without this, torchrun's SIGTERM to such a worker only records a stop
+    request, and torchrun kills it 30 s later. When a worker of any node announced a failure in
+    torchrun's store, this one ends ``peer_grace_s`` seconds later with the line
+    ``lost a peer: rank R's run ended: <what>``, status 1."""
     parent = os.getppid()
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     launcher_pid = int(launcher) if launcher and launcher.isdigit() else None
@@ -343,7 +318,8 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
             )
             if gone:
                 print(
-                    f"error: {gone} is gone; this worker exits (the last complete checkpoint is kept)",
+                    f"error: {gone} is gone; this worker exits (the last complete checkpoint is "
+                    "kept)",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -366,11 +342,13 @@ def exit_with_launcher(poll_s: float = 1.0, peer_grace_s: float = 5.0) -> None:
 
 
 class NonFiniteGuard:
-    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm (see the module notes).
+    """Applies ``training.nonfinite_policy`` to each step's loss and gradient norm (docs/design.md,
+    "Note: on non-finite steps without a sync per step").
 
     Args:
         policy: ``"stop"`` or ``"skip"``.
-        max_skipped_steps: steps ``skip`` may drop in the whole run (a resumed run continues the count).
+        max_skipped_steps: steps ``skip`` may drop in the whole run (a resumed run continues the
+            count).
         skipped: steps already skipped (from the checkpoint's train state).
         device: where the per-step evidence lives (the training device).
 
@@ -402,27 +380,29 @@ class NonFiniteGuard:
         self._first_values = torch.zeros(2, dtype=torch.float32, device=self._device)
 
     def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Note 1-based step ``step`` if this rank's ``loss`` or ``grad_norm`` (0-dim tensors on the device, any
-        float dtype) is not finite: tensor ops only, no sync."""
+        """Note 1-based step ``step`` if this rank's ``loss`` or ``grad_norm`` (0-dim tensors on the
+        device, any float dtype) is not finite: tensor ops only, no sync."""
         values = torch.stack([loss.detach().float(), grad_norm.detach().float()])  # (2,)
         first = ~torch.isfinite(values).all() & (self._first_step == self._NONE)
         self._first_step = torch.where(first, step, self._first_step)
         self._first_values = torch.where(first, values, self._first_values)
 
     def agreed_first_bad_step(self) -> int | None:
-        """The first recorded bad step over all ranks, or ``None`` (a collective, and a host sync)."""
+        """The first recorded bad step over all ranks, or ``None`` (a collective, and a host
+        sync)."""
         first = self._first_step.clone()
         dist.all_reduce(first, op=dist.ReduceOp.MIN)
         step = int(first.item())
         return None if step == self._NONE else step
 
     def apply_update(self, step: int, *, sync: bool) -> bool:
-        """Whether step ``step``'s update may be applied (after :meth:`record`, on every rank): at once ``True``
-        without ``sync`` under ``stop``; otherwise the ranks agree (``False``: skipped and counted).
+        """Whether step ``step``'s update may be applied (after :meth:`record`, on every rank): at
+        once ``True`` without ``sync`` under ``stop``; otherwise the ranks agree (``False``: skipped
+        and counted).
 
         Raises:
-            NonFiniteError: a bad step under ``stop``, or under ``skip`` beyond ``max_skipped_steps``;
-                the message names the first bad step.
+            NonFiniteError: a bad step under ``stop``, or under ``skip`` beyond
+                ``max_skipped_steps``; the message names the first bad step.
         """
         if not (sync or self.policy == "skip"):
             return True
@@ -436,14 +416,15 @@ class NonFiniteGuard:
         raise NonFiniteError(self._message(bad, applied_through=step - 1))
 
     def check(self, step: int) -> None:
-        """Raise :class:`NonFiniteError` if any rank recorded a bad step (a collective; ``step`` is the step
-        reached). Call before saving."""
+        """Raise :class:`NonFiniteError` if any rank recorded a bad step (a collective; ``step`` is
+        the step reached). Call before saving."""
         bad = self.agreed_first_bad_step()
         if bad is not None:
             raise NonFiniteError(self._message(bad, applied_through=step))
 
     def _message(self, bad: int, applied_through: int) -> str:
-        """The error text for first bad step ``bad`` when updates up to step ``applied_through`` went in."""
+        """The error text for first bad step ``bad`` when updates up to step ``applied_through``
+        went in."""
         loss, grad_norm = (
             self._first_values.tolist() if int(self._first_step.item()) == bad else ("?", "?")
         )
@@ -456,7 +437,9 @@ class NonFiniteGuard:
         applied = (
             "the update was not applied"
             if applied_through < bad
-            else f"{steps} applied before this check (metrics.log_freq), nothing was saved from them"
+            else (
+                f"{steps} applied before this check (metrics.log_freq), nothing was saved from them"
+            )
         )
         advice = "lower optimizer.lr or check the data, then resume"
         if self.policy == "skip":

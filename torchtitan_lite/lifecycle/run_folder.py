@@ -1,5 +1,5 @@
-"""The run folder: ``<job.dump_folder>/<model>-<flavor>-<time>/`` with the resolved config and how the run was
-launched, named and created on rank 0."""
+"""The run folder: ``<job.dump_folder>/<model>-<flavor>-<time>/`` with the resolved config and how
+the run was launched, named and created on rank 0."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from torchtitan_lite.config.schema import JobConfig
 
 
 def create_run_folder(config: JobConfig, rank: int, world_size: int, local_world_size: int) -> str:
-    """The run folder (:func:`~torchtitan_lite.components.metrics.make_run_folder`), created on rank 0 with
-    ``config.toml`` (the resolved config, with the warmup the schedule ran: a warmup clipped to a short run is written
-    clipped, so that ``CONFIG_FILE=<run>/config.toml`` passes the check and repeats the run) and ``run.json`` (world
-    size, ranks per node, the command line, the config) and broadcast to the other ranks; its path."""
+    """The run folder (:func:`~torchtitan_lite.components.metrics.make_run_folder`), created on rank
+    0 with ``config.toml`` (the resolved config, with the warmup the schedule ran: a warmup clipped
+    to a short run is written clipped, so that ``CONFIG_FILE=<run>/config.toml`` passes the check
+    and repeats the run) and ``run.json`` (world size, ranks per node, the command line, the config)
+    and broadcast to the other ranks; its path."""
     holder = [None]
     if rank == 0:
         sched = config.lr_scheduler

@@ -1,5 +1,6 @@
-"""The start-up lines of a run that describe its layout, its memory and compile settings and its expected step-1
-loss (printed through :class:`~torchtitan_lite.components.metrics.StartupLog`), and the step-1 check's line."""
+"""The start-up lines of a run that describe its layout, its memory and compile settings and its
+expected step-1 loss (printed through :class:`~torchtitan_lite.components.metrics.StartupLog`), and
+the step-1 check's line."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from torchtitan_lite.init.step1 import Step1Expectation, expected_step1_loss
 
 
 def layout_text(dims: ParallelDims, config: JobConfig, loss_parallel: bool) -> str:
-    """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1 (``dp_shard`` always),
-    the expert split, and under tensor parallelism what it parallelizes besides the blocks."""
+    """``layout dp_shard 2 x tp 2 (sequence parallel, loss parallel)``: the degrees above 1
+    (``dp_shard`` always), the expert split, and under tensor parallelism what it parallelizes
+    besides the blocks."""
     par = config.parallelism
     degrees = [
         ("pp", dims.pp),
@@ -43,8 +45,8 @@ def layout_text(dims: ParallelDims, config: JobConfig, loss_parallel: bool) -> s
 
 
 def memory_and_compile_line(config: JobConfig, device_type: str, fused_adamw: bool) -> str:
-    """``activation checkpointing full, compile inductor (model, loss), AdamW fused`` (``Muon + AdamW fused`` under
-    ``optimizer.name = "Muon"``)."""
+    """``activation checkpointing full, compile inductor (model, loss), AdamW fused``
+    (``Muon + AdamW fused`` under ``optimizer.name = "Muon"``)."""
     ac, cfg = config.activation_checkpoint, config.compile
     ac_text = ac.mode + (f" {ac.selective_ac_option}" if ac.mode == "selective" else "")
     compiled = [
@@ -69,11 +71,11 @@ def memory_and_compile_line(config: JobConfig, device_type: str, fused_adamw: bo
 def step1_expectation(
     model: nn.Module, plan: InitPlan, dataset: object, global_batch: int
 ) -> Step1Expectation:
-    """The expected step-1 loss of ``model`` initialized from ``plan`` (:func:`expected_step1_loss`), the tied
-    self-logit's effect of the step-1 batch's repeated tokens included when ``dataset`` is the training
-    :class:`GlobalWindowStream` (its first ``global_batch`` windows: the same for any layout; a streamed dataset's
-    are unknown before it is read). The one predictor of the trainer's start-up line and check and of
-    ``inspect_init``."""
+    """The expected step-1 loss of ``model`` initialized from ``plan``
+    (:func:`expected_step1_loss`), the tied self-logit's effect of the step-1 batch's repeated
+    tokens included when ``dataset`` is the training :class:`GlobalWindowStream` (its first
+    ``global_batch`` windows: the same for any layout; a streamed dataset's are unknown before it is
+    read). The one predictor of the trainer's start-up line and check and of ``inspect_init``."""
     expected = expected_step1_loss(model, plan)
     if expected.tied and isinstance(dataset, GlobalWindowStream):
         expected = expected.with_repeats(dataset.repeated_targets(global_batch))
@@ -81,19 +83,21 @@ def step1_expectation(
 
 
 STEP1_TERMS = "every term: inspect_init or --debug.init_report"
-"""Where the start-up line of the expected step-1 loss sends a reader for its terms (``Step1Expectation.describe``)."""
+"""Where the start-up line of the expected step-1 loss sends a reader for its terms
+(``Step1Expectation.describe``)."""
 
 
 def step1_line(
     expected: Step1Expectation, batch_read: bool, terms: str = STEP1_TERMS, mtp_depths: int = 0
 ) -> str:
-    """The short start-up line of :func:`step1_expectation`, e.g. ``expected step-1 loss 7.5937..7.6913 = ln V
-    7.6246 -0.0309..+0.0667 (a range: tied output; init plan and the step-1 batch; every term: inspect_init or
-    --debug.init_report)``; an untied output gives one value (``8.1113 = ln V 7.6246 +0.4867``). ``batch_read``:
-    whether the step-1 batch's repeated tokens were counted (a tied output only); ``terms``: where
-    the terms are; ``mtp_depths``: multi-token-prediction heads, whose input is normalized as the
-    main head's, so each depth's loss per predicted token has the same expectation (said at the
-    end)."""
+    """The short start-up line of :func:`step1_expectation`, e.g.
+    ``expected step-1 loss 7.5937..7.6913 = ln V 7.6246 -0.0309..+0.0667 (a range: tied output; init
+    plan and the step-1 batch; every term: inspect_init or
+    --debug.init_report)``; an untied output gives one value (``8.1113 = ln V 7.6246
+    +0.4867``). ``batch_read``: whether the step-1 batch's repeated tokens were counted (a tied
+    output only); ``terms``: where the terms are; ``mtp_depths``: multi-token-prediction heads,
+    whose input is normalized as the main head's, so each depth's loss per predicted token has the
+    same expectation (said at the end)."""
     ln_v, (low, high) = expected.ln_vocab, expected.bounds
     if expected.tied:
         values = f"{low:.4f}..{high:.4f} = ln V {ln_v:.4f} {low - ln_v:+.4f}..{high - ln_v:+.4f}"
@@ -115,10 +119,10 @@ def step1_line(
 def step1_check_line(
     expected: Step1Expectation, loss: float, margin: float, what: str = "loss"
 ) -> str:
-    """``step-1 check: loss 7.6465 is inside the expected 7.5937..7.6913``, or ``... is 0.0163 below the expected
-    8.1113 (allowed: debug.init_loss_margin = 0.5 nats)``: where a step-1 loss that passed
-    :func:`~torchtitan_lite.init.step1.check_step1_loss` lies against :func:`step1_expectation`;
-    ``what`` names it (e.g. ``mtp depth 1 loss``)."""
+    """``step-1 check: loss 7.6465 is inside the expected 7.5937..7.6913``, or
+    ``... is 0.0163 below the expected 8.1113 (allowed: debug.init_loss_margin = 0.5 nats)``: where
+    a step-1 loss that passed :func:`~torchtitan_lite.init.step1.check_step1_loss` lies against
+    :func:`step1_expectation`; ``what`` names it (e.g. ``mtp depth 1 loss``)."""
     low, high = expected.bounds
     if low <= loss <= high:
         return f"step-1 check: {what} {loss:.4f} is inside the expected {expected.span}"

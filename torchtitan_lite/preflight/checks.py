@@ -94,8 +94,7 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
         if not value.strip():
             raise ConfigError(
                 f"{where(sources, key)}: is empty, which would write into the "
-                "current folder (or the folder above); name a folder, e.g. the "
-                "default"
+                "current folder (or the folder above); name a folder, e.g. the default"
             )
     training = config.training
     gbs, lbs = training.global_batch_size, training.local_batch_size
@@ -117,8 +116,7 @@ def _check_run_settings(config: JobConfig, sources: Sources) -> None:
             f"warmup steps + {training.steps - fit} decay steps "
             f"(round(lr_scheduler.decay_ratio {sched.decay_ratio} * training.steps "
             f"{training.steps})) exceed {where(sources, 'training.steps')} "
-            f"{training.steps}; set warmup_steps <= {fit}, lower decay_ratio, or "
-            "train longer"
+            f"{training.steps}; set warmup_steps <= {fit}, lower decay_ratio, or train longer"
         )
     debug = config.debug
     if debug.profile and debug.profile_start_step > training.steps:

@@ -1,9 +1,10 @@
 """The model arguments of a run, resolved once from the config.
 
-``[model.overrides]`` (or ``--model.overrides.<field>=value``) replaces fields of the flavor's args dataclass;
-:func:`build_model_args` applies them. With ``checkpoint.initial_load_hf`` the family and the sizes come from the
-folder's ``config.json`` (``model.flavor`` then defaults to ``hf``; a flavor or an override that disagrees with the
-folder is an error naming the field: ``torchtitan_lite/components/hf/args.py``).
+``[model.overrides]`` (or ``--model.overrides.<field>=value``) replaces fields of the flavor's args
+dataclass; :func:`build_model_args` applies them. With ``checkpoint.initial_load_hf`` the family and
+the sizes come from the folder's ``config.json`` (``model.flavor`` then defaults to ``hf``; a flavor
+or an override that disagrees with the folder is an error naming the field:
+``torchtitan_lite/components/hf/args.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import typing
 from typing import Any
 
-from torchtitan_lite.models import get_model_spec, model_names
 from torchtitan_lite.components.hf.args import HF_FLAVOR, folder_family, model_args_from_hf
 from torchtitan_lite.components.hf.folder import HFError
 from torchtitan_lite.config.cli import (
@@ -26,12 +26,13 @@ from torchtitan_lite.config.cli import (
 )
 from torchtitan_lite.config.load import Sources, precedence, where
 from torchtitan_lite.config.schema import JobConfig
+from torchtitan_lite.models import get_model_spec, model_names
 
 
 def resolve_model(config: JobConfig, sources: Sources) -> Any:
-    """Resolve ``[model]`` in place and return the run's model args (:func:`build_model_args`): the family and
-    flavor of ``checkpoint.initial_load_hf`` (:func:`_model_from_hf_folder`), then :func:`type_overrides` and the
-    args built once.
+    """Resolve ``[model]`` in place and return the run's model args (:func:`build_model_args`): the
+    family and flavor of ``checkpoint.initial_load_hf`` (:func:`_model_from_hf_folder`), then
+    :func:`type_overrides` and the args built once.
 
     Raises:
         ConfigError: one line naming the key.
@@ -41,8 +42,8 @@ def resolve_model(config: JobConfig, sources: Sources) -> Any:
     model = config.model
     if model.tie_embeddings is not None and "tie_embeddings" in model.overrides:
         raise ConfigError(
-            f"{where(sources, 'model.tie_embeddings')}: also set as model.overrides.tie_embeddings; "
-            "set it once"
+            f"{where(sources, 'model.tie_embeddings')}: also set as "
+            "model.overrides.tie_embeddings; set it once"
         )
     if model.tie_embeddings is not None and "tie_embeddings" not in fields:
         raise ConfigError(
@@ -63,10 +64,10 @@ def resolve_model(config: JobConfig, sources: Sources) -> Any:
 
 
 def type_overrides(config: JobConfig, sources: Sources | None = None) -> set[str]:
-    """Check ``model.name`` and ``model.flavor`` against the registry and give each ``model.overrides`` value the
-    type of its field in the flavor's args dataclass (in place; the ``debug`` flavor's dataclass for ``hf``); the
-    field names. ``sources``: where each key was set (a value from the
-    command line is text), ``None`` for a resolved config.
+    """Check ``model.name`` and ``model.flavor`` against the registry and give each
+    ``model.overrides`` value the type of its field in the flavor's args dataclass (in place; the
+    ``debug`` flavor's dataclass for ``hf``); the field names. ``sources``: where each key was set
+    (a value from the command line is text), ``None`` for a resolved config.
 
     Raises:
         ConfigError: an unknown model, flavor or field, or a value of the wrong type.
@@ -106,10 +107,11 @@ def type_overrides(config: JobConfig, sources: Sources | None = None) -> set[str
 
 
 def _model_from_hf_folder(config: JobConfig, sources: Sources) -> None:
-    """With ``checkpoint.initial_load_hf``: ``model.name`` becomes the folder's family and ``model.flavor`` becomes
-    ``hf`` (every size from the folder), unless they were given where ``initial_load_hf`` was or later (in the same
-    file, or on the command line): then a different family is an error and the flavor must agree with the folder
-    (so ``run_train.sh --checkpoint.initial_load_hf=DIR`` works with any config file)."""
+    """With ``checkpoint.initial_load_hf``: ``model.name`` becomes the folder's family and
+    ``model.flavor`` becomes ``hf`` (every size from the folder), unless they were given where
+    ``initial_load_hf`` was or later (in the same file, or on the command line): then a different
+    family is an error and the flavor must agree with the folder (so
+    ``run_train.sh --checkpoint.initial_load_hf=DIR`` works with any config file)."""
     folder = config.checkpoint.initial_load_hf
     if folder is None:
         if config.model.flavor == HF_FLAVOR:
@@ -135,12 +137,13 @@ def _model_from_hf_folder(config: JobConfig, sources: Sources) -> None:
 
 
 def build_model_args(config: JobConfig) -> Any:
-    """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set) applied; with
-    ``checkpoint.initial_load_hf``, the folder's ``config.json`` values on top of the flavor, then the changes
-    (``components/hf/args.py``).
+    """The flavor's args dataclass with ``model.overrides`` and ``model.tie_embeddings`` (if set)
+    applied; with ``checkpoint.initial_load_hf``, the folder's ``config.json`` values on top of the
+    flavor, then the changes (``components/hf/args.py``).
 
     Raises:
-        ValueError/TypeError: from the args dataclass's own checks (:func:`resolve_model` turns them into a
+        ValueError/TypeError: from the args dataclass's own checks (:func:`resolve_model` turns them
+        into a
             :class:`ConfigError`).
         HFError: the folder's config cannot be read or disagrees with the flavor or an override.
     """
@@ -156,8 +159,8 @@ def build_model_args(config: JobConfig) -> Any:
 
 
 def tokenizer_path(config: JobConfig) -> str | None:
-    """The run's ``tokenizer.json``: the one in ``checkpoint.initial_load_hf`` when the folder has one, else
-    ``model.tokenizer_path`` (``None``: the bundled tokenizer)."""
+    """The run's ``tokenizer.json``: the one in ``checkpoint.initial_load_hf`` when the folder has
+    one, else ``model.tokenizer_path`` (``None``: the bundled tokenizer)."""
     folder = config.checkpoint.initial_load_hf
     if folder is not None and os.path.isfile(os.path.join(folder, "tokenizer.json")):
         return os.path.join(folder, "tokenizer.json")

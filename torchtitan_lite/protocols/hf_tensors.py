@@ -1,16 +1,18 @@
 """How one of our tensors is made of Hugging Face checkpoint tensors, both ways, read by boxes.
 
-A state-dict adapter (:mod:`.state_dict_adapter`) maps each of our state names to one of the kinds below. Import
-reads only the box of our tensor a rank holds (``box``: ``(start, stop)`` per dimension of OUR tensor, e.g. an FSDP
-or TP shard) through a ``reader`` with ``reader.read(hf_name, hf_box) -> tensor`` (the checkpoint's values of that
-box, dequantized when the file is quantized); each kind turns our box into the HF boxes it needs, so no rank reads a
-whole tensor it only holds a slice of. Export turns our full tensor into the HF tensors (:meth:`to_hf`).
+A state-dict adapter (:mod:`.state_dict_adapter`) maps each of our state names to one of the kinds
+below. Import reads only the box of our tensor a rank holds (``box``: ``(start, stop)`` per
+dimension of OUR tensor, e.g. an FSDP or TP shard) through a ``reader`` with
+``reader.read(hf_name, hf_box) -> tensor`` (the checkpoint's values of that box, dequantized when
+the file is quantized); each kind turns our box into the HF boxes it needs, so no rank reads a whole
+tensor it only holds a slice of. Export turns our full tensor into the HF tensors (:meth:`to_hf`).
 
 Kinds: :class:`Same` (one HF tensor, same layout), :class:`Transposed` (GPT-OSS experts: HF stores
-``(E, in, out)``, we ``(E, out, in)``), :class:`Stacked` (MoE experts that published checkpoints store one
-tensor per expert, ``mlp.experts.{e}.gate_proj.weight``), :class:`RowPermuted` (DeepSeek's RoPE rows,
-``models/deepseek_v3/state_dict_adapter.py``), :class:`WithCopies` (a tensor the checkpoint also stores under other
-names: DeepSeek-V3's MTP ``embed_tokens`` and ``shared_head.head``).
+``(E, in, out)``, we ``(E, out, in)``), :class:`Stacked` (MoE experts that published checkpoints
+store one tensor per expert, ``mlp.experts.{e}.gate_proj.weight``), :class:`RowPermuted` (DeepSeek's
+RoPE rows, ``models/deepseek_v3/state_dict_adapter.py``), :class:`WithCopies` (a tensor the
+checkpoint also stores under other names: DeepSeek-V3's MTP ``embed_tokens`` and
+``shared_head.head``).
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ class Transposed(_OneTensor):
 
 @dataclass(frozen=True)
 class Stacked:
-    """Our tensor ``(E, ...)`` stacks the HF tensors ``hf_names`` (one per expert ``e``, shape ``(...)``)."""
+    """Our tensor ``(E, ...)`` stacks the HF tensors ``hf_names`` (one per expert ``e``, shape
+    ``(...)``)."""
 
     hf_names: tuple[str, ...]
 
@@ -111,8 +114,9 @@ class Stacked:
 class RowPermuted(_OneTensor):
     """Our row ``i`` (dimension 0) is HF row ``perm[i]`` of ``hf_name``.
 
-    Reading a box of rows reads the HF rows from ``min`` to ``max`` of their images: a permutation that moves
-    rows only within small blocks (DeepSeek's RoPE rows, within one head) costs at most a block more.
+    Reading a box of rows reads the HF rows from ``min`` to ``max`` of their images: a permutation
+    that moves rows only within small blocks (DeepSeek's RoPE rows, within one head) costs at most a
+    block more.
     """
 
     perm: tuple[int, ...]
@@ -139,13 +143,14 @@ class RowPermuted(_OneTensor):
 
 @dataclass(frozen=True)
 class WithCopies(Same):
-    """Our tensor is the HF tensor ``hf_name``, which export also writes as ``copies`` (the same values); import
-    reads ``hf_name`` only (the adapter says why the copies are skipped)."""
+    """Our tensor is the HF tensor ``hf_name``, which export also writes as ``copies`` (the same
+    values); import reads ``hf_name`` only (the adapter says why the copies are skipped)."""
 
     copies: tuple[str, ...] = ()
 
     def to_hf(self, full: torch.Tensor) -> dict[str, torch.Tensor]:
-        """See :meth:`Same.to_hf`: ``hf_name`` and every copy (its own memory: safetensors refuses shared tensors)."""
+        """See :meth:`Same.to_hf`: ``hf_name`` and every copy (its own memory: safetensors refuses
+        shared tensors)."""
         return {self.hf_name: full, **{name: full.clone() for name in self.copies}}
 
 

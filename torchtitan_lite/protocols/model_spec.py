@@ -1,32 +1,40 @@
-"""What a model family is to the engine: a :class:`ModelSpec` of plain callables, and the contracts they keep.
+"""What a model family is to the engine: a :class:`ModelSpec` of plain callables, and the contracts
+they keep.
 
-The trainer asks the registry (``torchtitan_lite.models.get_model_spec("qwen3")``) for a spec and never imports a family.
+The trainer asks the registry (``torchtitan_lite.models.get_model_spec("qwen3")``) for a spec and
+never imports a family.
 
 Contract of a model class (``spec.model_cls(args)``):
   * ``__init__(args)`` only creates modules (it runs under ``torch.device("meta")``): it never
-    initializes values; :func:`torchtitan_lite.init.apply.init_weights` does, from ``spec.init_plan``.
+    initializes values; :func:`torchtitan_lite.init.apply.init_weights` does, from
+    ``spec.init_plan``.
   * submodules ``tok_embeddings``, ``layers`` (an ``nn.ModuleDict`` keyed by ``str(layer_id)``),
-    ``norm`` and ``output``; ``output.weight is tok_embeddings.weight`` when ``args.tie_embeddings``.
-  * ``init_buffers(buffer_device)`` recomputes derived, non-persistent buffers (RoPE tables) in fp32.
-  * ``forward(tokens)``: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``; with
-    ``tok_embeddings`` set to ``None`` (a later pipeline stage) it takes hidden states ``(bs, seqlen, dim)``, and
-    with ``output`` set to ``None`` (an earlier stage) it returns them; each block returns its input's dtype.
-  * a forward may run twice for one batch (activation checkpointing recomputes a block in backward): state it
-    updates in forward (MoE token counters) is updated only when
+    ``norm`` and ``output``; ``output.weight is tok_embeddings.weight`` when
+    ``args.tie_embeddings``.
+  * ``init_buffers(buffer_device)`` recomputes derived, non-persistent buffers (RoPE tables) in
+    fp32.
+  * ``forward(tokens)``: ``tokens`` int64 ``(bs, seqlen)`` -> logits ``(bs, seqlen, vocab_size)``;
+    with ``tok_embeddings`` set to ``None`` (a later pipeline stage) it takes hidden states
+    ``(bs, seqlen, dim)``, and with ``output`` set to ``None`` (an earlier stage) it returns them;
+    each block returns its input's dtype.
+  * a forward may run twice for one batch (activation checkpointing recomputes a block in backward):
+    state it updates in forward (MoE token counters) is updated only when
     :func:`torchtitan_lite.distributed.activation_checkpoint.recomputing` is false.
 
-Contract of ``spec.parallelize(model, parallel_dims, options) -> nn.Module``: applied once to the model built on
-meta (under pipeline parallelism to each stage, a copy with some modules ``None``), before ``to_empty`` and init;
-``parallel_dims`` is the run's :class:`~torchtitan_lite.distributed.parallel_dims.ParallelDims` (mesh built),
-``options`` a :class:`~torchtitan_lite.distributed.parallel_options.ParallelOptions`. It applies, in this order,
-what the family's modules need (TP plan, EP, then activation checkpointing, compile, FSDP2) in place, keeps every
-parameter's canonical name (wrappers may add only the prefixes ``torchtitan_lite.init.apply.WRAPPER_NAMES``
-lists), and returns the model to train.
+Contract of ``spec.parallelize(model, parallel_dims, options) -> nn.Module``: applied once to the
+model built on meta (under pipeline parallelism to each stage, a copy with some modules ``None``),
+before ``to_empty`` and init; ``parallel_dims`` is the run's
+:class:`~torchtitan_lite.distributed.parallel_dims.ParallelDims` (mesh built), ``options`` a
+:class:`~torchtitan_lite.distributed.parallel_options.ParallelOptions`. It applies, in this order,
+what the family's modules need (TP plan, EP, then activation checkpointing, compile, FSDP2) in
+place, keeps every parameter's canonical name (wrappers may add only the prefixes
+``torchtitan_lite.init.apply.WRAPPER_NAMES`` lists), and returns the model to train.
 
-Contract of ``spec.training_hooks(model, parallel_dims, micro_batches) -> TrainingHooks``: called once on every
-rank with the parallelized model, before the first step (``micro_batches``: model forwards per rank per optimizer
-step, pipeline micro-batches included); it may configure the model (not its values: init and checkpoint loading
-come after). The trainer then calls the :class:`TrainingHooks` methods on every rank at the times they name.
+Contract of ``spec.training_hooks(model, parallel_dims, micro_batches) -> TrainingHooks``: called
+once on every rank with the parallelized model, before the first step (``micro_batches``: model
+forwards per rank per optimizer step, pipeline micro-batches included); it may configure the model
+(not its values: init and checkpoint loading come after). The trainer then calls the
+:class:`TrainingHooks` methods on every rank at the times they name.
 """
 
 from __future__ import annotations
@@ -51,7 +59,8 @@ class HookReport(NamedTuple):
     Attributes:
         scalars: TensorBoard tag -> value, written by rank 0 (e.g. ``"moe/layers.1.moe/max_load"``).
         summary: one line printed at summary steps, or ``None``.
-        notes: lines printed at once, at any step that reports (e.g. a warning about the model's state).
+        notes: lines printed at once, at any step that reports (e.g. a warning about the model's
+            state).
     """
 
     scalars: dict[str, float]
@@ -60,16 +69,18 @@ class HookReport(NamedTuple):
 
 
 class TrainingHooks:
-    """A family's per-step work, which the trainer runs without knowing what it is. This base does nothing."""
+    """A family's per-step work, which the trainer runs without knowing what it is. This base does
+    nothing."""
 
     def after_optimizer_step(self, step: int) -> None:
-        """Called once per optimizer step ``step`` (1-based), right after ``optimizer.step()`` (or the skipped
-        update), on every rank. Collectives and device ops only: it must not read the device (no host sync)."""
+        """Called once per optimizer step ``step`` (1-based), right after ``optimizer.step()`` (or
+        the skipped update), on every rank. Collectives and device ops only: it must not read the
+        device (no host sync)."""
 
     def report(self, step: int) -> HookReport:
-        """Called after :meth:`after_optimizer_step` at log steps and at summary steps (validation steps and the
-        last step), on every rank; may read the device. The trainer writes ``scalars``, prints ``notes`` and, at
-        summary steps, ``summary``."""
+        """Called after :meth:`after_optimizer_step` at log steps and at summary steps (validation
+        steps and the last step), on every rank; may read the device. The trainer writes
+        ``scalars``, prints ``notes`` and, at summary steps, ``summary``."""
         return HookReport({}, None)
 
     def step1_heads(self, seq_len: int) -> dict[str, float]:
@@ -93,15 +104,18 @@ class ModelSpec:
     Attributes:
         name: registry name, e.g. ``"qwen3"``.
         model_cls: ``nn.Module`` class built as ``model_cls(args)``.
-        flavors: flavor name -> instance of the family's args dataclass (``"debug"``, ``"0.6b"``, ...).
+        flavors: flavor name -> instance of the family's args dataclass (``"debug"``, ``"0.6b"``,
+            ...).
         init_plan: ``args -> InitPlan``.
-        num_flops_per_token: ``(args, seq_len) -> float``: training FLOPs per token (forward + backward, 6N plus
-            attention), used for MFU.
+        num_flops_per_token: ``(args, seq_len) -> float``: training FLOPs per token (forward +
+            backward, 6N plus attention), used for MFU.
         parallelize: ``(model, parallel_dims, options) -> nn.Module`` (see the module docstring).
-        training_hooks: ``(model, parallel_dims, micro_batches) -> TrainingHooks`` (see the module docstring).
-        state_dict_adapter: the class between our model and Hugging Face's (``config.json`` keys and tensors, both
-            ways; :class:`~torchtitan_lite.protocols.state_dict_adapter.StateDictAdapter`), or ``None`` when the
-            family has none.
+        training_hooks: ``(model, parallel_dims, micro_batches) -> TrainingHooks`` (see the module
+            docstring).
+        state_dict_adapter: the class between our model and Hugging Face's (``config.json`` keys and
+            tensors, both ways;
+            :class:`~torchtitan_lite.protocols.state_dict_adapter.StateDictAdapter`), or ``None``
+            when the family has none.
     """
 
     name: str

@@ -1,11 +1,13 @@
-"""Compare the TensorBoard curves of two or more runs: ``python -m torchtitan_lite.tools.compare_runs RUN_A RUN_B ...``.
+"""Compare the TensorBoard curves of two or more runs:
+``python -m torchtitan_lite.tools.compare_runs RUN_A RUN_B ...``.
 
-Options: see ``--help``. Each RUN is a run folder (event files found below it) or an event folder; every run
-is compared with the first: per step the value and the difference, then, over the steps both logged (a resumed
-run against a full one: the steps after the resume), the max absolute difference and the first step beyond
-``--atol``, with the step ranges of each run. Runs are labelled by ``--names`` or by the settings that differ
-between them (``NGPU=2``, from each run folder's ``run.json``), in one order everywhere. Exit status: 0 (1 only
-with ``--assert-equal``), 2 on bad input.
+Options: see ``--help``. Each RUN is a run folder (event files found below it) or an event folder;
+every run is compared with the first: per step the value and the difference, then, over the steps
+both logged (a resumed run against a full one: the steps after the resume), the max absolute
+difference and the first step beyond ``--atol``, with the step ranges of each run. Runs are labelled
+by ``--names`` or by the settings that differ between them (``NGPU=2``, from each run folder's
+``run.json``), in one order everywhere. Exit status: 0 (1 only with ``--assert-equal``), 2 on bad
+input.
 """
 
 from __future__ import annotations
@@ -52,10 +54,12 @@ def event_folder(run: str | Path) -> Path:
 
 
 def load_scalars(run: str | Path, tag: str) -> dict[int, float]:
-    """``step -> value`` of scalar ``tag`` in the run's events (all of them; a later write of a step wins).
+    """``step -> value`` of scalar ``tag`` in the run's events (all of them; a later write of a step
+    wins).
 
     Raises:
-        CompareError: see :func:`event_folder`, or ``tag`` is not in the events (the message lists the tags).
+        CompareError: see :func:`event_folder`, or ``tag`` is not in the events (the message lists
+            the tags).
     """
     folder = event_folder(run)
     events = EventAccumulator(str(folder), size_guidance={SCALARS: 0})
@@ -97,7 +101,7 @@ def compare(reference: dict[int, float], other: dict[int, float], atol: float) -
         raise ValueError(f"atol must be finite and >= 0, got {atol}")
     steps = sorted(reference.keys() & other.keys())
     diffs = [other[s] - reference[s] for s in steps]
-    beyond = [s for s, d in zip(steps, diffs) if not abs(d) <= atol]
+    beyond = [s for s, d in zip(steps, diffs, strict=True) if not abs(d) <= atol]
     max_abs = max((abs(d) if not math.isnan(d) else math.inf for d in diffs), default=0.0)
     missing = sorted(reference.keys() ^ other.keys())
     return Comparison(
@@ -110,7 +114,8 @@ def compare(reference: dict[int, float], other: dict[int, float], atol: float) -
 
 
 def step_ranges(steps: list[int]) -> str:
-    """Ascending steps as ranges, e.g. ``[1, 2, 3, 5, 7, 8] -> "1-3, 5, 7-8"`` (``"none"`` when empty)."""
+    """Ascending steps as ranges, e.g. ``[1, 2, 3, 5, 7, 8] -> "1-3, 5, 7-8"`` (``"none"`` when
+    empty)."""
     parts, begin = [], None
     for i, step in enumerate(steps):
         begin = step if begin is None else begin
@@ -121,9 +126,10 @@ def step_ranges(steps: list[int]) -> str:
 
 
 def run_settings(run: str | Path) -> dict[str, object] | None:
-    """What a run was launched with, from its ``run.json`` (written by the trainer in the run folder; looked up in
-    ``run`` and, for an event folder, its parent): ``NGPU`` (ranks per node), ``world size`` and every config key as
-    ``section.key`` (tables as ``section.table.name``); ``None`` without a ``run.json``."""
+    """What a run was launched with, from its ``run.json`` (written by the trainer in the run
+    folder; looked up in ``run`` and, for an event folder, its parent): ``NGPU`` (ranks per node),
+    ``world size`` and every config key as ``section.key`` (tables as ``section.table.name``);
+    ``None`` without a ``run.json``."""
     run = Path(run)
     path = next((p / "run.json" for p in (run, run.parent) if (p / "run.json").is_file()), None)
     if path is None:
@@ -148,9 +154,9 @@ MAX_LABEL_SETTINGS = 3
 
 
 def labels_of(runs: list[str], names: list[str] | None = None) -> list[str]:
-    """A label per run: ``names`` when given, else the settings that differ between the runs (:func:`run_settings`,
-    e.g. ``NGPU=2``, ``training.steps=20``; at most 3, then ``+N more``), else the run folders' names (whole paths
-    when those repeat).
+    """A label per run: ``names`` when given, else the settings that differ between the runs
+    (:func:`run_settings`, e.g. ``NGPU=2``, ``training.steps=20``; at most 3, then ``+N more``),
+    else the run folders' names (whole paths when those repeat).
 
     Raises:
         CompareError: ``names`` not one per run, or repeated.
@@ -185,9 +191,10 @@ def _folder_name(run: str) -> str:
 
 
 def curves_figure(series: dict[str, dict[int, float]], tag: str):
-    """A matplotlib figure of ``tag`` against the step: one curve per run (``series``: label -> ``step -> value``,
-    the first the reference) and, in a lower panel, each other run's difference to the reference at the common
-    steps; integer step ticks; the title names the tag and the runs."""
+    """A matplotlib figure of ``tag`` against the step: one curve per run (``series``: label ->
+    ``step -> value``, the first the reference) and, in a lower panel, each other run's difference
+    to the reference at the common steps; integer step ticks; the title names the tag and the
+    runs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,7 +204,9 @@ def curves_figure(series: dict[str, dict[int, float]], tag: str):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(2, 1))
     labels = list(series)
     reference = series[labels[0]]
-    for (label, values), style in zip(series.items(), ["-", "--", ":", "-."] * len(series)):
+    for (label, values), style in zip(
+        series.items(), ["-", "--", ":", "-."] * len(series), strict=False
+    ):
         steps = sorted(values)
         top.plot(steps, [values[s] for s in steps], style, marker=".", label=label)
         if label != labels[0]:
@@ -272,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{args.tag}; run 0 is the reference")
-    for i, (run, label) in enumerate(zip(args.runs, labels)):
+    for i, (run, label) in enumerate(zip(args.runs, labels, strict=True)):
         print(f"  run {i}: {label}  ({run}; steps {step_ranges(sorted(series[i]))})")
     print(
         f"{'step':>6}  {'run 0':>14}"
@@ -306,12 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         failed |= result.first_beyond is not None or not result.steps
     if args.plot:
-        plot_curves(dict(zip(labels, series)), args.tag, args.plot)
+        plot_curves(dict(zip(labels, series, strict=True)), args.tag, args.plot)
         print(f"plot: {args.plot}")
     if args.assert_equal and failed:
         print(
-            "error: --assert-equal: a run differs from run 0 beyond atol at a common step, or shares no step with "
-            "it (see above)",
+            "error: --assert-equal: a run differs from run 0 beyond atol at a common step, or "
+            "shares no step with it (see above)",
             file=sys.stderr,
         )
         return 1

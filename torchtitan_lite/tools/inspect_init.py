@@ -30,9 +30,9 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     full = build_meta_model(run)
     n_params = sum(p.numel() for p in full.parameters())
     print(
-        f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, {args.n_layers} blocks, "
-        f"seed {config.training.seed}"
+        f"model {config.model.name} flavor {config.model.flavor}: {n_params:,} parameters, "
+        f"{args.n_layers} blocks, seed {config.training.seed}"
     )
     for line in _step1_lines(run, full, plan):
         print(line)

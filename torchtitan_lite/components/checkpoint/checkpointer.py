@@ -1,17 +1,20 @@
-"""Distributed checkpoints (``torch.distributed.checkpoint``, DCP): save and load the training state.
+"""Distributed checkpoints (``torch.distributed.checkpoint``, DCP): save and load the training
+state.
 
-Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``__<rank>_0.distcp`` per rank)
-and ``meta.json`` (format, step, model, flavor, model args, world size, parallel layout, the run's config, the
-LR schedule it followed, and the size and checksum of every file: :mod:`.integrity`), written last. The checkpoint
-folder is ``checkpoint.folder`` under ``job.dump_folder`` (torchtitan's ``<dump_folder>/checkpoint/step-N``), so
-re-running a command resumes. DCP state-dict keys: ``model`` and ``optimizer`` (``get_state_dict``: sharded
-DTensors, resharded on load for any world size and layout; the optimizer state flattened to one key per parameter,
-``state.<fqn>.<key>`` and ``param_groups.<fqn>.<hyperparameter>``, so that pipeline stages, each holding other
-parameters, write and read their own keys, as torchtitan does), ``lr_scheduler``, ``train_state``, per
-data-parallel rank ``dataloader.dp_rank_<d>`` (the ranks of a tensor-parallel group hold the same one) and per
-global rank ``rng.rank_<r>``. With another data-parallel degree every rank loads ``dataloader.dp_rank_0`` (a
-map-style loader's state is global; a streaming one's is refused); with another layout the RNG states are skipped.
-Saves are atomic (``step-N.tmp`` renamed when complete, :mod:`.storage`) and may run in the background; see
+Layout: ``<checkpoint folder>/step-N/`` holds DCP's files (``.metadata``, one ``__<rank>_0.distcp``
+per rank) and ``meta.json`` (format, step, model, flavor, model args, world size, parallel layout,
+the run's config, the LR schedule it followed, and the size and checksum of every file:
+:mod:`.integrity`), written last. The checkpoint folder is ``checkpoint.folder`` under
+``job.dump_folder`` (torchtitan's ``<dump_folder>/checkpoint/step-N``), so re-running a command
+resumes. DCP state-dict keys: ``model`` and ``optimizer`` (``get_state_dict``: sharded DTensors,
+resharded on load for any world size and layout; the optimizer state flattened to one key per
+parameter, ``state.<fqn>.<key>`` and ``param_groups.<fqn>.<hyperparameter>``, so that pipeline
+stages, each holding other parameters, write and read their own keys, as torchtitan does),
+``lr_scheduler``, ``train_state``, per data-parallel rank ``dataloader.dp_rank_<d>`` (the ranks of a
+tensor-parallel group hold the same one) and per global rank ``rng.rank_<r>``. With another
+data-parallel degree every rank loads ``dataloader.dp_rank_0`` (a map-style loader's state is
+global; a streaming one's is refused); with another layout the RNG states are skipped. Saves are
+atomic (``step-N.tmp`` renamed when complete, :mod:`.storage`) and may run in the background; see
 ``docs/design.md``, "Checkpoints: atomic and async saves".
 """
 
@@ -55,9 +58,9 @@ from torchtitan_lite.components.checkpoint.storage import (
 from torchtitan_lite.distributed.parallel_dims import ParallelDims
 
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
-"""``get_state_dict`` / ``set_optimizer_state_dict`` options: one optimizer key per parameter (see the module
-docstring); nested ``param_groups`` lists would be one key that every pipeline stage writes with its own
-parameters, and DCP keeps one rank's."""
+"""``get_state_dict`` / ``set_optimizer_state_dict`` options: one optimizer key per parameter (see
+the module docstring); nested ``param_groups`` lists would be one key that every pipeline stage
+writes with its own parameters, and DCP keeps one rank's."""
 
 EXCLUDABLE = ("optimizer", "lr_scheduler", "dataloader", "train_state")
 """Parts that ``checkpoint.exclude_from_loading`` may name (the model is always loaded)."""
@@ -79,7 +82,8 @@ class TrainState:
 class LoadResult:
     """What :meth:`Checkpointer.load` restored from the checkpoint folder ``path`` of step ``step``:
     ``loaded_names`` (model state names, for ``init_weights(skip=...)``), the ``excluded`` parts
-    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new layout) and the checkpoint's ``meta.json``."""
+    (``checkpoint.exclude_from_loading``, plus ``rng`` on a new layout) and the checkpoint's
+    ``meta.json``."""
 
     path: str
     step: int
@@ -89,9 +93,9 @@ class LoadResult:
 
 
 def expected_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a checkpoint of ``model`` trained with AdamW: every parameter three times (the weights and the two
-    moments, in the parameters' dtype) and the persistent buffers once (global sizes: the same on every rank;
-    DCP's metadata, a few KiB per tensor, comes on top)."""
+    """Bytes of a checkpoint of ``model`` trained with AdamW: every parameter three times (the
+    weights and the two moments, in the parameters' dtype) and the persistent buffers once (global
+    sizes: the same on every rank; DCP's metadata, a few KiB per tensor, comes on top)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return 3 * params + buffers
@@ -129,9 +133,11 @@ class Checkpointer:
     Args:
         folder: the checkpoint folder (:func:`~.storage.checkpoint_folder`).
         dataloader: a ``StatefulDataLoader`` of a :mod:`torchtitan_lite.data.loader` training set.
-        dims: the run's layout: global rank and world size, data-parallel rank and degree, the degrees.
-        meta: what ``meta.json`` records besides step, world size, layout and files: ``model``, ``flavor``,
-            ``model_args``, ``config``, ``lr_schedule`` (the caller may update it between saves).
+        dims: the run's layout: global rank and world size, data-parallel rank and degree, the
+            degrees.
+        meta: what ``meta.json`` records besides step, world size, layout and files: ``model``,
+            ``flavor``, ``model_args``, ``config``, ``lr_schedule`` (the caller may update it
+            between saves).
         keep_latest_k: complete checkpoints to keep (0 = all).
         async_mode: ``"disabled"`` or ``"async"`` (a background write; :meth:`finish` completes it).
     """
@@ -166,8 +172,8 @@ class Checkpointer:
     def _state(
         self, train_state: TrainState | None, parts: tuple[str, ...], data_rank: int
     ) -> dict[str, Any]:
-        """The DCP state dict of the ``parts`` to save or load into; the data loader's under data-parallel rank
-        ``data_rank``."""
+        """The DCP state dict of the ``parts`` to save or load into; the data loader's under
+        data-parallel rank ``data_rank``."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_OPTIONS)
         state: dict[str, Any] = {"model": model_sd}
         if "optimizer" in parts:
@@ -183,12 +189,12 @@ class Checkpointer:
         return state
 
     def save(self, train_state: TrainState) -> str | None:
-        """Save everything as ``step-<train_state.step>``, atomically; its path, or ``None`` while an async
-        write continues (:meth:`finish` completes it).
+        """Save everything as ``step-<train_state.step>``, atomically; its path, or ``None`` while
+        an async write continues (:meth:`finish` completes it).
 
         Raises:
-            CheckpointError: the file system is full (one line: bytes needed and free); the partial save is
-                removed, the previous checkpoints are untouched.
+            CheckpointError: the file system is full (one line: bytes needed and free); the partial
+                save is removed, the previous checkpoints are untouched.
         """
         self.finish()
         tmp = os.path.join(self.folder, f"step-{train_state.step}.tmp")
@@ -209,9 +215,9 @@ class Checkpointer:
         return self.finish()
 
     def _failed(self, err: BaseException, tmp: str, free: int) -> None:
-        """After a failed write into ``tmp`` (on every rank: DCP gathers the failures of all ranks; the ranks follow
-        rank 0's verdict): a full file system becomes one :class:`CheckpointError`, with the partial save removed;
-        anything else is re-raised."""
+        """After a failed write into ``tmp`` (on every rank: DCP gathers the failures of all ranks;
+        the ranks follow rank 0's verdict): a full file system becomes one :class:`CheckpointError`,
+        with the partial save removed; anything else is re-raised."""
         needed = expected_bytes(self.model)
         verdict = [is_no_space(err, free_bytes(self.folder), needed)]
         dist.broadcast_object_list(verdict, src=0)  # rank 0 holds every rank's failure
@@ -226,17 +232,20 @@ class Checkpointer:
             else "no checkpoint was saved"
         )
         raise CheckpointError(
-            f"no space left on device writing {tmp}: {needed:,} bytes needed, {free:,} free; {intact}; free space or "
+            f"no space left on device writing {tmp}: {needed:,} bytes needed, {free:,} free; "
+            f"{intact}; free space or "
             "set checkpoint.folder to a larger disk, then run again to resume"
         ) from None
 
     def finish(self) -> str | None:
-        """Complete the pending save: wait for it, record the size and checksum of each file (every rank those it
-        wrote, rank 0 also ``.metadata``), write ``meta.json``, rename ``step-N.tmp`` to ``step-N``, delete
-        checkpoints beyond ``keep_latest_k``. Its path, or ``None`` if none is pending.
+        """Complete the pending save: wait for it, record the size and checksum of each file (every
+        rank those it wrote, rank 0 also ``.metadata``), write ``meta.json``, rename ``step-N.tmp``
+        to ``step-N``, delete checkpoints beyond ``keep_latest_k``. Its path, or ``None`` if none is
+        pending.
 
         Raises:
-            CheckpointError: as :meth:`save` (a full file system while the files or ``meta.json`` were written).
+            CheckpointError: as :meth:`save` (a full file system while the files or ``meta.json``
+                were written).
         """
         if self._pending is None:
             return None
@@ -266,8 +275,8 @@ class Checkpointer:
         return final
 
     def _publish(self, tmp: str, final: str, step: int, files: dict[str, dict[str, Any]]) -> None:
-        """Rank 0: check that ``files`` covers every file DCP's ``.metadata`` references, write ``meta.json``,
-        publish, prune."""
+        """Rank 0: check that ``files`` covers every file DCP's ``.metadata`` references, write
+        ``meta.json``, publish, prune."""
         referenced = {
             info.relative_path
             for info in dcp.FileSystemReader(tmp).read_metadata().storage_data.values()
@@ -293,19 +302,20 @@ class Checkpointer:
     def load(self, path: str, exclude: tuple[str, ...] = ()) -> tuple[LoadResult, TrainState]:
         """Restore the parts of the checkpoint at ``path`` not in ``exclude``; the model always.
 
-        Reads ``meta.json`` (:func:`~.integrity.read_meta`; the model match was checked before launch by
-        ``config.check_paths``) and verifies the size and checksum of every file (:func:`~.integrity.verify_files`)
-        before any tensor is read. The optimizer's hyperparameters (``lr``, ``betas``, ``eps``, ``weight_decay`` of
-        each param group) stay this run's: the checkpoint restores its state (steps, moments); the trainer sets the
-        learning rate from the LR schedule it follows. The RNG states are applied by :meth:`restore_rng`. With
-        another data-parallel degree every rank loads data-parallel rank 0's data loader state
-        (``dataset.world_size_invariant`` must be true); with another layout (world size or any degree) the RNG
-        states are skipped (``LoadResult.excluded``).
+        Reads ``meta.json`` (:func:`~.integrity.read_meta`; the model match was checked before
+        launch by ``config.check_paths``) and verifies the size and checksum of every file
+        (:func:`~.integrity.verify_files`) before any tensor is read. The optimizer's
+        hyperparameters (``lr``, ``betas``, ``eps``, ``weight_decay`` of each param group) stay this
+        run's: the checkpoint restores its state (steps, moments); the trainer sets the learning
+        rate from the LR schedule it follows. The RNG states are applied by :meth:`restore_rng`.
+        With another data-parallel degree every rank loads data-parallel rank 0's data loader state
+        (``dataset.world_size_invariant`` must be true); with another layout (world size or any
+        degree) the RNG states are skipped (``LoadResult.excluded``).
 
         Raises:
-            CheckpointError: an incomplete or corrupt folder (nothing is loaded or modified), an unknown part in
-                ``exclude``, or a data-parallel degree that differs while the data loader state of a streaming data
-                set is to be loaded.
+            CheckpointError: an incomplete or corrupt folder (nothing is loaded or modified), an
+                unknown part in ``exclude``, or a data-parallel degree that differs while the data
+                loader state of a streaming data set is to be loaded.
         """
         meta = read_meta(path)
         verify_files(path, meta, self.rank, self.world_size)
@@ -333,7 +343,7 @@ class Checkpointer:
             set_optimizer_state_dict(
                 self.model, self.optimizer, state["optimizer"], options=_OPTIONS
             )
-            for group, own in zip(self.optimizer.param_groups, hyperparameters):
+            for group, own in zip(self.optimizer.param_groups, hyperparameters, strict=False):
                 group.update(own)
         if "lr_scheduler" in state:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
@@ -346,8 +356,9 @@ class Checkpointer:
         return result, train_state
 
     def restore_rng(self) -> None:
-        """Apply the RNG states of the loaded checkpoint (if any), once: call right before the first step (building
-        the data loader's iterator draws from the global generator, as it did in the run that saved)."""
+        """Apply the RNG states of the loaded checkpoint (if any), once: call right before the first
+        step (building the data loader's iterator draws from the global generator, as it did in the
+        run that saved)."""
         if self._rng is not None:
             _set_rng_state(self._rng, self.device)
             self._rng = None

@@ -1,5 +1,6 @@
-"""The checks of ``[checkpoint]``'s folder and the checkpoint a run would resume, before any work starts
-(``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the folder or file). They read only."""
+"""The checks of ``[checkpoint]``'s folder and the checkpoint a run would resume, before any work
+starts (``preflight/checks.py`` calls them; one :class:`ConfigError` line naming the folder or
+file). They read only."""
 
 from __future__ import annotations
 
@@ -24,11 +25,11 @@ from torchtitan_lite.config.schema import JobConfig
 
 
 def check_resume(config: JobConfig, args: Any, dp_degree: int | None = None) -> str | None:
-    """The checkpoint folder can be written (with ``checkpoint.enable``), and the checkpoint this run would resume
-    (``checkpoint.load_path``, ``load_step`` or the latest) is complete, intact (sizes and ``meta.json``; the data
-    files' checksums are verified when it is loaded) and of the same model ``args``; with ``dp_degree`` (known
-    once the world size is) and a streaming dataset whose loader state is to be loaded, saved by that
-    data-parallel degree. Its path, or ``None``.
+    """The checkpoint folder can be written (with ``checkpoint.enable``), and the checkpoint this
+    run would resume (``checkpoint.load_path``, ``load_step`` or the latest) is complete, intact
+    (sizes and ``meta.json``; the data files' checksums are verified when it is loaded) and of the
+    same model ``args``; with ``dp_degree`` (known once the world size is) and a streaming dataset
+    whose loader state is to be loaded, saved by that data-parallel degree. Its path, or ``None``.
 
     Raises:
         ConfigError: the first problem.
@@ -60,9 +61,9 @@ def check_resume(config: JobConfig, args: Any, dp_degree: int | None = None) -> 
 
 
 def check_checkpoint_folder(config: JobConfig) -> None:
-    """For a run that will write its checkpoint folder (``checkpoint.enable``): no other run holds the folder's
-    lock, and no ``step-N`` in it is anything but a complete checkpoint (a save of step N would fail on it after
-    training).
+    """For a run that will write its checkpoint folder (``checkpoint.enable``): no other run holds
+    the folder's lock, and no ``step-N`` in it is anything but a complete checkpoint (a save of step
+    N would fail on it after training).
 
     Raises:
         ConfigError: one line naming the folder and the holder or the entry.

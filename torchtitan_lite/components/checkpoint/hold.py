@@ -18,13 +18,14 @@ from torchtitan_lite.components.checkpoint.storage import (
 def hold_checkpoint_folder(
     folder: str, model: nn.Module, rank: int
 ) -> tuple[FolderLock | None, list[str]]:
-    """Rank 0 takes ``folder``'s lock, refuses a ``step-N`` that is not a complete checkpoint, removes the ``*.tmp``
-    leftovers of killed runs and warns when fewer than two checkpoints of ``model`` fit in the free space; the ranks
-    agree (one broadcast). ``(the lock on rank 0, else None; lines to print)``.
+    """Rank 0 takes ``folder``'s lock, refuses a ``step-N`` that is not a complete checkpoint,
+    removes the ``*.tmp`` leftovers of killed runs and warns when fewer than two checkpoints of
+    ``model`` fit in the free space; the ranks agree (one broadcast).
+    ``(the lock on rank 0, else None; lines to print)``.
 
     Raises:
-        CheckpointError: on every rank, the folder is in use by another run, holds a bad ``step-N`` or cannot be
-            written.
+        CheckpointError: on every rank, the folder is in use by another run, holds a bad ``step-N``
+            or cannot be written.
     """
     lock, lines = None, []
     outcome: list = [None]
@@ -40,7 +41,8 @@ def hold_checkpoint_folder(
             need, free = expected_bytes(model), free_bytes(folder)
             if free < 2 * need:
                 lines.append(
-                    f"warning: {free:,} bytes free in {folder} but a checkpoint takes about {need:,} "
+                    f"warning: {free:,} bytes free in {folder} but a checkpoint takes about "
+                    f"{need:,} "
                     "(parameters and AdamW moments): fewer than two fit; free space or set "
                     "checkpoint.folder to a larger disk"
                 )
@@ -52,7 +54,8 @@ def hold_checkpoint_folder(
                 err
                 if isinstance(err, CheckpointError)
                 else CheckpointError(
-                    f"checkpoint folder {folder}: {err}; make it a writable folder or set checkpoint.folder"
+                    f"checkpoint folder {folder}: {err}; make it a writable folder or set "
+                    "checkpoint.folder"
                 )
             )
     dist.broadcast_object_list(outcome, src=0)

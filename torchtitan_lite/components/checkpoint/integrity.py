@@ -1,19 +1,21 @@
-"""Checkpoint integrity: the size and checksum of every file of a step folder, recorded in ``meta.json`` when it is
-saved and verified before any tensor is read.
+"""Checkpoint integrity: the size and checksum of every file of a step folder, recorded in
+``meta.json`` when it is saved and verified before any tensor is read.
 
-The checksum is XXH3-128 (xxHash, https://xxhash.com): a non-cryptographic hash that runs at memory speed and
-catches accidental damage (zeroed blocks, flipped bytes, truncation, a file from another save); it is no defence
-against deliberate tampering. ``meta.json`` also carries a checksum of its own content (``meta_xxh3_128``).
-:func:`read_meta` does the cheap checks (``meta.json``, the sizes of all files, the checksum of DCP's small
-``.metadata``) and runs before launch and at load; :func:`verify_files` reads every data file once, each rank a
-share of the files, and runs at load before ``dcp.load``.
+The checksum is XXH3-128 (xxHash, https://xxhash.com): a non-cryptographic hash that runs at memory
+speed and catches accidental damage (zeroed blocks, flipped bytes, truncation, a file from another
+save); it is no defence against deliberate tampering. ``meta.json`` also carries a checksum of its
+own content (``meta_xxh3_128``). :func:`read_meta` does the cheap checks (``meta.json``, the sizes
+of all files, the checksum of DCP's small ``.metadata``) and runs before launch and at load;
+:func:`verify_files` reads every data file once, each rank a share of the files, and runs at load
+before ``dcp.load``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
 import xxhash
@@ -24,16 +26,16 @@ ALGORITHM = "xxh3_128"
 """The checksum of each file recorded in ``meta.json["files"]``."""
 FORMAT_VERSION = 5
 """Version of the step-folder layout, stored in ``meta.json`` (2: the map-style loader state is
-``windows_consumed``; 3: ``layout`` in ``meta.json``, data loader states keyed by data-parallel rank, RNG states by
-global rank; 4: the optimizer state flattened per parameter; 5: ``files`` with sizes and checksums,
-``meta_xxh3_128``, ``config`` and ``lr_schedule``)."""
+``windows_consumed``; 3: ``layout`` in ``meta.json``, data loader states keyed by data-parallel
+rank, RNG states by global rank; 4: the optimizer state flattened per parameter; 5: ``files`` with
+sizes and checksums, ``meta_xxh3_128``, ``config`` and ``lr_schedule``)."""
 _SEAL = "meta_xxh3_128"
 _CHUNK = 8 << 20  # bytes per read
 
 
 def file_digest(path: str, algorithm: Callable[[], Any] = xxhash.xxh3_128) -> str:
-    """The checksum of the bytes of the file ``path`` (read in 8 MiB chunks) as hex digits: XXH3-128 (32 digits),
-    or ``algorithm()``'s, any ``hashlib``-like object (for comparisons)."""
+    """The checksum of the bytes of the file ``path`` (read in 8 MiB chunks) as hex digits: XXH3-128
+    (32 digits), or ``algorithm()``'s, any ``hashlib``-like object (for comparisons)."""
     digest = algorithm()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
@@ -66,9 +68,10 @@ def seal(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_meta(path: str) -> dict[str, Any]:
-    """``meta.json`` of the checkpoint at ``path``, after the cheap checks: it parses, has this format and matches
-    its own checksum; every file it lists exists with the size recorded; DCP's ``.metadata`` matches its
-    checksum. Reads no tensor (:func:`verify_files` checks the data files' checksums).
+    """``meta.json`` of the checkpoint at ``path``, after the cheap checks: it parses, has this
+    format and matches its own checksum; every file it lists exists with the size recorded; DCP's
+    ``.metadata`` matches its checksum. Reads no tensor (:func:`verify_files` checks the data files'
+    checksums).
 
     Raises:
         CheckpointError: the first problem found, one line naming the file and what to do.
@@ -131,9 +134,10 @@ def _check_digest(path: str, name: str, recorded: str) -> None:
 
 
 def verify_files(path: str, meta: dict[str, Any], rank: int, world_size: int) -> None:
-    """Check the size and checksum of every file in ``meta["files"]`` (from :func:`read_meta`); rank ``r`` reads
-    every ``world_size``-th file from the ``r``-th, and the ranks agree (``all_gather_object`` on the default group,
-    a collective; one process without a process group checks every file alone). Modifies nothing.
+    """Check the size and checksum of every file in ``meta["files"]`` (from :func:`read_meta`); rank
+    ``r`` reads every ``world_size``-th file from the ``r``-th, and the ranks agree
+    (``all_gather_object`` on the default group, a collective; one process without a process group
+    checks every file alone). Modifies nothing.
 
     Raises:
         CheckpointError: on every rank, the first bad file by name.

@@ -1,11 +1,11 @@
-"""One run per checkpoint folder: an advisory ``flock`` on ``<checkpoint folder>/.lock``, held by rank 0 of a run
-for its whole life.
+"""One run per checkpoint folder: an advisory ``flock`` on ``<checkpoint folder>/.lock``, held by
+rank 0 of a run for its whole life.
 
-The kernel drops a ``flock`` when the last descriptor of the open file closes, which includes the death of the
-process by any signal (SIGKILL too), so no stale lock survives a crash and the lock file itself is never deleted
-(deleting it would let two runs lock two different files). The holder writes its host, PID and start time into
-the file, so a second run can say who holds the folder. ``flock`` works on local file systems and on NFS (Linux
-emulates it with byte-range locks there).
+The kernel drops a ``flock`` when the last descriptor of the open file closes, which includes the
+death of the process by any signal (SIGKILL too), so no stale lock survives a crash and the lock
+file itself is never deleted (deleting it would let two runs lock two different files). The holder
+writes its host, PID and start time into the file, so a second run can say who holds the folder.
+``flock`` works on local file systems and on NFS (Linux emulates it with byte-range locks there).
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from torchtitan_lite.components.checkpoint.storage import CheckpointError
 
 LOCK_FILE = ".lock"
 """Name of the lock file in the checkpoint folder."""
-_RETRY_S = 1.0  # a probe of check_unlocked holds the lock for microseconds: retry this long before giving up
+# a probe of check_unlocked holds the lock for microseconds: retry this long before giving up
+_RETRY_S = 1.0
 
 
 def _holder(path: str) -> str:
-    """``host H, PID P, since T`` from the lock file ``path`` (what its holder wrote), or ``unknown``."""
+    """``host H, PID P, since T`` from the lock file ``path`` (what its holder wrote), or
+    ``unknown``."""
     try:
         with open(path, encoding="utf-8") as handle:
             info = json.load(handle)
@@ -41,8 +43,8 @@ def _busy(folder: str, path: str) -> CheckpointError:
 
 
 class FolderLock:
-    """The lock of the checkpoint ``folder``: :meth:`acquire` (creates the folder and lock file if needed),
-    :meth:`release`; also released when the process ends."""
+    """The lock of the checkpoint ``folder``: :meth:`acquire` (creates the folder and lock file if
+    needed), :meth:`release`; also released when the process ends."""
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -53,7 +55,8 @@ class FolderLock:
         """Take the lock and record this process in the lock file.
 
         Raises:
-            CheckpointError: another process holds it (one line naming the folder and the holder's host and PID).
+            CheckpointError: another process holds it (one line naming the folder and the holder's
+                host and PID).
         """
         os.makedirs(self.folder, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -88,8 +91,8 @@ class FolderLock:
 
 
 def check_unlocked(folder: str) -> None:
-    """Refuse a checkpoint ``folder`` whose lock another process holds (a probe for the check before launch: a
-    shared lock taken and dropped at once; the lock file is only read, and not created).
+    """Refuse a checkpoint ``folder`` whose lock another process holds (a probe for the check before
+    launch: a shared lock taken and dropped at once; the lock file is only read, and not created).
 
     Raises:
         CheckpointError: as :meth:`FolderLock.acquire`.

@@ -1,20 +1,22 @@
-"""What a run starts from (:func:`load_at_start`: a checkpoint to resume, else an HF folder to import, else
-nothing), and resuming with changed settings: the config a checkpoint was saved with against this run's, in one
-line.
+"""What a run starts from (:func:`load_at_start`: a checkpoint to resume, else an HF folder to
+import, else nothing), and resuming with changed settings: the config a checkpoint was saved with
+against this run's, in one line.
 
-Every checkpoint records the run's resolved config (``meta.json["config"]``, :func:`config_values`) and the LR
-schedule the run followed (``meta.json["lr_schedule"]``, the settings of :data:`~..lr_schedule.SCHEDULE_KEYS`).
-On resume the model settings must match (``check_compatible``); every other value is this run's, except the LR
-schedule: it continues as saved unless ``checkpoint.reset_lr_schedule`` asks for this run's, which then applies
-from the resumed step (a longer ``training.steps`` without it: the LR stays at the saved schedule's final value
-after its last step).
+Every checkpoint records the run's resolved config (``meta.json["config"]``, :func:`config_values`)
+and the LR schedule the run followed (``meta.json["lr_schedule"]``, the settings of
+:data:`~..lr_schedule.SCHEDULE_KEYS`). On resume the model settings must match
+(``check_compatible``); every other value is this run's, except the LR schedule: it continues as
+saved unless ``checkpoint.reset_lr_schedule`` asks for this run's, which then applies from the
+resumed step (a longer ``training.steps`` without it: the LR stays at the saved schedule's final
+value after its last step).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
@@ -35,7 +37,8 @@ IGNORED = (
     "checkpoint.exclude_from_loading",
     "checkpoint.reset_lr_schedule",
 )
-"""Keys that say where this run is and how it starts, not how it trains: never reported as changed."""
+"""Keys that say where this run is and how it starts, not how it trains: never reported as
+changed."""
 _UNSET = object()
 
 
@@ -55,7 +58,8 @@ def config_values(config: Any) -> dict[str, Any]:
 
 
 def schedule_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """The LR schedule settings (``follow_schedule``'s arguments) from :func:`config_values` output."""
+    """The LR schedule settings (``follow_schedule``'s arguments) from :func:`config_values`
+    output."""
     return {name: values[key] for name, key in SCHEDULE_KEYS.items()}
 
 
@@ -71,10 +75,11 @@ def resume_line(
     reset: bool,
     step: int,
 ) -> str | None:
-    """The line that lists every config value of this run (``now``) that differs from the checkpoint's (``saved``)
-    and says which one applies, or ``None`` when nothing differs; ``warning: ...`` when the LR schedule of this run
-    differs from the one the checkpoint followed (``saved_schedule``) and ``reset`` (``checkpoint.reset_lr_schedule``)
-    is off. ``step``: the resumed step."""
+    """The line that lists every config value of this run (``now``) that differs from the
+    checkpoint's (``saved``) and says which one applies, or ``None`` when nothing differs;
+    ``warning: ...`` when the LR schedule of this run differs from the one the checkpoint followed
+    (``saved_schedule``) and ``reset`` (``checkpoint.reset_lr_schedule``) is off. ``step``: the
+    resumed step."""
     changed = [
         f"{key} {_text(saved.get(key, _UNSET))} -> {_text(now.get(key, _UNSET))}"
         for key in sorted(saved.keys() | now.keys())
@@ -83,15 +88,16 @@ def resume_line(
     mine = schedule_settings(now)
     if mine == saved_schedule:
         return (
-            f"resumed with settings changed since the checkpoint: {', '.join(changed)}; this run's values apply"
+            f"resumed with settings changed since the checkpoint: {', '.join(changed)}; this run's "
+            "values apply"
             if changed
             else None
         )
     listed = f": {', '.join(changed)}" if changed else ""
     if reset:
         return (
-            f"resumed with settings changed since the checkpoint{listed}; this run's values apply, the LR "
-            f"schedule too (checkpoint.reset_lr_schedule: from step {step})"
+            f"resumed with settings changed since the checkpoint{listed}; this run's values apply, "
+            f"the LR schedule too (checkpoint.reset_lr_schedule: from step {step})"
         )
     kept = ", ".join(
         f"{SCHEDULE_KEYS[name]} {_text(value)}"
@@ -99,24 +105,26 @@ def resume_line(
         if value != mine[name]
     )
     return (
-        f"warning: resumed with settings changed since the checkpoint{listed}; this run's values apply except "
-        f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule to follow "
-        f"this run's from step {step}"
+        f"warning: resumed with settings changed since the checkpoint{listed}; this run's values "
+        "apply except "
+        f"the LR schedule, which continues as saved ({kept}): pass --checkpoint.reset_lr_schedule "
+        f"to follow this run's from step {step}"
     )
 
 
 def load_at_start(
     config: Any, checkpointer: Checkpointer, scheduler: Any, model: nn.Module, args: Any
 ) -> tuple[TrainState, list[str], Callable[[int], list[str]]]:
-    """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to resume (into
-    ``checkpointer``'s model, optimizer, ``scheduler`` and data position), else import
-    ``checkpoint.initial_load_hf`` into ``model`` (of ``args``) if set, else a fresh start ``(TrainState(), [],
-    ...)``; ``lines(n)`` describes what was loaded given ``n``, the count of loaded tensors (a tied pair counts once,
-    as in the init line). Call it with the checkpoint folder held (``hold.py``).
+    """``(train_state, loaded model names, lines)``: resume from a checkpoint if there is one to
+    resume (into ``checkpointer``'s model, optimizer, ``scheduler`` and data position), else import
+    ``checkpoint.initial_load_hf`` into ``model`` (of ``args``) if set, else a fresh start
+    ``(TrainState(), [],
+    ...)``; ``lines(n)`` describes what was loaded given ``n``, the count of loaded tensors (a tied
+    pair counts once, as in the init line). Call it with the checkpoint folder held (``hold.py``).
 
-    On resume the LR schedule continues as the checkpoint followed it, or with ``checkpoint.reset_lr_schedule`` as
-    this run's settings say, from the resumed step; a line lists the settings that differ from the checkpoint's
-    (:func:`resume_line`).
+    On resume the LR schedule continues as the checkpoint followed it, or with
+    ``checkpoint.reset_lr_schedule`` as this run's settings say, from the resumed step; a line lists
+    the settings that differ from the checkpoint's (:func:`resume_line`).
 
     Raises:
         CheckpointError, HFError: see :meth:`Checkpointer.load` and ``components/hf/load.py``.
@@ -147,7 +155,8 @@ def load_at_start(
             train_state,
             result.loaded_names,
             lambda n: [
-                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model tensors loaded{skipped}",
+                f"resumed at step {train_state.step} from {path} ({size}{saved}): {n} model "
+                f"tensors loaded{skipped}",
                 *([changed] if changed else []),
             ],
         )

@@ -1,12 +1,14 @@
-"""The checkpoint folder on disk: discovery, the cheap checks of a step folder, leftovers, atomic publish and
-delete, free space.
+"""The checkpoint folder on disk: discovery, the cheap checks of a step folder, leftovers, atomic
+publish and delete, free space.
 
-Every change to the folder is a rename: a save is written to ``step-N.tmp`` and renamed to ``step-N`` when complete
-(:func:`publish`); a checkpoint is deleted by renaming it to ``step-N.deleting.tmp`` first (:func:`remove_step`).
-A process killed at any moment therefore leaves complete ``step-N`` folders and ``*.tmp`` leftovers, never a
-half-deleted ``step-N``; the run that next holds the folder's lock removes the leftovers before it trains
-(:func:`remove_leftovers`). Anything else named ``step-N`` that is not a complete checkpoint (a file, a folder
-without ``meta.json``) is refused before training (:func:`check_leftovers`), so no save fails on it afterwards.
+Every change to the folder is a rename: a save is written to ``step-N.tmp`` and renamed to
+``step-N`` when complete (:func:`publish`); a checkpoint is deleted by renaming it to
+``step-N.deleting.tmp`` first (:func:`remove_step`). A process killed at any moment therefore leaves
+complete ``step-N`` folders and ``*.tmp`` leftovers, never a half-deleted ``step-N``; the run that
+next holds the folder's lock removes the leftovers before it trains (:func:`remove_leftovers`).
+Anything else named ``step-N`` that is not a complete checkpoint (a file, a folder without
+``meta.json``) is refused before training (:func:`check_leftovers`), so no save fails on it
+afterwards.
 """
 
 from __future__ import annotations
@@ -27,16 +29,19 @@ _LEFTOVER_RE = re.compile(r"^step-\d+(\.[a-z]+)?\.tmp$")
 
 
 class CheckpointError(UserError, ValueError):
-    """A checkpoint or checkpoint folder that cannot be used, or a save that failed: one line naming the file."""
+    """A checkpoint or checkpoint folder that cannot be used, or a save that failed: one line naming
+    the file."""
 
 
 def checkpoint_folder(dump_folder: str, folder: str) -> str:
-    """Absolute path of the checkpoint folder: ``folder`` under ``dump_folder`` (an absolute ``folder`` wins)."""
+    """Absolute path of the checkpoint folder: ``folder`` under ``dump_folder`` (an absolute
+    ``folder`` wins)."""
     return os.path.abspath(os.path.join(dump_folder, folder))
 
 
 def complete_steps(folder: str) -> list[int]:
-    """Steps of the complete checkpoints in ``folder`` (``step-N`` folders with ``meta.json``), ascending."""
+    """Steps of the complete checkpoints in ``folder`` (``step-N`` folders with ``meta.json``),
+    ascending."""
     if not os.path.isdir(folder):
         return []
     steps = []
@@ -48,24 +53,27 @@ def complete_steps(folder: str) -> list[int]:
 
 
 def others_hint(path: str) -> str:
-    """``load another step with --checkpoint.load_step=K (complete: step-2, step-4) or delete this folder``: what to
-    do about the bad checkpoint at ``path``, naming the other complete checkpoints of its folder."""
+    """``load another step with --checkpoint.load_step=K (complete: step-2, step-4) or delete this
+    folder``: what to do about the bad checkpoint at ``path``, naming the other complete checkpoints
+    of its folder."""
     folder, name = os.path.split(os.path.normpath(path))
     others = [f"step-{s}" for s in complete_steps(folder) if f"step-{s}" != name]
     if not others:
         return "delete this folder to start fresh (no other complete checkpoint in its folder)"
     return (
-        f"load another step with --checkpoint.load_step={others[-1].removeprefix('step-')} (complete: "
-        f"{', '.join(others)}) or delete this folder"
+        f"load another step with --checkpoint.load_step={others[-1].removeprefix('step-')} "
+        f"(complete: {', '.join(others)}) or delete this folder"
     )
 
 
 def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = None) -> str | None:
-    """The checkpoint to resume from, or ``None`` for a fresh start: ``load_path`` (a ``step-N`` folder anywhere)
-    if given, else in ``folder`` the latest complete one (``load_step = -1``) or ``step-<load_step>``.
+    """The checkpoint to resume from, or ``None`` for a fresh start: ``load_path`` (a ``step-N``
+    folder anywhere) if given, else in ``folder`` the latest complete one (``load_step = -1``) or
+    ``step-<load_step>``.
 
     Raises:
-        CheckpointError: ``load_path`` or the requested step does not exist (message lists what exists).
+        CheckpointError: ``load_path`` or the requested step does not exist (message lists what
+            exists).
     """
     if load_path is not None:
         if not os.path.isdir(load_path):
@@ -87,9 +95,9 @@ def find_checkpoint(folder: str, load_step: int = -1, load_path: str | None = No
 
 
 def check_leftovers(folder: str) -> None:
-    """Refuse a ``step-N`` in ``folder`` that is not a complete checkpoint (a file, a link, a folder without
-    ``meta.json``): a save of step N would fail on it after the steps were trained. ``*.tmp`` leftovers are not
-    refused (:func:`remove_leftovers` removes them). Reads only.
+    """Refuse a ``step-N`` in ``folder`` that is not a complete checkpoint (a file, a link, a folder
+    without ``meta.json``): a save of step N would fail on it after the steps were trained.
+    ``*.tmp`` leftovers are not refused (:func:`remove_leftovers` removes them). Reads only.
 
     Raises:
         CheckpointError: naming the entry and what to do.
@@ -115,8 +123,9 @@ def check_leftovers(folder: str) -> None:
 
 
 def remove_leftovers(folder: str) -> list[str]:
-    """Delete the ``step-N.tmp`` / ``step-N.<word>.tmp`` files and folders in ``folder`` (saves and deletions
-    that a killed run left); the names removed. Only for the holder of the folder's lock (no other run writes)."""
+    """Delete the ``step-N.tmp`` / ``step-N.<word>.tmp`` files and folders in ``folder`` (saves and
+    deletions that a killed run left); the names removed. Only for the holder of the folder's lock
+    (no other run writes)."""
     if not os.path.isdir(folder):
         return []
     removed = []
@@ -132,7 +141,8 @@ def remove_leftovers(folder: str) -> list[str]:
 
 
 def _fsync_folder(folder: str) -> None:
-    """Make a rename in ``folder`` durable (POSIX: the directory entry is flushed with the directory)."""
+    """Make a rename in ``folder`` durable (POSIX: the directory entry is flushed with the
+    directory)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -141,9 +151,9 @@ def _fsync_folder(folder: str) -> None:
 
 
 def publish(tmp: str, final: str) -> None:
-    """Rename the complete save ``tmp`` to ``final``. An existing ``final`` (a newer step of an earlier run, saved
-    again after resuming from an older one) is renamed aside first and deleted after, so ``final`` is always
-    either the old or the new checkpoint, never a mix."""
+    """Rename the complete save ``tmp`` to ``final``. An existing ``final`` (a newer step of an
+    earlier run, saved again after resuming from an older one) is renamed aside first and deleted
+    after, so ``final`` is always either the old or the new checkpoint, never a mix."""
     replaced = None
     if os.path.exists(final):
         replaced = final + ".replaced.tmp"
@@ -155,7 +165,8 @@ def publish(tmp: str, final: str) -> None:
 
 
 def remove_step(folder: str, step: int) -> None:
-    """Delete the checkpoint ``step-<step>``: renamed to ``step-<step>.deleting.tmp`` (atomic), then deleted."""
+    """Delete the checkpoint ``step-<step>``: renamed to ``step-<step>.deleting.tmp`` (atomic), then
+    deleted."""
     path = os.path.join(folder, f"step-{step}")
     doomed = path + ".deleting.tmp"
     os.rename(path, doomed)
@@ -171,7 +182,8 @@ def write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def free_bytes(path: str) -> int:
-    """Bytes free for this user on the file system that holds ``path`` (or its nearest existing ancestor)."""
+    """Bytes free for this user on the file system that holds ``path`` (or its nearest existing
+    ancestor)."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -179,10 +191,10 @@ def free_bytes(path: str) -> int:
 
 
 def is_no_space(error: BaseException, free_now: int, needed: int) -> bool:
-    """Whether a save that failed with ``error`` (a DCP ``CheckpointException`` holding per-rank failures, or any
-    exception) failed for lack of space: ``ENOSPC``/``EDQUOT`` in it or in what it was raised from, or fewer than
-    ``needed`` bytes left free now (``free_now``: torch's zip writer reports a short write as ``unexpected pos``,
-    with no errno)."""
+    """Whether a save that failed with ``error`` (a DCP ``CheckpointException`` holding per-rank
+    failures, or any exception) failed for lack of space: ``ENOSPC``/``EDQUOT`` in it or in what it
+    was raised from, or fewer than ``needed`` bytes left free now (``free_now``: torch's zip writer
+    reports a short write as ``unexpected pos``, with no errno)."""
     seen: set[int] = set()
     pending: list[BaseException] = [error]
     while pending:

@@ -1,18 +1,20 @@
 """Export the model as an HF folder that ``transformers.AutoModelForCausalLM.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load.
 
-The full state is gathered to rank 0 (``get_model_state_dict`` with ``full_state_dict``, CPU offload), turned into
-the HF tensors by the adapter (published layouts: one tensor per expert, DeepSeek's interleaved RoPE rows), cast to
-the chosen dtype (state buffers such as DeepSeek's ``e_score_correction_bias`` stay fp32, as HF keeps them) and
-written as ``model.safetensors`` (or ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` above
-``max_shard_bytes``), with ``config.json`` (the adapter's, ``torch_dtype`` and the tokenizer's bos/eos ids),
-``tokenizer.json`` and ``tokenizer_config.json``, into ``<folder>.tmp``, renamed to ``<folder>`` when complete (an
-existing export is replaced). Files get the mode the umask gives (0644 usually), like every other file written.
+The full state is gathered to rank 0 (``get_model_state_dict`` with ``full_state_dict``, CPU
+offload), turned into the HF tensors by the adapter (published layouts: one tensor per expert,
+DeepSeek's interleaved RoPE rows), cast to the chosen dtype (state buffers such as DeepSeek's
+``e_score_correction_bias`` stay fp32, as HF keeps them) and written as ``model.safetensors`` (or
+``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` above ``max_shard_bytes``),
+with ``config.json`` (the adapter's, ``torch_dtype`` and the tokenizer's bos/eos ids),
+``tokenizer.json`` and ``tokenizer_config.json``, into ``<folder>.tmp``, renamed to ``<folder>``
+when complete (an existing export is replaced). Files get the mode the umask gives (0644 usually),
+like every other file written.
 
-Tokenizer: when the run's tokenizer is the ``tokenizer.json`` of its HF source folder, that folder's tokenizer files
-(``tokenizer_config.json``, ``special_tokens_map.json``, ``generation_config.json``) and special ids are kept;
-otherwise ``tokenizer_config.json`` names the tokenizer's end-of-text token as bos and eos (the bundled BPE has no
-other special token).
+Tokenizer: when the run's tokenizer is the ``tokenizer.json`` of its HF source folder, that folder's
+tokenizer files (``tokenizer_config.json``, ``special_tokens_map.json``, ``generation_config.json``)
+and special ids are kept; otherwise ``tokenizer_config.json`` names the tokenizer's end-of-text
+token as bos and eos (the bundled BPE has no other special token).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from torchtitan_lite.distributed.float8 import high_precision
 from torchtitan_lite.components.hf.folder import INDEX_FILE, HFError, read_config
 from torchtitan_lite.data.tokenizer import Tokenizer
+from torchtitan_lite.distributed.float8 import high_precision
 from torchtitan_lite.init.apply import canonical_name
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,8 +55,8 @@ def _umask_mode() -> int:
 def hf_tensors(
     full: dict[str, torch.Tensor], adapter, dtype: torch.dtype, fp32_names: set[str]
 ) -> dict[str, torch.Tensor]:
-    """HF name -> contiguous tensor, from our full state ``full`` through ``adapter.tensors``; ``fp32_names`` (our
-    state buffers) stay float32."""
+    """HF name -> contiguous tensor, from our full state ``full`` through ``adapter.tensors``;
+    ``fp32_names`` (our state buffers) stay float32."""
     out = {}
     for name, kind in adapter.tensors.items():
         target = torch.float32 if name in fp32_names else dtype
@@ -66,7 +68,8 @@ def hf_tensors(
 def _shards(
     tensors: dict[str, torch.Tensor], max_shard_bytes: int
 ) -> list[dict[str, torch.Tensor]]:
-    """``tensors`` split in order into groups of at most ``max_shard_bytes`` (a bigger tensor alone)."""
+    """``tensors`` split in order into groups of at most ``max_shard_bytes`` (a bigger tensor
+    alone)."""
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, tensor in tensors.items():
@@ -90,7 +93,7 @@ def write_safetensors(
         else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     )
     weight_map = {}
-    for name, shard in zip(names, shards):
+    for name, shard in zip(names, shards, strict=True):
         save_file(shard, os.path.join(folder, name), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(shard, name))
     if len(shards) > 1:
@@ -112,7 +115,8 @@ def _write_json(path: str, value: Any) -> None:
 def tokenizer_files(
     tokenizer: Tokenizer, source_folder: str | None, max_seq_len: int, folder: str
 ) -> dict[str, Any]:
-    """Write the tokenizer files into ``folder`` (module docstring); the special ids for ``config.json``."""
+    """Write the tokenizer files into ``folder`` (module docstring); the special ids for
+    ``config.json``."""
     shutil.copyfile(tokenizer.path, os.path.join(folder, "tokenizer.json"))
     from_source = source_folder is not None and os.path.samefile(
         os.path.dirname(os.path.abspath(tokenizer.path)), source_folder
@@ -157,7 +161,8 @@ def export_hf(
         tokenizer: the run's tokenizer.
         dtype: a key of :data:`EXPORT_DTYPES`.
         rank: this process's rank.
-        source_folder: the HF folder the run started from (``checkpoint.initial_load_hf``), or ``None``.
+        source_folder: the HF folder the run started from (``checkpoint.initial_load_hf``), or
+            ``None``.
         max_shard_bytes: largest safetensors file before the weights are split over several.
 
     Raises:

@@ -1,10 +1,11 @@
 """A local Hugging Face folder as published checkpoints and transformers write it.
 
 ``config.json`` names the architecture (:func:`read_config`, :func:`family_of`). The weights are one
-``model.safetensors`` or several files listed by ``model.safetensors.index.json`` (its ``weight_map``: tensor name
--> file); without an index every ``*.safetensors`` file of the folder is read. :class:`SafetensorsFolder` reads a
-box of a tensor with safetensors' ``get_slice`` (the file is memory-mapped and only the bytes of the box are
-copied), dequantizing MXFP4 and FP8 tensors (:mod:`.quant`), and counts the bytes it copies.
+``model.safetensors`` or several files listed by ``model.safetensors.index.json`` (its
+``weight_map``: tensor name -> file); without an index every ``*.safetensors`` file of the folder is
+read. :class:`SafetensorsFolder` reads a box of a tensor with safetensors' ``get_slice`` (the file
+is memory-mapped and only the bytes of the box are copied), dequantizing MXFP4 and FP8 tensors
+(:mod:`.quant`), and counts the bytes it copies.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from torchtitan_lite.models import get_model_spec, hf_family, model_names
 from torchtitan_lite.components.hf.quant import (
     Box,
     Quantization,
@@ -27,12 +27,14 @@ from torchtitan_lite.components.hf.quant import (
     read_mxfp4,
 )
 from torchtitan_lite.errors import UserError
+from torchtitan_lite.models import get_model_spec, hf_family, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
 
 
 class HFError(UserError, ValueError):
-    """An HF folder that cannot be imported or written: one line naming the file or key and what to do."""
+    """An HF folder that cannot be imported or written: one line naming the file or key and what to
+    do."""
 
 
 def read_config(folder: str) -> dict[str, Any]:
@@ -43,7 +45,8 @@ def read_config(folder: str) -> dict[str, Any]:
     """
     if not os.path.isdir(folder):
         raise HFError(
-            f"no such folder {folder!r}; point it at a local HF model folder (config.json + *.safetensors)"
+            f"no such folder {folder!r}; point it at a local HF model folder (config.json + "
+            "*.safetensors)"
         )
     path = os.path.join(folder, "config.json")
     try:
@@ -61,7 +64,8 @@ def read_config(folder: str) -> dict[str, Any]:
 
 
 def family_of(config: dict[str, Any], folder: str) -> str:
-    """Our model family for a ``config.json`` (its ``model_type``, else its first ``architectures`` entry).
+    """Our model family for a ``config.json`` (its ``model_type``, else its first ``architectures``
+    entry).
 
     Raises:
         HFError: no family reads it (the message lists the model types we read).
@@ -76,13 +80,15 @@ def family_of(config: dict[str, Any], folder: str) -> str:
         ]
         raise HFError(
             f"{os.path.join(folder, 'config.json')}: model_type {model_type!r} (architectures "
-            f"{architectures!r}) is not a family this trainer builds; known model types: {', '.join(known)}"
+            f"{architectures!r}) is not a family this trainer builds; known model types: "
+            f"{', '.join(known)}"
         )
     return family
 
 
 def folder_quantization(config: dict[str, Any], folder: str) -> Quantization | None:
-    """The checked ``quantization_config`` of the folder's ``config.json`` (:func:`~.quant.quantization`).
+    """The checked ``quantization_config`` of the folder's ``config.json``
+    (:func:`~.quant.quantization`).
 
     Raises:
         HFError: one the loader cannot dequantize, naming the key.
@@ -104,8 +110,8 @@ class SafetensorsFolder:
         bytes_read: bytes copied out of the files so far.
 
     Raises:
-        HFError: no safetensors file, an index that is not JSON or names a file the folder lacks, or a tensor
-            name found in two files.
+        HFError: no safetensors file, an index that is not JSON or names a file the folder lacks, or
+            a tensor name found in two files.
     """
 
     def __init__(self, folder: str, quant: Quantization | None = None):
@@ -123,8 +129,8 @@ class SafetensorsFolder:
             for name, file in sorted(weight_map.items()):
                 if not os.path.isfile(os.path.join(folder, file)):
                     raise HFError(
-                        f"{index} puts {name} in {file}, which {folder} does not hold; copy the file or "
-                        "fix the index"
+                        f"{index} puts {name} in {file}, which {folder} does not hold; copy the "
+                        "file or fix the index"
                     )
             self._file_of = {name: os.path.join(folder, file) for name, file in weight_map.items()}
             return
@@ -160,8 +166,9 @@ class SafetensorsFolder:
         return sorted(self._file_of)
 
     def names(self) -> dict[str, tuple[int, ...]]:
-        """Logical tensor name -> shape: a quantized tensor once, under the name and shape of the HF parameter it
-        dequantizes to (MXFP4 ``X_blocks`` + ``X_scales`` -> ``X``; FP8 ``X`` + ``X_scale_inv`` -> ``X``)."""
+        """Logical tensor name -> shape: a quantized tensor once, under the name and shape of the HF
+        parameter it dequantizes to (MXFP4 ``X_blocks`` + ``X_scales`` -> ``X``; FP8 ``X`` +
+        ``X_scale_inv`` -> ``X``)."""
         stored = set(self._file_of)
         shapes = {}
         for name in sorted(stored):
@@ -195,8 +202,8 @@ class SafetensorsFolder:
         return values
 
     def read(self, name: str, box: Box) -> torch.Tensor:
-        """The values of ``box`` (``(start, stop)`` per dimension) of the logical tensor ``name``: as stored, or
-        fp32 when dequantized."""
+        """The values of ``box`` (``(start, stop)`` per dimension) of the logical tensor ``name``:
+        as stored, or fp32 when dequantized."""
         if self.quant is not None and name not in self._file_of and self.quant.method == "mxfp4":
             return read_mxfp4(self._read_stored, name, box)
         if (

@@ -1,24 +1,26 @@
 """Dequantizing the quantized tensors of published checkpoints while reading them by boxes.
 
 Two formats are published for the families here (``config.json`` ``quantization_config``):
-  * ``mxfp4`` (gpt-oss-20b/120b, the expert weights): ``X_blocks`` uint8 ``(*lead, rows, G, 16)`` holds two FP4
-    (E2M1) codes per byte, low nibble first, for ``G`` blocks of 32 values; ``X_scales`` uint8 ``(*lead, rows, G)``
-    holds each block's E8M0 exponent, biased by 127. Value = ``FP4[code] * 2 ** (scale - 127)`` (OCP
-    Microscaling Formats spec v1.0, sec. 5.3; transformers ``integrations/mxfp4.py``
-    ``convert_moe_packed_tensors``). The dequantized ``(*lead, rows, G * 32)`` is stored transposed in HF's
-    parameter, so :func:`read_mxfp4` returns ``(*lead, G * 32, rows)`` boxes.
-  * ``fp8`` (DeepSeek-V3, ``fmt: e4m3``, ``weight_block_size: [128, 128]``): ``X.weight`` float8_e4m3fn
-    ``(R, C)`` and ``X.weight_scale_inv`` fp32 ``(ceil(R / 128), ceil(C / 128))``; value = weight * scale_inv of
-    its 128 x 128 block (DeepSeek-V3 ``inference/kernel.py`` ``weight_dequant``; transformers
-    ``integrations/finegrained_fp8.py``).
+  * ``mxfp4`` (gpt-oss-20b/120b, the expert weights): ``X_blocks`` uint8 ``(*lead, rows, G, 16)``
+    holds two FP4 (E2M1) codes per byte, low nibble first, for ``G`` blocks of 32 values;
+    ``X_scales`` uint8 ``(*lead, rows, G)`` holds each block's E8M0 exponent, biased by 127. Value =
+    ``FP4[code] * 2 ** (scale - 127)`` (OCP Microscaling Formats spec v1.0, sec. 5.3; transformers
+    ``integrations/mxfp4.py`` ``convert_moe_packed_tensors``). The dequantized
+    ``(*lead, rows, G * 32)`` is stored transposed in HF's parameter, so :func:`read_mxfp4` returns
+    ``(*lead, G * 32, rows)`` boxes.
+  * ``fp8`` (DeepSeek-V3, ``fmt: e4m3``, ``weight_block_size: [128, 128]``): ``X.weight``
+    float8_e4m3fn ``(R, C)`` and ``X.weight_scale_inv`` fp32 ``(ceil(R / 128), ceil(C / 128))``;
+    value = weight * scale_inv of its 128 x 128 block (DeepSeek-V3 ``inference/kernel.py``
+    ``weight_dequant``; transformers ``integrations/finegrained_fp8.py``).
 Both read only the blocks that overlap the requested box and return fp32.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -51,19 +53,20 @@ Read = Callable[[str, Box], torch.Tensor]
 
 @dataclass(frozen=True)
 class Quantization:
-    """A checkpoint's quantization: ``method`` ``"mxfp4"`` or ``"fp8"``; ``block`` the FP8 weight block
-    ``(rows, cols)``."""
+    """A checkpoint's quantization: ``method`` ``"mxfp4"`` or ``"fp8"``; ``block`` the FP8 weight
+    block ``(rows, cols)``."""
 
     method: str
     block: tuple[int, int] = (128, 128)
 
 
 def quantization(config: dict[str, Any]) -> Quantization | None:
-    """The ``quantization_config`` of a ``config.json`` dict, checked key by key; ``None`` when there is none.
+    """The ``quantization_config`` of a ``config.json`` dict, checked key by key; ``None`` when
+    there is none.
 
     Raises:
-        ValueError: another method, an FP8 format other than e4m3, a malformed block size, or a key not
-            known for the method.
+        ValueError: another method, an FP8 format other than e4m3, a malformed block size, or a key
+            not known for the method.
     """
     quant = config.get("quantization_config")
     if quant is None:
@@ -119,8 +122,9 @@ def mxfp4_shape(blocks_shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def read_mxfp4(read: Read, name: str, box: Box) -> torch.Tensor:
-    """The fp32 values of ``box`` of the HF parameter ``name`` (``(*lead, cols, rows)``, see the module docstring)
-    from ``name + "_blocks"`` and ``name + "_scales"``, reading only the blocks the box overlaps."""
+    """The fp32 values of ``box`` of the HF parameter ``name`` (``(*lead, cols, rows)``, see the
+    module docstring) from ``name + "_blocks"`` and ``name + "_scales"``, reading only the blocks
+    the box overlaps."""
     *lead, (c0, c1), (r0, r1) = box
     g0, g1 = c0 // MXFP4_BLOCK, math.ceil(c1 / MXFP4_BLOCK)
     blocks = read(
@@ -142,7 +146,8 @@ def read_mxfp4(read: Read, name: str, box: Box) -> torch.Tensor:
 
 
 def read_fp8(read: Read, name: str, box: Box, block: tuple[int, int]) -> torch.Tensor:
-    """The fp32 values of ``box`` of the 2-D FP8 weight ``name``, times ``name + "_scale_inv"`` per block."""
+    """The fp32 values of ``box`` of the 2-D FP8 weight ``name``, times ``name + "_scale_inv"`` per
+    block."""
     (r0, r1), (c0, c1) = box
     (br, bc) = block
     weight = read(name, box).float()
