@@ -244,6 +244,28 @@ HOW: dict[str, tuple[str, str]] = {
         "tests/test_inspect_init.py runs inspect_init on published configs",
     ),
     "python -m torchtitan_lite.tools.inspect_init --layers N": ("other", "a placeholder N"),
+    "python -m torchtitan_lite.tools.simulate": (
+        "other",
+        "tests/test_simulate.py runs the tool on the qwen3, llama3 and qwen3_moe debug configs",
+    ),
+    "python -m torchtitan_lite.tools.simulate --device cpu": (
+        "other",
+        "tests/test_simulate.py's FLOP test runs it (qwen3_debug is the default config)",
+    ),
+    "python -m torchtitan_lite.tools.simulate --device cpu --world-size 2": (
+        "other",
+        "tests/test_simulate.py's fsdp 2 case, beside the real run",
+    ),
+    "python -m torchtitan_lite.tools.simulate --job.config_file "
+    "train_configs/qwen3_moe_debug.toml": (
+        "other",
+        "tests/test_simulate.py's FLOP test runs it",
+    ),
+    "python -m torchtitan_lite.tools.simulate --world-size 8 --job.config_file "
+    "train_configs/qwen3_0.6b.toml --model.flavor=8b": (
+        "other",
+        "a published size: benchmarks/bench_simulate.py's row 'qwen3 8b'",
+    ),
     "python -m torchtitan_lite.tools.compare_runs outputs/run-A outputs/run-B --plot curves.png "
     "[--assert-equal --atol 1e-6] [--names A B]": ("other", "a synopsis"),
 }
