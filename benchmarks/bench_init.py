@@ -26,7 +26,7 @@ import statistics
 import time
 
 import torch
-from machine_load import reported_load
+from machine_load import cpu_model, reported_load
 from torch import nn
 
 from torchtitan_lite.init import draw
@@ -122,14 +122,8 @@ def timing_args(doc: str, script: str, reps: int, model_only: bool = False) -> a
 
 def cpu_line() -> str:
     """The CPU model, torch's CPU kernel ISA and ``ATEN_CPU_CAPABILITY``."""
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    model = cpu_model()
+    model = platform.processor() if model == "unknown" else model
     forced = os.environ.get("ATEN_CPU_CAPABILITY", "unset")
     return (
         f"CPU {model}; torch kernels {torch.backends.cpu.get_cpu_capability()} "

@@ -18,13 +18,15 @@ Arguments after ``--`` are config overrides."""
 
 from __future__ import annotations
 
+import threads_first  # noqa: F401  (first: the launcher's threads before torch loads)
+
+# isort: split
 import argparse
-import os
 import platform
 import sys
 
 import torch
-from machine_load import reported_load
+from machine_load import cpu_model, reported_load
 
 from torchtitan_lite import train
 from torchtitan_lite.models.common import moe_hooks
@@ -80,15 +82,9 @@ def main() -> int:
     )
     parser.add_argument("--bias-speed", type=float, default=None, help="every router's gamma")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     instrument(args.bias_speed)
-    with (
-        open("/proc/cpuinfo", encoding="utf-8")
-        if os.path.exists("/proc/cpuinfo")
-        else (open(os.devnull, encoding="utf-8")) as info
-    ):
-        model = next((line.split(":", 1)[1].strip() for line in info if "model name" in line), "")
-    print(f"machine: {model or platform.machine()}", flush=True)
+    model = cpu_model()
+    print(f"machine: {platform.machine() if model == 'unknown' else model}", flush=True)
     with reported_load():
         return train.main(
             [

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine_load import reported_load
+from machine_load import cpu_model, reported_load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,15 +31,6 @@ ROWS = {
     ],
 }
 """Row name -> the tool's arguments (``python -m torchtitan_lite.tools.simulate ARGS``)."""
-
-
-def cpu_model() -> str:
-    """``model name`` of /proc/cpuinfo."""
-    with open("/proc/cpuinfo", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run_row(args: list[str]) -> tuple[float, str]:

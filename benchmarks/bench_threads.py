@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine_load import reported_load
+from machine_load import cpu_model, reported_load
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = [
@@ -78,15 +78,6 @@ def run(
     init = re.search(r"init \(([\d.]+) s\).*fingerprint (\w+)", out)
     losses = re.findall(r"step +\d+ +loss +([\d.]+)", out)
     return wall, *(init.groups() if init else ("?", "?")), losses[-1] if losses else "?"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else ``unknown``."""
-    try:
-        found = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return "unknown"
-    return found.group(1).strip() if found else "unknown"
 
 
 def main() -> None:

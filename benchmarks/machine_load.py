@@ -9,6 +9,18 @@ import os
 from collections.abc import Iterator
 
 
+def cpu_model() -> str:
+    """``model name`` of /proc/cpuinfo (Linux x86), else ``unknown``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one)."""
     return (
